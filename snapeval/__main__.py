@@ -1,0 +1,5 @@
+import sys
+
+from snapeval.cli import main
+
+sys.exit(main())
