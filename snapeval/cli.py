@@ -14,9 +14,13 @@ from snapeval.errors import SnapevalError
 
 # Order is the order shown by ``snapeval --help``.
 COMMAND_MODULES = [
-    "snapeval.demo",              # demo: long-document QA, full cache vs SnapStream
-    "snapeval.models.cli",        # models: list the presets
+    "snapeval.sweep.cli",         # sweep: a grid of lm-eval runs over budgets (the main job)
+    "snapeval.harness.cli",       # run: one lm-eval run through the snapstream model
+    "snapeval.report.cli",        # report: tables and plots from a results directory
+    "snapeval.regress",           # regress: accuracy regression check against a baseline
     "snapeval.simulator.cli",     # simulate: SN40L memory and throughput
+    "snapeval.models.cli",        # models: list the presets
+    "snapeval.demo",              # demo: long-document QA, full cache vs SnapStream
 ]
 
 
