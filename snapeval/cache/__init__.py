@@ -11,7 +11,7 @@ method          cache                          what is kept
 """
 from __future__ import annotations
 
-from snapeval.cache.config import SnapStreamConfig
+from snapeval.cache.config import DEFAULT_OBSERVATION, SnapStreamConfig
 from snapeval.cache.full import FullCache
 from snapeval.cache.snapkv import SnapKVCache, SnapKVConfig
 from snapeval.cache.snapstream import SnapStreamCache
@@ -23,6 +23,8 @@ METHODS = ("full", "snapstream", "streamingllm", "snapkv")
 
 def method_config(method: str, budget: int | None = None, config: SnapStreamConfig | None = None, **split):
     """The cache configuration of ``method`` for a total ``budget`` (or an explicit SnapStream ``config``).
+
+    SnapKV's observation window defaults to 32, or half the budget when the budget is under 64.
 
     ``split`` may override SnapStream fields (sink, recent, topk, observation, kernel, pooling).
     Returns ``None`` for ``full``, a :class:`SnapStreamConfig` or a :class:`SnapKVConfig`.
@@ -36,6 +38,7 @@ def method_config(method: str, budget: int | None = None, config: SnapStreamConf
         try:
             if method == "snapkv":
                 keep = {k: split[k] for k in ("observation", "kernel", "pooling") if k in split}
+                keep.setdefault("observation", min(DEFAULT_OBSERVATION, max(1, budget // 2)))
                 return SnapKVConfig(budget=budget, **keep)
             if method == "streamingllm":
                 return streamingllm_config(budget, **({"sink": split["sink"]} if "sink" in split else {}))

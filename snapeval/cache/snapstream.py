@@ -82,11 +82,13 @@ class SnapStreamLayer(CompressedLayer):
 def top_indices(scores: torch.Tensor, candidate: torch.Tensor, k: int) -> torch.Tensor:
     """Top-``k`` candidate indices per row and head, ascending, -1 where fewer than ``k`` candidates exist.
 
-    ``scores`` ``[B, H, L]``; ``candidate`` ``[B, L]`` bool; returns ``[B, H, k]`` int64.
+    ``scores`` ``[B, H, L]``; ``candidate`` ``[B, L]`` bool; returns ``[B, H, k]`` int64. Ties (max pooling makes
+    plateaus) go to the earlier token, so the choice does not depend on a row's padding.
     """
     length = scores.shape[-1]
     masked = scores.masked_fill(~candidate[:, None, :], float("-inf"))
-    values, index = masked.topk(k, dim=-1)
+    values, index = masked.sort(dim=-1, descending=True, stable=True)
+    values, index = values[..., :k], index[..., :k]
     index = torch.where(values > float("-inf"), index, length).sort(dim=-1).values
     return index.masked_fill(index == length, -1)
 
