@@ -36,13 +36,15 @@ def snapkv_scores(
     logits = torch.matmul(q, keys.float().transpose(-1, -2)) * scaling  # [B, Hkv, G*W, L]
     logits = logits.view(batch, num_kv_heads, groups, window, length)
 
-    query_index = torch.arange(length - window, length, device=keys.device)
-    causal = torch.arange(length, device=keys.device)[None, :] <= query_index[:, None]  # [W, L]
-    visible = causal[None] & key_valid[:, None, :]  # [B, W, L]
-    logits = logits.masked_fill(~visible[:, None, None], float("-inf"))
+    # Causality only matters inside the window's own W x W corner; padding only where a row is padded.
+    corner = logits[..., length - window :]
+    corner.masked_fill_(torch.ones(window, window, dtype=torch.bool, device=keys.device).triu(1), float("-inf"))
+    if not bool(key_valid.all()):
+        logits.masked_fill_(~key_valid[:, None, None, None, :], float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     query_valid = key_valid[:, length - window :]  # [B, W]
-    probs = probs.masked_fill(~query_valid[:, None, None, :, None], 0.0)
+    if not bool(query_valid.all()):  # rows shorter than the window: their padded queries score nothing
+        probs = probs.masked_fill(~query_valid[:, None, None, :, None], 0.0)
     summed = probs.sum(dim=3).reshape(batch * num_kv_heads * groups, 1, length)  # [B*Hkv*G, 1, L]
 
     if pooling == "avg":
