@@ -65,13 +65,16 @@ class GenerationResult:
 
 
 class _StepClock:
-    """A logits processor that only records when each generation step's logits are ready."""
+    """A logits processor that only records when each generation step's logits are ready (and calls ``on_step``)."""
 
-    def __init__(self):
+    def __init__(self, on_step=None):
         self.times: list[float] = []
+        self.on_step = on_step
 
     def __call__(self, input_ids, scores):
         self.times.append(time.perf_counter())
+        if self.on_step is not None:
+            self.on_step()
         return scores
 
 
@@ -114,6 +117,7 @@ def generate(
     chat: bool = False,
     system: str | None = None,
     seed: int | None = None,
+    on_step=None,
     **sampling,
 ) -> GenerationResult:
     """Generate for each prompt under a KV-cache ``method``.
@@ -126,6 +130,7 @@ def generate(
         method: ``full``, ``snapstream``, ``streamingllm`` or ``snapkv``.
         chat: wrap string prompts in the tokenizer's chat template.
         seed: seeds sampling (``do_sample=True``) for reproducibility.
+        on_step: called with the cache after every generation step (introspection, benchmarks).
         sampling: passed to ``model.generate`` (``do_sample``, ``temperature``, ``top_p``, ``stop_strings``, ...).
     """
     check_choice("method", method, METHODS)
@@ -148,7 +153,7 @@ def generate(
     sampling.setdefault("do_sample", False)
     if "stop_strings" in sampling:
         sampling.setdefault("tokenizer", tokenizer)
-    clock = _StepClock()
+    clock = _StepClock(None if on_step is None else lambda: on_step(cache))
     start = time.perf_counter()
     sequences = model.generate(
         input_ids=input_ids,
