@@ -39,7 +39,8 @@ class Deployment:
     """How the model runs. ``None`` fields take hardware/model-dependent defaults (see :meth:`resolve`).
 
     - ``sockets``: sockets used (default: all of the hardware); ``tp``: tensor-parallel degree of the GEMMs
-      (default: ``sockets``); ``attention_parallel``: ``dp`` partitions the sequences (and their KV cache) over the
+      (default: the largest divisor of ``sockets`` that divides the heads; the other sockets hold replicas);
+      ``attention_parallel``: ``dp`` partitions the sequences (and their KV cache) over the
       sockets, ``tp`` splits heads; ``auto`` = ``dp`` for MLA models (the SnapStream deployment), ``tp`` otherwise.
     - ``weight_dtype``: ``auto`` = the published checkpoint's precision (``fp8`` for DeepSeek-V3/R1, whose linear
       layers ship in FP8 with BF16 embeddings; ``bfloat16`` otherwise).
@@ -283,7 +284,12 @@ def _plan(hardware: HardwareSpec, model: ModelPreset, dep: Deployment) -> _Plan:
     if sockets > hardware.sockets:
         raise SnapevalError(f"sockets={sockets} exceeds the {hardware.sockets} socket(s) of hardware "
                             f"{hardware.name!r}")
-    tp = dep.tp or sockets
+    def kv_ok(t: int) -> bool:
+        return model.is_mla or model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0
+
+    # default TP: the largest degree that divides the sockets and the heads; other sockets serve replicas (DP)
+    tp = dep.tp or max(t for t in range(1, sockets + 1)
+                       if sockets % t == 0 and model.num_attention_heads % t == 0 and kv_ok(t))
     if sockets % tp:
         raise SnapevalError(f"tp={tp} must divide sockets={sockets}")
     if model.num_attention_heads % tp:
@@ -539,13 +545,21 @@ def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment:
     ddr_cap = hw.socket.ddr_bytes if dep.placement == "hbm+ddr" else 0.0
     capacity = hbm_cap + ddr_cap
 
-    # largest batch that fits with these lengths
+    # largest batch that fits with these lengths: memory is monotone in the batch, so bisect below the bound
+    # given by the KV cache alone
+    def need_for(batch: int) -> float:
+        acts = _activation_bytes(m, replace(dep, batch=batch), plan, kv_per_token)
+        return weights_socket + acts + _seqs_on_busiest_socket(batch, plan) * kv_seq_socket
+
     free = capacity - weights_socket - _activation_bytes(m, replace(dep, batch=1), plan, kv_per_token)
-    if free <= 0 or kv_seq_socket <= 0:
-        per_group = 0
+    if free < kv_seq_socket or kv_seq_socket <= 0:
+        max_exact = 0
     else:
-        per_group = int(free // kv_seq_socket)
-    max_exact = per_group * plan.dp
+        lo, hi = 1, int(free // kv_seq_socket) * plan.dp  # need_for(lo) fits; hi is an upper bound
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if need_for(mid) <= capacity else (lo, mid - 1)
+        max_exact = lo
     max_batch = _pow2_floor(max_exact) if dep.batch_granularity == "pow2" else max_exact
 
     # tier placement: weights first, then activations, then KV; overflow to DDR when allowed
