@@ -332,9 +332,9 @@ def _kv_share(model: ModelPreset, plan: _Plan) -> float:
 
 
 def _seqs_on_busiest_socket(batch: int, plan: _Plan) -> int:
-    if plan.attention_parallel == "dp":
-        return math.ceil(batch / plan.dp)
-    return math.ceil(batch / plan.dp)  # dp groups of tp sockets each
+    """Sequences whose cache the busiest socket holds: DP attention spreads them over every socket; TP attention
+    over the ``dp`` replicas (each of ``tp`` sockets, which split the heads)."""
+    return math.ceil(batch / plan.dp)
 
 
 def _activation_bytes(model: ModelPreset, dep: Deployment, plan: _Plan, kv_per_token: float) -> float:
@@ -460,6 +460,8 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
     attn_p = model.attention_params_per_layer()
     o_p = n * v_dim * h
     qkv_p = attn_p - o_p
+    dense_ffn = t(model.dense_ffn_params() * lin_b / P + 2 * hidden_bytes, 2 * model.dense_ffn_params() * L / P,
+                  a.gemm_efficiency)
     shares: dict[str, float] = {}
     shares["QKV projections"] = t(qkv_p * lin_b / P + hidden_bytes + q_local + k_local + v_local,
                                   2 * qkv_p * L / P, a.gemm_efficiency)
@@ -479,11 +481,7 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
                 + 2 * L * active * model.moe_intermediate_size / P * act_b,
                 2 * active * model.expert_params() * L / P, a.gemm_efficiency)
         shares["MoE FFN"] = ffn
-        dense_ffn = t(model.dense_ffn_params() * lin_b / P + 2 * hidden_bytes, 2 * model.dense_ffn_params() * L / P,
-                      a.gemm_efficiency)
     else:
-        dense_ffn = t(model.dense_ffn_params() * lin_b / P + 2 * hidden_bytes, 2 * model.dense_ffn_params() * L / P,
-                      a.gemm_efficiency)
         shares["FFN"] = dense_ffn
     compress = 0.0
     if policy.budget is not None and L > policy.budget:

@@ -130,14 +130,18 @@ class HardwareSpec:
         return asdict(self)
 
 
+def _reject_unknown_keys(origin: str, where: str, raw: Mapping[str, Any], cls) -> None:
+    allowed = {f.name for f in fields(cls)}
+    bad = sorted(set(raw) - allowed)
+    if bad:
+        raise SnapevalError(f"{origin}: unknown {where}key(s) {', '.join(bad)}; allowed: {', '.join(sorted(allowed))}")
+
+
 def hardware_from_dict(data: Mapping[str, Any], origin: str = "hardware spec") -> HardwareSpec:
     """Build a :class:`HardwareSpec` from the YAML/JSON structure (unknown keys are errors, not ignored)."""
     if not isinstance(data, Mapping):
         raise SnapevalError(f"{origin}: expected a mapping with name, kind, sockets, socket, assumptions")
-    known = {f.name for f in fields(HardwareSpec)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise SnapevalError(f"{origin}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+    _reject_unknown_keys(origin, "", data, HardwareSpec)
     for key in ("name", "kind", "socket"):
         if key not in data:
             raise SnapevalError(f"{origin}: missing key {key!r}")
@@ -146,10 +150,7 @@ def hardware_from_dict(data: Mapping[str, Any], origin: str = "hardware spec") -
         raw = data.get(key) or {}
         if not isinstance(raw, Mapping):
             raise SnapevalError(f"{origin}: {key} must be a mapping")
-        allowed = {f.name for f in fields(cls)}
-        bad = sorted(set(raw) - allowed)
-        if bad:
-            raise SnapevalError(f"{origin}: unknown {key} key(s) {', '.join(bad)}; allowed: {', '.join(sorted(allowed))}")
+        _reject_unknown_keys(origin, f"{key} ", raw, cls)
         types = {f.name: str(f.type) for f in fields(cls)}
         raw = {k: _number(v) if types[k].startswith("float") else v for k, v in raw.items()}
         try:
