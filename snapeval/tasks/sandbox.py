@@ -72,6 +72,8 @@ class SandboxLimits:
 class TestCase:
     """One test: ``input`` (stdin text, or one JSON value per line for ``functional``) and expected ``output``."""
 
+    __test__ = False  # not a pytest class
+
     input: str
     output: str
     testtype: str
