@@ -1,9 +1,7 @@
 """The LiveCodeBench sandbox: real problems pass/fail correctly, hostile programs are contained."""
 from __future__ import annotations
 
-import json
 import os
-import signal
 from pathlib import Path
 
 import pytest

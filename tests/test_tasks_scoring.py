@@ -134,11 +134,11 @@ def test_livecodebench_prompts_match_the_official_prompt_verbatim():
         pytest.skip(f"real data not available: {qwq} is absent")
     official = {r["question_id"]: r["prompt"] for r in map(json.loads, qwq.open())}
     rows = [r for r in livecodebench.load(DATA).rows if r["question_id"] in official]
-    assert len(rows) > 250
+    assert len(rows) == 279
     kinds = {bool(r["starter_code"]) for r in rows}
     assert kinds == {True, False}
     mismatched = [r["question_id"] for r in rows if livecodebench.build_prompt(r) != official[r["question_id"]]]
-    assert len(mismatched) <= len(rows) // 20, mismatched[:5]
+    assert mismatched == []
 
 
 def test_livecodebench_private_tests_decoding():

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Protocol, Sequence
-
 from snapeval.errors import SnapevalError
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows
 from snapeval.tasks.metrics import breakdown
 from snapeval.tasks.reasoning import split_thinking
+from snapeval.tasks.tokens import Tokenizer, decode, token_ids
 
 SCHEMA = Schema({
     "_id": (str,), "domain": (str,), "sub_domain": (str,), "difficulty": (str,), "length": (str,),
@@ -64,11 +63,6 @@ MAX_NEW_TOKENS_COT = 1024
 _ANSWER_RES = (re.compile(r"The correct answer is \(([A-D])\)"), re.compile(r"The correct answer is ([A-D])"))
 
 
-class Tokenizer(Protocol):
-    def encode(self, text: str, *args: Any, **kwargs: Any) -> Any: ...
-    def decode(self, ids: Sequence[int], *args: Any, **kwargs: Any) -> str: ...
-
-
 def load(data_dir: str | os.PathLike | None = None) -> LoadedData:
     """All validated rows (hub ``THUDM/LongBench-v2`` or ``<data_dir>/longbench_v2/longbench_v2.jsonl``)."""
     data = load_dataset_rows(SPEC, data_dir)
@@ -99,14 +93,6 @@ def build_cot_answer_prompt(doc: dict, cot: str) -> str:
     return fill(TEMPLATE_0SHOT_COT_ANS, doc, cot=cot.strip())
 
 
-def _ids(tokenizer: Tokenizer, text: str) -> list[int]:
-    try:
-        out = tokenizer.encode(text, add_special_tokens=False)
-    except TypeError:
-        out = tokenizer.encode(text)
-    return list(getattr(out, "ids", out))
-
-
 def truncate_middle(prompt: str, tokenizer: Tokenizer, max_tokens: int) -> tuple[str, int, bool]:
     """Cut ``prompt`` in the middle to at most ``max_tokens`` tokens, as pred.py does.
 
@@ -115,16 +101,11 @@ def truncate_middle(prompt: str, tokenizer: Tokenizer, max_tokens: int) -> tuple
     """
     if max_tokens < 2:
         raise SnapevalError(f"max_input_tokens={max_tokens} is too small; it must be at least 2")
-    ids = _ids(tokenizer, prompt)
+    ids = token_ids(tokenizer, prompt)
     if len(ids) <= max_tokens:
         return prompt, len(ids), False
     half = max_tokens // 2
-    kept = ids[:half] + ids[-half:]
-    try:
-        text = tokenizer.decode(kept, skip_special_tokens=True)
-    except TypeError:
-        text = tokenizer.decode(kept)
-    return text, len(ids), True
+    return decode(tokenizer, ids[:half] + ids[-half:]), len(ids), True
 
 
 def extract_answer(response: str) -> str | None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from snapeval.errors import SnapevalError, check_choice
 from snapeval.tasks.reasoning import split_thinking
+from snapeval.tasks.tokens import Tokenizer, count_tokens
 
 FILLER = ("The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again.")
 TASKS = ("passkey", "kv_needle", "kv_needle_multi", "variable_tracking")
@@ -28,20 +29,6 @@ _ADJ = ("amber", "brisk", "calm", "dusty", "eager", "faint", "gentle", "hollow",
 _NOUN = ("anchor", "badger", "canyon", "dolphin", "ember", "falcon", "garden", "harbor", "island", "jungle",
          "kettle", "lantern", "meadow", "nectar", "orchard", "pepper", "quarry", "river", "saddle", "tunnel",
          "umbrella", "valley", "walnut", "yarrow")
-
-
-class Tokenizer(Protocol):
-    def encode(self, text: str, *args: Any, **kwargs: Any) -> Any: ...
-    def decode(self, ids: Sequence[int], *args: Any, **kwargs: Any) -> str: ...
-
-
-def count_tokens(tokenizer: Tokenizer, text: str) -> int:
-    """Tokens of ``text`` without special tokens (HF ``add_special_tokens=False``; ``tokenizers`` ``.ids``)."""
-    try:
-        out = tokenizer.encode(text, add_special_tokens=False)
-    except TypeError:
-        out = tokenizer.encode(text)
-    return len(getattr(out, "ids", out))
 
 
 @dataclass
