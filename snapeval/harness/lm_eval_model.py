@@ -6,9 +6,10 @@
 
 - ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring (batched rows
   are compressed row by row).
-- ``loglikelihood``/``loglikelihood_rolling``: the context is prefilled and compressed; the continuation is then
-  scored in a second forward pass *against the compressed cache* (scoring it in the same pass as the context would
-  hide every effect of the budget).
+- ``loglikelihood``/``loglikelihood_rolling``: the context (all but its last token) is prefilled and compressed;
+  the last context token and the continuation are then run in a second forward pass *against the compressed cache*,
+  so every continuation token, even a one-token answer, is scored under the budget (scoring it in the same pass as
+  the context would hide every effect of the budget).
 - lm-eval's response cache (``--use_cache``) is keyed on the request alone; this model moves it to a table named
   after its configuration, so responses are never reused across models, methods or budgets.
 """
@@ -114,6 +115,8 @@ class SnapStreamLM(HFLM):
         self.method = method
         self.cache_config = method_config(method, budget=args["budget"], **split)
         self.pretrained_name = str(pretrained)
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            device = "cpu"  # lm-eval's CLI defaults to cuda; like HFLM, fall back on machines without one
         model, tokenizer = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device)
         self.dtype_name = str(model.dtype).replace("torch.", "")
         kwargs.pop("tokenizer", None)
@@ -223,46 +226,47 @@ class SnapStreamLM(HFLM):
         return results
 
     def _score_batch(self, batch):
+        """Prefill every context but its last token, compress, then run ``[last context token] + continuation[:-1]``
+        against the compressed cache: every continuation token, even a one-token answer, is scored under the budget.
+        """
         device = self.device
-        contexts, continuations = [], []
+        contexts, tails = [], []
         for _, context_ids, continuation_ids in batch:
-            continuation_ids = list(continuation_ids)[-self.max_length :]
+            continuation_ids = list(continuation_ids)[-(self.max_length - 1) :]
             context_ids = list(context_ids) or [self.prefix_token_id]
-            room = self.max_length - len(continuation_ids)
-            contexts.append(context_ids[-room:] if room > 0 else context_ids[-1:])
-            continuations.append(continuation_ids)
+            if len(context_ids) < 2:
+                context_ids = [self.prefix_token_id] + context_ids
+            room = max(self.max_length - len(continuation_ids), 2)
+            context_ids = context_ids[-room:]
+            contexts.append(context_ids[:-1])
+            tails.append((context_ids[-1:] + continuation_ids, continuation_ids))
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ctx_len = max(map(len, contexts))
         input_ids = torch.tensor([[pad] * (ctx_len - len(c)) + c for c in contexts], device=device)
         mask = torch.tensor([[0] * (ctx_len - len(c)) + [1] * len(c) for c in contexts], device=device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         from snapeval.cache import make_cache
 
         cache = make_cache(self.model, self.method, self.cache_config)
         if hasattr(cache, "padding"):
             cache.padding = (mask == 0).sum(dim=1).cpu()
         start = time.perf_counter()
-        first = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache)
+        self.model(input_ids=input_ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                   past_key_values=cache)
         prefill_s = time.perf_counter() - start
-        logits = [first.logits[:, -1:, :].float()]
-        cont_len = max(map(len, continuations))
-        if cont_len > 1:  # score continuation tokens 1.. against the compressed cache
-            cont_in = torch.tensor([(c[:-1] + [pad] * cont_len)[: cont_len - 1] for c in continuations], device=device)
-            lengths = mask.sum(-1, keepdim=True)
-            second = self.model(
-                input_ids=cont_in,
-                attention_mask=torch.cat([mask, torch.ones_like(cont_in)], dim=1),
-                position_ids=lengths + torch.arange(cont_len - 1, device=device),
-                past_key_values=cache,
-            )
-            logits.append(second.logits.float())
-        logprobs = F.log_softmax(torch.cat(logits, dim=1), dim=-1)  # [B, cont_len, V]
-        self._record(len(batch), int(mask.sum()), 0, prefill_s, cache.compress_seconds, 0.0, 0, cache.kv_bytes_per_row())
-        out = []
-        for row, cont in enumerate(continuations):
+        score_len = max(len(cont) for _, cont in tails)  # inputs: last context token + continuation[:-1]
+        score_in = torch.tensor([(tail[: len(cont)] + [pad] * score_len)[:score_len] for tail, cont in tails], device=device)
+        out = self.model(
+            input_ids=score_in,
+            attention_mask=torch.cat([mask, torch.ones_like(score_in)], dim=1),
+            position_ids=mask.sum(-1, keepdim=True) + torch.arange(score_len, device=device),
+            past_key_values=cache,
+        )
+        logprobs = F.log_softmax(out.logits.float(), dim=-1)  # [B, score_len, V]
+        self._record(len(batch), int(mask.sum()) + len(batch), 0, prefill_s, cache.compress_seconds, 0.0, 0,
+                     cache.kv_bytes_per_row())
+        answers = []
+        for row, (_, cont) in enumerate(tails):
             target = torch.tensor(cont, device=device)
             lp = logprobs[row, : len(cont)]
-            total = float(lp.gather(-1, target[:, None]).sum())
-            greedy = bool((lp.argmax(-1) == target).all())
-            out.append((total, greedy))
-        return out
+            answers.append((float(lp.gather(-1, target[:, None]).sum()), bool((lp.argmax(-1) == target).all())))
+        return answers

@@ -1,0 +1,136 @@
+"""The `snapstream` lm-eval model: generate_until and multiple-choice tasks under full and compressed caches."""
+import json
+import math
+
+import pytest
+import torch
+
+from snapeval.cli import main as cli_main
+
+LONG_FACT = "The secret city is Lisbon. " + " ".join(f"Note {i}: the weather was mild and the river was calm." for i in range(60))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Llama saved with SmolLM2's real tokenizer (float64 keeps comparisons exact)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from snapeval.models import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).to(torch.float64).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory):
+    """Two small local lm-eval tasks: a generate_until one and a multiple-choice one with a long context."""
+    root = tmp_path_factory.mktemp("tasks")
+    gen = [{"question": f"{LONG_FACT[: 200 + 40 * i]} Question {i}: name the secret city.", "answer": "Lisbon"}
+           for i in range(3)]
+    mc = [{"context": LONG_FACT, "choices": ["Lisbon", "Paris", "Rome", "Oslo"], "label": 0},
+          {"context": LONG_FACT[:600], "choices": ["calm", "wild"], "label": 0}]
+    for name, rows in (("gen", gen), ("mc", mc)):
+        (root / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (root / "tiny_gen.yaml").write_text(f"""task: tiny_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {root / 'gen.jsonl'}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{question}}}}\\nAnswer:"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: ["\\n\\n"]
+  max_gen_toks: 6
+  do_sample: false
+metric_list:
+  - metric: exact_match
+""")
+    (root / "tiny_mc.yaml").write_text(f"""task: tiny_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {root / 'mc.jsonl'}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{context}}}}\\nThe answer is"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: label
+metric_list:
+  - metric: acc
+""")
+    return root
+
+
+def _run(tiny_dir, task_dir, tasks, **model_args):
+    from snapeval.harness import evaluate
+
+    return evaluate({"pretrained": str(tiny_dir), "dtype": "float64", "batch_size": 2, **model_args}, tasks,
+                    include_path=task_dir, log_samples=True)
+
+
+def _samples(results, task):
+    return sorted(results["samples"][task], key=lambda s: s["doc_id"])
+
+
+def test_roomy_budget_equals_full_for_generation_and_loglikelihood(tiny_dir, task_dir):
+    full = _run(tiny_dir, task_dir, ["tiny_gen", "tiny_mc"], method="full")
+    roomy = _run(tiny_dir, task_dir, ["tiny_gen", "tiny_mc"], method="snapstream", sink=4, recent=2048, topk=64)
+    assert full["results"]["tiny_mc"]["acc,none"] == roomy["results"]["tiny_mc"]["acc,none"]
+    for a, b in zip(_samples(full, "tiny_gen"), _samples(roomy, "tiny_gen")):
+        assert a["resps"] == b["resps"]
+    for a, b in zip(_samples(full, "tiny_mc"), _samples(roomy, "tiny_mc")):
+        for (ll_a, greedy_a), (ll_b, greedy_b) in zip([r[0] for r in a["resps"]], [r[0] for r in b["resps"]]):
+            assert math.isclose(ll_a, ll_b, rel_tol=1e-9, abs_tol=1e-9) and greedy_a == greedy_b
+    info = roomy["snapeval"]
+    assert info["config"]["method"] == "snapstream" and info["config"]["split"]["recent"] == 2048
+    assert info["kv_cache_bytes"] == (4 + 2048 + 64) * 2 * 2 * 16 * 2 * 8
+    assert info["prompt_tokens"] > 0 and info["decode_tokens_per_s"] > 0
+
+
+def test_small_budget_changes_loglikelihoods(tiny_dir, task_dir):
+    full = _run(tiny_dir, task_dir, ["tiny_mc"], method="full")
+    small = _run(tiny_dir, task_dir, ["tiny_mc"], method="snapstream", budget=48)
+    lls_full = [r[0][0] for r in _samples(full, "tiny_mc")[0]["resps"]]
+    lls_small = [r[0][0] for r in _samples(small, "tiny_mc")[0]["resps"]]
+    assert max(abs(a - b) for a, b in zip(lls_full, lls_small)) > 1e-6
+    assert small["snapeval"]["kv_cache_bytes"] == 48 * 2 * 2 * 16 * 2 * 8
+
+
+def test_response_cache_is_namespaced_by_configuration(tiny_dir, task_dir, tmp_path):
+    from snapeval.harness.lm_eval_model import SnapStreamLM
+
+    a = SnapStreamLM(pretrained=str(tiny_dir), method="snapstream", budget=64, dtype="float64")
+    b = SnapStreamLM(pretrained=str(tiny_dir), method="snapstream", budget=128, dtype="float64")
+    c = SnapStreamLM(pretrained=str(tiny_dir), method="snapkv", budget=64, dtype="float64")
+    assert len({a.cache_namespace(), b.cache_namespace(), c.cache_namespace()}) == 3
+    from lm_eval.api.model import CachingLM
+
+    db = str(tmp_path / "cache.db")
+    cached_a, cached_b = CachingLM(a, db), CachingLM(b, db)
+    assert cached_a.dbdict.tablename == a.cache_namespace()
+    assert cached_b.dbdict.tablename == b.cache_namespace()
+    cached_a.dbdict["k"] = "from-a"
+    assert "k" not in cached_b.dbdict
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "--task", "tiny_gen", "--method", "lru", "--budget", "64"], "method='lru'"),
+    (["run", "--task", "tiny_gen", "--budget", "1"], "budget=1"),
+    (["run", "--task", "tiny_gen", "--method", "snapstream"], "needs --budget"),
+    (["run", "--task", "tiny_gen", "--model", "no/such-model-xyz", "--budget", "64"], "no/such-model-xyz"),
+    (["run", "--task", "tiny_gen", "--model", "deepseek-r1", "--budget", "64"], "simulator-only"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("snapeval: error:") and needle in err and "\n" not in err
