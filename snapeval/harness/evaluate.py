@@ -21,13 +21,16 @@ def evaluate(
     log_samples: bool = True,
     include_path: str | Path | None = None,
     use_cache: str | None = None,
+    chat: bool | None = None,
     lm=None,
 ) -> dict:
     """Run lm-eval's ``simple_evaluate`` on ``tasks`` with a :class:`SnapStreamLM` built from ``model_args``.
 
     Returns lm-eval's results dict plus ``out["snapeval"]``: the model's full configuration (``config``), the
     measured KV-cache bytes and prefill/decode speed of this run, and the data files read (path, sha256, rows).
-    ``lm`` reuses an already loaded model (its configuration must match ``model_args``).
+    ``chat`` applies the tokenizer's chat template (default: when the tokenizer has one). The task metadata gets
+    ``pretrained`` and, for reasoning presets (R1 distills), ``reasoning=True`` so answers are extracted after the
+    thinking section. ``lm`` reuses an already loaded model (its configuration must match ``model_args``).
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -39,7 +42,10 @@ def evaluate(
         raise SnapevalError(f"include_path={str(include)!r} is not a directory; set SNAPEVAL_TASKS_DIR to the tasks/ folder")
     if lm is None:
         lm = SnapStreamLM(**model_args)
-    meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, **(metadata or {})}
+    meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name),
+            **(metadata or {})}
+    if chat is None:
+        chat = bool(getattr(lm.tokenizer, "chat_template", None))
     manager = TaskManager(include_path=str(include), metadata=meta)
     unknown = [t for t in tasks if not manager.match_tasks([t])]
     if unknown:
@@ -48,7 +54,7 @@ def evaluate(
     results = lm_eval.simple_evaluate(
         model=lm, tasks=list(tasks), limit=limit, gen_kwargs=gen_kwargs, log_samples=log_samples,
         task_manager=manager, metadata=meta, use_cache=use_cache, random_seed=seed, numpy_random_seed=seed,
-        torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=1000,
+        torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=1000, apply_chat_template=chat,
     )
     if results is None:  # non-zero rank in distributed runs
         return {}
@@ -60,5 +66,11 @@ def evaluate(
     run["decode_tokens_per_s"] = run["decode_token_steps"] / run["decode_seconds"] if run["decode_seconds"] else None
     run["prefill_tokens_per_s"] = run["prompt_tokens"] / run["prefill_seconds"] if run["prefill_seconds"] else None
     results["snapeval"] = {"config": lm.describe(), **run, "data": loaded_data_records(), "seed": seed,
-                           "limit": limit, "tasks": list(tasks), "metadata": meta}
+                           "limit": limit, "tasks": list(tasks), "metadata": meta, "chat_template": chat}
     return results
+
+
+def _is_reasoning(name: str) -> bool:
+    from snapeval.models.presets import get_preset, list_presets
+
+    return name in list_presets() and get_preset(name).reasoning
