@@ -77,12 +77,16 @@ def _run(tiny_dir, task_dir, tasks, **model_args):
                     include_path=task_dir, log_samples=True)
 
 
+@pytest.fixture(scope="module")
+def full(tiny_dir, task_dir):
+    return _run(tiny_dir, task_dir, ["tiny_gen", "tiny_mc"], method="full")
+
+
 def _samples(results, task):
     return sorted(results["samples"][task], key=lambda s: s["doc_id"])
 
 
-def test_roomy_budget_equals_full_for_generation_and_loglikelihood(tiny_dir, task_dir):
-    full = _run(tiny_dir, task_dir, ["tiny_gen", "tiny_mc"], method="full")
+def test_roomy_budget_equals_full_for_generation_and_loglikelihood(tiny_dir, task_dir, full):
     roomy = _run(tiny_dir, task_dir, ["tiny_gen", "tiny_mc"], method="snapstream", sink=4, recent=2048, topk=64)
     assert full["results"]["tiny_mc"]["acc,none"] == roomy["results"]["tiny_mc"]["acc,none"]
     for a, b in zip(_samples(full, "tiny_gen"), _samples(roomy, "tiny_gen")):
@@ -96,8 +100,7 @@ def test_roomy_budget_equals_full_for_generation_and_loglikelihood(tiny_dir, tas
     assert info["prompt_tokens"] > 0 and info["decode_tokens_per_s"] > 0
 
 
-def test_small_budget_changes_loglikelihoods(tiny_dir, task_dir):
-    full = _run(tiny_dir, task_dir, ["tiny_mc"], method="full")
+def test_small_budget_changes_loglikelihoods(tiny_dir, task_dir, full):
     small = _run(tiny_dir, task_dir, ["tiny_mc"], method="snapstream", budget=48)
     lls_full = [r[0][0] for r in _samples(full, "tiny_mc")[0]["resps"]]
     lls_small = [r[0][0] for r in _samples(small, "tiny_mc")[0]["resps"]]
