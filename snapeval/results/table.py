@@ -1,0 +1,183 @@
+"""The tidy results table: one row per (cell, subtask, metric, filter), joined to SN40L-simulated cost.
+
+Measured columns come from the run itself (accuracy, stderr, n, KV-cache bytes, tokens/s on this machine). The
+``sim_*`` columns price the *matching full-size deployment* on SN40L with :func:`snapeval.simulator.simulate_point`:
+the model preset at its real size, the task's real typical prompt and output lengths, and the cell's budget (``full``
+cells: no budget). ``sim_full_*`` columns price the same deployment with a full cache, so that every row carries its
+own memory reduction and throughput gain.
+
+Typical lengths, in order of precedence: the task's ``sim`` entry in the config; the mean lengths of the SnapStream
+paper's own run for the real benchmarks (:data:`TYPICAL_LENGTHS`); otherwise the run's measured mean prompt and
+generated tokens per sample (synthetic tasks, whose lengths are set by the config).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from snapeval.results.schema import CellResult
+from snapeval.sweep.config import task_family
+
+#: Mean input/output tokens per sample of DeepSeek-R1-0528 with SnapStream (arXiv 2511.03092, Table 3; restated in
+#: shared/reference/benchmarks.md).
+TYPICAL_LENGTHS: dict[str, tuple[int, int]] = {
+    "longbench_v2": (84_762, 1_296),
+    "aime24": (140, 15_424),
+    "livecodebench": (476, 10_634),
+}
+
+#: Column order of the table (``sim_*``: simulated on the configured hardware; the rest measured here).
+COLUMNS = [
+    "cell_id", "model", "task", "subtask", "method", "budget", "sink", "recent", "topk", "observation", "kernel",
+    "pooling", "seed", "limit", "dtype", "metric", "filter", "primary", "higher_is_better", "value", "stderr",
+    "n_samples", "kv_cache_bytes", "decode_tokens_per_s", "prefill_tokens_per_s", "prompt_tokens", "generated_tokens",
+    "wall_s", "deterministic", "generations_sha256",
+    "sim_hardware", "sim_model", "sim_prompt_len", "sim_gen_len", "sim_length_source", "sim_fits",
+    "sim_kv_bytes_per_seq", "sim_batch", "sim_max_batch", "sim_kv_bytes_total", "sim_decode_tokens_per_s",
+    "sim_decode_tokens_per_s_per_seq", "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_max_batch",
+    "sim_full_decode_tokens_per_s", "sim_note",
+]
+
+SimulateFn = Callable[..., Any]
+
+
+def _default_simulate() -> SimulateFn | None:
+    try:
+        from snapeval.simulator import simulate_point
+    except ImportError:
+        return None
+    return simulate_point
+
+
+def sim_lengths(view: dict[str, Any], result: CellResult | None) -> tuple[int | None, int | None, str]:
+    """(prompt_len, gen_len, source) of the simulated deployment for one cell (see the module docstring)."""
+    if view.get("sim_prompt_len") and view.get("sim_gen_len"):
+        return int(view["sim_prompt_len"]), int(view["sim_gen_len"]), "config"
+    family = task_family(view["task"])
+    if family in TYPICAL_LENGTHS:
+        prompt, gen = TYPICAL_LENGTHS[family]
+        return view.get("sim_prompt_len") or prompt, view.get("sim_gen_len") or gen, "paper-table-3"
+    if result is not None and result.prompt_tokens and result.generated_tokens is not None:
+        docs = len({(s.subtask, s.doc_id) for s in result.samples}) or 1
+        prompt = view.get("sim_prompt_len") or max(1, round(result.prompt_tokens / docs))
+        gen = view.get("sim_gen_len") or max(1, round(result.generated_tokens / docs))
+        return int(prompt), int(gen), "measured-mean"
+    return None, None, "unknown"
+
+
+class _Simulator:
+    """Memoized SN40L pricing of (model, prompt, gen, budget) points, with the batch policy of the sweep."""
+
+    def __init__(self, settings: dict[str, Any], simulate: SimulateFn | None):
+        self.hardware = settings.get("hardware", "sn40l-16")
+        self.batch = settings.get("batch", "max")
+        self.batch_cap = int(settings.get("batch_cap", 1024))
+        self.enabled = settings.get("enabled", True)
+        self.simulate = simulate
+        self._memo: dict[tuple, dict[str, Any]] = {}
+
+    def _point(self, model: str, prompt: int, gen: int, budget: int | None) -> dict[str, Any]:
+        key = (model, prompt, gen, budget)
+        if key in self._memo:
+            return self._memo[key]
+        one = self.simulate(model, hardware=self.hardware, prompt_len=prompt, gen_len=gen, budget=budget, batch=1)
+        out: dict[str, Any] = {"fits": bool(one.fits), "kv_per_seq": one.kv_bytes_total,
+                               "max_batch": int(one.max_batch or 0)}
+        if not one.fits:
+            out.update(batch=None, kv_total=None, tps=None, tps_seq=None, prefill=None)
+        else:
+            batch = min(out["max_batch"], self.batch_cap) if self.batch == "max" else int(self.batch)
+            run = self.simulate(model, hardware=self.hardware, prompt_len=prompt, gen_len=gen, budget=budget,
+                                batch=max(batch, 1))
+            fits = bool(run.fits)
+            out.update(batch=batch, kv_total=run.kv_bytes_total if fits else None,
+                       tps=run.decode_tokens_per_s if fits else None,
+                       tps_seq=run.decode_tokens_per_s_per_seq if fits else None,
+                       prefill=one.prefill_seconds, fits=fits)
+        self._memo[key] = out
+        return out
+
+    def columns(self, view: dict[str, Any], result: CellResult | None) -> dict[str, Any]:
+        cols: dict[str, Any] = {"sim_hardware": self.hardware}
+        model = view.get("simulate_as") or view["model"]
+        prompt, gen, source = sim_lengths(view, result)
+        cols.update(sim_model=model, sim_prompt_len=prompt, sim_gen_len=gen, sim_length_source=source)
+        if not self.enabled:
+            return {**cols, "sim_note": "simulation disabled in the config"}
+        if self.simulate is None:
+            return {**cols, "sim_note": "snapeval.simulator is not installed"}
+        if prompt is None:
+            return {**cols, "sim_note": "no prompt/output lengths for this task (set tasks[].sim in the config)"}
+        try:
+            point = self._point(model, prompt, gen, view.get("budget"))
+            full = self._point(model, prompt, gen, None)
+        except Exception as exc:  # a model that is not a preset, a length past its context: say so in the row
+            return {**cols, "sim_note": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        cols.update(
+            sim_fits=point["fits"], sim_kv_bytes_per_seq=point["kv_per_seq"], sim_batch=point["batch"],
+            sim_max_batch=point["max_batch"], sim_kv_bytes_total=point["kv_total"],
+            sim_decode_tokens_per_s=point["tps"], sim_decode_tokens_per_s_per_seq=point["tps_seq"],
+            sim_prefill_seconds=point["prefill"], sim_full_kv_bytes_per_seq=full["kv_per_seq"],
+            sim_full_max_batch=full["max_batch"], sim_full_decode_tokens_per_s=full["tps"], sim_note="",
+        )
+        return cols
+
+
+def _primary_keys(view: dict[str, Any], result: CellResult) -> tuple[str, str]:
+    """(subtask, "metric,filter") of the cell's headline number: the config's ``metric`` or the first reported."""
+    subtasks = [m.subtask for m in result.metrics]
+    subtask = view["task"] if view["task"] in subtasks else subtasks[0]
+    mine = [m for m in result.metrics if m.subtask == subtask]
+    wanted = view.get("metric")
+    if wanted:
+        for m in mine:
+            if wanted in (m.metric, m.key):
+                return subtask, m.key
+    return subtask, mine[0].key
+
+
+def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], simulate_settings: dict[str, Any],
+                simulate: SimulateFn | None | str = "default"):
+    """The tidy table of the finished cells among ``views`` (manifest entries, grid order), as a DataFrame.
+
+    ``simulate``: the simulator function (``simulate_point``'s signature); "default" imports snapeval's; None
+    leaves the ``sim_*`` columns empty with a note.
+    """
+    import pandas as pd
+
+    sim = _Simulator(simulate_settings, _default_simulate() if simulate == "default" else simulate)
+    rows = []
+    for view in views:
+        result = results.get(view["cell_id"])
+        if result is None:
+            continue
+        primary = _primary_keys(view, result)
+        cell_cols = {k: view.get(k) for k in ("cell_id", "model", "task", "method", "budget", "sink", "recent", "topk",
+                                              "observation", "kernel", "pooling", "seed", "limit", "dtype")}
+        cell_cols.update(
+            kv_cache_bytes=result.kv_cache_bytes, decode_tokens_per_s=result.decode_tokens_per_s,
+            prefill_tokens_per_s=result.prefill_tokens_per_s, prompt_tokens=result.prompt_tokens,
+            generated_tokens=result.generated_tokens, wall_s=result.wall_s, deterministic=result.deterministic,
+            generations_sha256=result.generations_sha256, **sim.columns(view, result),
+        )
+        for m in result.metrics:
+            rows.append({**cell_cols, "subtask": m.subtask, "metric": m.metric, "filter": m.filter,
+                         "primary": (m.subtask, m.key) == primary, "higher_is_better": m.higher_is_better,
+                         "value": m.value, "stderr": m.stderr, "n_samples": m.n})
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    for col in ("budget", "sink", "recent", "topk", "observation", "kernel", "limit", "kv_cache_bytes",
+                "prompt_tokens", "generated_tokens", "sim_prompt_len", "sim_gen_len", "sim_batch", "sim_max_batch",
+                "sim_full_max_batch", "n_samples", "seed"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
+    for col in ("value", "stderr", "decode_tokens_per_s", "prefill_tokens_per_s", "wall_s", "sim_kv_bytes_per_seq",
+                "sim_kv_bytes_total", "sim_decode_tokens_per_s", "sim_decode_tokens_per_s_per_seq",
+                "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_decode_tokens_per_s"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
+    for col in ("primary", "higher_is_better", "deterministic"):
+        table[col] = table[col].astype("bool")
+    table["sim_fits"] = table["sim_fits"].astype("boolean")
+    return table
+
+
+def is_nan(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
