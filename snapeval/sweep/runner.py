@@ -159,13 +159,19 @@ def plan(config: SweepConfig, out: str | Path | None = None) -> list[tuple[Cell,
     return [(cell, store.has(cell.cell_id)) for cell in expand_grid(config)]
 
 
-def check_tasks(names: list[str], include_path: str) -> None:
-    """Fail fast, before any model loads, on a task name that lm-eval cannot resolve."""
+def check_tasks(names: list[str], include_path: str, *, include_defaults: bool = True) -> None:
+    """Fail fast, before any model loads, on a task name that lm-eval cannot resolve.
+
+    The sweep's own task folder is indexed first (fast); lm-eval's built-in tasks (about 20 s to index) only when
+    a name is not found there and ``include_defaults`` is set.
+    """
     import difflib
 
     from lm_eval.tasks import TaskManager
 
-    known = set(TaskManager(include_path=include_path).all_tasks)
+    known = set(TaskManager(include_path=include_path, include_defaults=False).all_tasks)
+    if include_defaults and not set(names) <= known:
+        known |= set(TaskManager(include_path=include_path).all_tasks)
     for name in names:
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=3)
