@@ -1,0 +1,202 @@
+"""Mechanics shared by the compressed caches: prefill hand-off, per-row lengths, masks, write-by-index.
+
+A compressed layer goes through two phases:
+
+1. **prefill** (first ``update``): the full prompt keys are returned unchanged, attention runs normally, and then
+   :meth:`CompressedLayer.compress` builds the compressed cache from the queries (see ``attention.py``);
+2. **decode** (every later ``update``): new tokens are written into the cache by index and attention sees only the
+   slots the method says are visible.
+
+Rows of a batch are left-padded prompts of different lengths; every row compresses its own tokens. A slot's
+*position* is the original 0-based position of the token it holds in its row (-1: empty); keys are stored after
+RoPE, so positions never change.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from snapeval.cache import attention
+from snapeval.cache.attention import PendingAttention, hand_off
+
+
+def key_validity(hf_mask: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
+    """``[B, L]`` bool: which prompt keys are real tokens, read from the mask of the last prompt query.
+
+    Hugging Face passes ``None`` when nothing is padded; a bool mask (True = attend) or an additive float mask
+    otherwise. Only left padding is supported: the last prompt token of every row must be real.
+    """
+    if hf_mask is None:
+        return torch.ones(batch, length, dtype=torch.bool, device=device)
+    last = hf_mask[:, 0, -1, :length]
+    valid = last if last.dtype == torch.bool else last > torch.finfo(last.dtype).min / 2
+    valid = valid.expand(batch, length)
+    if not bool(valid[:, -1].all()):
+        raise ValueError("compressed KV caches need left padding: the last prompt token of every row must be real")
+    return valid
+
+
+class CompressedLayer(CacheLayerMixin):
+    """One layer's compressed cache. Subclasses choose what to keep (:meth:`select`) and where new tokens go.
+
+    Tensors after prefill: ``keys``/``values`` ``[B, Hkv, S, D]``, ``positions`` ``[B, Hkv, S]`` (int64, -1 empty),
+    ``next_position`` ``[B]`` (position of the next token of each row).
+    """
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, layer_idx: int, config):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.config = config
+        self.positions: torch.Tensor | None = None
+        self.next_position: torch.Tensor | None = None
+        self.seen = 0  # padded tokens processed: what generate() expects from get_seq_length()
+        self.compress_seconds = 0.0
+        self._prompt: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    # --- hooks for subclasses -------------------------------------------------------------------------------
+    def select(self, query, keys, key_valid, lengths, padding, scaling) -> torch.Tensor:
+        """Return ``[B, Hkv, S]`` padded-prompt indices to keep per slot, -1 for an empty slot."""
+        raise NotImplementedError
+
+    def write(self, key, value, position) -> None:
+        """Store one new token per row: ``key``/``value`` ``[B, Hkv, 1, D]``, ``position`` ``[B]``."""
+        raise NotImplementedError
+
+    def slot_visible(self, query_positions: torch.Tensor) -> torch.Tensor:
+        """``[B, T, S]``: may a new query at ``query_positions [B, T]`` see each cached slot?"""
+        return (self.positions[:, 0] >= 0)[:, None, :].expand(-1, query_positions.shape[1], -1)
+
+    def new_token_visible(self, query_positions: torch.Tensor) -> torch.Tensor:
+        """``[B, T, T]``: may new query ``i`` see new key ``j`` (beyond causality, which is applied anyway)?"""
+        t = query_positions.shape[1]
+        return torch.ones(query_positions.shape[0], t, t, dtype=torch.bool, device=query_positions.device)
+
+    # --- Hugging Face layer API ---------------------------------------------------------------------------
+    def lazy_initialization(self, key_states, value_states) -> None:  # buffers are built by compress()
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, cache_kwargs=None):
+        """``key_states``/``value_states`` ``[B, Hkv, T, D]`` (after RoPE); returns the keys/values to attend to."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        num_new = key_states.shape[2]
+        self.seen += num_new
+        if self.positions is None:  # prefill: attend normally, compress right after
+            self._prompt = (key_states, value_states)
+            hand_off(PendingAttention(self.layer_idx, after=self.compress, replace_mask=False))
+            return key_states, value_states
+        if num_new == 1:  # decode: write in place, attend to the valid slots
+            self.write(key_states, value_states, self.next_position)
+            self.next_position += 1
+            valid = self.positions[:, :1, None, :] >= 0  # [B, 1, 1, S]; validity is the same for every head
+            hand_off(PendingAttention(self.layer_idx, mask=None if bool(valid.all()) else valid))
+            return self.keys, self.values
+        return self._append_chunk(key_states, value_states)
+
+    def _append_chunk(self, key_states, value_states):
+        """Several tokens at once (scoring a continuation): attend as if they had been decoded one by one."""
+        num_new = key_states.shape[2]
+        device = key_states.device
+        query_positions = self.next_position[:, None] + torch.arange(num_new, device=device)  # [B, T]
+        causal = torch.ones(num_new, num_new, dtype=torch.bool, device=device).tril()
+        mask = torch.cat(
+            [self.slot_visible(query_positions), self.new_token_visible(query_positions) & causal], dim=-1
+        )[:, None]  # [B, 1, T, S + T]
+        keys = torch.cat([self.keys, key_states], dim=2)
+        values = torch.cat([self.values, value_states], dim=2)
+        for j in range(num_new):
+            self.write(key_states[:, :, j : j + 1], value_states[:, :, j : j + 1], query_positions[:, j])
+        self.next_position += num_new
+        hand_off(PendingAttention(self.layer_idx, mask=mask))
+        return keys, values
+
+    def compress(self, query: torch.Tensor, hf_mask: torch.Tensor | None, scaling: float) -> None:
+        """Build the compressed cache from the prompt. ``query`` ``[B, Hq, L, D]`` after RoPE."""
+        start = time.perf_counter()
+        keys, values = self._prompt
+        self._prompt = None
+        batch, num_heads, length, head_dim = keys.shape
+        key_valid = key_validity(hf_mask, batch, length, keys.device)
+        lengths = key_valid.sum(dim=-1)
+        padding = length - lengths
+        index = self.select(query, keys, key_valid, lengths, padding, scaling)  # [B, H, S]
+        empty = index < 0
+        gather = index.clamp(min=0)[..., None].expand(-1, -1, -1, head_dim)
+        self.keys = keys.gather(2, gather).masked_fill(empty[..., None], 0)
+        self.values = values.gather(2, gather).masked_fill(empty[..., None], 0)
+        self.positions = (index - padding[:, None, None]).masked_fill(empty, -1)
+        self.next_position = lengths.clone()
+        self.compress_seconds += time.perf_counter() - start
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
+        # Hugging Face builds its usual mask over every token seen; it is used in prefill and replaced in decode.
+        return self.seen + cache_position.shape[0], 0
+
+    def get_max_cache_shape(self) -> int:
+        return -1
+
+    def reset(self) -> None:
+        self.keys = self.values = self.positions = self.next_position = None
+        self.seen = 0
+        self.is_initialized = False
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.batch_select_indices(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        for name in ("keys", "values", "positions", "next_position"):
+            tensor = getattr(self, name)
+            if tensor is not None:
+                setattr(self, name, tensor[indices.to(tensor.device)])
+
+
+class CompressedKVCache(Cache):
+    """A Hugging Face ``Cache`` of :class:`CompressedLayer` s, one per decoder layer.
+
+    Build it with the model (``Cache(model, config)``): it checks the architecture and installs the ``snapstream``
+    attention implementation, then works with ``model(...)`` and ``model.generate(..., past_key_values=cache)``.
+    """
+
+    layer_class: type[CompressedLayer] = CompressedLayer
+
+    def __init__(self, model, config):
+        attention.install(model)
+        self.config = config
+        layers = [self.layer_class(i, config) for i in range(model.config.num_hidden_layers)]
+        super().__init__(layers=layers)
+
+    @property
+    def is_compileable(self) -> bool:
+        return False
+
+    def crop(self, max_length: int):
+        raise NotImplementedError("compressed KV caches cannot be cropped (assisted decoding is not supported)")
+
+    def kv_bytes(self) -> int:
+        """Bytes held by keys and values over all layers (0 before prefill)."""
+        return sum(l.keys.nbytes + l.values.nbytes for l in self.layers if l.positions is not None)
+
+    def kv_bytes_per_row(self) -> int:
+        batch = self.layers[0].keys.shape[0] if self.layers[0].positions is not None else 1
+        return self.kv_bytes() // batch
+
+    def slot_positions(self, layer_idx: int) -> torch.Tensor:
+        """``[B, Hkv, S]`` original token position held by every slot of every KV head (-1: empty slot)."""
+        return self.layers[layer_idx].positions.clone()
+
+    @property
+    def compress_seconds(self) -> float:
+        """Wall time spent in compression at the end of prefill, summed over layers."""
+        return sum(l.compress_seconds for l in self.layers)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r}, layers={len(self.layers)})"

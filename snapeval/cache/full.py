@@ -1,0 +1,35 @@
+"""The uncompressed baseline: Hugging Face's own ``DynamicCache``, with the same introspection as the others."""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+class FullCache(DynamicCache):
+    """Every token kept; the cache grows by one slot per token. ``FullCache(model)``.
+
+    ``padding`` ``[B]`` (left-padding of each row) is set by :func:`snapeval.generate` for introspection.
+    """
+
+    def __init__(self, model, config=None):
+        super().__init__(config=model.config)
+        self.config_ = config
+        self.padding: torch.Tensor | None = None
+
+    def kv_bytes(self) -> int:
+        return sum(l.keys.nbytes + l.values.nbytes for l in self.layers if l.keys is not None)
+
+    def kv_bytes_per_row(self) -> int:
+        keys = self.layers[0].keys
+        return self.kv_bytes() // (keys.shape[0] if keys is not None else 1)
+
+    def slot_positions(self, layer_idx: int) -> torch.Tensor:
+        keys = self.layers[layer_idx].keys
+        batch, heads, length, _ = keys.shape
+        padding = self.padding if self.padding is not None else torch.zeros(batch, dtype=torch.long)
+        pos = torch.arange(length)[None] - padding[:, None].to(torch.long)
+        return pos.masked_fill(pos < 0, -1)[:, None, :].expand(-1, heads, -1).clone()
+
+    @property
+    def compress_seconds(self) -> float:
+        return 0.0

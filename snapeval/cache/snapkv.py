@@ -1,0 +1,81 @@
+"""SnapKV baseline (arXiv 2404.14469): select once at the end of prefill, then let the cache grow.
+
+As in the original code, the budget (``capacity``) includes the observation window, which is always kept; the
+other ``budget - observation`` slots go to the highest-scoring earlier prompt tokens (no sinks). Decoded tokens are
+appended, so the cache grows by one slot per token.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from snapeval.cache.base import CompressedKVCache, CompressedLayer
+from snapeval.cache.config import DEFAULT_KERNEL, DEFAULT_OBSERVATION, DEFAULT_POOLING, POOLINGS
+from snapeval.cache.scoring import snapkv_scores
+from snapeval.cache.snapstream import top_indices
+
+
+@dataclass(frozen=True)
+class SnapKVConfig:
+    """``budget`` prompt tokens kept (observation window included); ``kernel`` odd; ``pooling`` avg or max."""
+
+    budget: int
+    observation: int = DEFAULT_OBSERVATION
+    kernel: int = DEFAULT_KERNEL
+    pooling: str = DEFAULT_POOLING
+
+    def __post_init__(self):
+        for field in ("budget", "observation"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SnapKVConfig.{field}={value!r} is invalid; allowed: an integer >= 1")
+        if self.observation > self.budget:
+            raise ValueError(
+                f"SnapKVConfig.observation={self.observation} is invalid; allowed: 1..budget ({self.budget})"
+            )
+        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
+            raise ValueError(f"SnapKVConfig.kernel={self.kernel!r} is invalid; allowed: a positive odd integer")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"SnapKVConfig.pooling={self.pooling!r} is invalid; allowed: {', '.join(POOLINGS)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class SnapKVLayer(CompressedLayer):
+    config: SnapKVConfig
+
+    def select(self, query, keys, key_valid, lengths, padding, scaling):
+        cfg = self.config
+        batch, num_heads, length, _ = keys.shape
+        keep = min(cfg.budget, length)
+        position = torch.arange(length, device=keys.device)[None] - padding[:, None]  # [B, L]
+        lengths_ = lengths[:, None]
+        # Rows that fit keep everything; longer rows keep their window and score the rest.
+        forced = key_valid & ((lengths_ <= cfg.budget) | (position >= lengths_ - cfg.observation))
+        scores = torch.zeros(batch, num_heads, length, device=keys.device)
+        if bool((lengths > cfg.budget).any()):
+            window = min(cfg.observation, length)
+            scores = snapkv_scores(
+                query[:, :, -window:], keys, key_valid, scaling=scaling, kernel=cfg.kernel, pooling=cfg.pooling
+            )
+        scores = scores.masked_fill(forced[:, None, :], float("inf"))
+        return top_indices(scores, key_valid, keep)
+
+    def write(self, key, value, position):
+        self.keys = torch.cat([self.keys, key], dim=2)
+        self.values = torch.cat([self.values, value], dim=2)
+        heads = key.shape[1]
+        self.positions = torch.cat([self.positions, position[:, None, None].expand(-1, heads, 1)], dim=2)
+
+
+class SnapKVCache(CompressedKVCache):
+    """SnapKV KV cache: ``SnapKVCache(model, SnapKVConfig(budget=1024))``."""
+
+    layer_class = SnapKVLayer
+
+    def __init__(self, model, config: SnapKVConfig):
+        if not isinstance(config, SnapKVConfig):
+            raise TypeError(f"config must be a SnapKVConfig, got {type(config).__name__}")
+        super().__init__(model, config)

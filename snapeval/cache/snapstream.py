@@ -1,0 +1,104 @@
+"""SnapStream (arXiv 2511.03092): compress once at the end of prefill, decode through a ring buffer.
+
+Per layer and KV head the cache is ``[ sink | ring | top-k ]`` (``S = sink + recent + topk`` slots), allocated once
+at the end of prefill and only written by index afterwards:
+
+- ``sink``: the first ``sink`` tokens of the row, never modified;
+- ``ring``: always exactly the last ``recent`` tokens of the row; 1-based token ``p`` lives in slot
+  ``sink + ((p - sink) mod recent)`` (the invariant of the paper's Figure 4; its Equation 4 is a known erratum);
+- ``top-k``: the ``topk`` middle prompt tokens with the highest SnapKV score, chosen per layer and per KV head from
+  the last ``observation`` queries (GQA: scores averaged over the query heads of a group); never modified.
+
+Empty slots (a prompt shorter than the budget) hold position -1 and are masked.
+"""
+from __future__ import annotations
+
+import torch
+
+from snapeval.cache.base import CompressedKVCache, CompressedLayer
+from snapeval.cache.config import SnapStreamConfig
+from snapeval.cache.scoring import snapkv_scores
+
+
+def ring_slot(position: torch.Tensor, sink: int, recent: int) -> torch.Tensor:
+    """Slot of the token at 0-based ``position`` (any shape): its sink slot, or its ring slot."""
+    ring = sink + torch.remainder(position + 1 - sink, recent)
+    return torch.where(position < sink, position, ring)
+
+
+class SnapStreamLayer(CompressedLayer):
+    config: SnapStreamConfig
+
+    def select(self, query, keys, key_valid, lengths, padding, scaling):
+        cfg = self.config
+        batch, num_heads, length, _ = keys.shape
+        device = keys.device
+        lengths_ = lengths[:, None]
+
+        sink_pos = torch.arange(cfg.sink, device=device).expand(batch, -1)
+        sink_pos = sink_pos.masked_fill(sink_pos >= lengths_, -1)
+        # Ring offset r holds the latest token p < L with slot(p) == sink + r (p >= sink), or nothing.
+        offsets = torch.arange(cfg.recent, device=device)
+        ring_pos = lengths_ - 1 - torch.remainder(lengths_ - cfg.sink - offsets, cfg.recent)
+        ring_pos = ring_pos.masked_fill(ring_pos < cfg.sink, -1)
+        sink_ring = torch.cat([sink_pos, ring_pos], dim=1)  # [B, sink + recent] positions
+        index = torch.where(sink_ring >= 0, sink_ring + padding[:, None], -1)[:, None].expand(-1, num_heads, -1)
+
+        top = torch.full((batch, num_heads, cfg.topk), -1, dtype=torch.long, device=device)
+        if cfg.topk > 0 and bool((lengths > cfg.sink + cfg.recent).any()):
+            window = min(cfg.observation, length)
+            scores = snapkv_scores(
+                query[:, :, -window:], keys, key_valid, scaling=scaling, kernel=cfg.kernel, pooling=cfg.pooling
+            )
+            position = torch.arange(length, device=device)[None] - padding[:, None]  # [B, L]
+            candidate = (position >= cfg.sink) & (position < lengths_ - cfg.recent)
+            top[..., : min(cfg.topk, length)] = top_indices(scores, candidate, min(cfg.topk, length))
+        return torch.cat([index, top], dim=-1)
+
+    def write(self, key, value, position):
+        slot = ring_slot(position, self.config.sink, self.config.recent)  # [B]
+        heads, dim = key.shape[1], key.shape[3]
+        slot_kv = slot[:, None, None, None].expand(-1, heads, 1, dim)
+        self.keys.scatter_(2, slot_kv, key)
+        self.values.scatter_(2, slot_kv, value)
+        self.positions.scatter_(2, slot[:, None, None].expand(-1, heads, 1), position[:, None, None].expand(-1, heads, 1))
+
+    def _in_ring(self, positions: torch.Tensor, query_positions: torch.Tensor) -> torch.Tensor:
+        """``[B, T, N]``: is a non-sink token at ``positions [B, N]`` still among the last ``recent`` at each query?"""
+        return positions[:, None, :] > query_positions[:, :, None] - self.config.recent
+
+    def slot_visible(self, query_positions):
+        cfg = self.config
+        pos = self.positions[:, 0]  # sink and ring positions are the same for every head
+        is_ring = torch.zeros(pos.shape[-1], dtype=torch.bool, device=pos.device)
+        is_ring[cfg.sink : cfg.sink + cfg.recent] = True
+        return (pos >= 0)[:, None, :] & (~is_ring | self._in_ring(pos, query_positions))
+
+    def new_token_visible(self, query_positions):
+        is_sink = (query_positions < self.config.sink)[:, None, :]
+        return is_sink | self._in_ring(query_positions, query_positions)
+
+
+def top_indices(scores: torch.Tensor, candidate: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-``k`` candidate indices per row and head, ascending, -1 where fewer than ``k`` candidates exist.
+
+    ``scores`` ``[B, H, L]``; ``candidate`` ``[B, L]`` bool; returns ``[B, H, k]`` int64. Ties (max pooling makes
+    plateaus) go to the earlier token, so the choice does not depend on a row's padding.
+    """
+    length = scores.shape[-1]
+    masked = scores.masked_fill(~candidate[:, None, :], float("-inf"))
+    values, index = masked.sort(dim=-1, descending=True, stable=True)
+    values, index = values[..., :k], index[..., :k]
+    index = torch.where(values > float("-inf"), index, length).sort(dim=-1).values
+    return index.masked_fill(index == length, -1)
+
+
+class SnapStreamCache(CompressedKVCache):
+    """SnapStream KV cache: ``SnapStreamCache(model, SnapStreamConfig.from_budget(1024))``."""
+
+    layer_class = SnapStreamLayer
+
+    def __init__(self, model, config: SnapStreamConfig):
+        if not isinstance(config, SnapStreamConfig):
+            raise TypeError(f"config must be a SnapStreamConfig, got {type(config).__name__}")
+        super().__init__(model, config)

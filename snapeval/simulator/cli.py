@@ -1,0 +1,161 @@
+"""``snapeval simulate``: SN40L (and GPU) memory and throughput for one point or a sweep."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _int(text: str) -> int:
+    try:
+        low = text.strip().lower()
+        return int(low[:-1]) * 1024 if low.endswith("k") else int(low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (suffix k = x1024 allowed)") from None
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "simulate", help="SN40L memory and throughput of a (model, context, budget, batch, sockets) point",
+        description="Simulate memory per socket and tier, the largest batch that fits, decode throughput and "
+                    "prefill time. Assumptions and their sources: docs/simulator.md.")
+    p.add_argument("--model", default="deepseek-r1", help="preset name (snapeval models) or a config.json/dir")
+    hw = p.add_mutually_exclusive_group()
+    hw.add_argument("--hardware", default="sn40l-16", help="sn40l, sn40l-8, sn40l-16, h100, h200, dgx-h100")
+    hw.add_argument("--hardware-file", help="a hardware spec YAML/JSON (shape of snapeval/simulator/hardware/*.yaml)")
+    p.add_argument("--prompt-len", type=_int, default=4096)
+    p.add_argument("--gen-len", type=_int, default=1024)
+    p.add_argument("--budget", type=_int, default=None, help="SnapStream cache budget in tokens (omit: full cache)")
+    p.add_argument("--batch", type=_int, default=1)
+    p.add_argument("--sockets", type=_int, default=None)
+    p.add_argument("--tp", type=_int, default=None)
+    p.add_argument("--attention-parallel", default="auto", help="auto | dp | tp")
+    p.add_argument("--weight-dtype", default="auto", help="auto | bfloat16 | float16 | float32 | fp8 | int8 | int4")
+    p.add_argument("--kv-dtype", default="bfloat16")
+    p.add_argument("--mtp-factor", type=float, default=None, help="default: 2.4 for DeepSeek-R1, else 1")
+    loop = p.add_mutually_exclusive_group()
+    loop.add_argument("--kernel-looping", dest="kernel_looping", action="store_true", default=None)
+    loop.add_argument("--no-kernel-looping", dest="kernel_looping", action="store_false")
+    p.add_argument("--placement", default="hbm", help="hbm | hbm+ddr")
+    p.add_argument("--batch-granularity", default="pow2", help="pow2 | any")
+    p.add_argument("--observation-length", type=_int, default=32, help="SnapKV observation window (tokens)")
+    p.add_argument("--sweep", help="NAME=V1,V2,... with NAME in batch, prompt_len, gen_len, budget (full allowed), "
+                                   "sockets, tp")
+    p.add_argument("--plot", help="write a PNG of the sweep here")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def _model(spec: str):
+    from pathlib import Path
+
+    from snapeval.models.presets import get_preset, preset_from_config, preset_from_gguf
+
+    path = Path(spec)
+    if path.suffix == ".gguf" and path.is_file():
+        return preset_from_gguf(path)
+    if path.suffix == ".json" or path.is_dir():
+        return preset_from_config(path, name=path.stem if path.suffix == ".json" else path.name)
+    return get_preset(spec)
+
+
+def run(args) -> int:
+    from snapeval.errors import SnapevalError
+    from snapeval.simulator.core import Deployment, KVPolicy, simulate
+    from snapeval.simulator.hardware import get_hardware, load_hardware_file
+    from snapeval.simulator.sweep import COLUMNS, parse_sweep, plot_sweep, row, run_sweep
+
+    if args.plot and not args.sweep:
+        raise SnapevalError("--plot needs --sweep NAME=V1,V2,...")
+    hardware = load_hardware_file(args.hardware_file) if args.hardware_file else get_hardware(args.hardware)
+    model = _model(args.model)
+    dep = Deployment(batch=args.batch, prompt_len=args.prompt_len, gen_len=args.gen_len, sockets=args.sockets,
+                     tp=args.tp, attention_parallel=args.attention_parallel, weight_dtype=args.weight_dtype,
+                     kv_dtype=args.kv_dtype, mtp_factor=args.mtp_factor, kernel_looping=args.kernel_looping,
+                     placement=args.placement, batch_granularity=args.batch_granularity)
+    policy = KVPolicy.from_budget(args.budget, observation_length=args.observation_length)
+
+    if args.sweep:
+        name, values = parse_sweep(args.sweep)
+        results = run_sweep(hardware, model, dep, policy, name, values)
+        rows = [{name: ("full" if v is None else v), **row(r), "reason": r.reason} for v, r in zip(values, results)]
+        if args.plot:
+            plot_sweep(results, name, values, args.plot)
+        if args.json:
+            print(json.dumps({"sweep": name, "points": [r.to_dict() for r in results], "table": rows}, indent=2))
+        else:
+            print(_sweep_table(name, rows))
+            if args.plot:
+                print(f"plot: {args.plot}")
+        return 0
+
+    result = simulate(hardware, model, dep, policy)
+    if args.json:
+        out = result.to_dict()
+        out["gain_vs_full"] = result.gain_vs_full() if result.budget is not None else None
+        print(json.dumps(out, indent=2))
+    else:
+        print(_point_table(result))
+    return 0
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _sweep_table(name: str, rows: list[dict]) -> str:
+    from snapeval.simulator.sweep import COLUMNS
+
+    headers = [name, *COLUMNS]
+    cells = [[_fmt(r[h]) for h in headers] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(cell, widths)) for cell in cells]
+    notes = [f"{r[name]}: {r['reason']}" for r in rows if r["reason"]]
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _point_table(r) -> str:
+    gb = 1e9
+    policy = "full cache" if r.budget is None else f"SnapStream, budget {r.budget} tokens"
+    lines = [
+        f"{r.model} on {r.hardware}: {r.sockets} socket(s), TP{r.tp} GEMMs, {r.attention_parallel.upper()} attention, "
+        f"weights {r.weight_dtype}, KV {r.kv_dtype}, kernel looping {'on' if r.kernel_looping else 'off'}",
+        f"point: batch {r.batch}, prompt {r.prompt_len}, gen {r.gen_len}, {policy}",
+        f"fits: {'yes' if r.fits else 'NO - ' + r.reason}",
+        "",
+        "memory per socket (GB)      HBM        DDR",
+        f"  weights              {r.hbm.weights / gb:9.2f}  {r.ddr.weights / gb:9.2f}",
+        f"  KV cache             {r.hbm.kv_cache / gb:9.2f}  {r.ddr.kv_cache / gb:9.2f}",
+        f"  activations/buffers  {r.hbm.activations / gb:9.2f}  {r.ddr.activations / gb:9.2f}",
+        f"  total / capacity     {r.hbm.total / gb:9.2f} / {r.hbm_capacity / gb:.0f}"
+        + (f"   {r.ddr.total / gb:.2f} / {r.ddr_capacity / gb:.0f}" if r.ddr_capacity else "   (DDR not used)"),
+        f"KV cache: {r.kv_bytes_per_token:,.0f} bytes/token, {r.kv_bytes_per_seq / gb:.2f} GB/sequence, "
+        f"{r.kv_bytes_total / gb:.1f} GB in total",
+        f"largest batch that fits: {r.max_batch} (exact limit {r.max_batch_exact})",
+    ]
+    if r.fits:
+        mtp = f" (x{r.mtp_factor:g} multi-token prediction included)" if r.includes_mtp else ""
+        lines += [
+            "",
+            f"decode step: {r.decode_step_seconds * 1e3:.2f} ms; {r.decode_tokens_per_s:,.1f} tokens/s for the batch, "
+            f"{r.decode_tokens_per_s_per_seq:,.2f} per sequence{mtp}",
+            f"  raw (no MTP): {r.decode_tokens_per_s_raw:,.1f} tokens/s; achieved bandwidth "
+            f"{r.achieved_bandwidth_fraction * 100:.1f}% of peak",
+        ]
+        for k in r.decode_kernels:
+            lines.append(f"  {k.name:<28} {k.seconds * 1e3:8.3f} ms  ({k.bound}-bound)")
+        lines.append(f"prefill (one prompt): {r.prefill_seconds:.3f} s"
+                     + (f", of which SnapStream compression {r.prefill_compression_seconds * 1e3:.1f} ms "
+                        f"({r.prefill_overhead_fraction * 100:.2f}%)" if r.prefill_compression_seconds else ""))
+        if r.budget is not None:
+            g = r.gain_vs_full()
+            lines.append("gain vs full cache: KV memory x{0}, batch x{1} ({2} vs {3}), throughput at max batch x{4}"
+                         .format(_fmt(g["kv_memory_reduction"], 3), _fmt(g["batch_gain"], 3), g["max_batch"],
+                                 g["full_max_batch"], _fmt(g["throughput_gain_max_batch"], 3)))
+    return "\n".join(lines)

@@ -1,0 +1,202 @@
+"""Hardware specs as data: ``hardware/*.yaml`` ships SN40L (1, 8, 16 sockets), H100, H200 and DGX H100; users add
+their own with a YAML or JSON file of the same shape (``snapeval simulate --hardware-file my.yaml``)."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from snapeval.errors import SnapevalError
+
+HARDWARE_DIR = Path(__file__).resolve().parent / "hardware"
+KINDS = ("rdu", "gpu")
+
+
+def _positive(owner: str, field: str, value: Any, *, allow_zero: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SnapevalError(f"{owner}: {field}={value!r} must be a number") from None
+    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
+        raise SnapevalError(f"{owner}: {field}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+    return number
+
+
+def _number(value: Any) -> Any:
+    """YAML 1.1 reads ``64.0e9`` (no exponent sign) as a string: accept it as a number."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+@dataclass(frozen=True)
+class SocketSpec:
+    """One accelerator socket (an RDU or a GPU). Bytes and bytes/s, FLOP/s (BF16 dense)."""
+
+    peak_flops: float
+    hbm_bytes: float
+    hbm_bandwidth: float
+    sram_bytes: float = 0.0
+    sram_bandwidth: float | None = None
+    ddr_bytes: float = 0.0
+    ddr_bandwidth: float = 0.0
+
+    def validate(self, owner: str) -> None:
+        for f in ("peak_flops", "hbm_bytes", "hbm_bandwidth"):
+            _positive(owner, f"socket.{f}", getattr(self, f))
+        for f in ("sram_bytes", "ddr_bytes", "ddr_bandwidth"):
+            _positive(owner, f"socket.{f}", getattr(self, f), allow_zero=True)
+        if self.ddr_bytes > 0 and self.ddr_bandwidth <= 0:
+            raise SnapevalError(f"{owner}: socket.ddr_bandwidth must be > 0 when ddr_bytes > 0")
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Named model parameters (see docs/simulator.md for the source of each default).
+
+    - ``bandwidth_efficiency``: achieved fraction of peak HBM bandwidth while a kernel streams.
+    - ``gemm_efficiency`` / ``prefill_attention_efficiency`` / ``decode_attention_efficiency``: achieved fraction of
+      peak FLOP/s for GEMMs, prefill attention and decode attention.
+    - ``kernel_call_sync_s``: fixed cost of one kernel call boundary (launch, barrier).
+    - ``call_fill_drain_fraction``: without kernel looping, a layer call cannot prefetch its weights before it
+      starts and drains its pipeline before it returns; this adds this fraction of the call's streaming time.
+    - ``cross_socket_sync_s``: extra barrier cost per call boundary when more than one socket runs the call.
+    - ``collective_latency_s``: latency of one tensor-parallel all-reduce in decode (0 where the collectives are
+      pipelined inside fused kernels).
+    - ``kernels_per_layer_dense`` / ``kernels_per_layer_mla_moe``: kernel calls per decoder layer.
+    """
+
+    bandwidth_efficiency: float = 0.9
+    gemm_efficiency: float = 0.6
+    prefill_attention_efficiency: float = 0.5
+    decode_attention_efficiency: float = 0.5
+    kernel_call_sync_s: float = 10e-6
+    call_fill_drain_fraction: float = 0.0
+    cross_socket_sync_s: float = 0.0
+    collective_latency_s: float = 0.0
+    kernels_per_layer_dense: int = 10
+    kernels_per_layer_mla_moe: int = 14
+    supports_kernel_looping: bool = False
+
+    def validate(self, owner: str) -> None:
+        for f in ("bandwidth_efficiency", "gemm_efficiency", "prefill_attention_efficiency",
+                  "decode_attention_efficiency"):
+            value = _positive(owner, f"assumptions.{f}", getattr(self, f))
+            if value > 1:
+                raise SnapevalError(f"{owner}: assumptions.{f}={value} must be in (0, 1]")
+        for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "cross_socket_sync_s", "collective_latency_s"):
+            _positive(owner, f"assumptions.{f}", getattr(self, f), allow_zero=True)
+        for f in ("kernels_per_layer_dense", "kernels_per_layer_mla_moe"):
+            value = getattr(self, f)
+            if not isinstance(value, int) or value < 1:
+                raise SnapevalError(f"{owner}: assumptions.{f}={value!r} must be an integer >= 1")
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """A system of ``sockets`` identical sockets."""
+
+    name: str
+    kind: str
+    sockets: int
+    socket: SocketSpec
+    assumptions: Assumptions
+    description: str = ""
+    link_bandwidth: float | None = None
+
+    def __post_init__(self) -> None:
+        owner = f"hardware {self.name!r}"
+        if self.kind not in KINDS:
+            raise SnapevalError(f"{owner}: kind={self.kind!r} is not allowed; choose one of: {', '.join(KINDS)}")
+        if not isinstance(self.sockets, int) or isinstance(self.sockets, bool) or self.sockets < 1:
+            raise SnapevalError(f"{owner}: sockets={self.sockets!r} must be an integer >= 1")
+        self.socket.validate(owner)
+        self.assumptions.validate(owner)
+
+    @property
+    def total_hbm_bytes(self) -> float:
+        return self.socket.hbm_bytes * self.sockets
+
+    @property
+    def total_hbm_bandwidth(self) -> float:
+        return self.socket.hbm_bandwidth * self.sockets
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _reject_unknown_keys(origin: str, where: str, raw: Mapping[str, Any], cls) -> None:
+    allowed = {f.name for f in fields(cls)}
+    bad = sorted(set(raw) - allowed)
+    if bad:
+        raise SnapevalError(f"{origin}: unknown {where}key(s) {', '.join(bad)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def hardware_from_dict(data: Mapping[str, Any], origin: str = "hardware spec") -> HardwareSpec:
+    """Build a :class:`HardwareSpec` from the YAML/JSON structure (unknown keys are errors, not ignored)."""
+    if not isinstance(data, Mapping):
+        raise SnapevalError(f"{origin}: expected a mapping with name, kind, sockets, socket, assumptions")
+    _reject_unknown_keys(origin, "", data, HardwareSpec)
+    for key in ("name", "kind", "socket"):
+        if key not in data:
+            raise SnapevalError(f"{origin}: missing key {key!r}")
+
+    def section(cls, key: str):
+        raw = data.get(key) or {}
+        if not isinstance(raw, Mapping):
+            raise SnapevalError(f"{origin}: {key} must be a mapping")
+        _reject_unknown_keys(origin, f"{key} ", raw, cls)
+        types = {f.name: str(f.type) for f in fields(cls)}
+        raw = {k: _number(v) if types[k].startswith("float") else v for k, v in raw.items()}
+        try:
+            return cls(**raw)
+        except TypeError as exc:
+            raise SnapevalError(f"{origin}: {key}: {exc}") from None
+
+    socket = section(SocketSpec, "socket")
+    assumptions = section(Assumptions, "assumptions")
+    return HardwareSpec(name=str(data["name"]), kind=str(data["kind"]), sockets=data.get("sockets", 1),
+                        socket=socket, assumptions=assumptions, description=str(data.get("description", "")),
+                        link_bandwidth=_number(data.get("link_bandwidth")))
+
+
+def load_hardware_file(path: str | Path) -> HardwareSpec:
+    """Read a user hardware spec (YAML or JSON, same shape as ``snapeval/simulator/hardware/sn40l.yaml``)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise SnapevalError(f"hardware file {str(path)!r} not found")
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise SnapevalError(f"hardware file {str(path)!r} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    return hardware_from_dict(data, origin=f"hardware file {str(path)!r}")
+
+
+_CACHE: dict[str, HardwareSpec] = {}
+
+
+def list_hardware() -> list[str]:
+    """Names of the built-in hardware specs."""
+    return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+
+
+def get_hardware(name: str | HardwareSpec) -> HardwareSpec:
+    """A built-in spec by name (``sn40l``, ``sn40l-8``, ``sn40l-16``, ``h100``, ``h200``, ``dgx-h100``)."""
+    if isinstance(name, HardwareSpec):
+        return name
+    key = str(name).strip().lower()
+    if key not in _CACHE:
+        path = HARDWARE_DIR / f"{key}.yaml"
+        if not path.is_file():
+            raise SnapevalError(f"hardware={name!r} is not known; choose one of: {', '.join(list_hardware())} "
+                                "(or give --hardware-file)")
+        _CACHE[key] = load_hardware_file(path)
+    return _CACHE[key]

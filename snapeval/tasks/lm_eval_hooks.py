@@ -1,0 +1,219 @@
+"""The functions lm-eval's task YAML in ``tasks/`` calls (``!function utils.<name>``; each ``utils.py`` re-exports).
+
+Dataset hooks follow lm-eval's RULER convention: ``custom_dataset`` receives the task's ``metadata`` merged with
+``--metadata`` and (on the CLI and in ``simple_evaluate`` without a task manager) the ``--model_args``. Keys read:
+
+- ``data_dir``: folder with the local copies (else ``SNAPEVAL_DATA_DIR``, the hub, ``../shared/data``);
+- ``tokenizer`` / ``pretrained``: the evaluated model's tokenizer (synthetic lengths, LongBench truncation), loaded
+  with ``snapeval.models.load_tokenizer`` (falling back to ``transformers.AutoTokenizer``);
+- ``max_seq_lengths``, ``num_samples``, ``seed``: synthetic tasks;
+- ``max_input_tokens`` or ``max_length`` (the model's context): LongBench-v2 middle truncation;
+- ``release_version``, ``start_date``, ``end_date``, ``sandbox_timeout_s``, ``sandbox_memory_mb``: LiveCodeBench;
+- ``reasoning``: the model writes a thinking section opened by its chat template (a cut-off generation without
+  ``</think>`` is then unfinished thinking).
+
+Unknown keys (model arguments such as ``batch_size``) are ignored.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from functools import lru_cache
+from typing import Any
+
+from snapeval.errors import SnapevalError
+from snapeval.tasks import aime, livecodebench, longbench, synthetic
+from snapeval.tasks.metrics import mean_present
+from snapeval.tasks.sandbox import ProgramResult, SandboxLimits
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYNTHETIC_LENGTHS = (1024, 2048, 4096)
+DEFAULT_SYNTHETIC_SAMPLES = 20
+_HUGE = 10_000_000  # HF's "no limit" model_max_length is ~1e30
+
+
+def _flag(md: dict, key: str) -> bool:
+    value = md.get(key, False)
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _int(md: dict, key: str, default: int | None) -> int | None:
+    value = md.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SnapevalError(f"metadata {key}={value!r} must be an integer") from None
+
+
+def tokenizer_name(md: dict) -> str | None:
+    for key in ("tokenizer", "pretrained", "model"):
+        value = md.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+@lru_cache(maxsize=8)
+def get_tokenizer(name: str):
+    """The evaluated model's tokenizer (``snapeval.models.load_tokenizer`` resolves presets such as
+    ``smollm2-135m-instruct``; any other name or path goes to ``transformers.AutoTokenizer``)."""
+    try:
+        from snapeval.models import load_tokenizer
+    except ImportError:
+        load_tokenizer = None
+    if load_tokenizer is not None:
+        return load_tokenizer(name)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+def _as_dataset(rows: list[dict]) -> dict[str, Any]:
+    import datasets
+
+    return {"test": datasets.Dataset.from_list(rows, split=datasets.Split.TEST)}
+
+
+def _provenance(data) -> dict[str, Any]:
+    return {"data_source": data.source, "data_sha256": data.sha256, "data_rows_used": data.rows_used}
+
+
+# --------------------------------------------------------------------------------------------------- LongBench-v2
+
+def _longbench(md: dict, cot: bool) -> dict[str, Any]:
+    data = longbench.load(md.get("data_dir"))
+    gen = _int(md, "max_gen_toks", longbench.MAX_NEW_TOKENS_COT if cot else longbench.MAX_NEW_TOKENS)
+    name = tokenizer_name(md)
+    limit = _int(md, "max_input_tokens", None)
+    if limit is None and name:
+        context = _int(md, "max_length", None)
+        if context is None:
+            model_max = getattr(get_tokenizer(name), "model_max_length", None)
+            context = int(model_max) if isinstance(model_max, (int, float)) and model_max < _HUGE else None
+        limit = context - gen if context else None
+    if limit is None:
+        log.warning("longbench_v2: no tokenizer or context length in metadata; prompts are not truncated")
+    extra = {"cot": cot, "max_input_tokens": limit or 0, "tokenizer_name": name or "",
+             "reasoning": _flag(md, "reasoning"), **_provenance(data)}
+    return _as_dataset([{**row, **extra} for row in data.rows])
+
+
+def longbench_v2_dataset(**md: Any) -> dict[str, Any]:
+    return _longbench(md, cot=False)
+
+
+def longbench_v2_cot_dataset(**md: Any) -> dict[str, Any]:
+    return _longbench(md, cot=True)
+
+
+def longbench_v2_doc_to_text(doc: dict) -> str:
+    """The official prompt, cut in the middle to ``max_input_tokens`` (done lazily: only for the docs used)."""
+    prompt = longbench.build_prompt(doc, cot=doc["cot"])
+    if doc["max_input_tokens"] and doc["tokenizer_name"]:
+        prompt, _, _ = longbench.truncate_middle(prompt, get_tokenizer(doc["tokenizer_name"]), doc["max_input_tokens"])
+    return prompt
+
+
+def longbench_v2_process_results(doc: dict, results: list[str]) -> dict[str, float | None]:
+    return longbench.score(doc, results[0], assume_thinking=doc["reasoning"])
+
+
+# ------------------------------------------------------------------------------------------------------- AIME 24
+
+def aime24_dataset(**md: Any) -> dict[str, Any]:
+    data = aime.load(md.get("data_dir"))
+    extra = {"reasoning": _flag(md, "reasoning"), **_provenance(data)}
+    return _as_dataset([{**row, "Answer": str(row["Answer"]), **extra} for row in data.rows])
+
+
+def aime24_doc_to_text(doc: dict) -> str:
+    return aime.build_prompt(doc)
+
+
+def aime24_process_results(doc: dict, results: list[str]) -> dict[str, float]:
+    return aime.score(doc, results, assume_thinking=doc["reasoning"])
+
+
+# ------------------------------------------------------------------------------------------------ LiveCodeBench
+
+def livecodebench_dataset(**md: Any) -> dict[str, Any]:
+    data = livecodebench.load(md.get("data_dir"), release_version=str(md.get("release_version", "release_latest")),
+                              start_date=md.get("start_date"), end_date=md.get("end_date"))
+    limits = SandboxLimits(timeout_s=float(md.get("sandbox_timeout_s", 6.0)),
+                           memory_mb=_int(md, "sandbox_memory_mb", 2048))
+    extra = {"reasoning": _flag(md, "reasoning"), "sandbox_timeout_s": limits.timeout_s,
+             "sandbox_memory_mb": limits.memory_mb, **_provenance(data)}
+    return _as_dataset([{**row, **extra} for row in data.rows])
+
+
+def livecodebench_doc_to_text(doc: dict) -> str:
+    return livecodebench.build_prompt(doc)
+
+
+def livecodebench_execute(resps: list[list[str]], docs: list[dict]) -> list[list[str]]:
+    """lm-eval filter: run every sample's program, all problems in parallel; each response becomes the JSON verdict
+    (status, detail, whether code was found) that :func:`livecodebench_process_results` scores."""
+    if not docs:
+        return []
+    limits = SandboxLimits(timeout_s=float(docs[0]["sandbox_timeout_s"]), memory_mb=int(docs[0]["sandbox_memory_mb"]))
+    results = livecodebench.evaluate(docs, resps, limits=limits, assume_thinking=bool(docs[0]["reasoning"]))
+    return [[_verdict(r) for r in per_doc] for per_doc in results]
+
+
+def _verdict(result: ProgramResult | None) -> str:
+    if result is None:
+        return json.dumps({"status": "no_code"})
+    return json.dumps({"status": result.status, "detail": result.detail[:300],
+                       "tests_run": len(result.outcomes), "wall_s": round(result.wall_s, 4)})
+
+
+def livecodebench_process_results(doc: dict, results: list[str]) -> dict[str, float]:
+    verdicts = [json.loads(r) for r in results]
+    programs = [None if v["status"] == "no_code" else ProgramResult(v["status"], detail=v.get("detail", ""))
+                for v in verdicts]
+    return livecodebench.score(doc, programs)
+
+
+# ---------------------------------------------------------------------------------------------------- synthetic
+
+def _synthetic(task: str, md: dict) -> dict[str, Any]:
+    name = tokenizer_name(md)
+    if not name:
+        raise SnapevalError(
+            f"snapeval_{task} needs the evaluated model's tokenizer to size its prompts; pass it with "
+            "--model_args pretrained=<model> or --metadata '{\"tokenizer\": \"<name or path>\"}'")
+    lengths = md.get("max_seq_lengths", DEFAULT_SYNTHETIC_LENGTHS)
+    if isinstance(lengths, (int, str)):
+        lengths = [int(x) for x in str(lengths).replace(";", ",").split(",") if x.strip()]
+    samples = synthetic.generate(task, get_tokenizer(name), [int(x) for x in lengths],
+                                 _int(md, "num_samples", DEFAULT_SYNTHETIC_SAMPLES), seed=_int(md, "seed", 0))
+    reasoning = _flag(md, "reasoning")
+    return _as_dataset([{**s.to_doc(), "reasoning": reasoning, "tokenizer_name": name} for s in samples])
+
+
+def passkey_dataset(**md: Any) -> dict[str, Any]:
+    return _synthetic("passkey", md)
+
+
+def kv_needle_dataset(**md: Any) -> dict[str, Any]:
+    return _synthetic("kv_needle", md)
+
+
+def kv_needle_multi_dataset(**md: Any) -> dict[str, Any]:
+    return _synthetic("kv_needle_multi", md)
+
+
+def variable_tracking_dataset(**md: Any) -> dict[str, Any]:
+    return _synthetic("variable_tracking", md)
+
+
+def synthetic_process_results(doc: dict, results: list[str]) -> dict[str, float | None]:
+    return synthetic.score(doc, results[0], assume_thinking=doc["reasoning"])
+
+
+def aggregate_present(values: list[float | None]) -> float:
+    """lm-eval aggregation for breakdown metrics: mean over the docs the metric applies to (NaN if none)."""
+    return mean_present(values)

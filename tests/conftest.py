@@ -1,0 +1,67 @@
+"""Shared fixtures: tiny random Llama/Qwen2 models (float64, milliseconds), the real SmolLM2, the shared data."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("SNAPEVAL_DATA_DIR", REPO.parent / "shared" / "data"))
+
+
+class TinyTokenizer:
+    """Enough of a tokenizer for ``snapeval.generate`` on token-id prompts."""
+
+    pad_token_id = 0
+    eos_token_id = 1
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(str(i) for i in ids if not (skip_special_tokens and i in (0, 1)))
+
+
+def tiny_model(family: str = "llama", seed: int = 0, layers: int = 2, heads: int = 4, kv_heads: int = 2):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, max_position_embeddings=1024, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+    if family == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    model = model.to(torch.float64).eval()
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+@pytest.fixture(params=["llama", "qwen2"])
+def tiny(request):
+    return tiny_model(request.param)
+
+
+@pytest.fixture
+def tiny_tokenizer():
+    return TinyTokenizer()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from snapeval import load_model
+
+    return load_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"shared data folder not found at {DATA_DIR} (set SNAPEVAL_DATA_DIR)")
+    return DATA_DIR
+
+
+def random_prompt(length: int, seed: int, vocab: int = 96) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (length,), generator=g).tolist()

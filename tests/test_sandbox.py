@@ -1,0 +1,143 @@
+"""The LiveCodeBench sandbox: real problems pass/fail correctly, hostile programs are contained."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from snapeval.errors import SnapevalError
+from snapeval.tasks import livecodebench
+from snapeval.tasks.sandbox import (
+    ProgramJob, SandboxLimits, TestCase, isolation, run_program, run_programs, stdout_matches,
+)
+
+DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+FAST = SandboxLimits(timeout_s=2.0, memory_mb=512, output_bytes=1 << 20)
+
+# Correct solutions, written for these real problems.
+SOLUTIONS = {
+    "1873_A": "t = int(input())\nfor _ in range(t):\n    s = input().strip()\n"
+              "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) <= 2 else 'NO')\n",
+    "abc365_b": "n = int(input())\na = list(map(int, input().split()))\n"
+                "print(sorted(range(n), key=lambda i: a[i])[-2] + 1)\n",
+    "2727": "class Solution:\n    def countSeniors(self, details: List[str]) -> int:\n"
+            "        return sum(int(d[11:13]) > 60 for d in details)\n",
+    "2844": "class Solution:\n    def sumOfSquares(self, nums: List[int]) -> int:\n        n = len(nums)\n"
+            "        return sum(x * x for i, x in enumerate(nums, 1) if n % i == 0)\n",
+}
+WRONG = {
+    "1873_A": "t = int(input())\nfor _ in range(t):\n    input()\n    print('YES')\n",
+    "abc365_b": "n = int(input())\na = list(map(int, input().split()))\nprint(a.index(max(a)) + 1)\n",
+    "2727": "class Solution:\n    def countSeniors(self, details):\n        return len(details)\n",
+    "2844": "class Solution:\n    def sumOfSquares(self, nums):\n        return sum(x * x for x in nums)\n",
+}
+
+
+@pytest.fixture(scope="module")
+def problems():
+    if not (DATA / "livecodebench" / "code_generation_lite.jsonl").is_file():
+        pytest.skip(f"real data not available under {DATA} (set SNAPEVAL_DATA_DIR)")
+    rows = {r["question_id"]: r for r in livecodebench.load(DATA).rows}
+    return {qid: rows[qid] for qid in SOLUTIONS}
+
+
+def _job(doc, code):
+    tests = livecodebench.tests_of(doc)
+    return ProgramJob(code, tests.cases, tests.func_name)
+
+
+def test_real_problems_correct_pass_wrong_fail(problems):
+    assert {livecodebench.tests_of(d).cases[0].testtype for d in problems.values()} == {"stdin", "functional"}
+    jobs = [_job(problems[q], SOLUTIONS[q]) for q in SOLUTIONS] + [_job(problems[q], WRONG[q]) for q in WRONG]
+    results = run_programs(jobs, limits=FAST)
+    n = len(SOLUTIONS)
+    assert [r.status for r in results[:n]] == ["passed"] * n, [r.detail for r in results[:n]]
+    assert [r.status for r in results[n:]] == ["wrong_answer"] * n
+
+
+def test_evaluate_extracts_code_from_responses(problems):
+    doc = problems["2844"]
+    good = f"<think>try x*x for all?</think>Here:\n```python\n{SOLUTIONS['2844']}```"
+    bad = f"```python\n{SOLUTIONS['2844']}```\nActually:\n```python\n{WRONG['2844']}```"
+    results = livecodebench.evaluate([doc], [[good, bad, "no code at all"]], limits=FAST)[0]
+    assert results[0].passed and results[1].status == "wrong_answer" and results[2] is None
+    metrics = livecodebench.score(doc, results, k=2)
+    assert metrics == {"pass@1": pytest.approx(1 / 3), "no_code": pytest.approx(1 / 3), "private_tests_used": 0.0,
+                       "pass@2": pytest.approx(2 / 3)}
+
+
+STDIN = [TestCase("2 3\n", "5\n", "stdin")]
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+@pytest.mark.parametrize("name, code, statuses", [
+    ("infinite loop", "while True:\n    pass\n", {"time_limit"}),
+    ("sleep past the wall clock", "import time\ntime.sleep(60)\n", {"time_limit"}),
+    ("fork bomb", "import os\nwhile True:\n    os.fork()\n", {"runtime_error"}),
+    ("subprocess", "import subprocess\nsubprocess.run(['sh', '-c', 'echo 5'])\n", {"runtime_error"}),
+    ("memory bomb", "x = bytearray(8 << 30)\nprint(5)\n", {"runtime_error"}),
+    ("memory bomb, growing", "x = []\nwhile True:\n    x.append(' ' * (1 << 20))\n", {"runtime_error"}),
+    ("socket", "import socket\ns = socket.create_connection(('1.1.1.1', 53), timeout=1)\nprint(5)\n",
+     {"runtime_error"}),
+    ("kill the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(5)\n", {"runtime_error"}),
+    ("kill everything", "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint(5)\n", {"runtime_error"}),
+    ("print gigabytes", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
+     {"output_limit", "runtime_error"}),
+    ("exit early", "import sys\nsys.exit(0)\nprint(5)\n", {"wrong_answer"}),
+    ("os._exit early", "import os\nos._exit(0)\n", {"runtime_error"}),
+    ("read the environment", "import os\nprint(dict(os.environ))\n", {"wrong_answer"}),
+    ("chdir out and write", "import os\nos.chdir('/tmp')\nopen('escape', 'w').write('x')\nprint(5)\n",
+     {"runtime_error"}),
+    ("ctypes", "import ctypes\nctypes.CDLL(None).fork()\nprint(5)\n", {"runtime_error"}),
+    ("syntax error", "def f(:\n", {"runtime_error"}),
+])
+def test_hostile_programs_fail_the_problem_only(name, code, statuses, tmp_path, monkeypatch):
+    monkeypatch.setenv("SNAPEVAL_TEST_SECRET", "hunter2-secret")
+    result = run_program(code, STDIN, limits=FAST)
+    assert result.status in statuses, (name, result)
+    assert run_program(ADD, STDIN, limits=FAST).passed  # the harness carries on
+
+
+def test_writes_outside_the_working_dir_change_nothing(tmp_path):
+    target = tmp_path / "outside.txt"
+    os.chmod(tmp_path, 0o777)
+    for code in (f"open({str(target)!r}, 'w').write('x')\nprint(5)\n",
+                 f"import os\nos.remove({str(Path(__file__).resolve())!r})\nprint(5)\n",
+                 f"import shutil\nshutil.rmtree({str(tmp_path)!r})\nprint(5)\n"):
+        assert run_program(code, STDIN, limits=FAST).status == "runtime_error"
+    assert not target.exists() and tmp_path.is_dir() and Path(__file__).is_file()
+
+
+def test_environment_secrets_do_not_reach_the_program(monkeypatch):
+    monkeypatch.setenv("SNAPEVAL_TEST_SECRET", "hunter2-secret")
+    probe = "import os\nprint('hunter2-secret' in str(dict(os.environ)) and 5 or 6)\n"
+    assert run_program(probe, STDIN, limits=FAST).status == "wrong_answer"  # printed 6: no secret seen
+    proc = "import os\nprint(5 if not any('hunter2' in open(f'/proc/{p}/environ').read() for p in os.listdir('/proc') if p.isdigit()) else 6)\n"
+    assert run_program(proc, STDIN, limits=FAST).status in ("passed", "runtime_error")
+
+
+def test_hostile_and_good_programs_in_parallel():
+    jobs = [ProgramJob("while True: pass\n", STDIN), ProgramJob(ADD, STDIN),
+            ProgramJob("import os\nos.kill(-1, 9)\n", STDIN), ProgramJob(ADD, STDIN)]
+    statuses = [r.status for r in run_programs(jobs, limits=SandboxLimits(timeout_s=1.0), workers=2)]
+    assert statuses == ["time_limit", "passed", "runtime_error", "passed"]
+
+
+def test_functional_mode_and_grading():
+    tests = [TestCase("[1, 2]\n3", "[4, 5]", "functional")]
+    ok = "class Solution:\n    def f(self, a, k):\n        return tuple(x + k for x in a)\n"
+    assert run_program(ok, tests, func_name="f", limits=FAST).passed
+    assert run_program(ok, tests, limits=FAST).status == "sandbox_error"
+    assert stdout_matches("1.50 2\n\n", "1.5 2") and not stdout_matches("1 2", "1 2\n3")
+    with pytest.raises(SnapevalError, match="testtype='file'"):
+        TestCase("", "", "file")
+    with pytest.raises(SnapevalError, match="timeout_s=0"):
+        SandboxLimits(timeout_s=0)
+
+
+def test_isolation_report_is_honest():
+    report = isolation().describe()
+    assert report["audit_hook"] is True
+    if os.geteuid() == 0 and report["namespaces"] != "none" and not report["user_namespace"]:
+        assert report["runs_as"] == "nobody"

@@ -1,0 +1,263 @@
+"""SN40L simulator: exact arithmetic, invariants (hypothesis), bad specs, the published deployment, the CLI."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapeval.errors import SnapevalError
+from snapeval.models import get_preset
+from snapeval.simulator import Deployment, KVPolicy, get_hardware, list_hardware, simulate, simulate_point
+from snapeval.simulator.hardware import hardware_from_dict, load_hardware_file
+
+MODELS = ["smollm2-135m-instruct", "llama-3.1-8b-instruct", "deepseek-r1-distill-qwen-7b", "deepseek-r1"]
+
+
+def test_builtin_hardware():
+    assert set(list_hardware()) >= {"sn40l", "sn40l-8", "sn40l-16", "h100", "h200", "dgx-h100"}
+    rack = get_hardware("sn40l-16")
+    assert rack.total_hbm_bytes == 1024e9 and rack.total_hbm_bandwidth == pytest.approx(25.6e12)  # sn40l.md
+    assert get_hardware("dgx-h100").total_hbm_bandwidth == pytest.approx(26.8e12)
+
+
+def test_kv_and_weight_arithmetic():
+    r = simulate_point("llama-3.1-8b-instruct", "sn40l", prompt_len=4096, gen_len=0)
+    assert r.kv_bytes_per_token == 131072 and r.kv_bytes_per_seq == 4096 * 131072
+    assert r.weights_bytes_total == 2 * get_preset("llama-3.1-8b-instruct").param_count()
+    r1 = simulate_point("deepseek-r1", "sn40l-16", prompt_len=131072, gen_len=0, batch=16)
+    assert r1.kv_bytes_per_token == 70272
+    assert r1.kv_bytes_total == 16 * 131072 * 70272  # DP attention: partitioned, not replicated
+    assert r1.hbm.kv_cache == 131072 * 70272          # one sequence per socket
+    assert r1.weights_bytes_total / 671e9 == pytest.approx(1.0, abs=0.01)  # FP8 linear layers
+
+
+def test_snapstream_deployment_reproduces_published_batches():
+    full = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=16)
+    snap = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, budget=32768, batch=64)
+    assert (full.max_batch, snap.max_batch) == (16, 64)
+    assert full.fits and snap.fits and full.includes_mtp and full.mtp_factor == 2.4
+    for result, published in ((full, 434), (snap, 1832)):
+        assert abs(result.decode_tokens_per_s / published - 1) < 0.15
+        assert result.decode_tokens_per_s == pytest.approx(2.4 * result.decode_tokens_per_s_raw)
+    gain = snap.gain_vs_full()
+    assert gain["batch_gain"] == 4 and gain["kv_memory_reduction"] == pytest.approx((131072 + 1024) / 32768)
+    assert 0 < snap.prefill_compression_seconds < 0.05 * snap.prefill_seconds
+    assert full.prefill_compression_seconds == 0
+
+
+def test_too_big_batch_and_model_that_fits_nowhere_are_clear():
+    over = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=32)
+    assert not over.fits and "largest batch that fits: 16" in over.reason and over.decode_tokens_per_s is None
+    nowhere = simulate_point("deepseek-r1", "h100", 4096, 16)
+    assert not nowhere.fits and "weights need" in nowhere.reason and nowhere.max_batch == 0
+    too_long = simulate_point("smollm2-135m-instruct", "sn40l", 8192, 100)
+    assert not too_long.fits and "context" in too_long.reason
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch=0), "batch"), (dict(prompt_len=-5), "prompt_len"), (dict(gen_len=-1), "gen_len"),
+    (dict(tp=3), "tp"), (dict(sockets=32), "sockets"), (dict(weight_dtype="fp4"), "weight_dtype"),
+    (dict(placement="disk"), "placement"), (dict(mtp_factor=0.5), "mtp_factor"),
+])
+def test_bad_deployment_values(kwargs, match):
+    with pytest.raises(SnapevalError, match=match) as err:
+        simulate_point("deepseek-r1", "sn40l-16", **{"prompt_len": 4096, **kwargs})
+    assert "\n" not in str(err.value)
+
+
+def test_tp_must_divide_heads_and_kv_heads():
+    with pytest.raises(SnapevalError, match="attention heads"):
+        simulate_point("smollm2-135m-instruct", "sn40l-8", tp=2, sockets=2)  # 9 heads
+    with pytest.raises(SnapevalError, match="KV heads"):
+        simulate_point("deepseek-r1-distill-qwen-7b", "sn40l-16", sockets=14, tp=14)  # 28 heads, 4 KV heads
+    with pytest.raises(SnapevalError, match="budget"):
+        KVPolicy(method="snapstream")
+    with pytest.raises(SnapevalError, match="budget"):
+        simulate_point("deepseek-r1", budget=0)
+    with pytest.raises(SnapevalError, match="kernel_looping"):
+        simulate_point("llama-3.1-8b-instruct", "h100", kernel_looping=True)
+    with pytest.raises(SnapevalError, match="unknown deployment"):
+        simulate_point("llama-3.1-8b-instruct", "h100", batchsize=3)
+
+
+def test_bad_hardware_specs(tmp_path):
+    base = get_hardware("sn40l").to_dict()
+    bad_socket = {**base, "socket": {**base["socket"], "hbm_bytes": -1}}
+    with pytest.raises(SnapevalError, match="hbm_bytes"):
+        hardware_from_dict(bad_socket)
+    with pytest.raises(SnapevalError, match="bandwidth_efficiency"):
+        hardware_from_dict({**base, "assumptions": {**base["assumptions"], "bandwidth_efficiency": 1.5}})
+    with pytest.raises(SnapevalError, match="unknown key"):
+        hardware_from_dict({**base, "hbm": 3})
+    (tmp_path / "broken.yaml").write_text("name: [unclosed\n")
+    with pytest.raises(SnapevalError, match="not valid"):
+        load_hardware_file(tmp_path / "broken.yaml")
+    with pytest.raises(SnapevalError, match="not known"):
+        get_hardware("tpu-v9")
+
+
+def test_user_hardware_file_changes_the_answer(tmp_path):
+    import yaml
+
+    spec = get_hardware("sn40l").to_dict()
+    spec["name"] = "sn40l-hbm-x2"
+    spec["socket"]["hbm_bandwidth"] *= 2
+    path = tmp_path / "fast.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    fast = simulate_point("llama-3.1-8b-instruct", load_hardware_file(path), 4096, 16)
+    slow = simulate_point("llama-3.1-8b-instruct", "sn40l", 4096, 16)
+    assert fast.hardware == "sn40l-hbm-x2" and fast.decode_step_seconds < slow.decode_step_seconds
+
+
+def test_llama_roofline_row():
+    """Kernel Looping Table 1: 14.9 GiB weights + 0.5 GiB KV, about 20 GFLOPs per token at batch 1, 4096."""
+    r = simulate_point("llama-3.1-8b-instruct", "sn40l", prompt_len=4096, gen_len=0, batch=1)
+    assert r.weights_bytes_total / 2**30 == pytest.approx(14.9, rel=0.01)
+    assert r.kv_bytes_per_seq / 2**30 == pytest.approx(0.5, rel=0.01)
+    assert r.decode_bytes_per_step / 2**30 == pytest.approx(15.4, rel=0.07)  # embedding rows are gathered, not streamed
+    assert r.decode_flops_per_step / 1e9 == pytest.approx(20, rel=0.15)
+
+
+def test_kernel_looping_mechanism():
+    loop = simulate_point("llama-3.1-8b-instruct", "sn40l-16", 4096, 1, kernel_looping=True)
+    plain = simulate_point("llama-3.1-8b-instruct", "sn40l-16", 4096, 1, kernel_looping=False)
+    assert loop.achieved_bandwidth_fraction > 0.9  # "over 90% of peak on 8 and 16 sockets"
+    assert 2.0 < plain.decode_step_seconds / loop.decode_step_seconds < 3.0
+    gpu = simulate_point("deepseek-r1-distill-llama-70b", "dgx-h100", 4096, 1)
+    assert 0.15 < gpu.achieved_bandwidth_fraction < 0.3  # "about 21%"
+
+
+# ---- properties -------------------------------------------------------------------------------------------------
+points = st.fixed_dictionaries({
+    "model": st.sampled_from(MODELS),
+    "hardware": st.sampled_from(["sn40l", "sn40l-8", "sn40l-16", "h100", "h200", "dgx-h100"]),
+    "prompt_len": st.integers(1, 100_000),
+    "gen_len": st.integers(0, 4096),
+    "batch": st.integers(1, 256),
+    "budget": st.one_of(st.none(), st.integers(16, 65536)),
+})
+
+
+def _sim(p, **changes):
+    p = {**p, **changes}
+    return simulate_point(p["model"], p["hardware"], p["prompt_len"], p["gen_len"], budget=p["budget"],
+                          batch=p["batch"], placement="hbm+ddr" if p.get("ddr") else "hbm")
+
+
+@settings(max_examples=150, deadline=None)
+@given(points, st.integers(1, 64), st.integers(1, 50_000))
+def test_memory_grows_with_batch_and_context_until_the_budget_caps_it(p, extra_batch, extra_ctx):
+    base = _sim(p)
+    more_batch = _sim(p, batch=p["batch"] + extra_batch)
+    more_ctx = _sim(p, prompt_len=p["prompt_len"] + extra_ctx)
+    assert more_batch.kv_bytes_total >= base.kv_bytes_total
+    assert more_batch.memory_per_socket >= base.memory_per_socket
+    assert more_ctx.kv_bytes_total >= base.kv_bytes_total
+    if p["budget"] is not None and p["prompt_len"] >= p["budget"]:
+        assert more_ctx.kv_bytes_total == base.kv_bytes_total  # capped
+        assert more_ctx.kv_bytes_per_seq == p["budget"] * base.kv_bytes_per_token
+    elif p["budget"] is None:
+        assert more_ctx.kv_bytes_total > base.kv_bytes_total
+
+
+@settings(max_examples=150, deadline=None)
+@given(points)
+def test_a_budget_never_increases_memory_or_lowers_throughput_or_max_batch(p):
+    budgeted = _sim(p)
+    full = _sim(p, budget=None)
+    assert budgeted.kv_bytes_total <= full.kv_bytes_total
+    assert budgeted.memory_per_socket <= full.memory_per_socket
+    assert budgeted.max_batch >= full.max_batch
+    if full.fits:
+        assert budgeted.fits
+        assert budgeted.decode_step_seconds <= full.decode_step_seconds * (1 + 1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(points, st.floats(0.05, 0.99))
+def test_throughput_never_rises_when_bandwidth_falls(p, factor):
+    hw = get_hardware(p["hardware"])
+    slower = replace(hw, socket=replace(hw.socket, hbm_bandwidth=hw.socket.hbm_bandwidth * factor))
+    a = _sim(p)
+    b = simulate_point(p["model"], slower, p["prompt_len"], p["gen_len"], budget=p["budget"], batch=p["batch"])
+    if a.fits:
+        assert b.decode_tokens_per_s <= a.decode_tokens_per_s * (1 + 1e-12)
+        assert b.prefill_seconds >= a.prefill_seconds * (1 - 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(points.filter(lambda p: p["hardware"].startswith("sn40l")))
+def test_kernel_looping_never_slows_decode(p):
+    p = {**p}
+    on = simulate_point(p["model"], p["hardware"], p["prompt_len"], p["gen_len"], budget=p["budget"],
+                        batch=p["batch"], kernel_looping=True)
+    off = simulate_point(p["model"], p["hardware"], p["prompt_len"], p["gen_len"], budget=p["budget"],
+                         batch=p["batch"], kernel_looping=False)
+    if on.fits:
+        assert on.decode_step_seconds <= off.decode_step_seconds
+
+
+@settings(max_examples=100, deadline=None)
+@given(points)
+def test_results_are_finite_and_consistent(p):
+    r = _sim(p)
+    assert r.max_batch <= r.max_batch_exact and r.max_batch >= 0
+    if r.max_batch:
+        assert _sim(p, batch=r.max_batch).memory_per_socket <= r.hbm_capacity * (1 + 1e-9) or r.reason
+    if r.fits:
+        for value in (r.decode_step_seconds, r.decode_tokens_per_s, r.prefill_seconds):
+            assert math.isfinite(value) and value > 0
+        assert 0 < r.achieved_bandwidth_fraction <= 1
+        assert r.batch <= r.max_batch_exact
+    else:
+        assert r.reason and r.decode_tokens_per_s is None
+
+
+def test_ddr_placement_spills_instead_of_failing():
+    hbm_only = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=64)
+    spilled = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=64, placement="hbm+ddr")
+    assert not hbm_only.fits and spilled.fits and spilled.ddr.kv_cache > 0
+    ddr_bandwidth = get_hardware("sn40l-16").socket.ddr_bandwidth
+    # the spilled KV is read from DDR every step: at least its bytes over the DDR bandwidth
+    assert spilled.decode_step_seconds >= spilled.ddr.kv_cache / ddr_bandwidth
+
+
+# ---- CLI --------------------------------------------------------------------------------------------------------
+def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
+    from snapeval.cli import main
+
+    args = ["simulate", "--model", "deepseek-r1", "--hardware", "sn40l-16", "--prompt-len", "131072",
+            "--budget", "32768", "--batch", "64"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "largest batch that fits: 64" in out and "multi-token prediction included" in out
+    assert main(args + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fits"] and data["max_batch"] == 64 and data["gain_vs_full"]["batch_gain"] == 4
+    png = tmp_path / "sweep.png"
+    assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
+                 "--sweep", "budget=full,2048,8192", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "full" in out and png.stat().st_size > 10_000
+    assert main(["simulate", "--model", "deepseek-r1", "--sweep", "batch=1,16,64", "--json",
+                 "--prompt-len", "131072"]) == 0
+    sweep = json.loads(capsys.readouterr().out)
+    assert [p["fits"] for p in sweep["points"]] == [True, True, False]
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--model", "nope"], "model"), (["--hardware", "tpu"], "hardware"), (["--batch", "0"], "batch"),
+    (["--tp", "3"], "tp"), (["--sweep", "color=1,2"], "sweep"), (["--sweep", "batch=a"], "integer"),
+    (["--plot", "x.png"], "--sweep"), (["--hardware-file", "/nonexistent.yaml"], "not found"),
+    (["--placement", "disk"], "placement"),
+])
+def test_cli_bad_values_exit_2_with_one_line(capsys, argv, match):
+    from snapeval.cli import main
+
+    assert main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("snapeval: error:") and match in err and err.count("\n") == 1
