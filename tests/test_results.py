@@ -9,24 +9,26 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-# Offline, and before huggingface_hub/datasets are imported (they read these once): without them the hub
-# lookups of lm-eval's dataset loading retry for most of a minute.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-
-from fixtures.sweep_fakes import fake_evaluate, fake_simulate  # noqa: E402
-from snapeval.errors import SnapevalError  # noqa: E402
-from snapeval.results import CellResult, ResultsStore, atomic_write_text, from_lm_eval, load_table  # noqa: E402
-from snapeval.results.table import COLUMNS, TYPICAL_LENGTHS, build_table  # noqa: E402
-from snapeval.sweep import expand_grid, parse_config, run_sweep  # noqa: E402
+from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+from snapeval.errors import SnapevalError
+from snapeval.results import CellResult, ResultsStore, atomic_write_text, from_lm_eval, load_table
+from snapeval.results.table import COLUMNS, TYPICAL_LENGTHS, build_table
+from snapeval.sweep import expand_grid, parse_config, run_sweep
 
 
 def test_from_real_lm_eval_output(tmp_path, monkeypatch):
     """A real lm-eval run (its dummy model, a local task with two filters) converts losslessly."""
+    import datasets
+    import huggingface_hub.constants
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    # offline: huggingface_hub and datasets read these once at import, so set the live values (without them the
+    # hub lookups of lm-eval's dataset loading retry for most of a minute)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"q": f"q{i}", "a": str(i)}) + "\n" for i in range(3)))
     (tmp_path / "probe.yaml").write_text(f"""
@@ -210,3 +212,33 @@ def test_load_table_rebuilds_from_cells_without_parquet(table, tmp_path):
     pd.testing.assert_frame_equal(rebuilt[["cell_id", "metric", "value"]], frame[["cell_id", "metric", "value"]])
     with pytest.raises(SnapevalError, match="not a results directory"):
         load_table(tmp_path / "empty")
+
+
+def test_fit_context():
+    from snapeval.results.table import fit_context
+
+    assert fit_context(84_762, 1_296, 8192) == (6_896, 1_296, True)
+    assert fit_context(140, 15_424, 8192) == (140, 8_052, True)
+    assert fit_context(84_762, 1_296, 131_072) == (84_762, 1_296, False)
+    assert fit_context(100, 10, None) == (100, 10, False)
+
+
+def test_real_simulator_join():
+    """The table prices each cell with snapeval's simulator: Llama-3.1-8B BF16 KV is 131,072 bytes per token."""
+    pytest.importorskip("snapeval.simulator")
+    raw = {**RAW, "models": ["llama-3.1-8b-instruct", "smollm2-135m-instruct"],
+           "tasks": [{"name": "aime24_snapeval", "data_files": [], "limit": 2},
+                     {"name": "longbench_v2", "data_files": [], "limit": 2}]}
+    cells = expand_grid(parse_config(raw))
+    results = {c.cell_id: from_lm_eval(c.cell_id, c.identity(), fake_evaluate(**c.evaluate_kwargs())) for c in cells}
+    frame = build_table([c.view() for c in cells], results, {"hardware": "sn40l-16"})
+    prim = frame[frame["primary"]].set_index(["model", "task", "method"])
+    llama_full = prim.loc[("llama-3.1-8b-instruct", "aime24_snapeval", "full")]
+    llama_snap = prim.loc[("llama-3.1-8b-instruct", "aime24_snapeval", "snapstream")]
+    assert llama_full["sim_kv_bytes_per_seq"] == 131_072 * (140 + 15_424)
+    assert llama_snap["sim_kv_bytes_per_seq"] == 131_072 * 256
+    assert llama_snap["sim_max_batch"] > llama_full["sim_max_batch"] > 0
+    assert llama_snap["sim_decode_tokens_per_s"] > llama_full["sim_decode_tokens_per_s"] > 0
+    small = prim.loc[("smollm2-135m-instruct", "longbench_v2", "full")]
+    assert (small["sim_prompt_len"], small["sim_gen_len"]) == (6_896, 1_296)  # fit to SmolLM2's 8k context
+    assert small["sim_length_source"] == "paper-table-3, fit to 8192-token context" and small["sim_fits"]

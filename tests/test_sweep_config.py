@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from snapeval.cli import main as cli
 from snapeval.errors import SnapevalError
 from snapeval.sweep import expand_grid, load_config, parse_config
 from snapeval.sweep.grid import canonical_json
@@ -148,16 +147,15 @@ def test_missing_required_and_yaml_errors(tmp_path):
         load_config("no_such_config")
 
 
-def test_cli_bad_config_exits_2_with_one_line(tmp_path):
+def test_cli_bad_config_exits_2_with_one_line(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     raw = copy.deepcopy(BASE)
     raw["methods"] = [{"method": "snapstream", "budgets": [64], "sink": -1}]
     path.write_text(yaml.safe_dump(raw))
-    proc = subprocess.run([sys.executable, "-m", "snapeval", "sweep", str(path), "--dry-run"], cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0
-    assert proc.stderr.startswith("snapeval: error: c.yaml: methods[0].sink: must be >= 0")
+    assert cli(["sweep", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0
+    assert err.startswith("snapeval: error: c.yaml: methods[0].sink: must be >= 0")
 
 
 @pytest.mark.parametrize("name", ["quickstart", "regression", "paper_r1_distill", "paper_llama"])

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+from snapeval.cli import main as cli
 from snapeval.errors import SnapevalError
 from snapeval.results import ResultsStore
 from snapeval.sweep import expand_grid, parse_config, run_sweep
@@ -172,21 +173,19 @@ def test_progress_bar_and_eta():
     assert "exact_match=" in text and "FAILED" in text and "RuntimeError: boom" in text
 
 
-def test_cli_dry_run_lists_cells_and_their_state(tmp_path):
+def test_cli_dry_run_lists_cells_and_their_state(tmp_path, capsys, monkeypatch):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(RAW))
     out = tmp_path / "out"
     sweep(out, report=False)
     (out / "cells" / f"{expand_grid(config())[0].cell_id}.json").unlink()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "snapeval", "sweep", str(cfg), "--out", str(out), "--dry-run"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "8 cells, 7 done, 1 to run" in proc.stdout
-    assert proc.stdout.count("  todo  ") == 1 and proc.stdout.count("  done  ") == 7
-    limited = subprocess.run([sys.executable, "-m", "snapeval", "sweep", str(cfg), "--out", str(out), "--dry-run",
-                              "--limit", "3"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert "8 cells, 0 done, 8 to run" in limited.stdout
+    monkeypatch.chdir(tmp_path)
+    assert cli(["sweep", str(cfg), "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "8 cells, 7 done, 1 to run" in text
+    assert text.count("  todo  ") == 1 and text.count("  done  ") == 7
+    assert cli(["sweep", str(cfg), "--out", str(out), "--dry-run", "--limit", "3"]) == 0
+    assert "8 cells, 0 done, 8 to run" in capsys.readouterr().out
 
 
 def test_unknown_task_fails_before_any_model_loads(tmp_path):

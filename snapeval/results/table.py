@@ -12,7 +12,6 @@ generated tokens per sample (synthetic tasks, whose lengths are set by the confi
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 from snapeval.results.schema import CellResult
@@ -35,7 +34,7 @@ COLUMNS = [
     "sim_hardware", "sim_model", "sim_prompt_len", "sim_gen_len", "sim_length_source", "sim_fits",
     "sim_kv_bytes_per_seq", "sim_batch", "sim_max_batch", "sim_kv_bytes_total", "sim_decode_tokens_per_s",
     "sim_decode_tokens_per_s_per_seq", "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_max_batch",
-    "sim_full_decode_tokens_per_s", "sim_note",
+    "sim_full_decode_tokens_per_s", "sim_hbm_bytes_per_socket", "sim_note",
 ]
 
 SimulateFn = Callable[..., Any]
@@ -47,6 +46,28 @@ def _default_simulate() -> SimulateFn | None:
     except ImportError:
         return None
     return simulate_point
+
+
+def _max_context(model: str) -> int | None:
+    try:
+        from snapeval.models.presets import get_preset
+
+        return int(get_preset(model).max_context)
+    except Exception:  # not a preset (a local directory): the simulator will say so
+        return None
+
+
+def fit_context(prompt: int, gen: int, context: int | None) -> tuple[int, int, bool]:
+    """Lengths that fit a model's context, as a deployment of it would run the task; ``(prompt, gen, clamped)``.
+
+    The output keeps at least half the context (or what the prompt leaves); the prompt is cut to the rest, as
+    LongBench-v2's middle truncation does: LongBench-v2 (84,762 in / 1,296 out) on an 8k model -> 6,896 / 1,296;
+    AIME (140 / 15,424) -> 140 / 8,052.
+    """
+    if context is None or prompt + gen <= context:
+        return prompt, gen, False
+    gen = min(gen, context - min(prompt, context // 2))
+    return min(prompt, context - gen), gen, True
 
 
 def sim_lengths(view: dict[str, Any], result: CellResult | None) -> tuple[int | None, int | None, str]:
@@ -68,12 +89,14 @@ def sim_lengths(view: dict[str, Any], result: CellResult | None) -> tuple[int | 
 class _Simulator:
     """Memoized SN40L pricing of (model, prompt, gen, budget) points, with the batch policy of the sweep."""
 
-    def __init__(self, settings: dict[str, Any], simulate: SimulateFn | None):
+    def __init__(self, settings: dict[str, Any], simulate: SimulateFn | None,
+                 max_context: Callable[[str], int | None] = _max_context):
         self.hardware = settings.get("hardware", "sn40l-16")
         self.batch = settings.get("batch", "max")
         self.batch_cap = int(settings.get("batch_cap", 1024))
         self.enabled = settings.get("enabled", True)
         self.simulate = simulate
+        self.max_context = max_context
         self._memo: dict[tuple, dict[str, Any]] = {}
 
     def _point(self, model: str, prompt: int, gen: int, budget: int | None) -> dict[str, Any]:
@@ -81,10 +104,13 @@ class _Simulator:
         if key in self._memo:
             return self._memo[key]
         one = self.simulate(model, hardware=self.hardware, prompt_len=prompt, gen_len=gen, budget=budget, batch=1)
-        out: dict[str, Any] = {"fits": bool(one.fits), "kv_per_seq": one.kv_bytes_total,
+        # per sequence: the cache's logical size (the simulator's kv_bytes_total also counts replicas across sockets)
+        per_seq = getattr(one, "kv_bytes_per_seq", one.kv_bytes_total)
+        out: dict[str, Any] = {"fits": bool(one.fits), "kv_per_seq": per_seq,
                                "max_batch": int(one.max_batch or 0)}
         if not one.fits:
-            out.update(batch=None, kv_total=None, tps=None, tps_seq=None, prefill=None)
+            out.update(batch=None, kv_total=None, tps=None, tps_seq=None, prefill=None, hbm=None,
+                       reason=getattr(one, "reason", "does not fit"))
         else:
             batch = min(out["max_batch"], self.batch_cap) if self.batch == "max" else int(self.batch)
             run = self.simulate(model, hardware=self.hardware, prompt_len=prompt, gen_len=gen, budget=budget,
@@ -93,7 +119,9 @@ class _Simulator:
             out.update(batch=batch, kv_total=run.kv_bytes_total if fits else None,
                        tps=run.decode_tokens_per_s if fits else None,
                        tps_seq=run.decode_tokens_per_s_per_seq if fits else None,
-                       prefill=one.prefill_seconds, fits=fits)
+                       prefill=one.prefill_seconds, fits=fits,
+                       hbm=run.hbm.total if fits and hasattr(run, "hbm") else None,
+                       reason="" if fits else getattr(run, "reason", "does not fit"))
         self._memo[key] = out
         return out
 
@@ -101,6 +129,11 @@ class _Simulator:
         cols: dict[str, Any] = {"sim_hardware": self.hardware}
         model = view.get("simulate_as") or view["model"]
         prompt, gen, source = sim_lengths(view, result)
+        if prompt is not None:
+            context = self.max_context(model)
+            prompt, gen, clamped = fit_context(prompt, gen, context)
+            if clamped:
+                source += f", fit to {context}-token context"
         cols.update(sim_model=model, sim_prompt_len=prompt, sim_gen_len=gen, sim_length_source=source)
         if not self.enabled:
             return {**cols, "sim_note": "simulation disabled in the config"}
@@ -118,7 +151,8 @@ class _Simulator:
             sim_max_batch=point["max_batch"], sim_kv_bytes_total=point["kv_total"],
             sim_decode_tokens_per_s=point["tps"], sim_decode_tokens_per_s_per_seq=point["tps_seq"],
             sim_prefill_seconds=point["prefill"], sim_full_kv_bytes_per_seq=full["kv_per_seq"],
-            sim_full_max_batch=full["max_batch"], sim_full_decode_tokens_per_s=full["tps"], sim_note="",
+            sim_full_max_batch=full["max_batch"], sim_full_decode_tokens_per_s=full["tps"],
+            sim_hbm_bytes_per_socket=point["hbm"], sim_note=point["reason"] or (f"full cache: {full['reason']}" if full["reason"] else ""),
         )
         return cols
 
@@ -171,13 +205,11 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     for col in ("value", "stderr", "decode_tokens_per_s", "prefill_tokens_per_s", "wall_s", "sim_kv_bytes_per_seq",
                 "sim_kv_bytes_total", "sim_decode_tokens_per_s", "sim_decode_tokens_per_s_per_seq",
-                "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_decode_tokens_per_s"):
+                "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_decode_tokens_per_s",
+                "sim_hbm_bytes_per_socket"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("primary", "higher_is_better", "deterministic"):
         table[col] = table[col].astype("bool")
     table["sim_fits"] = table["sim_fits"].astype("boolean")
     return table
 
-
-def is_nan(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -191,7 +191,8 @@ class TaskSpec:
     ``metadata`` goes to lm-eval's task ``metadata`` (task parameters such as a synthetic context length);
     ``generation`` is lm-eval's ``gen_kwargs`` for this task; ``metric`` picks the headline metric
     (``name`` or ``name,filter``; default: the first one the task reports); ``data_files`` lists the files, relative
-    to the data directory, whose hashes enter the cell identity (default: :data:`KNOWN_DATA_FILES`).
+    to the data directory, whose hashes enter the cell identity (default: the benchmark's files, see
+    :func:`data_files_for`).
     """
 
     name: str
@@ -211,20 +212,24 @@ class TaskSpec:
         return dict(self.generation)
 
 
-#: Data files each family of tasks reads, relative to the data directory (the hub schema copies).
-KNOWN_DATA_FILES: dict[str, tuple[str, ...]] = {
-    "longbench_v2": ("longbench_v2/longbench_v2.jsonl",),
-    "aime24": ("aime24/aime_2024.jsonl",),
-    "livecodebench": ("livecodebench/code_generation_lite.jsonl",),
-}
+#: The real benchmarks, by the task-name prefix of their lm-eval tasks (``longbench_v2_cot`` -> ``longbench_v2``).
+BENCHMARK_FAMILIES = ("longbench_v2", "aime24", "livecodebench")
 
 
 def task_family(name: str) -> str | None:
-    """The benchmark a task name belongs to (``longbench_v2_cot`` -> ``longbench_v2``), or None (synthetic)."""
-    for family in KNOWN_DATA_FILES:
+    """The benchmark a task name belongs to, or None (a synthetic task, which reads no data file)."""
+    for family in BENCHMARK_FAMILIES:
         if name == family or name.startswith(family + "_"):
             return family
     return None
+
+
+def family_data_files(family: str) -> tuple[str, ...]:
+    """The local files (relative to the data directory) a benchmark reads, from :mod:`snapeval.tasks`."""
+    from snapeval.tasks import aime, livecodebench, longbench
+
+    specs = {"longbench_v2": longbench.SPEC, "aime24": aime.SPEC, "livecodebench": livecodebench.SPEC}
+    return tuple(specs[family].local_files)
 
 
 def data_files_for(task: TaskSpec) -> tuple[str, ...]:
@@ -232,7 +237,7 @@ def data_files_for(task: TaskSpec) -> tuple[str, ...]:
     if task.data_files is not None:
         return task.data_files
     family = task_family(task.name)
-    return KNOWN_DATA_FILES[family] if family else ()
+    return family_data_files(family) if family else ()
 
 
 @dataclass(frozen=True)
