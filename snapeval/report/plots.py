@@ -52,13 +52,29 @@ def _metric_label(frame: pd.DataFrame) -> str:
     return f"accuracy ({frame['metric'].iloc[0].replace(',none', '')})"
 
 
-def accuracy_vs_budget(pts: pd.DataFrame, model: str):
-    """Accuracy vs KV budget (log2 axis), one line per method; the full cache as a dashed line with its ±1 se band."""
-    frame = pts[pts["model"] == model]
+def _panels(frame: pd.DataFrame, suptitle: str, draw):
+    """One panel per task (in the sweep's order): ``draw(ax, task, rows)`` plots and sets title and x label."""
     tasks = list(dict.fromkeys(frame["task"]))
     fig, axes = _figure(len(tasks))
     for ax, task in zip(axes, tasks):
-        sub = frame[frame["task"] == task]
+        sub = frame[frame["task"] == task].reset_index(drop=True)
+        draw(ax, task, sub)
+        ax.set_ylabel(_metric_label(sub))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
+
+
+def _label(method: str) -> str:
+    return "full cache" if method == "full" else method
+
+
+def accuracy_vs_budget(pts: pd.DataFrame, model: str):
+    """Accuracy vs KV budget (log2 axis), one line per method; the full cache as a dashed line with its ±1 se band."""
+
+    def draw(ax, task, sub):
         for method in _methods(sub):
             m = sub[sub["method"] == method]
             if method == "full":
@@ -73,12 +89,8 @@ def accuracy_vs_budget(pts: pd.DataFrame, model: str):
             ax.set_xscale("log", base=2)
         ax.set_title(task)
         ax.set_xlabel("KV budget (tokens per layer and KV head)")
-        ax.set_ylabel(_metric_label(sub))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Accuracy vs KV-cache budget: {model}")
-    fig.tight_layout()
-    return fig
+
+    return _panels(pts[pts["model"] == model], f"Accuracy vs KV-cache budget: {model}", draw)
 
 
 def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str):
@@ -86,25 +98,19 @@ def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str):
     frame = pts[(pts["model"] == model) & pts["sim_kv_bytes_per_seq"].notna()]
     if frame.empty:
         return None
-    tasks = list(dict.fromkeys(frame["task"]))
-    fig, axes = _figure(len(tasks))
-    for ax, task in zip(axes, tasks):
-        sub = frame[frame["task"] == task]
+
+    def draw(ax, task, sub):
         for method in _methods(sub):
             m = sub[sub["method"] == method].sort_values("sim_kv_bytes_per_seq")
             ax.errorbar(m["sim_kv_bytes_per_seq"] / 2 ** 20, m["value"], yerr=_yerr(m),
                         marker=MARKERS.get(method, "o"), color=COLORS.get(method), capsize=3,
-                        ls="none" if method == "full" else "-", label="full cache" if method == "full" else method)
+                        ls="none" if method == "full" else "-", label=_label(method))
         row = sub.iloc[0]
         _plain_log_axis(ax)
         ax.set_title(f"{task} (sim: {row['sim_prompt_len']:,} in / {row['sim_gen_len']:,} out tokens)", fontsize=9)
         ax.set_xlabel(f"simulated KV cache per sequence (MiB), {row['sim_model']}")
-        ax.set_ylabel(_metric_label(sub))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Accuracy vs simulated KV memory on {frame['sim_hardware'].iloc[0]}: {model}")
-    fig.tight_layout()
-    return fig
+
+    return _panels(frame, f"Accuracy vs simulated KV memory on {frame['sim_hardware'].iloc[0]}: {model}", draw)
 
 
 def pareto_front(xs, ys) -> list[int]:
@@ -123,15 +129,12 @@ def accuracy_throughput_pareto(pts: pd.DataFrame, model: str):
     frame = pts[(pts["model"] == model) & pts["sim_decode_tokens_per_s"].notna()]
     if frame.empty:
         return None
-    tasks = list(dict.fromkeys(frame["task"]))
-    fig, axes = _figure(len(tasks))
-    for ax, task in zip(axes, tasks):
-        sub = frame[frame["task"] == task].reset_index(drop=True)
+
+    def draw(ax, task, sub):
         for method in _methods(sub):
             m = sub[sub["method"] == method]
             ax.errorbar(m["sim_decode_tokens_per_s"], m["value"], yerr=_yerr(m), marker=MARKERS.get(method, "o"),
-                        color=COLORS.get(method), capsize=3, ls="none",
-                        label="full cache" if method == "full" else method)
+                        color=COLORS.get(method), capsize=3, ls="none", label=_label(method))
             for _, r in m.iterrows():
                 ax.annotate(budget_label(r["method"], r["budget"]), (r["sim_decode_tokens_per_s"], r["value"]),
                             textcoords="offset points", xytext=(4, 4), fontsize=7)
@@ -142,12 +145,8 @@ def accuracy_throughput_pareto(pts: pd.DataFrame, model: str):
         _plain_log_axis(ax)
         ax.set_title(task)
         ax.set_xlabel("simulated decode throughput (tokens/s, largest batch that fits)")
-        ax.set_ylabel(_metric_label(sub))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Accuracy / simulated throughput on {frame['sim_hardware'].iloc[0]}: {model}")
-    fig.tight_layout()
-    return fig
+
+    return _panels(frame, f"Accuracy / simulated throughput on {frame['sim_hardware'].iloc[0]}: {model}", draw)
 
 
 PLOTS = {
