@@ -105,7 +105,47 @@ def encode_prompts(tokenizer, prompts, chat: bool = False, system: str | None = 
     return input_ids, attention_mask
 
 
+@dataclass
+class GenerateRun:
+    """What :func:`generate_ids` returns: the sequences (prompt + new tokens), the cache and the step times."""
+
+    sequences: torch.Tensor
+    cache: object
+    start: float
+    step_times: list[float]
+
+    @property
+    def prefill_seconds(self) -> float:
+        return (self.step_times[0] if self.step_times else time.perf_counter()) - self.start
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.step_times[-1] - self.step_times[0] if self.step_times else 0.0
+
+    @property
+    def decode_steps(self) -> int:
+        return max(len(self.step_times) - 1, 0)
+
+
 @torch.inference_mode()
+def generate_ids(model, input_ids, attention_mask, method: str, config, *, on_step=None, **generate_kwargs) -> GenerateRun:
+    """``model.generate`` on left-padded ids with a fresh cache of ``method``; records when each step's logits exist.
+
+    ``input_ids``/``attention_mask`` ``[B, L]``; ``config`` from :func:`snapeval.cache.method_config`.
+    """
+    cache = make_cache(model, method, config)
+    if hasattr(cache, "padding"):
+        cache.padding = (attention_mask == 0).sum(dim=1).cpu()
+    clock = _StepClock(None if on_step is None else lambda: on_step(cache))
+    processors = list(generate_kwargs.pop("logits_processor", None) or []) + [clock]
+    start = time.perf_counter()
+    sequences = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, logits_processor=processors,
+        **generate_kwargs,
+    )
+    return GenerateRun(sequences=sequences, cache=cache, start=start, step_times=clock.times)
+
+
 def generate(
     model,
     tokenizer,
@@ -145,58 +185,49 @@ def generate(
     input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
     device = next(model.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    cache = make_cache(model, method, config)
-    if hasattr(cache, "padding"):
-        cache.padding = (attention_mask == 0).sum(dim=1).cpu()
     if seed is not None:
         torch.manual_seed(seed)
     sampling.setdefault("do_sample", False)
     if "stop_strings" in sampling:
         sampling.setdefault("tokenizer", tokenizer)
-    clock = _StepClock(None if on_step is None else lambda: on_step(cache))
-    start = time.perf_counter()
-    sequences = model.generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        past_key_values=cache,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id,
-        logits_processor=[clock],
-        **sampling,
+    run = generate_ids(
+        model, input_ids, attention_mask, method, config, on_step=on_step,
+        max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling,
     )
-    new = sequences[:, input_ids.shape[1] :].cpu()
     stops = {tokenizer.eos_token_id, *(_as_list(model.generation_config.eos_token_id))}
-    outputs, generated = [], 0
-    for row in range(new.shape[0]):
-        ids = new[row].tolist()
-        for i, tok in enumerate(ids):
-            if tok in stops:
-                ids = ids[: i + 1]
-                break
-        generated += len(ids)
-        outputs.append(
-            GenerationOutput(
-                prompt_tokens=int(attention_mask[row].sum()),
-                token_ids=ids,
-                text=tokenizer.decode(ids, skip_special_tokens=True),
-                kv_bytes=cache.kv_bytes_per_row(),
-                cache=cache,
-                row=row,
-            )
+    new_tokens = strip_after_stop(run.sequences[:, input_ids.shape[1] :].cpu(), stops)
+    outputs = [
+        GenerationOutput(
+            prompt_tokens=int(attention_mask[row].sum()),
+            token_ids=ids,
+            text=tokenizer.decode(ids, skip_special_tokens=True),
+            kv_bytes=run.cache.kv_bytes_per_row(),
+            cache=run.cache,
+            row=row,
         )
-    times = clock.times or [time.perf_counter()]
+        for row, ids in enumerate(new_tokens)
+    ]
     return GenerationResult(
         outputs=outputs,
         method=method,
         config=config,
-        batch_size=new.shape[0],
+        batch_size=len(outputs),
         prompt_tokens=int(attention_mask.sum()),
-        generated_tokens=generated,
-        prefill_seconds=times[0] - start,
-        compress_seconds=cache.compress_seconds,
-        decode_seconds=times[-1] - times[0],
-        decode_steps=len(times) - 1,
+        generated_tokens=sum(len(ids) for ids in new_tokens),
+        prefill_seconds=run.prefill_seconds,
+        compress_seconds=run.cache.compress_seconds,
+        decode_seconds=run.decode_seconds,
+        decode_steps=run.decode_steps,
     )
+
+
+def strip_after_stop(new_tokens: torch.Tensor, stops: set[int]) -> list[list[int]]:
+    """Per row, the generated ids up to and including the first stop id (padding after it removed)."""
+    rows = []
+    for ids in new_tokens.tolist():
+        cut = next((i + 1 for i, tok in enumerate(ids) if tok in stops), len(ids))
+        rows.append(ids[:cut])
+    return rows
 
 
 def _as_list(value) -> list:

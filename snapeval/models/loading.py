@@ -53,7 +53,7 @@ def _resolve_alias(name: str) -> str:
         from snapeval.models.presets import get_preset, list_presets
     except ImportError:
         return name
-    if name in {p.name for p in list_presets()}:
+    if name in list_presets():
         preset = get_preset(name)
         if not getattr(preset, "evaluable", True):
             raise SnapevalError(f"model {name!r} cannot be loaded for evaluation: {preset.not_evaluable_reason}")
@@ -266,6 +266,6 @@ def _preset_dtype(name: str) -> str:
         from snapeval.models.presets import get_preset, list_presets
     except ImportError:
         return "float32"
-    if name in {p.name for p in list_presets()}:
+    if name in list_presets():
         return get_preset(name).default_dtype
     return "float32"

@@ -1,0 +1,84 @@
+"""``snapeval run``: one lm-eval run of one model, task and cache method; results written as JSON."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from snapeval.errors import SnapevalError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="evaluate one model on lm-eval tasks under one KV-cache method and budget",
+        description="One lm-eval run through the `snapstream` model (tasks from the repository's tasks/ folder). "
+        "Prints the metrics with the measured KV-cache bytes and tokens/s, and writes the full results JSON.",
+    )
+    p.add_argument("--model", default="smollm2-135m-instruct", help="preset name (snapeval models), local dir, .gguf or hub id")
+    p.add_argument("--task", required=True, help="lm-eval task name(s), comma-separated (e.g. snapeval_passkey)")
+    p.add_argument("--method", default="snapstream", help="full | snapstream | streamingllm | snapkv")
+    p.add_argument("--budget", type=int, default=None, help="total KV budget in tokens (not for full)")
+    for name in ("sink", "recent", "topk", "observation", "kernel"):
+        p.add_argument(f"--{name}", type=int, default=None, help=f"SnapStream {name} (default: from the budget)")
+    p.add_argument("--pooling", default=None, help="avg | max")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | float64 (default: the preset's)")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--max-gen-toks", type=int, default=256)
+    p.add_argument("--limit", type=float, default=None, help="documents per task (an int, or a fraction < 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--metadata", default=None, help="JSON passed to the tasks (e.g. '{\"max_seq_lengths\": [1024]}')")
+    p.add_argument("--data-dir", default=None, help="local data in the hub schema (default: $SNAPEVAL_DATA_DIR)")
+    p.add_argument("--output", type=Path, default=None, help="results JSON path (default: results/runs/<task>-<method>.json)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from snapeval.cache import METHODS
+    from snapeval.errors import check_choice
+
+    check_choice("method", args.method, METHODS)
+    if args.budget is not None and args.budget < 2:
+        raise SnapevalError(f"budget={args.budget} is invalid; allowed: an integer >= 2")
+    if args.method != "full" and args.budget is None and args.recent is None:
+        raise SnapevalError(f"method={args.method!r} needs --budget (an integer >= 2)")
+    try:
+        metadata = json.loads(args.metadata) if args.metadata else {}
+    except json.JSONDecodeError as exc:
+        raise SnapevalError(f"metadata is not valid JSON ({exc.msg}); allowed: a JSON object") from None
+    if args.data_dir:
+        metadata["data_dir"] = args.data_dir
+        os.environ["SNAPEVAL_DATA_DIR"] = args.data_dir
+    limit = args.limit
+    if limit is not None and limit >= 1:
+        limit = int(limit)
+    model_args = {
+        "pretrained": args.model, "method": args.method, "budget": args.budget, "dtype": args.dtype,
+        "batch_size": args.batch_size, "max_gen_toks": args.max_gen_toks,
+        **{k: getattr(args, k) for k in ("sink", "recent", "topk", "observation", "kernel", "pooling")
+           if getattr(args, k) is not None},
+    }
+    from snapeval.harness.evaluate import evaluate
+
+    tasks = [t for t in args.task.split(",") if t]
+    results = evaluate(model_args, tasks, limit=limit, seed=args.seed, metadata=metadata)
+    out = args.output or Path("results") / "runs" / f"{'+'.join(tasks)}-{args.method}-{args.budget or 'full'}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1, default=str))
+    os.replace(tmp, out)
+    info = results["snapeval"]
+    print(f"model={args.model} method={args.method} budget={args.budget or '-'} "
+          f"KV bytes/seq={info['kv_cache_bytes']:,} decode tok/s={_fmt(info['decode_tokens_per_s'])} "
+          f"prefill tok/s={_fmt(info['prefill_tokens_per_s'])}")
+    for task, metrics in results["results"].items():
+        shown = {k.split(",")[0]: v for k, v in metrics.items() if isinstance(v, (int, float)) and "stderr" not in k
+                 and v == v}
+        print(f"{task}: " + ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"

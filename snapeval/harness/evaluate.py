@@ -1,0 +1,64 @@
+"""One lm-eval run through the ``snapstream`` model, returned with full provenance and measured cost."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from snapeval.errors import SnapevalError
+
+#: The lm-eval task folder shipped in the repository (override with ``SNAPEVAL_TASKS_DIR``).
+TASKS_DIR = Path(os.environ.get("SNAPEVAL_TASKS_DIR", Path(__file__).resolve().parents[2] / "tasks"))
+
+
+def evaluate(
+    model_args: dict,
+    tasks: list[str],
+    *,
+    limit: int | float | None = None,
+    gen_kwargs: dict | None = None,
+    seed: int = 0,
+    metadata: dict | None = None,
+    log_samples: bool = True,
+    include_path: str | Path | None = None,
+    use_cache: str | None = None,
+    lm=None,
+) -> dict:
+    """Run lm-eval's ``simple_evaluate`` on ``tasks`` with a :class:`SnapStreamLM` built from ``model_args``.
+
+    Returns lm-eval's results dict plus ``out["snapeval"]``: the model's full configuration (``config``), the
+    measured KV-cache bytes and prefill/decode speed of this run, and the data files read (path, sha256, rows).
+    ``lm`` reuses an already loaded model (its configuration must match ``model_args``).
+    """
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from snapeval.harness.lm_eval_model import SnapStreamLM
+
+    include = Path(include_path) if include_path else TASKS_DIR
+    if not include.is_dir():
+        raise SnapevalError(f"include_path={str(include)!r} is not a directory; set SNAPEVAL_TASKS_DIR to the tasks/ folder")
+    if lm is None:
+        lm = SnapStreamLM(**model_args)
+    meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, **(metadata or {})}
+    manager = TaskManager(include_path=str(include), metadata=meta)
+    unknown = [t for t in tasks if not manager.match_tasks([t])]
+    if unknown:
+        raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include}`")
+    before = lm.stats.to_dict()
+    results = lm_eval.simple_evaluate(
+        model=lm, tasks=list(tasks), limit=limit, gen_kwargs=gen_kwargs, log_samples=log_samples,
+        task_manager=manager, metadata=meta, use_cache=use_cache, random_seed=seed, numpy_random_seed=seed,
+        torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=1000,
+    )
+    if results is None:  # non-zero rank in distributed runs
+        return {}
+    from snapeval.tasks.data import loaded_data_records
+
+    after = lm.stats.to_dict()
+    run = {k: after[k] - before[k] for k in after if isinstance(after[k], (int, float)) and k != "kv_cache_bytes"}
+    run["kv_cache_bytes"] = after["kv_cache_bytes"]
+    run["decode_tokens_per_s"] = run["decode_token_steps"] / run["decode_seconds"] if run["decode_seconds"] else None
+    run["prefill_tokens_per_s"] = run["prompt_tokens"] / run["prefill_seconds"] if run["prefill_seconds"] else None
+    results["snapeval"] = {"config": lm.describe(), **run, "data": loaded_data_records(), "seed": seed,
+                           "limit": limit, "tasks": list(tasks), "metadata": meta}
+    return results

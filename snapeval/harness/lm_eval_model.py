@@ -1,0 +1,268 @@
+"""The ``snapstream`` lm-eval model: any supported Hugging Face model under any KV-cache method and budget.
+
+    lm_eval --model snapstream \\
+        --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
+        --include_path tasks --tasks snapeval_passkey
+
+- ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring (batched rows
+  are compressed row by row).
+- ``loglikelihood``/``loglikelihood_rolling``: the context is prefilled and compressed; the continuation is then
+  scored in a second forward pass *against the compressed cache* (scoring it in the same pass as the context would
+  hide every effect of the budget).
+- lm-eval's response cache (``--use_cache``) is keyed on the request alone; this model moves it to a table named
+  after its configuration, so responses are never reused across models, methods or budgets.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils_hf import stop_sequences_criteria
+
+import snapeval
+from snapeval.cache import METHODS, method_config
+from snapeval.errors import SnapevalError, check_choice
+from snapeval.generation import generate_ids
+from snapeval.models.loading import DTYPES, load_model
+
+SPLIT_FIELDS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
+INT_ARGS = ("budget", "sink", "recent", "topk", "observation", "kernel", "batch_size", "max_gen_toks", "max_length")
+
+
+@dataclass
+class RunStats:
+    """Measured over every request this model served (prefill/decode split as in ``snapeval.generate``)."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prefill_seconds: float = 0.0
+    compress_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    decode_token_steps: int = 0
+    kv_cache_bytes: int = 0  # largest per-sequence KV cache seen
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.decode_token_steps / self.decode_seconds if self.decode_seconds else float("nan")
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds else float("nan")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "decode_tokens_per_s": self.decode_tokens_per_s,
+                "prefill_tokens_per_s": self.prefill_tokens_per_s}
+
+
+def _coerce(name: str, value):
+    """model_args arrive as strings from the lm-eval CLI."""
+    if value is None or value == "" or value == "None":
+        return None
+    if name in INT_ARGS:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise SnapevalError(f"{name}={value!r} is invalid; allowed: an integer") from None
+    return value
+
+
+@register_model("snapstream")
+class SnapStreamLM(HFLM):
+    """lm-eval model wrapping :func:`snapeval.load_model` + the snapeval KV caches.
+
+    model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (full | snapstream | streamingllm |
+    snapkv), ``budget`` and the SnapStream split (``sink``, ``recent``, ``topk``, ``observation``, ``kernel``,
+    ``pooling``), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``.
+    """
+
+    def __init__(
+        self,
+        pretrained: str = "smollm2-135m-instruct",
+        method: str = "snapstream",
+        budget: int | None = None,
+        sink: int | None = None,
+        recent: int | None = None,
+        topk: int | None = None,
+        observation: int | None = None,
+        kernel: int | None = None,
+        pooling: str | None = None,
+        dtype: str | None = None,
+        batch_size: int = 1,
+        max_gen_toks: int = 256,
+        max_length: int | None = None,
+        device: str = "cpu",
+        **kwargs,
+    ):
+        args = {k: _coerce(k, v) for k, v in dict(
+            budget=budget, sink=sink, recent=recent, topk=topk, observation=observation, kernel=kernel,
+            pooling=pooling, batch_size=batch_size, max_gen_toks=max_gen_toks, max_length=max_length).items()}
+        check_choice("method", method, METHODS)
+        if dtype is not None and dtype != "auto":
+            check_choice("dtype", dtype, DTYPES)
+        split = {k: args[k] for k in SPLIT_FIELDS if args[k] is not None}
+        if method == "full" and (args["budget"] is not None or split):
+            raise SnapevalError("method='full' takes no budget or split; allowed: method=snapstream|streamingllm|snapkv")
+        if args["budget"] is not None and args["budget"] < 2:
+            raise SnapevalError(f"budget={args['budget']} is invalid; allowed: an integer >= 2")
+        self.method = method
+        self.cache_config = method_config(method, budget=args["budget"], **split)
+        self.pretrained_name = str(pretrained)
+        model, tokenizer = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device)
+        self.dtype_name = str(model.dtype).replace("torch.", "")
+        kwargs.pop("tokenizer", None)
+        super().__init__(
+            pretrained=model, tokenizer=tokenizer, batch_size=args["batch_size"] or 1,
+            max_length=args["max_length"], device=device, **kwargs,
+        )
+        self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
+        self.stats = RunStats()
+
+    # --- identity -----------------------------------------------------------------------------------------
+    def describe(self) -> dict:
+        """The full configuration: what makes two runs comparable."""
+        import lm_eval
+        import transformers
+
+        config = self.cache_config.to_dict() if self.cache_config is not None else {}
+        return {
+            "model": self.pretrained_name,
+            "method": self.method,
+            "budget": config.get("budget"),
+            "split": config,
+            "dtype": self.dtype_name,
+            "max_length": self.max_length,
+            "max_gen_toks": self.max_gen_toks,
+            "versions": {"snapeval": snapeval.__version__, "lm_eval": lm_eval.__version__,
+                         "transformers": transformers.__version__, "torch": torch.__version__},
+        }
+
+    def cache_namespace(self) -> str:
+        identity = {k: v for k, v in self.describe().items() if k != "versions"}
+        return "snapeval-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+    def set_cache_hook(self, cache_hook) -> None:
+        dbdict = getattr(cache_hook, "dbdict", None)
+        if dbdict is not None and getattr(dbdict, "tablename", None) != self.cache_namespace():
+            # CachingLM and its hook share this SqliteDict: re-point both at this configuration's own table.
+            dbdict.tablename = self.cache_namespace()
+            dbdict.conn.execute(f'CREATE TABLE IF NOT EXISTS "{dbdict.tablename}" (key TEXT PRIMARY KEY, value BLOB)')
+            dbdict.conn.commit()
+        super().set_cache_hook(cache_hook)
+
+    def get_model_info(self) -> dict:
+        return {**super().get_model_info(), "snapeval": self.describe()}
+
+    @property
+    def max_gen_toks(self) -> int:
+        return self._snapeval_max_gen_toks
+
+    # --- generation -----------------------------------------------------------------------------------------
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        attention_mask = generation_kwargs.pop("attention_mask", None)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(context)
+        generation_kwargs["temperature"] = generation_kwargs.get("temperature", 0.0)
+        do_sample = generation_kwargs.get("do_sample")
+        if generation_kwargs["temperature"] == 0.0 and do_sample is None:
+            generation_kwargs["do_sample"] = do_sample = False
+        if do_sample is False and generation_kwargs["temperature"] == 0.0:
+            generation_kwargs.pop("temperature")
+        stopping = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+        run = generate_ids(
+            self.model, context, attention_mask, self.method, self.cache_config,
+            max_length=max_length, stopping_criteria=stopping, pad_token_id=self.tokenizer.pad_token_id,
+            use_cache=True, **generation_kwargs,
+        )
+        new = run.sequences[:, context.shape[1]:]
+        generated = int((new != self.tokenizer.pad_token_id).sum()) if self.tokenizer.pad_token_id is not None else new.numel()
+        self._record(context.shape[0], int(attention_mask.sum()), generated, run.prefill_seconds,
+                     run.cache.compress_seconds, run.decode_seconds, run.decode_steps * context.shape[0],
+                     run.cache.kv_bytes_per_row())
+        return run.sequences
+
+    def _record(self, requests, prompt_tokens, generated, prefill_s, compress_s, decode_s, decode_steps, kv_bytes):
+        s = self.stats
+        s.requests += requests
+        s.prompt_tokens += prompt_tokens
+        s.generated_tokens += generated
+        s.prefill_seconds += prefill_s
+        s.compress_seconds += compress_s
+        s.decode_seconds += decode_s
+        s.decode_token_steps += decode_steps
+        s.kv_cache_bytes = max(s.kv_cache_bytes, kv_bytes)
+
+    # --- scoring --------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
+        """``requests``: ``((context, continuation) | None, context_ids, continuation_ids)``.
+
+        Returns ``(sum of continuation log-probs, whether greedy decoding reproduces the continuation)``.
+        """
+        from tqdm import tqdm
+
+        order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][1]) + len(requests[i][2])))
+        batch_size = override_bs or (self.batch_size if isinstance(self.batch_size, int) else 1)
+        results: list[tuple[float, bool] | None] = [None] * len(requests)
+        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="Scoring (compressed context)")
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            scored = self._score_batch([requests[i] for i in idx])
+            for i, answer in zip(idx, scored):
+                results[i] = answer
+                if requests[i][0] is not None:
+                    self.cache_hook.add_partial("loglikelihood", requests[i][0], answer)
+            bar.update(len(idx))
+        bar.close()
+        return results
+
+    def _score_batch(self, batch):
+        device = self.device
+        contexts, continuations = [], []
+        for _, context_ids, continuation_ids in batch:
+            continuation_ids = list(continuation_ids)[-self.max_length :]
+            context_ids = list(context_ids) or [self.prefix_token_id]
+            room = self.max_length - len(continuation_ids)
+            contexts.append(context_ids[-room:] if room > 0 else context_ids[-1:])
+            continuations.append(continuation_ids)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ctx_len = max(map(len, contexts))
+        input_ids = torch.tensor([[pad] * (ctx_len - len(c)) + c for c in contexts], device=device)
+        mask = torch.tensor([[0] * (ctx_len - len(c)) + [1] * len(c) for c in contexts], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        from snapeval.cache import make_cache
+
+        cache = make_cache(self.model, self.method, self.cache_config)
+        if hasattr(cache, "padding"):
+            cache.padding = (mask == 0).sum(dim=1).cpu()
+        start = time.perf_counter()
+        first = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache)
+        prefill_s = time.perf_counter() - start
+        logits = [first.logits[:, -1:, :].float()]
+        cont_len = max(map(len, continuations))
+        if cont_len > 1:  # score continuation tokens 1.. against the compressed cache
+            cont_in = torch.tensor([(c[:-1] + [pad] * cont_len)[: cont_len - 1] for c in continuations], device=device)
+            lengths = mask.sum(-1, keepdim=True)
+            second = self.model(
+                input_ids=cont_in,
+                attention_mask=torch.cat([mask, torch.ones_like(cont_in)], dim=1),
+                position_ids=lengths + torch.arange(cont_len - 1, device=device),
+                past_key_values=cache,
+            )
+            logits.append(second.logits.float())
+        logprobs = F.log_softmax(torch.cat(logits, dim=1), dim=-1)  # [B, cont_len, V]
+        self._record(len(batch), int(mask.sum()), 0, prefill_s, cache.compress_seconds, 0.0, 0, cache.kv_bytes_per_row())
+        out = []
+        for row, cont in enumerate(continuations):
+            target = torch.tensor(cont, device=device)
+            lp = logprobs[row, : len(cont)]
+            total = float(lp.gather(-1, target[:, None]).sum())
+            greedy = bool((lp.argmax(-1) == target).all())
+            out.append((total, greedy))
+        return out
