@@ -4,7 +4,6 @@ from __future__ import annotations
 import io
 import json
 import os
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -147,7 +146,7 @@ def test_table_shape_and_measured_columns(table):
     assert len(frame) == 3 * 3 * 2 * 2  # models x tasks x policies x filters
     assert frame.groupby("cell_id")["primary"].sum().eq(1).all()
     row = frame[(frame["method"] == "snapstream") & frame["primary"]].iloc[0]
-    assert (row["budget"], row["sink"], row["recent"], row["topk"]) == (256, 4, 64, 188)
+    assert (row["budget"], row["sink"], row["recent"], row["topk"]) == (256, 4, 128, 124)
     assert row["kv_cache_bytes"] == 256 * 46080 and row["n_samples"] == 4
     csv = pd.read_csv(out / "results.csv")
     assert list(csv.columns) == COLUMNS and len(csv) == len(frame)

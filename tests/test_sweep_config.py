@@ -39,13 +39,13 @@ def test_grid_expansion_and_splits():
     assert [c.policy.label for c in cells] == ["full", "full", "snapstream@64", "snapstream@64", "snapstream@128",
                                                "snapstream@128", "streamingllm@64", "streamingllm@64"]
     snap = cells[2].policy
-    assert (snap.sink, snap.recent, snap.topk) == (4, 16, 44)  # default ring = a quarter of the budget
+    assert (snap.sink, snap.recent, snap.topk) == (4, 32, 28)  # the cache's default: a ring of half the budget
     assert snap.sink + snap.recent + snap.topk == snap.budget
     stream = cells[6].policy
     assert (stream.sink, stream.recent, stream.topk) == (4, 60, 0)
     args = cells[2].evaluate_kwargs()
     assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "dtype": "auto", "batch_size": 1,
-                                  "method": "snapstream", "budget": 64, "sink": 4, "recent": 16, "topk": 44,
+                                  "method": "snapstream", "budget": 64, "sink": 4, "recent": 32, "topk": 28,
                                   "observation": 32, "kernel": 5, "pooling": "avg"}
     assert args["tasks"] == ["snapeval_passkey"] and args["limit"] == 4 and args["seed"] == 0
     assert args["metadata"]["max_seq_lengths"] == [512] and args["metadata"]["pretrained"] == "smollm2-135m-instruct"
@@ -71,7 +71,7 @@ def test_identity_is_stable_and_ignores_key_order_and_paths(tmp_path):
     {"models": [{"pretrained": "smollm2-135m-instruct", "batch_size": 2}]},
     {"methods": ["full", {"method": "snapstream", "budgets": [64, 128], "sink": 8}],
      "_check": "budgeted"},
-    {"methods": ["full", {"method": "snapstream", "budgets": [64, 128], "recent": 0.5}], "_check": "budgeted"},
+    {"methods": ["full", {"method": "snapstream", "budgets": [64, 128], "recent": 0.75}], "_check": "budgeted"},
     {"methods": ["full", {"method": "snapstream", "budgets": [64, 128], "observation": 16}], "_check": "budgeted"},
     {"methods": ["full", {"method": "snapstream", "budgets": [64, 128], "pooling": "max"}], "_check": "budgeted"},
 ])
@@ -110,9 +110,12 @@ def test_data_file_hash_enters_identity(tmp_path):
     ({"methods": ["ful"]}, "methods[0].method", "full, snapstream, streamingllm, snapkv"),
     ({"methods": [{"method": "snapstream", "budget": [64]}]}, "methods[0]", "allowed keys: method, budgets"),
     ({"methods": [{"method": "snapstream", "budgets": [64], "pooling": "median"}]}, "methods[0].pooling", "avg, max"),
-    ({"methods": [{"method": "snapstream", "budgets": [0]}]}, "methods[0].budgets[0]", ">= 1"),
-    ({"methods": [{"method": "snapstream", "budgets": [64], "recent": 1.5}]}, "methods[0].recent", "(0, 1)"),
-    ({"methods": [{"method": "snapstream", "budgets": [8], "sink": 6, "recent": 4}]}, "methods[0]", "smaller than"),
+    ({"methods": [{"method": "snapstream", "budgets": [1]}]}, "methods[0].budgets[0]", ">= 2"),
+    ({"methods": [{"method": "snapstream", "budgets": [64], "recent": 1.5}]}, "methods[0].recent", "(0, 1]"),
+    ({"methods": [{"method": "snapstream", "budgets": [8], "sink": 6, "recent": 4}]}, "methods[0]",
+     "allowed: budget >= sink + recent"),
+    ({"methods": [{"method": "snapstream", "budgets": [64], "recent": 8}]}, "methods[0]",
+     "the observation window must fit in the ring"),
     ({"methods": [{"method": "snapstream", "budgets": [64], "kernel": 4}]}, "methods[0].kernel", "odd"),
     ({"methods": ["snapkv"]}, "methods[0].budgets", "needs budgets"),
     ({"methods": [{"method": "full", "budgets": [64]}]}, "methods[0]", "takes no budgets"),

@@ -74,6 +74,7 @@ class CellResult:
     wall_s: float | None = None
     harness_config: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, Any] = field(default_factory=dict)
+    data_records: dict[str, Any] = field(default_factory=dict)  # datasets the run loaded: source, sha256, rows
     finished_at: str = ""
     schema: int = SCHEMA_VERSION
 
@@ -208,6 +209,7 @@ def from_lm_eval(cell_id: str, identity: dict[str, Any], out: dict[str, Any], *,
         kv_cache_bytes=measured("kv_cache_bytes", int), decode_tokens_per_s=measured("decode_tokens_per_s", float),
         prefill_tokens_per_s=measured("prefill_tokens_per_s", float), prompt_tokens=measured("prompt_tokens", int),
         generated_tokens=measured("generated_tokens", int), wall_s=wall_s,
-        harness_config=dict(snap.get("config") or {}), versions=dict(snap.get("versions") or {}),
-        finished_at=finished_at,
+        harness_config=dict(snap.get("config") or {}),
+        versions=dict(snap.get("versions") or (snap.get("config") or {}).get("versions") or {}),
+        data_records=dict(snap.get("data") or {}), finished_at=finished_at,
     )

@@ -8,24 +8,26 @@ A config is plain YAML (see ``configs/quickstart.yaml`` for a commented example)
       - {name: passkey, limit: 20, metadata: {context_len: 2048}, generation: {max_gen_toks: 16}}
     methods:
       - full
-      - {method: snapstream, budgets: [256, 512], sink: 4, recent: 0.25}
+      - {method: snapstream, budgets: [256, 512], sink: 4, recent: 0.5}
     seeds: [0]
 
 Every mistake (an unknown key, a wrong type, a value out of range) raises :class:`~snapeval.errors.SnapevalError`
 with one line that names the field by its path in the file (``methods[1].recent``) and what is allowed.
 
-Budget split. A budgeted method keeps ``budget`` KV entries per layer and KV head. The split is resolved here, in
-the config, so that it is part of every cell's identity (a changed default can never silently reuse an old result):
+Budget split. A budgeted method keeps ``budget`` KV entries per layer and KV head. The split is resolved here, with
+the cache's own rules (:func:`snapeval.cache.method_config`), so that it is part of every cell's identity (a changed
+default can never silently reuse an old result):
 
 * ``snapstream``: ``sink`` + ``recent`` (ring buffer) + ``topk`` (SnapKV-selected middle tokens) = ``budget``;
-  ``recent`` is a token count (int) or a fraction of the budget (float in (0, 1)); ``topk`` is what is left.
+  ``recent`` is a token count (int) or a fraction of the budget (float in (0, 1]); ``topk`` is what is left.
 * ``streamingllm``: ``sink`` + ``recent`` = ``budget`` (no selection).
 * ``snapkv``: ``budget`` prompt entries chosen by SnapKV at prefill (the observation window included); the cache
   grows again while decoding, as in the original method.
 * ``full``: no budget; one cell per (model, task, seed) whatever the budgets are.
 
-Defaults (documented in :data:`SPLIT_DEFAULTS`): 4 sink tokens (StreamingLLM), a ring of a quarter of the budget,
-an observation window of 32 queries and an average-pooling kernel of 5 (SnapKV's reference code).
+Fields left out take the cache's documented defaults (:mod:`snapeval.cache.config`): 4 sinks, a ring of half the
+budget (at least the observation window), an observation window of 32 (SnapKV: at most half the budget) and an
+average-pooling kernel of 5.
 """
 from __future__ import annotations
 
@@ -33,22 +35,18 @@ import dataclasses
 import difflib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from snapeval.cache import METHODS
+from snapeval.cache.config import POOLINGS
 from snapeval.errors import SnapevalError
+from snapeval.models.presets import DTYPES as _PRESET_DTYPES
 
-METHODS = ("full", "snapstream", "streamingllm", "snapkv")
-BUDGETED_METHODS = ("snapstream", "streamingllm", "snapkv")
-POOLINGS = ("avg", "max")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", *_PRESET_DTYPES)
 EXECUTORS = ("inprocess", "ray")
 
-#: Split defaults. Sources: StreamingLLM keeps 4 attention sinks (arXiv 2309.17453); SnapKV's reference code uses an
-#: observation window of 32 and an average pool of kernel 5 (arXiv 2404.14469). The SnapStream paper does not
-#: publish its split; a ring of a quarter of the budget is snapeval's choice, overridable per method.
-SPLIT_DEFAULTS: dict[str, Any] = {"sink": 4, "recent": 0.25, "observation": 32, "kernel": 5, "pooling": "avg"}
 
 _SIM_HARDWARE_DEFAULT = "sn40l-16"
 
@@ -260,7 +258,7 @@ class MethodPoint:
             if any(getattr(self, f.name) is not None for f in dataclasses.fields(self) if f.name != "method"):
                 raise SnapevalError("method=full takes no budget or split fields")
             return
-        check.integer(self.budget, "budget", minimum=1)
+        check.integer(self.budget, "budget", minimum=2)
         if self.method in ("snapstream", "streamingllm"):
             parts = (self.sink or 0) + (self.recent or 0) + (self.topk or 0)
             if parts != self.budget or min(self.sink, self.recent, self.topk) < 0:
@@ -280,37 +278,45 @@ class MethodPoint:
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A method entry of the config: a policy and the budgets it is swept over, with its split settings."""
+    """A method entry of the config: a policy, the budgets it is swept over, and the split fields it sets.
+
+    ``None`` fields take the cache's defaults; ``recent`` is tokens (int) or a fraction of the budget (float).
+    """
 
     method: str
     budgets: tuple[int, ...] = ()
-    sink: int = SPLIT_DEFAULTS["sink"]
-    recent: float | int = SPLIT_DEFAULTS["recent"]
-    observation: int = SPLIT_DEFAULTS["observation"]
-    kernel: int = SPLIT_DEFAULTS["kernel"]
-    pooling: str = SPLIT_DEFAULTS["pooling"]
+    sink: int | None = None
+    recent: float | int | None = None
+    observation: int | None = None
+    kernel: int | None = None
+    pooling: str | None = None
 
     def points(self) -> list[MethodPoint]:
+        """One :class:`MethodPoint` per budget, split resolved by :func:`snapeval.cache.method_config`."""
+        from snapeval.cache import method_config
+
         if self.method == "full":
             return [MethodPoint("full")]
+        split = {k: getattr(self, k) for k in ("sink", "observation", "kernel", "pooling") if getattr(self, k) is not None}
+        if isinstance(self.recent, float):
+            split["recent_fraction"] = self.recent
+        elif self.recent is not None:
+            split["recent"] = self.recent
+        if self.method == "streamingllm":  # sinks + ring only
+            split = {k: v for k, v in split.items() if k == "sink"}
+        elif self.method == "snapkv":  # selection only
+            split = {k: v for k, v in split.items() if k in ("observation", "kernel", "pooling")}
         out = []
         for budget in self.budgets:
+            cfg = method_config(self.method, budget=budget, **split)
             if self.method == "snapkv":
-                out.append(MethodPoint("snapkv", budget=budget, observation=self.observation, kernel=self.kernel,
-                                       pooling=self.pooling))
-                continue
-            recent = int(round(self.recent * budget)) if isinstance(self.recent, float) else self.recent
-            recent = max(1, recent)
-            if self.method == "streamingllm":
-                recent = budget - self.sink
-                out.append(MethodPoint("streamingllm", budget=budget, sink=self.sink, recent=recent, topk=0))
-                continue
-            topk = budget - self.sink - recent
-            if topk < 0:
-                raise SnapevalError(f"methods[{self.method}]: budget {budget} is smaller than sink={self.sink} + "
-                                    f"recent={recent}; raise the budget or lower sink/recent")
-            out.append(MethodPoint("snapstream", budget=budget, sink=self.sink, recent=recent, topk=topk,
-                                   observation=self.observation, kernel=self.kernel, pooling=self.pooling))
+                out.append(MethodPoint("snapkv", budget=budget, observation=cfg.observation, kernel=cfg.kernel,
+                                       pooling=cfg.pooling))
+            elif self.method == "streamingllm":
+                out.append(MethodPoint("streamingllm", budget=budget, sink=cfg.sink, recent=cfg.recent, topk=0))
+            else:
+                out.append(MethodPoint("snapstream", budget=budget, sink=cfg.sink, recent=cfg.recent, topk=cfg.topk,
+                                       observation=cfg.observation, kernel=cfg.kernel, pooling=cfg.pooling))
         return out
 
 
@@ -436,7 +442,7 @@ def _parse_task(ctx: _Ctx, raw: Any, path: str, limit: int | None, generation: d
 
 
 def _parse_budgets(ctx: _Ctx, raw: Any, path: str) -> tuple[int, ...]:
-    budgets = [ctx.integer(b, f"{path}[{i}]", minimum=1) for i, b in enumerate(ctx.listof(raw, path))]
+    budgets = [ctx.integer(b, f"{path}[{i}]", minimum=2) for i, b in enumerate(ctx.listof(raw, path))]
     if len(set(budgets)) != len(budgets):
         raise ctx.fail(path, f"duplicate budgets in {budgets}")
     return tuple(budgets)
@@ -458,28 +464,30 @@ def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | Non
         own = budgets
     else:
         raise ctx.fail(f"{path}.budgets", f"method {method!r} needs budgets (here or in the top-level 'budgets')")
-    recent = raw.get("recent", SPLIT_DEFAULTS["recent"])
-    if isinstance(recent, bool) or not isinstance(recent, (int, float)):
-        raise ctx.fail(f"{path}.recent", f"expected tokens (int >= 1) or a fraction of the budget in (0, 1); got {recent!r}")
-    if isinstance(recent, float) and not 0 < recent < 1:
-        raise ctx.fail(f"{path}.recent", f"a fraction of the budget must lie in (0, 1); got {recent}")
-    if isinstance(recent, int) and recent < 1:
-        raise ctx.fail(f"{path}.recent", f"must be >= 1 token; got {recent}")
+    recent = raw.get("recent")
+    if recent is not None:
+        if isinstance(recent, bool) or not isinstance(recent, (int, float)):
+            raise ctx.fail(f"{path}.recent", f"expected tokens (int >= 1) or a fraction of the budget in (0, 1]; "
+                                             f"got {recent!r}")
+        if isinstance(recent, float) and not 0 < recent <= 1:
+            raise ctx.fail(f"{path}.recent", f"a fraction of the budget must lie in (0, 1]; got {recent}")
+        if isinstance(recent, int) and recent < 1:
+            raise ctx.fail(f"{path}.recent", f"must be >= 1 token; got {recent}")
+
+    def opt_int(key: str, minimum: int) -> int | None:
+        return ctx.integer(raw.get(key), f"{path}.{key}", minimum=minimum, optional=True)
+
     spec = MethodSpec(
-        method=method,
-        budgets=own,
-        sink=ctx.integer(raw.get("sink", SPLIT_DEFAULTS["sink"]), f"{path}.sink", minimum=0),
-        recent=recent,
-        observation=ctx.integer(raw.get("observation", SPLIT_DEFAULTS["observation"]), f"{path}.observation", minimum=1),
-        kernel=ctx.integer(raw.get("kernel", SPLIT_DEFAULTS["kernel"]), f"{path}.kernel", minimum=1),
-        pooling=ctx.string(raw.get("pooling", SPLIT_DEFAULTS["pooling"]), f"{path}.pooling", choices=POOLINGS),
+        method=method, budgets=own, sink=opt_int("sink", 0), recent=recent, observation=opt_int("observation", 1),
+        kernel=opt_int("kernel", 1),
+        pooling=ctx.string(raw["pooling"], f"{path}.pooling", choices=POOLINGS) if raw.get("pooling") else None,
     )
-    if spec.kernel % 2 == 0:
+    if spec.kernel is not None and spec.kernel % 2 == 0:
         raise ctx.fail(f"{path}.kernel", f"the pooling kernel must be odd (padding kernel//2 keeps the length); got {spec.kernel}")
     try:
         spec.points()
     except SnapevalError as exc:
-        raise ctx.fail(path, str(exc).split(": ", 1)[-1]) from None
+        raise ctx.fail(path, str(exc)) from None
     return spec
 
 

@@ -33,11 +33,9 @@ def file_sha256(path: Path) -> str:
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _HASH_CACHE:
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        _HASH_CACHE[key] = digest.hexdigest()
+        from snapeval.tasks.data import sha256_file
+
+        _HASH_CACHE[key] = sha256_file(path)
     return _HASH_CACHE[key]
 
 
