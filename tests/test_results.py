@@ -241,3 +241,21 @@ def test_real_simulator_join():
     small = prim.loc[("smollm2-135m-instruct", "longbench_v2", "full")]
     assert (small["sim_prompt_len"], small["sim_gen_len"]) == (6_896, 1_296)  # fit to SmolLM2's 8k context
     assert small["sim_length_source"] == "paper-table-3, fit to 8192-token context" and small["sim_fits"]
+
+
+def test_every_method_of_a_task_is_priced_at_the_full_cache_lengths():
+    """A compressed cache may change how long the model talks; the simulated deployment must not follow it."""
+    import dataclasses
+
+    cells = expand_grid(parse_config({**RAW, "models": ["llama-3.1-8b-instruct"], "tasks": RAW["tasks"][:1]}))
+    results = {}
+    for cell in cells:
+        res = from_lm_eval(cell.cell_id, cell.identity(), fake_evaluate(**cell.evaluate_kwargs()))
+        if cell.policy.method != "full":
+            res = dataclasses.replace(res, generated_tokens=res.generated_tokens * 5)
+        results[cell.cell_id] = res
+    frame = build_table([c.view() for c in cells], results, {}, simulate=fake_simulate)
+    assert set(frame["sim_gen_len"]) == {8} and set(frame["sim_prompt_len"]) == {2000}
+    no_full = [c for c in cells if c.policy.method != "full"]
+    frame = build_table([c.view() for c in no_full], results, {}, simulate=fake_simulate)
+    assert set(frame["sim_gen_len"]) == {40}  # without a full-cache cell: the mean over the task's cells

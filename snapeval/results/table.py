@@ -70,7 +70,33 @@ def fit_context(prompt: int, gen: int, context: int | None) -> tuple[int, int, b
     return min(prompt, context - gen), gen, True
 
 
-def sim_lengths(view: dict[str, Any], result: CellResult | None) -> tuple[int | None, int | None, str]:
+def measured_lengths(views: list[dict[str, Any]], results: dict[str, CellResult]) -> dict[tuple, tuple[int, int]]:
+    """Mean prompt and generated tokens per sample of each (model, task), from its full-cache cells.
+
+    One pair per (model, task), so that every method of a task is priced at the same deployment; the full cache's
+    output length is the task's natural one (a compressed cache can change how long a model talks). Without a
+    full-cache cell, the mean over all the task's cells.
+    """
+    full: dict[tuple, list[int]] = {}
+    every: dict[tuple, list[int]] = {}
+    for view in views:
+        result = results.get(view["cell_id"])
+        if result is None or not result.prompt_tokens or result.generated_tokens is None:
+            continue
+        docs = len({(s.subtask, s.doc_id) for s in result.samples}) or 1
+        for bucket in ([full] if view["method"] == "full" else []) + [every]:
+            acc = bucket.setdefault((view["model"], view["task"]), [0, 0, 0])
+            acc[0] += result.prompt_tokens
+            acc[1] += result.generated_tokens
+            acc[2] += docs
+    out = {}
+    for key, sums in every.items():
+        prompt, gen, docs = full.get(key, sums)
+        out[key] = (max(1, round(prompt / docs)), max(1, round(gen / docs)))
+    return out
+
+
+def sim_lengths(view: dict[str, Any], measured: tuple[int, int] | None) -> tuple[int | None, int | None, str]:
     """(prompt_len, gen_len, source) of the simulated deployment for one cell (see the module docstring)."""
     if view.get("sim_prompt_len") and view.get("sim_gen_len"):
         return int(view["sim_prompt_len"]), int(view["sim_gen_len"]), "config"
@@ -78,11 +104,8 @@ def sim_lengths(view: dict[str, Any], result: CellResult | None) -> tuple[int | 
     if family in TYPICAL_LENGTHS:
         prompt, gen = TYPICAL_LENGTHS[family]
         return view.get("sim_prompt_len") or prompt, view.get("sim_gen_len") or gen, "paper-table-3"
-    if result is not None and result.prompt_tokens and result.generated_tokens is not None:
-        docs = len({(s.subtask, s.doc_id) for s in result.samples}) or 1
-        prompt = view.get("sim_prompt_len") or max(1, round(result.prompt_tokens / docs))
-        gen = view.get("sim_gen_len") or max(1, round(result.generated_tokens / docs))
-        return int(prompt), int(gen), "measured-mean"
+    if measured is not None:
+        return view.get("sim_prompt_len") or measured[0], view.get("sim_gen_len") or measured[1], "measured-mean"
     return None, None, "unknown"
 
 
@@ -125,10 +148,10 @@ class _Simulator:
         self._memo[key] = out
         return out
 
-    def columns(self, view: dict[str, Any], result: CellResult | None) -> dict[str, Any]:
+    def columns(self, view: dict[str, Any], measured: tuple[int, int] | None) -> dict[str, Any]:
         cols: dict[str, Any] = {"sim_hardware": self.hardware}
         model = view.get("simulate_as") or view["model"]
-        prompt, gen, source = sim_lengths(view, result)
+        prompt, gen, source = sim_lengths(view, measured)
         if prompt is not None:
             context = self.max_context(model)
             prompt, gen, clamped = fit_context(prompt, gen, context)
@@ -180,6 +203,7 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
     import pandas as pd
 
     sim = _Simulator(simulate_settings, _default_simulate() if simulate == "default" else simulate)
+    lengths = measured_lengths(views, results)
     rows = []
     for view in views:
         result = results.get(view["cell_id"])
@@ -192,7 +216,8 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
             kv_cache_bytes=result.kv_cache_bytes, decode_tokens_per_s=result.decode_tokens_per_s,
             prefill_tokens_per_s=result.prefill_tokens_per_s, prompt_tokens=result.prompt_tokens,
             generated_tokens=result.generated_tokens, wall_s=result.wall_s, deterministic=result.deterministic,
-            generations_sha256=result.generations_sha256, **sim.columns(view, result),
+            generations_sha256=result.generations_sha256,
+            **sim.columns(view, lengths.get((view["model"], view["task"]))),
         )
         for m in result.metrics:
             rows.append({**cell_cols, "subtask": m.subtask, "metric": m.metric, "filter": m.filter,
