@@ -226,6 +226,7 @@ def test_real_simulator_join():
     """The table prices each cell with snapeval's simulator: Llama-3.1-8B BF16 KV is 131,072 bytes per token."""
     pytest.importorskip("snapeval.simulator")
     raw = {**RAW, "models": ["llama-3.1-8b-instruct", "smollm2-135m-instruct"],
+           "methods": ["full", {"method": "snapstream", "budgets": [256]}, {"method": "snapkv", "budgets": [256]}],
            "tasks": [{"name": "aime24_snapeval", "data_files": [], "limit": 2},
                      {"name": "longbench_v2", "data_files": [], "limit": 2}]}
     cells = expand_grid(parse_config(raw))
@@ -236,6 +237,11 @@ def test_real_simulator_join():
     llama_snap = prim.loc[("llama-3.1-8b-instruct", "aime24_snapeval", "snapstream")]
     assert llama_full["sim_kv_bytes_per_seq"] == 131_072 * (140 + 15_424)
     assert llama_snap["sim_kv_bytes_per_seq"] == 131_072 * 256
+    # SnapKV keeps every generated token: its cache ends at min(prompt, budget) + output
+    snapkv_aime = prim.loc[("llama-3.1-8b-instruct", "aime24_snapeval", "snapkv")]
+    assert snapkv_aime["sim_kv_bytes_per_seq"] == llama_full["sim_kv_bytes_per_seq"]  # 140-token prompt < budget
+    snapkv_lb = prim.loc[("llama-3.1-8b-instruct", "longbench_v2", "snapkv")]
+    assert snapkv_lb["sim_kv_bytes_per_seq"] == 131_072 * (256 + 1_296)
     assert llama_snap["sim_max_batch"] > llama_full["sim_max_batch"] > 0
     assert llama_snap["sim_decode_tokens_per_s"] > llama_full["sim_decode_tokens_per_s"] > 0
     small = prim.loc[("smollm2-135m-instruct", "longbench_v2", "full")]

@@ -17,16 +17,18 @@ class ReportPaths:
     plots: list[Path] = field(default_factory=list)
 
 
-def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> ReportPaths:
+def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
+                 rebuild: bool = True) -> ReportPaths:
     """Write ``report.md``, ``comparison.csv``, ``accuracy_vs_budget.csv`` and the PNG plots.
 
-    ``out_dir`` defaults to ``<results_dir>/report``.
+    ``out_dir`` defaults to ``<results_dir>/report``. With ``rebuild`` the tidy table is first re-derived from the
+    cell files (so the current simulator prices them) and saved; otherwise ``results.parquet`` is used as is.
     """
     from snapeval.report import plots, tables
     from snapeval.results.store import ResultsStore, atomic_write_text
 
     store = ResultsStore(results_dir)
-    table = store.load_table()
+    table = store.rebuild_table() if rebuild else store.load_table()
     if table.empty or not table["primary"].any():
         raise SnapevalError(f"{results_dir}: no finished cells to report on")
     out = Path(out_dir) if out_dir is not None else store.root / "report"

@@ -31,13 +31,15 @@ def _figure(n_panels: int):
     return fig, list(axes.flat[:n_panels])
 
 
-def _plain_log_axis(ax) -> None:
-    """Log x axis with plain-number major labels and no minor labels (they overlap on short ranges)."""
+def _plain_x_axis(ax, values) -> None:
+    """Log x axis when the values span more than a decade, else linear; plain-number labels either way."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    ax.set_xscale("log")
+    values = [float(v) for v in values if v and v > 0]
+    if values and max(values) / min(values) > 10:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.3g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _methods(frame: pd.DataFrame) -> list[str]:
@@ -94,7 +96,7 @@ def accuracy_vs_budget(pts: pd.DataFrame, model: str):
 
 
 def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str):
-    """Accuracy vs simulated KV-cache memory per sequence of the full-size deployment (MiB, log axis)."""
+    """Accuracy vs simulated KV-cache memory per sequence of the full-size deployment (MiB)."""
     frame = pts[(pts["model"] == model) & pts["sim_kv_bytes_per_seq"].notna()]
     if frame.empty:
         return None
@@ -106,7 +108,7 @@ def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str):
                         marker=MARKERS.get(method, "o"), color=COLORS.get(method), capsize=3,
                         ls="none" if method == "full" else "-", label=_label(method))
         row = sub.iloc[0]
-        _plain_log_axis(ax)
+        _plain_x_axis(ax, sub["sim_kv_bytes_per_seq"] / 2 ** 20)
         ax.set_title(f"{task} (sim: {row['sim_prompt_len']:,} in / {row['sim_gen_len']:,} out tokens)", fontsize=9)
         ax.set_xlabel(f"simulated KV cache per sequence (MiB), {row['sim_model']}")
 
@@ -142,7 +144,7 @@ def accuracy_throughput_pareto(pts: pd.DataFrame, model: str):
         front = pareto_front(xs, ys)
         ax.plot([xs[i] for i in front], [ys[i] for i in front], color="gray", lw=1, ls=":", label="Pareto front",
                 zorder=0)
-        _plain_log_axis(ax)
+        _plain_x_axis(ax, xs)
         ax.set_title(task)
         ax.set_xlabel("simulated decode throughput (tokens/s, largest batch that fits)")
 

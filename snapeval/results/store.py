@@ -22,12 +22,15 @@ from snapeval.errors import SnapevalError
 from snapeval.results.schema import CellResult
 
 MANIFEST_FORMAT = "snapeval-manifest/1"
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the complete new one, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; results are ordinary files
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -150,9 +153,16 @@ class ResultsStore:
         parquet, _ = self.table_paths
         if parquet.is_file():
             return pd.read_parquet(parquet)
+        return self.rebuild_table(write=False)
+
+    def rebuild_table(self, write: bool = True):
+        """Re-derive the table from the manifest and the cell files (with the current simulator), and save it."""
         from snapeval.results.table import build_table
 
         manifest = self.read_manifest()
-        return build_table(manifest["cells"], {r.cell_id: r for r in self.finished()}, manifest.get("simulate") or {})
+        table = build_table(manifest["cells"], {r.cell_id: r for r in self.finished()}, manifest.get("simulate") or {})
+        if write and not table.empty:
+            self.write_table(table)
+        return table
 
 

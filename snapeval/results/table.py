@@ -3,7 +3,8 @@
 Measured columns come from the run itself (accuracy, stderr, n, KV-cache bytes, tokens/s on this machine). The
 ``sim_*`` columns price the *matching full-size deployment* on SN40L with :func:`snapeval.simulator.simulate_point`:
 the model preset at its real size, the task's real typical prompt and output lengths, and the cell's budget (``full``
-cells: no budget). ``sim_full_*`` columns price the same deployment with a full cache, so that every row carries its
+cells: no budget; SnapKV: the budget plus the generated tokens, since its cache grows while decoding).
+``sim_full_*`` columns price the same deployment with a full cache, so that every row carries its
 own memory reduction and throughput gain.
 
 Typical lengths, in order of precedence: the task's ``sim`` entry in the config; the mean lengths of the SnapStream
@@ -109,6 +110,14 @@ def sim_lengths(view: dict[str, Any], measured: tuple[int, int] | None) -> tuple
     return None, None, "unknown"
 
 
+def sim_budget(method: str | None, budget: int | None, gen_len: int) -> int | None:
+    """The simulator's cache cap for a policy: SnapStream and StreamingLLM stop at the budget; SnapKV compresses
+    the prompt only and keeps every generated token, so its cache ends at ``budget + gen_len``."""
+    if budget is None:
+        return None
+    return budget + gen_len if method == "snapkv" else budget
+
+
 class _Simulator:
     """Memoized SN40L pricing of (model, prompt, gen, budget) points, with the batch policy of the sweep."""
 
@@ -165,7 +174,7 @@ class _Simulator:
         if prompt is None:
             return {**cols, "sim_note": "no prompt/output lengths for this task (set tasks[].sim in the config)"}
         try:
-            point = self._point(model, prompt, gen, view.get("budget"))
+            point = self._point(model, prompt, gen, sim_budget(view.get("method"), view.get("budget"), gen))
             full = self._point(model, prompt, gen, None)
         except Exception as exc:  # a model that is not a preset, a length past its context: say so in the row
             return {**cols, "sim_note": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}

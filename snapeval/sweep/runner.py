@@ -53,6 +53,12 @@ def _fmt_duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def last_line(error: str | None) -> str:
+    """The last line of a traceback: the exception and its message."""
+    lines = (error or "").strip().splitlines()
+    return lines[-1] if lines else "unknown error"
+
+
 def headline(result: CellResult, metric: str | None = None) -> str:
     """``exact_match=0.850 ± 0.080 (n=20)`` for a cell's headline metric."""
     mine = [m for m in result.metrics if metric in (m.metric, m.key)] if metric else []
@@ -111,8 +117,7 @@ class Progress:
                         f"in {_fmt_duration(result.wall_s)}")
         else:
             self.failed += 1
-            last = (error or "").strip().splitlines()[-1:] or ["unknown error"]
-            self._print(f"  !! FAILED  {cell.label}: {last[0]}")
+            self._print(f"  !! FAILED  {cell.label}: {last_line(error)}")
         self._print(f"snapeval sweep {self.bar()}")
 
 
@@ -215,7 +220,7 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
         else:
             path = store.write_error(cell.cell_id, cell.label, error or "")
             summary.failed.append((cell.label, str(path)))
-            status[cell.cell_id] = ("FAILED", (error or "").strip().splitlines()[-1:][0] if error else "")
+            status[cell.cell_id] = ("FAILED", last_line(error))
         progress.ended(cell, result, error)
 
     finished = {c.cell_id: store.read(c.cell_id) for c in cells if store.cell_path(c.cell_id).is_file()}
@@ -228,7 +233,7 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
         if report:
             from snapeval.report import build_report
 
-            summary.report = build_report(out_dir).markdown
+            summary.report = build_report(out_dir, rebuild=False).markdown
     summary.wall_s = time.monotonic() - t0
     return summary
 
