@@ -190,11 +190,11 @@ def compare(baseline: list[Entry], current: list[Entry], *, z: float = DEFAULT_Z
         for bm in base.result.metrics:
             cm = cur_metrics.get((bm.subtask, bm.key))
             name = bm.key if bm.subtask == base.view.get("task") else f"{bm.subtask}/{bm.key}"
+            if bm.value is None:  # e.g. a per-length score of a length this cell does not have: nothing to guard
+                continue
             if cm is None or cm.value is None:
                 out.findings.append(Finding("missing", base.label, f"{name}: missing from the current results"))
                 cell_ok = False
-                continue
-            if bm.value is None:
                 continue
             drop = (bm.value - cm.value) if bm.higher_is_better else (cm.value - bm.value)
             tol = tolerance(bm.stderr, cm.stderr, z, floor)

@@ -120,6 +120,11 @@ def _entry(value, stderr, higher=True, key_model="m"):
     return Entry({"model": key_model, "task": "t", "method": "full", "seed": 0}, result)
 
 
+def test_metrics_without_a_baseline_value_are_not_compared():
+    assert not compare([_entry(None, None)], [_entry(None, None)]).failed
+    assert compare([_entry(0.5, 0.01)], [_entry(None, None)]).count("missing") == 1
+
+
 def test_lower_is_better_metric_rising_is_a_drop():
     assert compare([_entry(0.10, 0.01, higher=False)], [_entry(0.30, 0.01, higher=False)]).failed
     assert not compare([_entry(0.30, 0.01, higher=False)], [_entry(0.10, 0.01, higher=False)]).failed
