@@ -1,0 +1,84 @@
+"""Reports: markdown and CSV comparison tables and PNG plots from a results directory."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from snapeval.errors import SnapevalError
+
+
+@dataclass
+class ReportPaths:
+    """Files a report wrote."""
+
+    markdown: Path
+    csvs: list[Path] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+
+
+def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
+                 rebuild: bool = True) -> ReportPaths:
+    """Write ``report.md``, ``comparison.csv``, ``accuracy_vs_budget.csv`` and the PNG plots.
+
+    ``out_dir`` defaults to ``<results_dir>/report``. With ``rebuild`` the tidy table is first re-derived from the
+    cell files (so the current simulator prices them) and saved; otherwise ``results.parquet`` is used as is.
+    """
+    from snapeval.report import plots, tables
+    from snapeval.results.store import ResultsStore, atomic_write_text
+
+    store = ResultsStore(results_dir)
+    table = store.rebuild_table() if rebuild else store.load_table()
+    if table.empty or not table["primary"].any():
+        raise SnapevalError(f"{results_dir}: no finished cells to report on")
+    out = Path(out_dir) if out_dir is not None else store.root / "report"
+    out.mkdir(parents=True, exist_ok=True)
+
+    comp = tables.comparison(table)
+    comp_csv = out / "comparison.csv"
+    atomic_write_text(comp_csv, comp.to_csv(index=False))
+    pivots = tables.accuracy_vs_budget(table)
+    acc_csv = out / "accuracy_vs_budget.csv"
+    acc_long = tables.points(table)[["model", "task", "metric", "method", "budget", "value", "stderr", "n_samples",
+                                     "seeds"]]
+    atomic_write_text(acc_csv, acc_long.to_csv(index=False))
+    pngs = plots.write_plots(comp, out)
+
+    name = store.read_manifest().get("sweep", store.root.name) if store.manifest_path.is_file() else store.root.name
+    md = [f"# snapeval report: {name}", "",
+          f"Results: `{store.root}` ({table['cell_id'].nunique()} cells, {len(table)} metric rows). Accuracy is each "
+          "task's headline metric ± its stderr (lm-eval). `sim` columns are the SN40L simulation of the matching "
+          "full-size deployment (the model preset at its real size, the task's typical prompt/output lengths, "
+          "the budget); measured KV bytes are this run's cache. Reductions are full / compressed; gains are "
+          "compressed / full.", ""]
+    sims = comp.drop_duplicates(["model", "task"])
+    for (model, task), text in tables.comparison_markdown(comp).items():
+        pivot = pivots[(model, task)]
+        md += [f"## {model} — {task}", "", "Accuracy vs budget:", "", _pivot_markdown(pivot), "", "Delta vs full cache, memory and simulated throughput:", "", text, ""]
+        row = sims[(sims["model"] == model) & (sims["task"] == task)].iloc[0]
+        if not _isna(row["sim_model"]) and not _isna(row["sim_prompt_len"]):
+            md += [f"Simulated deployment: `{row['sim_model']}` on `{row['sim_hardware']}`, "
+                   f"{int(row['sim_prompt_len']):,} prompt / {int(row['sim_gen_len']):,} output tokens, "
+                   f"batch = largest that fits (capped).", ""]
+    notes = table.loc[table["sim_note"].fillna("") != "", ["model", "task", "sim_note"]].drop_duplicates()
+    if not notes.empty:
+        md += ["## Simulation notes", ""] + [f"- {r.model} / {r.task}: {r.sim_note}" for r in notes.itertuples()] + [""]
+    if pngs:
+        md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
+    md_path = out / "report.md"
+    atomic_write_text(md_path, "\n".join(md))
+    return ReportPaths(markdown=md_path, csvs=[comp_csv, acc_csv], plots=pngs)
+
+
+def _isna(value) -> bool:
+    import pandas as pd
+
+    return value is None or bool(pd.isna(value))
+
+
+def _pivot_markdown(pivot) -> str:
+    cols = [str(c) for c in pivot.columns]
+    lines = ["| method | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
+    for method, row in pivot.iterrows():
+        lines.append(f"| {method} | " + " | ".join(str(v) for v in row.tolist()) + " |")
+    return "\n".join(lines)

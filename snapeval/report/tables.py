@@ -1,0 +1,149 @@
+"""Comparison tables from the tidy results table: accuracy vs budget, delta vs full cache, memory, throughput.
+
+All tables use each cell's headline metric (``primary`` rows). Several seeds of one point are averaged: the value
+is the mean, the stderr that of the mean of independent estimates (``sqrt(sum se_i^2) / k``) and ``n`` the total.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+POINT = ["model", "task", "method", "budget"]
+METHOD_ORDER = {"full": 0, "snapstream": 1, "snapkv": 2, "streamingllm": 3}
+
+_SIM_COLS = ["sim_model", "sim_hardware", "sim_prompt_len", "sim_gen_len", "sim_kv_bytes_per_seq",
+             "sim_full_kv_bytes_per_seq", "sim_max_batch", "sim_full_max_batch", "sim_decode_tokens_per_s",
+             "sim_full_decode_tokens_per_s", "sim_batch"]
+
+
+def _sort(frame: pd.DataFrame) -> pd.DataFrame:
+    """Models and tasks in the sweep's order, then full, snapstream, snapkv, streamingllm, then budget."""
+    rank = {col: {v: i for i, v in enumerate(dict.fromkeys(frame[col]))} for col in ("model", "task")}
+    keys = frame.assign(_model=frame["model"].map(rank["model"]), _task=frame["task"].map(rank["task"]),
+                        _m=frame["method"].map(lambda m: METHOD_ORDER.get(m, 9)),
+                        _b=frame["budget"].astype("Float64").fillna(-1.0))
+    return (keys.sort_values(["_model", "_task", "_m", "method", "_b"], kind="stable")
+            .drop(columns=["_model", "_task", "_m", "_b"]).reset_index(drop=True))
+
+
+def points(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, task, method, budget): headline accuracy (seed-averaged), measured and simulated cost."""
+    primary = table[table["primary"]].copy()
+    if primary.empty:
+        return pd.DataFrame(columns=POINT + ["metric", "value", "stderr", "n_samples", "seeds"])
+    primary["metric_name"] = primary["metric"] + "," + primary["filter"]
+    primary["_se2"] = primary["stderr"] ** 2
+    grouped = primary.groupby(POINT, dropna=False, sort=False)
+    out = grouped.agg(metric=("metric_name", "first"), value=("value", "mean"), _se2=("_se2", "sum"),
+                      _se_missing=("stderr", lambda s: s.isna().any()), n_samples=("n_samples", "sum"),
+                      seeds=("seed", "nunique"), kv_cache_bytes=("kv_cache_bytes", "mean"),
+                      decode_tokens_per_s=("decode_tokens_per_s", "mean"),
+                      **{c: (c, "first") for c in _SIM_COLS}).reset_index()
+    out["stderr"] = (out["_se2"] ** 0.5 / out["seeds"]).where(~out["_se_missing"].astype(bool))
+    return _sort(out.drop(columns=["_se2", "_se_missing"]))
+
+
+def comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """Every point with its delta vs the full cache of the same model and task, memory reduction and throughput gain.
+
+    ``delta`` = value - full value, ``delta_stderr`` = sqrt(se^2 + se_full^2). Reductions are full / compressed
+    (2.0 = half the memory); gains are compressed / full (2.0 = twice the throughput). Measured ratios use this
+    machine's KV bytes; simulated ones the SN40L deployment of the ``sim_model``.
+    """
+    pts = points(table)
+    full = pts[pts["method"] == "full"].set_index(["model", "task"])
+
+    def ref(row, col):
+        key = (row["model"], row["task"])
+        return full.at[key, col] if key in full.index else float("nan")
+
+    rows = []
+    for _, row in pts.iterrows():
+        fv, fse, fkv = ref(row, "value"), ref(row, "stderr"), ref(row, "kv_cache_bytes")
+        rows.append({
+            "delta": row["value"] - fv,
+            "delta_stderr": math.sqrt(row["stderr"] ** 2 + fse ** 2),
+            "kv_reduction_measured": fkv / row["kv_cache_bytes"] if row["kv_cache_bytes"] else float("nan"),
+            "kv_reduction_sim": _ratio(row["sim_full_kv_bytes_per_seq"], row["sim_kv_bytes_per_seq"]),
+            "batch_gain_sim": _ratio(row["sim_max_batch"], row["sim_full_max_batch"]),
+            "throughput_gain_sim": _ratio(row["sim_decode_tokens_per_s"], row["sim_full_decode_tokens_per_s"]),
+        })
+    return pd.concat([pts, pd.DataFrame(rows, index=pts.index)], axis=1)
+
+
+def _ratio(num, den) -> float:
+    try:
+        num, den = float(num), float(den)
+    except (TypeError, ValueError):
+        return float("nan")
+    return num / den if den and not (math.isnan(num) or math.isnan(den)) else float("nan")
+
+
+def budget_label(method: str, budget) -> str:
+    return "full" if method == "full" or pd.isna(budget) else str(int(budget))
+
+
+def accuracy_vs_budget(table: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """Per (model, task): methods as rows, budgets as columns, "value ± stderr" cells."""
+    pts = points(table)
+    out = {}
+    for (model, task), frame in pts.groupby(["model", "task"], sort=False):
+        frame = frame.assign(budget_label=[budget_label(m, b) for m, b in zip(frame["method"], frame["budget"])],
+                             cell=[_pm(v, s) for v, s in zip(frame["value"], frame["stderr"])])
+        budgets = sorted({int(b) for b in frame["budget"].dropna()})
+        cols = (["full"] if (frame["method"] == "full").any() else []) + [str(b) for b in budgets]
+        pivot = frame.pivot(index="method", columns="budget_label", values="cell").reindex(columns=cols).fillna("")
+        pivot = pivot.loc[sorted(pivot.index, key=lambda m: METHOD_ORDER.get(m, 9))]
+        pivot.columns.name = f"budget ({frame['metric'].iloc[0]})"
+        out[(model, task)] = pivot
+    return out
+
+
+def _pm(value, stderr, digits: int = 3) -> str:
+    if value is None or pd.isna(value):
+        return "n/a"
+    return f"{value:.{digits}f}" + ("" if stderr is None or pd.isna(stderr) else f" ± {stderr:.{digits}f}")
+
+
+def _fmt(value, kind: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or pd.isna(value):
+        return "–"
+    if kind == "x":
+        return f"{value:.2f}x"
+    if kind == "bytes":
+        return _bytes(value)
+    if kind == "signed":
+        return f"{value:+.3f}"
+    if kind == "int":
+        return f"{int(value):,}"
+    return f"{value:,.1f}"
+
+
+def _bytes(value: float) -> str:
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def comparison_markdown(comp: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Per (model, task): a markdown table of accuracy, delta vs full, memory reduction and throughput gain."""
+    header = ("| method | budget | accuracy | Δ vs full | measured KV | KV reduction (measured) | sim KV / seq "
+              "| KV reduction (sim) | sim max batch | sim decode tok/s | throughput gain (sim) |")
+    rule = "|" + " --- |" * (header.count("|") - 1)
+    out = {}
+    for (model, task), frame in comp.groupby(["model", "task"], sort=False):
+        lines = [header, rule]
+        for _, r in frame.iterrows():
+            delta = "" if r["method"] == "full" else (
+                f"{_fmt(r['delta'], 'signed')} ± {r['delta_stderr']:.3f}" if not pd.isna(r["delta_stderr"])
+                else _fmt(r["delta"], "signed"))
+            lines.append("| " + " | ".join([
+                r["method"], budget_label(r["method"], r["budget"]), _pm(r["value"], r["stderr"]), delta or "–",
+                _fmt(r["kv_cache_bytes"], "bytes"), _fmt(r["kv_reduction_measured"], "x"),
+                _fmt(r["sim_kv_bytes_per_seq"], "bytes"), _fmt(r["kv_reduction_sim"], "x"),
+                _fmt(r["sim_max_batch"], "int"), _fmt(r["sim_decode_tokens_per_s"], "num"),
+                _fmt(r["throughput_gain_sim"], "x")]) + " |")
+        out[(model, task)] = "\n".join(lines)
+    return out

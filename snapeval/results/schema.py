@@ -1,0 +1,215 @@
+"""Typed per-cell results, built from lm-eval's results dict and snapeval's measurements of the run.
+
+One :class:`CellResult` is one finished cell of a sweep: its identity, every metric lm-eval reported (with stderr
+and sample count), the generated text of every sample (what regression checks compare for greedy cells), and the
+KV-cache bytes and tokens/s measured during the run. It round-trips through JSON (``to_json`` / ``from_json``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from snapeval.errors import SnapevalError
+
+SCHEMA_VERSION = 1
+
+
+def _number(value: Any) -> float | None:
+    """lm-eval writes a missing stderr as the string "N/A"; keep numbers, map the rest to None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    """One aggregated metric of one (sub)task: ``metric`` under lm-eval filter ``filter``."""
+
+    subtask: str
+    metric: str
+    filter: str
+    value: float | None
+    stderr: float | None
+    n: int
+    higher_is_better: bool = True
+
+    @property
+    def key(self) -> str:
+        """lm-eval's own spelling, ``metric,filter``."""
+        return f"{self.metric},{self.filter}"
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One document of one (sub)task: what the model generated and how each metric/filter scored it."""
+
+    subtask: str
+    doc_id: int
+    target: str
+    generations: tuple[str, ...]  # raw generated text, one per repeat; empty for log-likelihood tasks
+    scores: dict[str, float]  # {"metric,filter": per-sample score}
+    greedy: bool
+
+
+@dataclass
+class CellResult:
+    """A finished cell. ``identity`` is the dict hashed into ``cell_id`` (see :mod:`snapeval.sweep.grid`)."""
+
+    cell_id: str
+    identity: dict[str, Any]
+    metrics: list[MetricValue]
+    samples: list[SampleRecord]
+    kv_cache_bytes: int | None = None
+    decode_tokens_per_s: float | None = None
+    prefill_tokens_per_s: float | None = None
+    prompt_tokens: int | None = None
+    generated_tokens: int | None = None
+    wall_s: float | None = None
+    harness_config: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)
+    data_records: dict[str, Any] = field(default_factory=dict)  # datasets the run loaded: source, sha256, rows
+    finished_at: str = ""
+    schema: int = SCHEMA_VERSION
+
+    # ---------------------------------------------------------------------------------------------------------------
+    @property
+    def deterministic(self) -> bool:
+        """True when every sample was decoded greedily (so its text must reproduce exactly)."""
+        return bool(self.samples) and all(s.greedy for s in self.samples)
+
+    @property
+    def has_generations(self) -> bool:
+        return any(s.generations for s in self.samples)
+
+    @property
+    def generations_sha256(self) -> str | None:
+        """Hash of every sample's generated text, in (subtask, doc_id) order; None for log-likelihood cells."""
+        if not self.has_generations:
+            return None
+        payload = [[s.subtask, s.doc_id, list(s.generations)] for s in sorted(self.samples, key=_sample_key)]
+        return hashlib.sha256(json.dumps(payload, ensure_ascii=True).encode()).hexdigest()
+
+    def generations_by_doc(self) -> dict[tuple[str, int], tuple[str, ...]]:
+        return {(s.subtask, s.doc_id): s.generations for s in self.samples}
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["deterministic"] = self.deterministic
+        data["generations_sha256"] = self.generations_sha256
+        return json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CellResult":
+        try:
+            if data.get("schema") != SCHEMA_VERSION:
+                raise SnapevalError(f"result schema {data.get('schema')!r} is not supported; expected {SCHEMA_VERSION}")
+            data = {k: v for k, v in data.items() if k not in ("deterministic", "generations_sha256")}
+            data["metrics"] = [MetricValue(**m) for m in data["metrics"]]
+            data["samples"] = [SampleRecord(**{**s, "generations": tuple(s["generations"])}) for s in data["samples"]]
+            return cls(**data)
+        except (KeyError, TypeError) as exc:
+            raise SnapevalError(f"cell result {data.get('cell_id', '?')!r} is malformed: {exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> "CellResult":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SnapevalError(f"cell result is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise SnapevalError("cell result is not a JSON object")
+        return cls.from_dict(data)
+
+
+def _sample_key(s: SampleRecord) -> tuple[str, int]:
+    return (s.subtask, s.doc_id)
+
+
+def _is_greedy(arguments: Any) -> bool:
+    """Whether lm-eval's logged request arguments ask for greedy decoding (its default when nothing is said)."""
+    for arg in arguments or ():
+        if isinstance(arg, (list, tuple)) and len(arg) >= 2 and isinstance(arg[1], dict):
+            kw = arg[1]
+            if kw.get("do_sample"):
+                temp = _number(kw.get("temperature"))
+                if temp is None or temp > 0:
+                    return False
+            elif _number(kw.get("temperature")) not in (None, 0.0) and "do_sample" not in kw:
+                return False
+    return True
+
+
+def _samples_of(task: str, rows: list[dict]) -> list[SampleRecord]:
+    """Collapse lm-eval's per-filter sample rows (one row per doc and filter) into one record per doc."""
+    by_doc: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        doc_id = int(row["doc_id"])
+        rec = by_doc.setdefault(doc_id, {"target": str(row.get("target", "")), "generations": (), "scores": {},
+                                         "greedy": True, "output_type": None})
+        resps = row.get("resps") or []
+        texts = [r[0] for r in resps if isinstance(r, (list, tuple)) and r and isinstance(r[0], str)]
+        if texts and not rec["generations"]:
+            rec["generations"] = tuple(texts)
+        rec["greedy"] = rec["greedy"] and _is_greedy(row.get("arguments"))
+        filt = row.get("filter", "none")
+        for metric in row.get("metrics") or ():
+            score = _number(row.get(metric))
+            if score is not None:
+                rec["scores"][f"{metric},{filt}"] = score
+    return [SampleRecord(subtask=task, doc_id=d, target=r["target"], generations=r["generations"], scores=r["scores"],
+                         greedy=r["greedy"]) for d, r in sorted(by_doc.items())]
+
+
+def metrics_of(out: dict[str, Any]) -> list[MetricValue]:
+    """Every ``metric,filter`` value of every (sub)task in an lm-eval results dict, with stderr and n."""
+    metrics = []
+    higher = out.get("higher_is_better") or {}
+    n_samples = out.get("n-samples") or {}
+    for task, values in sorted((out.get("results") or {}).items()):
+        n = n_samples.get(task, {}).get("effective")
+        if n is None:
+            n = values.get("sample_len", 0)
+        for key, value in values.items():
+            if "," not in key or "_stderr," in key:
+                continue
+            metric, filt = key.split(",", 1)
+            metrics.append(MetricValue(
+                subtask=task, metric=metric, filter=filt, value=_number(value),
+                stderr=_number(values.get(f"{metric}_stderr,{filt}")), n=int(n or 0),
+                higher_is_better=bool(higher.get(task, {}).get(metric, True)),
+            ))
+    return metrics
+
+
+def from_lm_eval(cell_id: str, identity: dict[str, Any], out: dict[str, Any], *, wall_s: float | None = None,
+                 finished_at: str = "") -> CellResult:
+    """Build a :class:`CellResult` from :func:`snapeval.harness.evaluate`'s return value."""
+    if not isinstance(out, dict) or "results" not in out:
+        raise SnapevalError(f"cell {cell_id}: the evaluation returned no lm-eval results")
+    metrics = metrics_of(out)
+    if not metrics:
+        raise SnapevalError(f"cell {cell_id}: lm-eval reported no metrics (did the task run any sample?)")
+    samples = [s for task, rows in sorted((out.get("samples") or {}).items()) for s in _samples_of(task, rows)]
+    snap = out.get("snapeval") or {}
+
+    def measured(key, kind):
+        value = _number(snap.get(key))
+        return None if value is None else kind(value)
+
+    return CellResult(
+        cell_id=cell_id, identity=identity, metrics=metrics, samples=samples,
+        kv_cache_bytes=measured("kv_cache_bytes", int), decode_tokens_per_s=measured("decode_tokens_per_s", float),
+        prefill_tokens_per_s=measured("prefill_tokens_per_s", float), prompt_tokens=measured("prompt_tokens", int),
+        generated_tokens=measured("generated_tokens", int), wall_s=wall_s,
+        harness_config=dict(snap.get("config") or {}),
+        versions=dict(snap.get("versions") or (snap.get("config") or {}).get("versions") or {}),
+        data_records=dict(snap.get("data") or {}), finished_at=finished_at,
+    )

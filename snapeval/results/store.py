@@ -1,0 +1,168 @@
+"""A results directory: one JSON file per finished cell, a manifest of the sweep's grid, and the tidy table.
+
+Layout::
+
+    <dir>/cells/<cell_id>.json         finished cells (written atomically: tmp file, fsync, rename)
+    <dir>/cells/<cell_id>.error.txt    the traceback of a cell that failed (it is retried on the next run)
+    <dir>/manifest.json                the last sweep's cells, in grid order, with what the table needs to describe them
+    <dir>/results.parquet, results.csv the tidy table (one row per cell and metric)
+
+A crash (even ``kill -9``) can only lose the cell being written: a cell file either exists complete or not at all,
+and a stray ``*.tmp`` file from an interrupted write is ignored and cleaned up.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from snapeval.errors import SnapevalError
+from snapeval.results.schema import CellResult
+
+MANIFEST_FORMAT = "snapeval-manifest/1"
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the complete new one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp creates 0600; results are ordinary files
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+class ResultsStore:
+    """Read and write one results directory."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.cells_dir = self.root / "cells"
+
+    # cells ---------------------------------------------------------------------------------------------------------
+    def cell_path(self, cell_id: str) -> Path:
+        return self.cells_dir / f"{cell_id}.json"
+
+    def error_path(self, cell_id: str) -> Path:
+        return self.cells_dir / f"{cell_id}.error.txt"
+
+    def has(self, cell_id: str) -> bool:
+        """True if a complete, readable result for this cell exists (a corrupt file counts as absent)."""
+        path = self.cell_path(cell_id)
+        if not path.is_file():
+            return False
+        try:
+            return self.read(cell_id).cell_id == cell_id
+        except SnapevalError:
+            return False
+
+    def read(self, cell_id: str) -> CellResult:
+        path = self.cell_path(cell_id)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SnapevalError(f"cannot read cell result {path}: {exc.strerror}") from None
+        try:
+            return CellResult.from_json(text)
+        except SnapevalError as exc:
+            raise SnapevalError(f"{path}: {exc}") from None
+
+    def write(self, result: CellResult) -> Path:
+        path = self.cell_path(result.cell_id)
+        atomic_write_text(path, result.to_json())
+        self.error_path(result.cell_id).unlink(missing_ok=True)
+        return path
+
+    def write_error(self, cell_id: str, label: str, text: str) -> Path:
+        path = self.error_path(cell_id)
+        atomic_write_text(path, f"{label}\n\n{text}")
+        return path
+
+    def clean_tmp(self) -> int:
+        """Remove temporary files left by an interrupted write; returns how many there were."""
+        if not self.cells_dir.is_dir():
+            return 0
+        stale = list(self.cells_dir.glob(".*.tmp"))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return len(stale)
+
+    # manifest ------------------------------------------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def write_manifest(self, name: str, cells: list[dict[str, Any]], simulate: dict[str, Any]) -> None:
+        atomic_write_text(self.manifest_path, json.dumps(
+            {"format": MANIFEST_FORMAT, "sweep": name, "simulate": simulate, "cells": cells}, indent=1, sort_keys=True))
+
+    def read_manifest(self) -> dict[str, Any]:
+        if not self.manifest_path.is_file():
+            raise SnapevalError(f"{self.root} is not a results directory (no manifest.json); "
+                                f"run `snapeval sweep CONFIG --out {self.root}` first")
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise SnapevalError(f"{self.manifest_path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+            raise SnapevalError(f"{self.manifest_path}: format must be {MANIFEST_FORMAT!r}")
+        return data
+
+    def finished(self) -> list[CellResult]:
+        """The finished cells of the manifest's grid, in grid order (unfinished ones are left out)."""
+        entries = self.read_manifest()["cells"]
+        return [self.read(e["cell_id"]) for e in entries if self.cell_path(e["cell_id"]).is_file()]
+
+    # table ---------------------------------------------------------------------------------------------------------
+    @property
+    def table_paths(self) -> tuple[Path, Path]:
+        return self.root / "results.parquet", self.root / "results.csv"
+
+    def write_table(self, table) -> tuple[Path, Path]:
+        """Write the tidy table as Parquet and CSV (each atomically)."""
+        parquet, csv = self.table_paths
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = parquet.with_name(f".{parquet.name}.tmp")
+        table.to_parquet(tmp, index=False)
+        os.replace(tmp, parquet)
+        atomic_write_text(csv, table.to_csv(index=False))
+        return parquet, csv
+
+    def load_table(self):
+        """The tidy table: ``results.parquet`` if present, else rebuilt from the manifest and the cell files."""
+        import pandas as pd
+
+        parquet, _ = self.table_paths
+        if parquet.is_file():
+            return pd.read_parquet(parquet)
+        return self.rebuild_table(write=False)
+
+    def rebuild_table(self, write: bool = True):
+        """Re-derive the table from the manifest and the cell files (with the current simulator), and save it."""
+        from snapeval.results.table import build_table
+
+        manifest = self.read_manifest()
+        table = build_table(manifest["cells"], {r.cell_id: r for r in self.finished()}, manifest.get("simulate") or {})
+        if write and not table.empty:
+            self.write_table(table)
+        return table
+
+

@@ -1,0 +1,42 @@
+"""``snapeval sweep CONFIG [--out DIR] [--executor ray] [--limit N] [--dry-run]``: the main job."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep", help="run a grid of lm-eval runs over models, tasks, methods and budgets (resumable)",
+        description="Run every cell of a sweep config (models x tasks x methods x budgets x seeds) through the "
+                    "snapstream lm-eval model. Finished cells are kept one file each and skipped on re-runs; the "
+                    "tidy table (Parquet, CSV) and the report with plots are written at the end.")
+    p.add_argument("config", nargs="?", default="quickstart",
+                   help="a sweep YAML, or the name of one in configs/ (default: quickstart)")
+    p.add_argument("--out", help="results directory (default: the config's 'out', else results/<name>)")
+    p.add_argument("--executor", default="inprocess", choices=("inprocess", "ray"),
+                   help="run cells here one by one (default) or as Ray tasks with the config's per-cell resources")
+    p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray instance)")
+    p.add_argument("--limit", type=int, help="samples per task for every task (changes the cells' identities)")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and which are already done; run nothing")
+    p.add_argument("--no-report", action="store_true", help="write the table but not the report and plots")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from snapeval.sweep.config import load_config
+    from snapeval.sweep.executors import make_executor
+    from snapeval.sweep.runner import plan, resolve_out, run_sweep
+
+    config = load_config(args.config).with_limit(args.limit)
+    if args.dry_run:
+        cells = plan(config, args.out)
+        done = sum(d for _, d in cells)
+        print(f"sweep {config.name!r} -> {resolve_out(config, args.out)}: {len(cells)} cells, {done} done, "
+              f"{len(cells) - done} to run")
+        for cell, is_done in cells:
+            print(f"  {'done' if is_done else 'todo'}  {cell.cell_id}  {cell.label}")
+        return 0
+    executor = make_executor(args.executor, ray_address=args.ray_address)
+    summary = run_sweep(config, args.out, executor=executor, report=not args.no_report)
+    print(summary.render())
+    return 0 if summary.ok else 1

@@ -1,0 +1,137 @@
+"""Grid expansion and cell identity.
+
+A cell is one lm-eval run: one model, one task, one KV policy at one budget split, one seed. Its identity is the
+SHA-256 of a canonical JSON of everything that changes what the cell measures: the model and its loading settings,
+the task with its parameters, sample limit, generation settings and the hashes of the data files it reads, the
+policy with its full split, the seed, and the snapeval version (the code that produces the number). Paths, output
+directories and cluster resources are not part of it: moving the data or running elsewhere reuses results.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from snapeval.errors import SnapevalError
+from snapeval.sweep.config import MethodPoint, ModelSpec, SweepConfig, TaskSpec, data_files_for
+
+ID_LENGTH = 16  # hex digits of the SHA-256 kept in file names (64 bits: no collision in any realistic results dir)
+
+
+def canonical_json(obj: Any) -> str:
+    """Key-sorted, whitespace-free JSON: the same content always gives the same bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+_HASH_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, memoized on (path, size, mtime) so a sweep hashes each data file once."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASH_CACHE:
+        from snapeval.tasks.data import sha256_file
+
+        _HASH_CACHE[key] = sha256_file(path)
+    return _HASH_CACHE[key]
+
+
+def data_hashes(task: TaskSpec, data_dir: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of the data files a task reads; a missing file is a one-line error."""
+    out = {}
+    for rel in data_files_for(task):
+        path = data_dir / rel
+        if not path.is_file():
+            raise SnapevalError(f"task {task.name!r} reads {rel} but {path} does not exist; set data_dir in the config "
+                                f"or SNAPEVAL_DATA_DIR to the folder that holds it")
+        out[rel] = file_sha256(path)
+    return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid. ``cell_id`` is stable across processes, machines and key order in the YAML."""
+
+    model: ModelSpec
+    task: TaskSpec
+    policy: MethodPoint
+    seed: int
+    data: tuple[tuple[str, str], ...] = ()
+    snapeval_version: str = ""
+    data_dir: str = field(default="", compare=False)
+    include_path: str = field(default="", compare=False)
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that changes the meaning of this cell's numbers (hashed into :attr:`cell_id`)."""
+        return {
+            "snapeval": self.snapeval_version,
+            "model": self.model.identity(),
+            "task": {"name": self.task.name, "metadata": self.task.metadata_dict, "limit": self.task.limit,
+                     "generation": self.task.generation_dict, "data": dict(self.data)},
+            "policy": self.policy.model_args(),
+            "seed": self.seed,
+        }
+
+    @property
+    def cell_id(self) -> str:
+        return hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:ID_LENGTH]
+
+    @property
+    def label(self) -> str:
+        return f"{self.model.name} | {self.task.name} | {self.policy.label} | seed {self.seed}"
+
+    def view(self) -> dict[str, Any]:
+        """The flat description of this cell that the results table and reports use (stored in the manifest)."""
+        policy = self.policy
+        return {
+            "cell_id": self.cell_id, "label": self.label, "model": self.model.name, "dtype": self.model.dtype,
+            "simulate_as": self.model.simulate_as, "task": self.task.name, "metric": self.task.metric,
+            "method": policy.method, "budget": policy.budget, "sink": policy.sink, "recent": policy.recent,
+            "topk": policy.topk, "observation": policy.observation, "kernel": policy.kernel,
+            "pooling": policy.pooling, "seed": self.seed, "limit": self.task.limit,
+            "sim_prompt_len": self.task.sim.prompt_len, "sim_gen_len": self.task.sim.gen_len,
+        }
+
+    def evaluate_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`snapeval.harness.evaluate` for this cell."""
+        model_args: dict[str, Any] = {"pretrained": self.model.pretrained, "dtype": self.model.dtype,
+                                      "batch_size": self.model.batch_size, **self.policy.model_args()}
+        if self.model.max_gen_toks is not None:
+            model_args["max_gen_toks"] = self.model.max_gen_toks
+        metadata = {**self.task.metadata_dict, "pretrained": self.model.pretrained}
+        if self.data_dir:
+            metadata["data_dir"] = self.data_dir
+        kwargs: dict[str, Any] = {"model_args": model_args, "tasks": [self.task.name], "limit": self.task.limit,
+                                  "gen_kwargs": self.task.generation_dict or None, "seed": self.seed,
+                                  "metadata": metadata, "log_samples": True}
+        if self.include_path:
+            kwargs["include_path"] = self.include_path
+        return kwargs
+
+
+def expand_grid(config: SweepConfig) -> list[Cell]:
+    """All cells of a sweep, in a stable order: model, task, method (config order), budget, seed.
+
+    ``full`` appears once per (model, task, seed) even if listed with several budgets.
+    """
+    from snapeval import __version__
+
+    data_dir = config.data_path
+    hashes = {task.name: tuple(sorted(data_hashes(task, data_dir).items())) for task in config.tasks}
+    cells: list[Cell] = []
+    seen: set[str] = set()
+    for model in config.models:
+        for task in config.tasks:
+            for spec in config.methods:
+                for policy in spec.points():
+                    for seed in config.seeds:
+                        cell = Cell(model=model, task=task, policy=policy, seed=seed, data=hashes[task.name],
+                                    snapeval_version=__version__, data_dir=str(data_dir),
+                                    include_path=config.include_dir)
+                        if cell.cell_id not in seen:  # e.g. the same budget listed under two entries
+                            seen.add(cell.cell_id)
+                            cells.append(cell)
+    return cells

@@ -1,0 +1,167 @@
+"""``snapeval regress``: planted regressions and text changes are caught, noise is not, bad input exits 2."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import random
+
+import pytest
+
+from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+from snapeval.cli import main as cli
+from snapeval.regress import Entry, compare, load_entries, tolerance, write_baseline
+from snapeval.results.schema import CellResult, MetricValue
+from snapeval.sweep import parse_config, run_sweep
+
+GREEDY = {
+    "name": "reg",
+    "models": ["llama-3.1-8b-instruct"],
+    "tasks": [{"name": "snapeval_passkey", "limit": 12}, {"name": "snapeval_kv_needle", "limit": 12}],
+    "methods": ["full", {"method": "snapstream", "budgets": [128, 512]}],
+}
+SAMPLED = {**GREEDY, "generation": {"do_sample": True, "temperature": 0.6}}
+
+
+def sweep(raw, out, monkeypatch=None, **env):
+    if monkeypatch is not None:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+    run_sweep(parse_config(raw), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+              report=False)
+    if monkeypatch is not None:
+        for key in env:
+            monkeypatch.delenv(key)
+    return out
+
+
+def regress(capsys, baseline, current, *extra):
+    code = cli(["regress", "--baseline", str(baseline), "--current", str(current), *map(str, extra)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def greedy_base(tmp_path_factory):
+    out = sweep(GREEDY, tmp_path_factory.mktemp("greedy"))
+    baseline = out.parent / "greedy_baseline.json"
+    assert write_baseline(out, baseline) == 6
+    return out, baseline
+
+
+def test_identical_results_pass(greedy_base, capsys):
+    out, baseline = greedy_base
+    code, text, _ = regress(capsys, baseline, out)
+    assert code == 0
+    assert "PASS: 6 baseline cells; 0 accuracy regressions, 0 cells with changed text" in text
+    assert text.count("greedy generations identical") == 6
+    assert regress(capsys, out, out)[0] == 0  # a results directory works as a baseline too
+
+
+def test_changed_greedy_text_fails_even_when_accuracy_is_unchanged(greedy_base, tmp_path, capsys, monkeypatch):
+    _, baseline = greedy_base
+    current = sweep(GREEDY, tmp_path / "cur", monkeypatch, SNAPEVAL_FAKE_TEXT_EDIT="1")
+    code, text, _ = regress(capsys, baseline, current)
+    assert code == 1
+    assert "REGRESSION" not in text and text.count("TEXT CHANGED") == 6
+    assert "1/12 greedy generations changed" in text
+    assert "- The answer is 0.\n" in text and "+ The answer is 0. (edited)" in text  # a readable diff
+    assert "FAIL:" in text
+
+
+def test_planted_regression_is_caught(tmp_path, capsys, monkeypatch):
+    base = sweep(SAMPLED, tmp_path / "base")
+    current = sweep(SAMPLED, tmp_path / "cur", monkeypatch, SNAPEVAL_FAKE_DRIFT="-0.6")
+    code, text, _ = regress(capsys, base, current)
+    assert code == 1
+    assert "REGRESSION" in text and "TEXT CHANGED" not in text  # sampled cells: text is not compared
+    line = next(l for l in text.splitlines() if l.startswith("REGRESSION"))
+    assert "exact_match,strict" in line or "exact_match,flexible" in line
+    assert "tolerance" in line
+
+
+def test_noise_within_tolerance_passes(tmp_path, capsys, monkeypatch):
+    base = sweep(SAMPLED, tmp_path / "base")
+    current = sweep(SAMPLED, tmp_path / "cur", monkeypatch, SNAPEVAL_FAKE_DRIFT="-0.08")
+    b = {(e.key, m.key): m.value for e in load_entries(base)[1] for m in e.result.metrics}
+    c = {(e.key, m.key): m.value for e in load_entries(current)[1] for m in e.result.metrics}
+    assert b != c  # the numbers did move
+    code, text, _ = regress(capsys, base, current)
+    assert code == 0, text
+    # but a tight tolerance flags the same move
+    assert regress(capsys, base, current, "--z", "0.01", "--floor", "0")[0] == 1
+
+
+def test_tolerance_rule():
+    assert tolerance(0.03, 0.04, 3.0, 0.02) == pytest.approx(0.15)
+    assert tolerance(None, None, 3.0, 0.02) == 0.02
+    assert tolerance(0.001, 0.001, 2.0, 0.02) == 0.02
+
+
+def test_false_alarm_rate_on_pure_noise_is_small():
+    """Two independent runs of a binomial metric at the same true accuracy: z=3 flags almost none of them."""
+    rng = random.Random(0)
+    alarms = 0
+    for trial in range(400):
+        n, p = rng.choice([20, 50, 200]), rng.uniform(0.2, 0.9)
+        est = []
+        for _ in range(2):
+            acc = sum(rng.random() < p for _ in range(n)) / n
+            est.append((acc, (acc * (1 - acc) / (n - 1)) ** 0.5))
+        (vb, sb), (vc, sc) = est
+        alarms += (vb - vc) > tolerance(sb, sc, 3.0, 0.02)
+    assert alarms / 400 < 0.01
+
+
+def _entry(value, stderr, higher=True, key_model="m"):
+    metric = MetricValue("t", "err", "none", value, stderr, 100, higher)
+    result = CellResult("c", {"task": {"limit": 10, "generation": {}, "metadata": {}, "data": {}}, "model": {}},
+                        [metric], [])
+    return Entry({"model": key_model, "task": "t", "method": "full", "seed": 0}, result)
+
+
+def test_metrics_without_a_baseline_value_are_not_compared():
+    assert not compare([_entry(None, None)], [_entry(None, None)]).failed
+    assert compare([_entry(0.5, 0.01)], [_entry(None, None)]).count("missing") == 1
+
+
+def test_lower_is_better_metric_rising_is_a_drop():
+    assert compare([_entry(0.10, 0.01, higher=False)], [_entry(0.30, 0.01, higher=False)]).failed
+    assert not compare([_entry(0.30, 0.01, higher=False)], [_entry(0.10, 0.01, higher=False)]).failed
+    improved = compare([_entry(0.30, 0.01, higher=False)], [_entry(0.10, 0.01, higher=False)])
+    assert improved.count("improved") == 1
+
+
+def test_missing_cells_fail(greedy_base, tmp_path, capsys):
+    out, baseline = greedy_base
+    smaller = sweep({**GREEDY, "tasks": GREEDY["tasks"][:1]}, tmp_path / "small")
+    code, text, _ = regress(capsys, baseline, smaller)
+    assert code == 1 and text.count("MISSING") == 3 and "cell missing from the current results" in text
+
+
+def test_unusable_input_exits_2(greedy_base, tmp_path, capsys):
+    out, baseline = greedy_base
+    other_limit = sweep({**GREEDY, "tasks": [{"name": "snapeval_passkey", "limit": 5}]}, tmp_path / "lim")
+    code, _, err = regress(capsys, baseline, other_limit)
+    assert code == 2 and "cannot compare: sample limit differ" in err and err.count("\n") == 1
+    other_model = sweep({**GREEDY, "models": ["other"]}, tmp_path / "other")
+    code, _, err = regress(capsys, baseline, other_model)
+    assert code == 2 and "no cell of the baseline is in the current results" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert regress(capsys, bad, out)[0] == 2
+    bad.write_text(json.dumps({"format": "something-else"}))
+    code, _, err = regress(capsys, bad, out)
+    assert code == 2 and "not a snapeval baseline" in err
+    code, _, err = regress(capsys, baseline, tmp_path / "nowhere")
+    assert code == 2 and "--current" in err and "is not a results directory" in err
+    code, _, err = regress(capsys, tmp_path / "nowhere.json", out)
+    assert code == 2 and "--baseline" in err
+
+
+def test_baseline_round_trips(greedy_base):
+    out, baseline = greedy_base
+    from_dir = {e.key: e.result for e in load_entries(out)[1]}
+    from_file = {e.key: e.result for e in load_entries(baseline)[1]}
+    assert from_dir == from_file
+    assert all(dataclasses.asdict(r) for r in from_file.values())

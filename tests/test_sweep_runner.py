@@ -1,0 +1,196 @@
+"""The sweep runner: resumability (including a real kill -9), failures, progress, and the CLI's dry run."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+from snapeval.cli import main as cli
+from snapeval.errors import SnapevalError
+from snapeval.results import ResultsStore
+from snapeval.sweep import expand_grid, parse_config, run_sweep
+from snapeval.sweep.runner import Progress, check_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+RAW = {
+    "name": "unit",
+    "models": ["llama-3.1-8b-instruct"],
+    "tasks": [{"name": "snapeval_passkey", "limit": 6}, {"name": "snapeval_kv_needle", "limit": 6}],
+    "methods": ["full", {"method": "snapstream", "budgets": [128, 512]}, {"method": "streamingllm", "budgets": [128]}],
+}
+VOLATILE = ["wall_s"]  # the only columns that may differ between two runs of the same cells
+
+
+def config(**changes):
+    return parse_config({**RAW, **changes})
+
+
+def sweep(out, **kw):
+    return run_sweep(config(), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(), **kw)
+
+
+def stable(table: pd.DataFrame) -> pd.DataFrame:
+    return table.drop(columns=VOLATILE).reset_index(drop=True)
+
+
+def test_sweep_writes_cells_table_and_report(tmp_path):
+    summary = sweep(tmp_path, report=True)
+    assert summary.ok and len(summary.ran) == 8 and summary.skipped == 0
+    store = ResultsStore(tmp_path)
+    assert sorted(p.stem for p in store.cells_dir.glob("*.json")) == sorted(c.cell_id for c in expand_grid(config()))
+    table = pd.read_parquet(tmp_path / "results.parquet")
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert len(table) == len(csv) == 8 * 2  # two filters of exact_match per cell
+    assert table["primary"].sum() == 8 and set(table.loc[table["primary"], "filter"]) == {"strict"}
+    assert (summary.report.parent / "accuracy_vs_budget.png").is_file()
+    assert "8 run, 0 already done, 0 failed" in summary.render()
+
+
+def test_rerun_skips_finished_cells_and_reruns_missing_ones(tmp_path, monkeypatch):
+    first = sweep(tmp_path, report=False)
+    table = pd.read_parquet(tmp_path / "results.parquet")
+    calls = []
+    monkeypatch.setattr("fixtures.sweep_fakes.time.sleep", lambda s: None)
+
+    def counting(**kw):
+        calls.append(kw["model_args"].get("budget"))
+        return fake_evaluate(**kw)
+
+    again = run_sweep(config(), tmp_path, evaluate=counting, simulate=fake_simulate, stream=io.StringIO(),
+                      report=False)
+    assert calls == [] and again.skipped == 8 and not again.ran
+    victim = first.ran[3]
+    (tmp_path / "cells" / f"{victim}.json").unlink()
+    third = run_sweep(config(), tmp_path, evaluate=counting, simulate=fake_simulate, stream=io.StringIO(),
+                      report=False)
+    assert third.ran == [victim] and len(calls) == 1
+    pd.testing.assert_frame_equal(stable(pd.read_parquet(tmp_path / "results.parquet")), stable(table))
+
+
+def test_changed_config_gets_new_cells_not_old_results(tmp_path):
+    sweep(tmp_path, report=False)
+    changed = run_sweep(config(tasks=[{"name": "snapeval_passkey", "limit": 5}]), tmp_path, evaluate=fake_evaluate,
+                        simulate=fake_simulate, stream=io.StringIO(), report=False)
+    assert len(changed.ran) == 4 and changed.skipped == 0
+    table = pd.read_parquet(tmp_path / "results.parquet")
+    assert set(table["n_samples"]) == {5} and set(table["task"]) == {"snapeval_passkey"}
+
+
+def test_failed_cells_are_reported_and_retried(tmp_path, monkeypatch):
+    monkeypatch.setenv("SNAPEVAL_FAKE_FAIL", "streamingllm")
+    summary = sweep(tmp_path, report=False)
+    assert len(summary.failed) == 2 and len(summary.ran) == 6 and not summary.ok
+    label, path = summary.failed[0]
+    assert "streamingllm@128" in label and "planted failure" in Path(path).read_text()
+    assert "FAILED" in summary.render() and "re-run the same command" in summary.render()
+    monkeypatch.delenv("SNAPEVAL_FAKE_FAIL")
+    retry = sweep(tmp_path, report=False)
+    assert retry.ok and len(retry.ran) == 2 and retry.skipped == 6
+    assert not list((tmp_path / "cells").glob("*.error.txt"))
+
+
+def test_corrupt_or_torn_cell_files_are_not_trusted(tmp_path):
+    first = sweep(tmp_path, report=False)
+    cells = tmp_path / "cells"
+    (cells / f"{first.ran[0]}.json").write_text('{"schema": 1, "cell_id": ')  # torn by something else
+    (cells / f".{first.ran[1]}.json.abc.tmp").write_text("partial")  # an interrupted atomic write
+    again = sweep(tmp_path, report=False)
+    assert again.ran == [first.ran[0]]
+    assert not list(cells.glob(".*.tmp"))
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path[:0] = [{repo!r}, {tests!r}]
+    import yaml
+    from snapeval.sweep import parse_config, run_sweep
+    from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+    raw = yaml.safe_load(open({cfg!r}))
+    run_sweep(parse_config(raw), {out!r}, evaluate=fake_evaluate, simulate=fake_simulate, report=False)
+""")
+
+
+def test_kill_minus_9_mid_sweep_resumes_to_the_same_table(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(RAW))
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    script = tmp_path / "run.py"
+    script.write_text(KILL_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"), cfg=str(cfg), out=str(killed)))
+    env = {**os.environ, "SNAPEVAL_FAKE_DELAY": "0.5"}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    cells = killed / "cells"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(cells.glob("*.json"))) < 3:
+        time.sleep(0.02)
+    time.sleep(0.2)  # now inside the 4th cell's evaluation
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = list(cells.glob("*.json"))
+    assert 3 <= len(done) < 8, "the kill should land mid-sweep"
+    for path in done:  # every file that exists is complete
+        json.loads(path.read_text())
+    assert not (killed / "results.parquet").exists()
+
+    resumed = run_sweep(config(), killed, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+                        report=False)
+    assert resumed.skipped == len(done) and len(resumed.ran) == 8 - len(done)
+    sweep(clean, report=False)
+    pd.testing.assert_frame_equal(stable(pd.read_parquet(killed / "results.parquet")),
+                                  stable(pd.read_parquet(clean / "results.parquet")))
+
+
+def test_progress_bar_and_eta():
+    now = [100.0]
+    out = io.StringIO()
+    cells = expand_grid(config())
+    progress = Progress(total=8, skipped=2, stream=out, clock=lambda: now[0])
+    assert progress.eta() is None
+    progress.started(cells[0])
+    now[0] += 30
+    from snapeval.sweep.runner import CellRunner
+
+    result = CellRunner(fake_evaluate)(cells[0])
+    progress.ended(cells[0], result, None)
+    assert progress.eta() == pytest.approx(30 * 5)  # 30 s per cell, 5 left (skipped ones do not count)
+    now[0] += 30
+    progress.ended(cells[1], None, "Traceback ...\nRuntimeError: boom")
+    assert progress.eta() == pytest.approx(30 * 4)
+    text = out.getvalue()
+    assert "4/8 cells  50%" in text and "ETA 2m00s" in text and "-> running" in text
+    assert "exact_match=" in text and "FAILED" in text and "RuntimeError: boom" in text
+
+
+def test_cli_dry_run_lists_cells_and_their_state(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(RAW))
+    out = tmp_path / "out"
+    sweep(out, report=False)
+    (out / "cells" / f"{expand_grid(config())[0].cell_id}.json").unlink()
+    monkeypatch.chdir(tmp_path)
+    assert cli(["sweep", str(cfg), "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "8 cells, 7 done, 1 to run" in text
+    assert text.count("  todo  ") == 1 and text.count("  done  ") == 7
+    assert cli(["sweep", str(cfg), "--out", str(out), "--dry-run", "--limit", "3"]) == 0
+    assert "8 cells, 0 done, 8 to run" in capsys.readouterr().out
+
+
+def test_unknown_task_fails_before_any_model_loads(tmp_path):
+    (tmp_path / "t.yaml").write_text("task: my_probe\ndataset_path: json\noutput_type: generate_until\n"
+                                     "doc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\n")
+    check_tasks(["my_probe"], str(tmp_path))  # found in the include path: lm-eval's own tasks are not indexed
+    with pytest.raises(SnapevalError, match="'my_prob' is not an lm-eval task.*did you mean my_probe"):
+        check_tasks(["my_prob"], str(tmp_path), include_defaults=False)
