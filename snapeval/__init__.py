@@ -1,6 +1,6 @@
 """snapeval: accuracy of LLMs under SnapStream KV-cache compression, paired with SN40L-simulated cost.
 
-Public API::
+Public API (imported lazily, so ``import snapeval`` and the CLI start without loading torch)::
 
     from snapeval import SnapStreamConfig, load_model, generate
     model, tokenizer = load_model("smollm2-135m-instruct")
@@ -9,18 +9,23 @@ Public API::
 """
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
 
-from snapeval.cache.config import SnapStreamConfig
-from snapeval.generation import GenerationOutput, GenerationResult, generate
-from snapeval.models.loading import load_model, load_tokenizer
+_EXPORTS = {
+    "SnapStreamConfig": "snapeval.cache.config",
+    "GenerationOutput": "snapeval.generation",
+    "GenerationResult": "snapeval.generation",
+    "generate": "snapeval.generation",
+    "load_model": "snapeval.models.loading",
+    "load_tokenizer": "snapeval.models.loading",
+}
 
-__all__ = [
-    "__version__",
-    "GenerationOutput",
-    "GenerationResult",
-    "SnapStreamConfig",
-    "generate",
-    "load_model",
-    "load_tokenizer",
-]
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'snapeval' has no attribute {name!r}")

@@ -7,6 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# Tests never reach the hub: fail fast instead of lm-eval/datasets retrying for a minute.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("SNAPEVAL_DATA_DIR", REPO.parent / "shared" / "data"))
 

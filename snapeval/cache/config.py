@@ -100,3 +100,35 @@ class SnapStreamConfig:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "budget": self.budget}
+
+
+@dataclass(frozen=True)
+class SnapKVConfig:
+    """``budget`` prompt tokens kept (observation window included); ``kernel`` odd; ``pooling`` avg or max."""
+
+    budget: int
+    observation: int = DEFAULT_OBSERVATION
+    kernel: int = DEFAULT_KERNEL
+    pooling: str = DEFAULT_POOLING
+
+    def __post_init__(self):
+        for field in ("budget", "observation"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SnapKVConfig.{field}={value!r} is invalid; allowed: an integer >= 1")
+        if self.observation > self.budget:
+            raise ValueError(
+                f"SnapKVConfig.observation={self.observation} is invalid; allowed: 1..budget ({self.budget})"
+            )
+        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
+            raise ValueError(f"SnapKVConfig.kernel={self.kernel!r} is invalid; allowed: a positive odd integer")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"SnapKVConfig.pooling={self.pooling!r} is invalid; allowed: {', '.join(POOLINGS)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def streamingllm_config(budget: int, sink: int = DEFAULT_SINK) -> SnapStreamConfig:
+    """``budget`` slots: ``sink`` attention sinks and a ring of ``budget - sink`` recent tokens."""
+    return SnapStreamConfig.from_budget(budget, sink=sink, recent=budget - min(sink, budget - 1))

@@ -6,41 +6,12 @@ appended, so the cache grows by one slot per token.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 
 from snapeval.cache.base import CompressedKVCache, CompressedLayer
-from snapeval.cache.config import DEFAULT_KERNEL, DEFAULT_OBSERVATION, DEFAULT_POOLING, POOLINGS
+from snapeval.cache.config import SnapKVConfig
 from snapeval.cache.scoring import snapkv_scores
 from snapeval.cache.snapstream import top_indices
-
-
-@dataclass(frozen=True)
-class SnapKVConfig:
-    """``budget`` prompt tokens kept (observation window included); ``kernel`` odd; ``pooling`` avg or max."""
-
-    budget: int
-    observation: int = DEFAULT_OBSERVATION
-    kernel: int = DEFAULT_KERNEL
-    pooling: str = DEFAULT_POOLING
-
-    def __post_init__(self):
-        for field in ("budget", "observation"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"SnapKVConfig.{field}={value!r} is invalid; allowed: an integer >= 1")
-        if self.observation > self.budget:
-            raise ValueError(
-                f"SnapKVConfig.observation={self.observation} is invalid; allowed: 1..budget ({self.budget})"
-            )
-        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
-            raise ValueError(f"SnapKVConfig.kernel={self.kernel!r} is invalid; allowed: a positive odd integer")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"SnapKVConfig.pooling={self.pooling!r} is invalid; allowed: {', '.join(POOLINGS)}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class SnapKVLayer(CompressedLayer):

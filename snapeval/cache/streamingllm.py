@@ -5,13 +5,8 @@ does, so the two differ only in the top-k part of the cache.
 """
 from __future__ import annotations
 
-from snapeval.cache.config import DEFAULT_SINK, SnapStreamConfig
+from snapeval.cache.config import SnapStreamConfig, streamingllm_config  # noqa: F401 (re-exported)
 from snapeval.cache.snapstream import SnapStreamCache
-
-
-def streamingllm_config(budget: int, sink: int = DEFAULT_SINK) -> SnapStreamConfig:
-    """``budget`` slots: ``sink`` attention sinks and a ring of ``budget - sink`` recent tokens."""
-    return SnapStreamConfig.from_budget(budget, sink=sink, recent=budget - min(sink, budget - 1))
 
 
 class StreamingLLMCache(SnapStreamCache):
