@@ -238,11 +238,11 @@ def test_keep_one_reproduces_full_prompt_generation(smollm2):
     from snapeval.generation import generate
 
     model, tokenizer = smollm2
-    text = passkey_prompt(repeats=4)
+    text = passkey_prompt(repeats=2)
     config = SpecPrefillConfig(draft="smollm2-135m-instruct", keep=1.0)
-    spec = generate_specprefill(model, tokenizer, text, config, draft=smollm2, max_new_tokens=8)
-    full = generate_full(model, tokenizer, text, max_new_tokens=8)
-    reference = generate(model, tokenizer, [tokenizer(text).input_ids], None, method="full", max_new_tokens=8)[0]
+    spec = generate_specprefill(model, tokenizer, text, config, draft=smollm2, max_new_tokens=6)
+    full = generate_full(model, tokenizer, text, max_new_tokens=6)
+    reference = generate(model, tokenizer, [tokenizer(text).input_ids], None, method="full", max_new_tokens=6)[0]
     assert spec.compressed.kept_fraction == 1.0 and spec.compressed.text == text
     assert spec.compressed.position_ids == list(range(len(tokenizer(text).input_ids)))
     assert spec.token_ids == full.token_ids == reference.token_ids

@@ -206,7 +206,12 @@ def _greedy(model, tokenizer, ids: list[int], position_ids: list[int] | None, ma
     return generated, first - start, time.perf_counter() - first
 
 
-def _run_target(model, tokenizer, ids, position_ids, max_new_tokens, method, cache_config) -> TargetRun:
+def run_target(model, tokenizer, ids, position_ids=None, max_new_tokens=64, method="full", cache_config=None) -> TargetRun:
+    """Greedy target generation from prompt token ids, timing the first token.
+
+    ``method="full"`` (or no ``cache_config``): a dynamic cache with ``position_ids`` (None: 0..n-1); otherwise
+    ``snapeval.generate`` with that compressed cache at contiguous positions.
+    """
     if method == "full" or cache_config is None:
         tokens, prefill, decode = _greedy(model, tokenizer, ids, position_ids, max_new_tokens)
     else:  # a compressed cache on the target: snapeval.generate (contiguous positions)
@@ -227,7 +232,7 @@ def _run_target(model, tokenizer, ids, position_ids, max_new_tokens, method, cac
 def generate_full(model, tokenizer, prompt_text: str, max_new_tokens: int = 64, method: str = "full", cache_config=None) -> TargetRun:
     """Greedy generation from the whole prompt (the baseline); ``method``/``cache_config`` as in ``generate``."""
     ids = list(tokenizer(prompt_text).input_ids)
-    return _run_target(model, tokenizer, ids, None, max_new_tokens, method, cache_config)
+    return run_target(model, tokenizer, ids, None, max_new_tokens, method, cache_config)
 
 
 def generate_specprefill(
@@ -251,7 +256,7 @@ def generate_specprefill(
     """
     compressed = compress_prompt(prompt_text, tokenizer, config, protect, draft=draft, scores=scores)
     position_ids = compressed.position_ids if method == "full" or cache_config is None else None
-    run = _run_target(model, tokenizer, compressed.target_ids, position_ids, max_new_tokens, method, cache_config)
+    run = run_target(model, tokenizer, compressed.target_ids, position_ids, max_new_tokens, method, cache_config)
     run.ttft_seconds = compressed.draft_seconds + run.prefill_seconds
     run.compressed = compressed
     return run
