@@ -137,3 +137,17 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys, monkeypatch)
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("snapeval: error:") and needle in err and "\n" not in err
+
+
+def test_specprefill_model_args(tiny_dir, task_dir, full):
+    """keep=1.0 sends the whole prompt (same outputs as without it); keep=0.3 really shortens prompts."""
+    whole = _run(tiny_dir, task_dir, ["tiny_gen"], method="full", specprefill_draft="smollm2-135m-instruct",
+                 specprefill_keep=1.0)
+    for a, b in zip(_samples(full, "tiny_gen"), _samples(whole, "tiny_gen")):
+        assert a["resps"] == b["resps"]
+    assert whole["snapeval"]["specprefill_kept_fraction"] == 1.0
+    cut = _run(tiny_dir, task_dir, ["tiny_gen"], method="snapstream", budget=64,
+               specprefill_draft="smollm2-135m-instruct", specprefill_keep="0.3", specprefill_chunk="8")
+    info = cut["snapeval"]
+    assert info["config"]["specprefill"]["keep"] == 0.3
+    assert 0 < info["specprefill_kept_fraction"] < 0.8 and info["specprefill_draft_seconds"] > 0

@@ -1,6 +1,7 @@
 """One lm-eval run through the ``snapstream`` model, returned with full provenance and measured cost."""
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def evaluate(
     unknown = [t for t in tasks if not manager.match_tasks([t])]
     if unknown:
         raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include}`")
-    before = lm.stats.to_dict()
+    before = copy.copy(lm.stats)
     results = lm_eval.simple_evaluate(
         model=lm, tasks=list(tasks), limit=limit, gen_kwargs=gen_kwargs, log_samples=log_samples,
         task_manager=manager, metadata=meta, use_cache=use_cache, random_seed=seed, numpy_random_seed=seed,
@@ -60,11 +61,7 @@ def evaluate(
         return {}
     from snapeval.tasks.data import loaded_data_records
 
-    after = lm.stats.to_dict()
-    run = {k: after[k] - before[k] for k in after if isinstance(after[k], (int, float)) and k != "kv_cache_bytes"}
-    run["kv_cache_bytes"] = after["kv_cache_bytes"]
-    run["decode_tokens_per_s"] = run["decode_token_steps"] / run["decode_seconds"] if run["decode_seconds"] else None
-    run["prefill_tokens_per_s"] = run["prompt_tokens"] / run["prefill_seconds"] if run["prefill_seconds"] else None
+    run = lm.stats.since(before).to_dict()
     results["snapeval"] = {"config": lm.describe(), **run, "data": loaded_data_records(), "seed": seed,
                            "limit": limit, "tasks": list(tasks), "metadata": meta, "chat_template": chat}
     return results

@@ -33,7 +33,8 @@ from snapeval.generation import generate_ids
 from snapeval.models.loading import DTYPES, load_model
 
 SPLIT_FIELDS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
-INT_ARGS = ("budget", "sink", "recent", "topk", "observation", "kernel", "batch_size", "max_gen_toks", "max_length")
+INT_ARGS = ("budget", "sink", "recent", "topk", "observation", "kernel", "batch_size", "max_gen_toks", "max_length",
+            "specprefill_chunk", "specprefill_lookahead", "specprefill_pool_kernel")
 
 
 @dataclass
@@ -48,6 +49,10 @@ class RunStats:
     decode_seconds: float = 0.0
     decode_token_steps: int = 0
     kv_cache_bytes: int = 0  # largest per-sequence KV cache seen
+    specprefill_prompts: int = 0  # prompts compressed by a draft model before prefill
+    specprefill_draft_seconds: float = 0.0
+    specprefill_full_tokens: int = 0  # target tokens of those prompts before compression
+    specprefill_kept_tokens: int = 0  # ... and after
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -57,9 +62,15 @@ class RunStats:
     def prefill_tokens_per_s(self) -> float:
         return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds else float("nan")
 
+    def since(self, earlier: "RunStats") -> "RunStats":
+        """What was measured after ``earlier`` (a copy of these stats taken before); the KV size stays the maximum."""
+        delta = {k: v - getattr(earlier, k) for k, v in asdict(self).items()}
+        return RunStats(**{**delta, "kv_cache_bytes": self.kv_cache_bytes})
+
     def to_dict(self) -> dict:
+        kept = self.specprefill_kept_tokens / self.specprefill_full_tokens if self.specprefill_full_tokens else None
         return {**asdict(self), "decode_tokens_per_s": self.decode_tokens_per_s,
-                "prefill_tokens_per_s": self.prefill_tokens_per_s}
+                "prefill_tokens_per_s": self.prefill_tokens_per_s, "specprefill_kept_fraction": kept}
 
 
 def _coerce(name: str, value):
@@ -80,7 +91,9 @@ class SnapStreamLM(HFLM):
 
     model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (full | snapstream | streamingllm |
     snapkv), ``budget`` and the SnapStream split (``sink``, ``recent``, ``topk``, ``observation``, ``kernel``,
-    ``pooling``), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``.
+    ``pooling``), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
+    generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
+    ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``.
     """
 
     def __init__(
@@ -99,6 +112,11 @@ class SnapStreamLM(HFLM):
         max_gen_toks: int = 256,
         max_length: int | None = None,
         device: str = "cpu",
+        specprefill_draft: str | None = None,
+        specprefill_keep: float | None = None,
+        specprefill_chunk: int | None = None,
+        specprefill_lookahead: int | None = None,
+        specprefill_pool_kernel: int | None = None,
         **kwargs,
     ):
         args = {k: _coerce(k, v) for k, v in dict(
@@ -126,6 +144,19 @@ class SnapStreamLM(HFLM):
         )
         self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
         self.stats = RunStats()
+        self.specprefill = None
+        if specprefill_draft:
+            from snapeval.specprefill import SpecPrefillConfig
+
+            options = {"keep": specprefill_keep, "chunk": _coerce("specprefill_chunk", specprefill_chunk),
+                       "lookahead": _coerce("specprefill_lookahead", specprefill_lookahead),
+                       "pool_kernel": _coerce("specprefill_pool_kernel", specprefill_pool_kernel)}
+            if options["keep"] is not None:
+                try:
+                    options["keep"] = float(options["keep"])
+                except ValueError:
+                    raise SnapevalError(f"specprefill_keep={specprefill_keep!r} is invalid; allowed: a number in (0, 1]") from None
+            self.specprefill = SpecPrefillConfig(draft=specprefill_draft, **{k: v for k, v in options.items() if v is not None})
 
     # --- identity -----------------------------------------------------------------------------------------
     def describe(self) -> dict:
@@ -142,6 +173,7 @@ class SnapStreamLM(HFLM):
             "dtype": self.dtype_name,
             "max_length": self.max_length,
             "max_gen_toks": self.max_gen_toks,
+            "specprefill": self.specprefill.to_dict() if self.specprefill is not None else None,
             "versions": {"snapeval": snapeval.__version__, "lm_eval": lm_eval.__version__,
                          "transformers": transformers.__version__, "torch": torch.__version__},
         }
@@ -167,6 +199,23 @@ class SnapStreamLM(HFLM):
         return self._snapeval_max_gen_toks
 
     # --- generation -----------------------------------------------------------------------------------------
+    def generate_until(self, requests, disable_tqdm: bool = False):
+        """With speculative prefill, each prompt is first compressed by the draft model (question and chat
+        scaffolding kept whole), then generated exactly like an uncompressed one."""
+        if self.specprefill is not None:
+            from snapeval.specprefill import compress_prompt
+
+            for request in requests:
+                context, gen_kwargs = request.args
+                compressed = compress_prompt(context, self.tokenizer, self.specprefill)
+                s = self.stats
+                s.specprefill_prompts += 1
+                s.specprefill_draft_seconds += compressed.draft_seconds
+                s.specprefill_full_tokens += compressed.full_target_tokens
+                s.specprefill_kept_tokens += len(compressed.target_ids)
+                request.arguments = (compressed.text, gen_kwargs)
+        return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         attention_mask = generation_kwargs.pop("attention_mask", None)
         if attention_mask is None:
