@@ -3,7 +3,7 @@
 SmolLM2-135M-Instruct, float32, 2 threads, 256 forced new tokens. All runs in one process, so ratios compare like
 with like. Writes results/bench/decode.json and prints a table.
 
-    python benchmarks/decode.py [--prompt-len 8192] [--new-tokens 256]
+    python -m benchmarks.decode [--prompt-len 8192] [--new-tokens 256]
 """
 from __future__ import annotations
 
