@@ -124,14 +124,17 @@ def run_single(model, tokenizer, prompts, budget, max_new):
 
 
 def time_decode_step(model, tokenizer, budget, slots, steps=20) -> dict:
-    """Eager vs ``torch.compile`` decode step of ``slots`` full slots (random cache contents, all valid)."""
+    """Eager vs ``torch.compile`` decode step of ``slots`` slots (random cache contents, one slot partly empty)."""
     from snapeval.engine import Engine
+    from snapeval.engine.attention import ENGINE_ATTN_IMPLEMENTATION
 
     out = {}
     for compiled in (False, True):
         engine = Engine(model, tokenizer, budget, num_slots=slots, compile=compiled)
-        for layer in engine.cache.layers:
+        model.set_attn_implementation(ENGINE_ATTN_IMPLEMENTATION)  # as inside Engine.generate
+        for layer in engine.cache.layers:  # full slots, except the last 100 entries of slot 0: the masked path
             layer.keys.normal_(), layer.values.normal_(), layer.positions.fill_(0)
+            layer.positions[0, :, -100:] = -1
         with torch.inference_mode():
             t0 = time.perf_counter()
             engine._forward(engine.input_ids, engine.position_ids)

@@ -219,7 +219,6 @@ class CompressedKVCache(Cache):
         for layer, src in zip(self.layers, source.layers):
             for name in ("keys", "values", "positions", "next_position"):
                 getattr(layer, name)[row].copy_(getattr(src, name)[source_row])
-            layer.compress_seconds += src.compress_seconds
 
     def clear_row(self, row: int) -> None:
         """Empty ``row``: zero keys/values, every position -1, next position 0."""

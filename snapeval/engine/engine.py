@@ -26,6 +26,7 @@ from typing import Sequence
 import torch
 
 from snapeval.cache import SnapStreamConfig, make_cache, method_config
+from snapeval.engine.attention import ENGINE_ATTN_IMPLEMENTATION
 from snapeval.engine.requests import Completion, EngineStats, Request, SamplingParams
 from snapeval.engine.sampling import choose
 from snapeval.errors import SnapevalError
@@ -67,6 +68,7 @@ class Engine:
         cfg = model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.cache = make_cache(model, method, self.config)
+        self.prefill_cache = make_cache(model, method, self.config)  # reset and reused by every prefill
         self.cache.allocate_rows(num_slots, cfg.num_key_value_heads, head_dim, self.dtype, self.device)
         for layer in self.cache.layers:  # compiled: one graph, the mask always given; eager: no mask when all valid
             layer.always_mask = bool(compile)
@@ -91,6 +93,19 @@ class Engine:
         ``sampling``: one :class:`SamplingParams` for all, one per prompt, or ``None`` (greedy, defaults).
         """
         requests = self._requests(prompts, sampling)
+        previous = self.model.config._attn_implementation
+        self.model.set_attn_implementation(ENGINE_ATTN_IMPLEMENTATION)
+        try:
+            return self._run(requests)
+        finally:
+            self.model.set_attn_implementation(previous)
+
+    def slot_tensors(self) -> list[torch.Tensor]:
+        """Every tensor the slots live in (for introspection: their storage never changes)."""
+        return [getattr(l, n) for l in self.cache.layers for n in ("keys", "values", "positions", "next_position")]
+
+    # --- internals ----------------------------------------------------------------------------------------------
+    def _run(self, requests: list[Request]) -> list[Completion]:
         self.stats = stats = EngineStats(num_slots=self.num_slots, requests=len(requests),
                                          prompt_tokens=sum(len(r.prompt) for r in requests))
         queue, active, done = deque(requests), {}, {}
@@ -113,11 +128,6 @@ class Engine:
         stats.prefill_seconds = sum(c.prefill_seconds for c in done.values())
         return [done[i] for i in range(len(requests))]
 
-    def slot_tensors(self) -> list[torch.Tensor]:
-        """Every tensor the slots live in (for introspection: their storage never changes)."""
-        return [getattr(l, n) for l in self.cache.layers for n in ("keys", "values", "positions", "next_position")]
-
-    # --- internals ----------------------------------------------------------------------------------------------
     def _requests(self, prompts, sampling) -> list[Request]:
         if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
             raise SnapevalError("prompts must be a non-empty list of token-id lists or strings")
@@ -142,7 +152,8 @@ class Engine:
         """Prefill ``request`` alone, choose its first token, load it into ``slot``. True if it already finished."""
         t0 = time.perf_counter()
         request.admitted_at = t0 - start
-        cache = make_cache(self.model, self.method, self.config)
+        cache = self.prefill_cache
+        cache.reset()
         ids = torch.tensor([request.prompt], device=self.device)
         logits = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
         token = choose(logits, request.params, request.generator)
