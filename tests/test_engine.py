@@ -158,3 +158,13 @@ def test_smollm2_greedy_equals_generate_alone(smollm2):
         alone = generate(model, tokenizer, [prompt], config=config, max_new_tokens=12)[0]
         assert completion.token_ids == alone.token_ids
         assert completion.text == alone.text
+
+
+def test_compiled_decode_step_gives_the_same_tokens(tiny_tokenizer):
+    model = tiny_model("llama")
+    config = CONFIGS["snapstream"]
+    prompts = [random_prompt(n, seed=n) for n in (70, 8, 33)]
+    params = [SamplingParams(max_new_tokens=k) for k in (12, 5, 9)]
+    compiled = Engine(model, tiny_tokenizer, config, num_slots=2, compile=True).generate(prompts, params)
+    eager = Engine(model, tiny_tokenizer, config, num_slots=2).generate(prompts, params)
+    assert [c.token_ids for c in compiled] == [c.token_ids for c in eager]

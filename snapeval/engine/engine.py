@@ -171,11 +171,16 @@ class Engine:
         out = self.model(input_ids=input_ids, position_ids=position_ids, past_key_values=self.cache, use_cache=True)
         return out.logits[:, -1]
 
-    def _step(self, active: dict[int, Request], done: dict[int, Completion], start: float) -> None:
+    def _decode(self) -> torch.Tensor:
+        """One static decode step of every slot from :attr:`input_ids`; returns ``[num_slots, V]`` logits."""
         self.position_ids.copy_(self.cache.layers[0].next_position[:, None])
         logits = self._forward(self.input_ids, self.position_ids)
-        for layer in self.cache.layers:  # keep the Python-side token count (and so every shape) constant
+        for layer in self.cache.layers:  # keep the Python-side token count constant (a compiled step never retraces)
             layer.seen = 0
+        return logits
+
+    def _step(self, active: dict[int, Request], done: dict[int, Completion], start: float) -> None:
+        logits = self._decode()
         greedy = logits.argmax(-1).tolist()
         self.stats.decode_steps += 1
         self.stats.active_slot_steps += len(active)
