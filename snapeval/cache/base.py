@@ -47,6 +47,9 @@ class CompressedLayer(CacheLayerMixin):
 
     is_compileable = False
     is_sliding = False
+    #: Decode always hands attention the validity mask, even when every slot is valid (no data-dependent branch,
+    #: the same computation every step: what a static-shape engine needs). Off by default.
+    always_mask = False
 
     def __init__(self, layer_idx: int, config):
         super().__init__()
@@ -95,7 +98,7 @@ class CompressedLayer(CacheLayerMixin):
             self.write(key_states, value_states, self.next_position)
             self.next_position += 1
             valid = self.positions[:, :1, None, :] >= 0  # [B, 1, 1, S]; validity is the same for every head
-            hand_off(PendingAttention(self.layer_idx, mask=None if bool(valid.all()) else valid))
+            hand_off(PendingAttention(self.layer_idx, mask=valid if self.always_mask or not bool(valid.all()) else None))
             return self.keys, self.values
         return self._append_chunk(key_states, value_states)
 
@@ -197,6 +200,33 @@ class CompressedKVCache(Cache):
     def compress_seconds(self) -> float:
         """Wall time spent in compression at the end of prefill, summed over layers."""
         return sum(l.compress_seconds for l in self.layers)
+
+    # --- fixed rows (continuous batching): allocate once, load a freshly compressed row, clear a row ---------------
+    def allocate_rows(self, num_rows: int, num_kv_heads: int, head_dim: int, dtype, device) -> None:
+        """Allocate the decode state of ``num_rows`` empty rows once: ``keys``/``values`` ``[R, Hkv, S, D]`` zeros,
+        ``positions`` ``[R, Hkv, S]`` -1, ``next_position`` ``[R]`` 0 (``S`` = the config's budget). Later calls to
+        :meth:`load_row`/:meth:`clear_row` only write into these tensors."""
+        slots = self.config.budget
+        for layer in self.layers:
+            layer.dtype, layer.device, layer.is_initialized = dtype, device, True
+            layer.keys = torch.zeros(num_rows, num_kv_heads, slots, head_dim, dtype=dtype, device=device)
+            layer.values = torch.zeros_like(layer.keys)
+            layer.positions = torch.full((num_rows, num_kv_heads, slots), -1, dtype=torch.long, device=device)
+            layer.next_position = torch.zeros(num_rows, dtype=torch.long, device=device)
+
+    def load_row(self, row: int, source: "CompressedKVCache", source_row: int = 0) -> None:
+        """Copy row ``source_row`` of a compressed ``source`` cache (same config, after prefill) into ``row``."""
+        for layer, src in zip(self.layers, source.layers):
+            for name in ("keys", "values", "positions", "next_position"):
+                getattr(layer, name)[row].copy_(getattr(src, name)[source_row])
+
+    def clear_row(self, row: int) -> None:
+        """Empty ``row``: zero keys/values, every position -1, next position 0."""
+        for layer in self.layers:
+            layer.keys[row].zero_()
+            layer.values[row].zero_()
+            layer.positions[row].fill_(-1)
+            layer.next_position[row] = 0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r}, layers={len(self.layers)})"

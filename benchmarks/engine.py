@@ -1,0 +1,216 @@
+"""Continuous batching vs padded batches vs one request at a time (issue: static-shape engine).
+
+SmolLM2-135M-Instruct, float32, 2 threads, SnapStream budget 1024, 8 slots / batch size 8. 32 requests: real
+LongBench-v2 documents cut to prompts of 100..2,000 tokens, each followed by a real instruction whose natural
+answer length ranges from a few words to a long essay; every request may generate up to 512 tokens and stops at
+eos (greedy; no forced lengths). Three runs over the same requests in one process:
+
+- ``engine``: :class:`snapeval.engine.Engine` (batch-1 prefill, continuous batching over 8 static slots);
+- ``hf_batched``: :func:`snapeval.generate` on padded batches of 8, in lm-eval's order (longest prompt first, as
+  lm-eval's Hugging Face model batches ``generate_until`` requests), each batch decoding until its longest row stops;
+- ``one_at_a_time``: :func:`snapeval.generate` per request.
+
+Reports generated tokens/s (generated tokens / wall time, prefill included), time to first token (from the start
+of the run: queueing included), wall time, and whether the greedy outputs are identical. ``--compile`` also times
+the engine's decode step eagerly and under ``torch.compile``. Writes results/bench/engine.json.
+
+    python benchmarks/engine.py [--quick] [--compile]   # --quick: about 15 min on 2 busy cores
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+from benchmarks.common import data_dir, machine, write_json
+
+INSTRUCTIONS = [  # (instruction, expected answer length): short answers to long essays
+    "In one word, what language is the text above written in?",
+    "Answer with a single short sentence: what is the text above about?",
+    "Give a title of at most ten words for the text above.",
+    "Summarise the text above in two sentences.",
+    "List three key points of the text above as short bullet points.",
+    "Explain the main argument of the text above in one paragraph.",
+    "Write a detailed summary of the text above, section by section.",
+    "Write a long essay discussing the ideas of the text above, with an introduction, several sections and a conclusion.",
+]
+
+
+def build_requests(tokenizer, count: int, min_len: int, max_len: int) -> list[list[int]]:
+    """``count`` chat prompts of evenly spread lengths in ``[min_len, max_len]`` tokens, each a different document."""
+    path = data_dir() / "longbench_v2" / "longbench_v2.jsonl"
+    with open(path) as f:
+        docs = [json.loads(line)["context"] for line in f]
+    docs = [d for d in docs if d.isascii()][:count] if sum(d.isascii() for d in docs) >= count else docs[:count]
+    lengths = [round(min_len + (max_len - min_len) * i / max(1, count - 1)) for i in range(count)]
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(0)).tolist()  # mix lengths and tasks
+    prompts = []
+    for i in range(count):
+        length, instruction = lengths[order[i]], INSTRUCTIONS[i % len(INSTRUCTIONS)]
+        overhead = len(_chat(tokenizer, instruction))
+        doc_ids = tokenizer(docs[i][: 12 * length], add_special_tokens=False).input_ids[: max(1, length - overhead)]
+        prompt = _chat(tokenizer, tokenizer.decode(doc_ids) + "\n\n" + instruction)
+        while len(prompt) > length:  # decoding and re-encoding can merge or split a few tokens
+            doc_ids = doc_ids[: len(doc_ids) - (len(prompt) - length)]
+            prompt = _chat(tokenizer, tokenizer.decode(doc_ids) + "\n\n" + instruction)
+        prompts.append(prompt)
+    return prompts
+
+
+def _chat(tokenizer, text: str) -> list[int]:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def summarize(name, outputs, ttft, wall, extra=None) -> dict:
+    generated = sum(len(o) for o in outputs)
+    return {
+        "run": name,
+        "generated_tokens": generated,
+        "wall_s": wall,
+        "generated_tokens_per_s": generated / wall,
+        "ttft_mean_s": statistics.fmean(ttft),
+        "ttft_median_s": statistics.median(ttft),
+        "ttft_max_s": max(ttft),
+        **(extra or {}),
+    }
+
+
+def run_engine(model, tokenizer, prompts, budget, slots, max_new):
+    from snapeval.engine import Engine, SamplingParams
+
+    engine = Engine(model, tokenizer, budget, num_slots=slots)
+    start = time.perf_counter()
+    done = engine.generate(prompts, SamplingParams(max_new_tokens=max_new))
+    wall = time.perf_counter() - start
+    stats = engine.stats.to_dict()
+    outs = [c.token_ids for c in done]
+    return outs, summarize("engine", outs, [c.time_to_first_token for c in done], wall, {"engine_stats": stats})
+
+
+def run_batched(model, tokenizer, prompts, budget, batch, max_new):
+    from snapeval import generate
+
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # lm-eval: longest context first
+    outs, ttft = [None] * len(prompts), [0.0] * len(prompts)
+    steps = []
+    start = time.perf_counter()
+    for b in range(0, len(order), batch):
+        rows = order[b : b + batch]
+        t0 = time.perf_counter() - start
+        result = generate(model, tokenizer, [prompts[i] for i in rows], config=budget, max_new_tokens=max_new)
+        steps.append(result.decode_steps + 1)
+        for i, out in zip(rows, result):
+            outs[i], ttft[i] = out.token_ids, t0 + result.prefill_seconds
+    wall = time.perf_counter() - start
+    return outs, summarize("hf_batched", outs, ttft, wall, {"batch_steps": steps})
+
+
+def run_single(model, tokenizer, prompts, budget, max_new):
+    from snapeval import generate
+
+    outs, ttft = [], []
+    start = time.perf_counter()
+    for prompt in prompts:
+        t0 = time.perf_counter() - start
+        result = generate(model, tokenizer, [prompt], config=budget, max_new_tokens=max_new)
+        outs.append(result[0].token_ids)
+        ttft.append(t0 + result.prefill_seconds)
+    return outs, summarize("one_at_a_time", outs, ttft, time.perf_counter() - start)
+
+
+def time_decode_step(model, tokenizer, budget, slots, steps=20) -> dict:
+    """Eager vs ``torch.compile`` decode step of ``slots`` slots (random cache contents, one slot partly empty)."""
+    from snapeval.engine import Engine
+    from snapeval.engine.attention import ENGINE_ATTN_IMPLEMENTATION
+
+    out = {}
+    for compiled in (False, True):
+        engine = Engine(model, tokenizer, budget, num_slots=slots, compile=compiled)
+        model.set_attn_implementation(ENGINE_ATTN_IMPLEMENTATION)  # as inside Engine.generate
+        for layer in engine.cache.layers:  # full slots, except the last 100 entries of slot 0: the masked path
+            layer.keys.normal_(), layer.values.normal_(), layer.positions.fill_(0)
+            layer.positions[0, :, -100:] = -1
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            engine._decode()
+            first = time.perf_counter() - t0
+            for _ in range(2):
+                engine._decode()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                engine._decode()
+        out["compiled" if compiled else "eager"] = {"step_ms": (time.perf_counter() - t0) / steps * 1e3, "first_call_s": first}
+    model.set_attn_implementation("snapstream")
+    out["speedup"] = out["eager"]["step_ms"] / out["compiled"]["step_ms"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="16 requests of 100..1,000 tokens, up to 128 new tokens, 4 slots (a loaded machine)")
+    parser.add_argument("--compile", action="store_true", help="also time the decode step under torch.compile")
+    parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--budget", type=int, default=1024)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    from snapeval import load_model
+
+    count, min_len, max_len, max_new = (16, 100, 1000, 128) if args.quick else (args.requests, 100, 2000, 512)
+    if args.quick:
+        args.slots = 4
+    model, tokenizer = load_model("smollm2-135m-instruct", dtype="float32")
+    prompts = build_requests(tokenizer, count, min_len, max_len)
+    load = os.getloadavg()
+    runs, outputs = [], {}
+    for name, fn in [
+        ("engine", lambda: run_engine(model, tokenizer, prompts, args.budget, args.slots, max_new)),
+        ("hf_batched", lambda: run_batched(model, tokenizer, prompts, args.budget, args.slots, max_new)),
+        ("one_at_a_time", lambda: run_single(model, tokenizer, prompts, args.budget, max_new)),
+    ]:
+        outputs[name], summary = fn()
+        runs.append(summary)
+        print(f"{name:>14}: {summary['generated_tokens']} tokens in {summary['wall_s']:.1f} s = "
+              f"{summary['generated_tokens_per_s']:.1f} tok/s, TTFT mean {summary['ttft_mean_s']:.1f} s", flush=True)
+    reference = outputs["one_at_a_time"]
+    for run in runs:
+        same = [a == b for a, b in zip(outputs[run["run"]], reference)]
+        run["identical_to_one_at_a_time"] = sum(same)
+    by = {r["run"]: r for r in runs}
+    payload = {
+        "benchmark": "engine",
+        "model": "smollm2-135m-instruct",
+        "dtype": "float32",
+        "method": "snapstream",
+        "budget": args.budget,
+        "slots_or_batch_size": args.slots,
+        "requests": count,
+        "quick": args.quick,
+        "prompt_tokens": sorted(len(p) for p in prompts),
+        "max_new_tokens": max_new,
+        "generated_lengths": [len(o) for o in reference],
+        "stopped_at_eos": sum(o[-1] == tokenizer.eos_token_id for o in reference),
+        "runs": runs,
+        "engine_speedup_vs_hf_batched": by["engine"]["generated_tokens_per_s"] / by["hf_batched"]["generated_tokens_per_s"],
+        "engine_speedup_vs_one_at_a_time": by["engine"]["generated_tokens_per_s"] / by["one_at_a_time"]["generated_tokens_per_s"],
+        "load_average_before": load,
+        "load_average_after": os.getloadavg(),
+        "machine": machine(),
+    }
+    if args.compile:
+        payload["decode_step_compile"] = time_decode_step(model, tokenizer, args.budget, args.slots)
+        print("decode step:", payload["decode_step_compile"])
+    path = write_json("engine_quick.json" if args.quick else "engine.json", payload)
+    print(f"speedup vs HF batched: {payload['engine_speedup_vs_hf_batched']:.2f}x, vs one at a time: "
+          f"{payload['engine_speedup_vs_one_at_a_time']:.2f}x; identical greedy outputs: "
+          + ", ".join(f"{r['run']} {r['identical_to_one_at_a_time']}/{count}" for r in runs) + f"; wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

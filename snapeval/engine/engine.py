@@ -1,0 +1,202 @@
+"""A static-shape generation engine with continuous batching over fixed-size compressed KV caches.
+
+The engine owns ``num_slots`` rows of one :class:`~snapeval.cache.SnapStreamCache`, allocated once: per layer
+``keys``/``values`` ``[num_slots, Hkv, S, D]``, ``positions`` ``[num_slots, Hkv, S]``, ``next_position``
+``[num_slots]`` (``S`` = the budget). A request is
+
+1. **prefilled alone** (batch 1, as SnapStream is deployed) into a fresh cache, which compresses it to ``S`` slots
+   and yields its first token;
+2. **copied into a free slot** (:meth:`~snapeval.cache.base.CompressedKVCache.load_row`);
+3. **decoded together with every other slot**, one batched forward per token: ``input_ids`` ``[num_slots, 1]`` and
+   explicit ``position_ids`` ``[num_slots, 1]`` (each row's next position) and the cache's validity mask. Every
+   decode step runs on the same shapes, whatever the batch composition; with ``compile=True`` the mask is always
+   given (one graph), eagerly it is left out when every slot is valid (SDPA's GQA path then avoids copying K/V).
+
+When a request stops (eos, a stop string, or ``max_new_tokens``) its slot is parked and refilled from the queue
+before the next step (continuous batching). A parked slot holds zero keys and values, all visible, so its
+(ignored) row never attends over an empty set and cannot produce NaNs. Greedy outputs equal :func:`snapeval.generate` run on each
+request alone; sampling draws from a per-request ``torch.Generator``.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Sequence
+
+import torch
+
+from snapeval.cache import SnapStreamConfig, make_cache, method_config
+from snapeval.engine.attention import ENGINE_ATTN_IMPLEMENTATION
+from snapeval.engine.requests import Completion, EngineStats, Request, SamplingParams
+from snapeval.engine.sampling import choose
+from snapeval.errors import SnapevalError
+from snapeval.generation import _as_list
+
+#: Methods with a fixed-size cache, which the engine can hold in static slots.
+ENGINE_METHODS = ("snapstream", "streamingllm")
+
+
+class Engine:
+    """Continuous-batching generation: ``Engine(model, tokenizer, 1024, num_slots=8).generate(prompts, sampling)``.
+
+    Args:
+        model: a Hugging Face causal LM of a supported architecture (Llama, Qwen2).
+        tokenizer: decodes completions (stop strings, text); encodes string prompts (no special tokens added).
+        config: a :class:`SnapStreamConfig` or an integer total budget.
+        method: ``snapstream`` or ``streamingllm`` (fixed-size caches). ``full``/``snapkv`` caches grow while
+            decoding and need :func:`snapeval.generate`.
+        num_slots: requests decoded together (the static batch size).
+        compile: run the decode step through ``torch.compile`` (off by default: see ``docs/engine.md``).
+        seed: base seed of requests whose :class:`SamplingParams` gives none.
+    """
+
+    def __init__(self, model, tokenizer, config: SnapStreamConfig | int, method: str = "snapstream",
+                 num_slots: int = 8, *, compile: bool = False, seed: int = 0):
+        if method not in ENGINE_METHODS:
+            raise SnapevalError(
+                f"method={method!r} is not supported by the engine; choose one of: {', '.join(ENGINE_METHODS)} "
+                "(fixed-size caches; use snapeval.generate for full and snapkv)"
+            )
+        if config is None:
+            raise SnapevalError("config=None is invalid for the engine; allowed: a SnapStreamConfig or a budget >= 2")
+        if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
+            raise SnapevalError(f"num_slots={num_slots!r} is invalid; allowed: an integer >= 1")
+        self.model, self.tokenizer, self.method, self.num_slots, self.seed = model, tokenizer, method, num_slots, seed
+        self.config = method_config(method, budget=config) if isinstance(config, int) else method_config(method, config=config)
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        cfg = model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.cache = make_cache(model, method, self.config)
+        self.prefill_cache = make_cache(model, method, self.config)  # reset and reused by every prefill
+        self.cache.allocate_rows(num_slots, cfg.num_key_value_heads, head_dim, self.dtype, self.device)
+        for layer in self.cache.layers:  # compiled: one graph, the mask always given; eager: no mask when all valid
+            layer.always_mask = bool(compile)
+        self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = int(pad)
+        self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
+        self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
+        self.compiled = bool(compile)
+        self._forward = torch.compile(self._decode_logits, dynamic=False) if compile else self._decode_logits
+        for slot in range(num_slots):
+            self._park(slot)
+        self.stats = EngineStats(num_slots=num_slots)
+
+    # --- public API ---------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Sequence[int] | str],
+                 sampling: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Completion]:
+        """Run every prompt to completion; completions come back in input order. :attr:`stats` holds the totals.
+
+        ``prompts``: token-id lists (used as given) or strings (tokenized without special tokens).
+        ``sampling``: one :class:`SamplingParams` for all, one per prompt, or ``None`` (greedy, defaults).
+        """
+        requests = self._requests(prompts, sampling)
+        previous = self.model.config._attn_implementation
+        self.model.set_attn_implementation(ENGINE_ATTN_IMPLEMENTATION)
+        try:
+            return self._run(requests)
+        finally:
+            self.model.set_attn_implementation(previous)
+
+    def slot_tensors(self) -> list[torch.Tensor]:
+        """Every tensor the slots live in (for introspection: their storage never changes)."""
+        return [getattr(l, n) for l in self.cache.layers for n in ("keys", "values", "positions", "next_position")]
+
+    # --- internals ----------------------------------------------------------------------------------------------
+    def _run(self, requests: list[Request]) -> list[Completion]:
+        self.stats = stats = EngineStats(num_slots=self.num_slots, requests=len(requests),
+                                         prompt_tokens=sum(len(r.prompt) for r in requests))
+        queue, active, done = deque(requests), {}, {}
+        start = time.perf_counter()
+        while queue or active:
+            while queue and len(active) < self.num_slots:  # admission: refill free slots, one batch-1 prefill each
+                slot = next(s for s in range(self.num_slots) if s not in active)
+                request = queue.popleft()
+                if self._prefill(request, slot, start):
+                    done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
+                else:
+                    active[slot] = request
+            if not active:
+                continue
+            step_start = time.perf_counter()
+            self._step(active, done, start)
+            stats.decode_seconds += time.perf_counter() - step_start
+        stats.wall_seconds = time.perf_counter() - start
+        stats.generated_tokens = sum(c.generated_tokens for c in done.values())
+        stats.prefill_seconds = sum(c.prefill_seconds for c in done.values())
+        return [done[i] for i in range(len(requests))]
+
+    def _requests(self, prompts, sampling) -> list[Request]:
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
+            raise SnapevalError("prompts must be a non-empty list of token-id lists or strings")
+        if sampling is None or isinstance(sampling, SamplingParams):
+            sampling = [sampling or SamplingParams()] * len(prompts)
+        sampling = list(sampling)
+        if len(sampling) != len(prompts) or not all(isinstance(s, SamplingParams) for s in sampling):
+            raise SnapevalError(f"sampling must be one SamplingParams or a list of {len(prompts)} (one per prompt)")
+        requests = []
+        for i, (prompt, params) in enumerate(zip(prompts, sampling)):
+            ids = self.tokenizer(prompt, add_special_tokens=False).input_ids if isinstance(prompt, str) else list(prompt)
+            if not ids:
+                raise SnapevalError(f"prompts[{i}] is empty; allowed: at least one token")
+            generator = None
+            if params.do_sample:
+                generator = torch.Generator(device=self.device)
+                generator.manual_seed(params.seed if params.seed is not None else self.seed + i)
+            requests.append(Request(index=i, prompt=[int(t) for t in ids], params=params, generator=generator))
+        return requests
+
+    def _prefill(self, request: Request, slot: int, start: float) -> bool:
+        """Prefill ``request`` alone, choose its first token, load it into ``slot``. True if it already finished."""
+        t0 = time.perf_counter()
+        request.admitted_at = t0 - start
+        cache = self.prefill_cache
+        cache.reset()
+        ids = torch.tensor([request.prompt], device=self.device)
+        logits = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+        token = choose(logits, request.params, request.generator)
+        request.first_token_at = time.perf_counter() - start
+        finished = request.check_stop(token, self.eos_ids, self.tokenizer)
+        if not finished:
+            self.cache.load_row(slot, cache)
+            self.input_ids[slot, 0] = token
+            request.slot = slot
+        request.prefill_seconds = time.perf_counter() - t0
+        return finished
+
+    def _decode_logits(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """One decode step of every slot: ``[N, 1]`` ids and positions -> ``[N, V]`` logits."""
+        out = self.model(input_ids=input_ids, position_ids=position_ids, past_key_values=self.cache, use_cache=True)
+        return out.logits[:, -1]
+
+    def _decode(self) -> torch.Tensor:
+        """One static decode step of every slot from :attr:`input_ids`; returns ``[num_slots, V]`` logits."""
+        self.position_ids.copy_(self.cache.layers[0].next_position[:, None])
+        logits = self._forward(self.input_ids, self.position_ids)
+        for layer in self.cache.layers:  # keep the Python-side token count constant (a compiled step never retraces)
+            layer.seen = 0
+        return logits
+
+    def _step(self, active: dict[int, Request], done: dict[int, Completion], start: float) -> None:
+        logits = self._decode()
+        greedy = logits.argmax(-1).tolist()
+        self.stats.decode_steps += 1
+        self.stats.active_slot_steps += len(active)
+        for slot, request in list(active.items()):
+            token = choose(logits[slot], request.params, request.generator) if request.params.do_sample else greedy[slot]
+            if request.check_stop(token, self.eos_ids, self.tokenizer):
+                done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
+                del active[slot]
+                self._park(slot)
+            else:
+                self.input_ids[slot, 0] = token
+
+    def _park(self, slot: int) -> None:
+        """Empty ``slot``: zero keys and values, all visible (position 0), so its ignored row attends to zeros (never
+        over an empty set, so no NaN) and needs no mask (an idle slot does not force masking on the others)."""
+        self.cache.clear_row(slot)
+        for layer in self.cache.layers:
+            layer.positions[slot].zero_()
+        self.input_ids[slot, 0] = self.pad_id

@@ -1,0 +1,170 @@
+"""The continuous-batching engine: equality with one-at-a-time generation, slot reuse, stops, sampling, memory."""
+import gc
+import tracemalloc
+
+import pytest
+import torch
+
+from snapeval import SnapStreamConfig, generate
+from snapeval.engine import Engine, SamplingParams
+from snapeval.errors import SnapevalError
+from tests.conftest import random_prompt, tiny_model
+
+CONFIGS = {
+    "snapstream": SnapStreamConfig(sink=2, recent=10, topk=8, observation=6),
+    "streamingllm": SnapStreamConfig(sink=2, recent=16, topk=0),
+}
+LENGTHS = (70, 23, 45, 8, 33, 5, 90, 19)  # shorter and longer than the budget of 20
+MAX_NEW = (15, 3, 30, 7, 22, 40, 11, 1)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("method", ["snapstream", "streamingllm"])
+def test_greedy_equals_each_request_alone_with_slot_reuse(family, method, tiny_tokenizer):
+    model = tiny_model(family)
+    config = CONFIGS[method]
+    prompts = [random_prompt(n, seed=n) for n in LENGTHS]
+    engine = Engine(model, tiny_tokenizer, config, method=method, num_slots=3)
+    done = engine.generate(prompts, [SamplingParams(max_new_tokens=k) for k in MAX_NEW])
+    for i, (prompt, completion) in enumerate(zip(prompts, done)):
+        alone = generate(model, tiny_tokenizer, [prompt], config=config, method=method, max_new_tokens=MAX_NEW[i])[0]
+        assert completion.index == i and completion.prompt_tokens == len(prompt)
+        assert completion.token_ids == alone.token_ids, i
+        assert completion.text == alone.text
+        assert completion.finish_reason == ("eos" if completion.token_ids[-1] == 1 else "length")
+        assert completion.time_to_first_token <= completion.finished_at
+    slots = [c.slot for c in done if c.slot >= 0]
+    assert len(slots) > len(set(slots))  # slots were reused
+    # some request was admitted while another one kept decoding in its slot
+    assert any(a.admitted_at > b.admitted_at and a.admitted_at < b.finished_at and a.slot != b.slot and b.slot >= 0
+               for a in done for b in done)
+    stats = engine.stats
+    assert stats.generated_tokens == sum(len(c.token_ids) for c in done)
+    assert stats.active_slot_steps + sum(1 for c in done) == stats.generated_tokens  # first tokens come from prefill
+    assert 0 < stats.occupancy <= 1 and stats.tokens_per_s > 0
+
+
+def test_stop_conditions(tiny_tokenizer):
+    model = tiny_model("llama")
+    prompt = random_prompt(30, seed=3)
+    free = Engine(model, tiny_tokenizer, 20, num_slots=2).generate([prompt], SamplingParams(max_new_tokens=12))[0]
+    ids = free.token_ids
+    assert free.finish_reason == "length" and len(ids) == 12 and 1 not in ids
+    stop = tiny_tokenizer.decode(ids[4:6])  # ids joined by spaces (pad/eos dropped)
+    assert stop
+    first = next(i for i in range(len(ids)) if stop in tiny_tokenizer.decode(ids[: i + 1]))
+    engine = Engine(model, tiny_tokenizer, 20, num_slots=2)
+    stopped, capped, other = engine.generate(
+        [prompt, prompt, random_prompt(12, seed=4)],
+        [SamplingParams(max_new_tokens=12, stop=["no such text", stop]), SamplingParams(max_new_tokens=5),
+         SamplingParams(max_new_tokens=12)],
+    )
+    assert stopped.finish_reason == "stop" and stopped.stop == stop
+    assert stopped.token_ids == ids[: first + 1]
+    full_text = tiny_tokenizer.decode(ids[: first + 1])
+    assert stopped.text == full_text[: full_text.index(stop)]
+    assert capped.finish_reason == "length" and capped.token_ids == ids[:5]
+    assert other.token_ids == generate(model, tiny_tokenizer, [random_prompt(12, seed=4)], config=20,
+                                       max_new_tokens=12)[0].token_ids
+
+
+def test_eos_at_first_token_never_takes_a_slot(tiny_tokenizer):
+    model = tiny_model("llama")
+    prompts = [random_prompt(n, seed=n) for n in (10, 25, 40)]
+    firsts = [generate(model, tiny_tokenizer, [p], config=20, max_new_tokens=1)[0].token_ids[0] for p in prompts]
+    tiny_tokenizer = type(tiny_tokenizer)()
+    tiny_tokenizer.eos_token_id = firsts[1]  # the second request's first token becomes an eos
+    model.generation_config.eos_token_id = firsts[1]
+    done = Engine(model, tiny_tokenizer, 20, num_slots=1).generate(prompts, SamplingParams(max_new_tokens=4))
+    assert done[1].token_ids == [firsts[1]] and done[1].finish_reason == "eos" and done[1].slot == -1
+    for c, p in zip(done, prompts):
+        assert c.token_ids == generate(model, tiny_tokenizer, [p], config=20, max_new_tokens=4)[0].token_ids
+
+
+def test_sampling_depends_on_the_seed_not_on_the_batch(tiny_tokenizer):
+    model = tiny_model("qwen2")
+    target = random_prompt(40, seed=1)
+    params = SamplingParams(max_new_tokens=20, do_sample=True, temperature=1.3, top_p=0.9, top_k=40, seed=7)
+    alone = Engine(model, tiny_tokenizer, 20, num_slots=1).generate([target], params)[0].token_ids
+    others = [random_prompt(n, seed=n) for n in (15, 60, 33)]
+    crowd = Engine(model, tiny_tokenizer, 20, num_slots=3).generate(
+        others + [target], [SamplingParams(max_new_tokens=9, do_sample=True, seed=s) for s in (1, 2, 3)] + [params]
+    )
+    assert crowd[3].token_ids == alone
+    reseeded = Engine(model, tiny_tokenizer, 20, num_slots=2).generate([target], SamplingParams(
+        max_new_tokens=20, do_sample=True, temperature=1.3, top_p=0.9, top_k=40, seed=8))[0].token_ids
+    assert reseeded != alone
+    top1 = Engine(model, tiny_tokenizer, 20, num_slots=2).generate(
+        [target], SamplingParams(max_new_tokens=20, do_sample=True, top_k=1, seed=3))[0].token_ids
+    assert top1 == generate(model, tiny_tokenizer, [target], config=20, max_new_tokens=20)[0].token_ids
+
+
+def test_parked_slots_stay_finite_and_storage_never_moves(tiny_tokenizer):
+    model = tiny_model("llama")
+    engine = Engine(model, tiny_tokenizer, 20, num_slots=4)
+    with torch.inference_mode():  # every slot parked: no row may attend over nothing
+        assert torch.isfinite(engine._forward(engine.input_ids, engine.position_ids)).all()
+    storage = [t.data_ptr() for t in engine.slot_tensors()]
+    prompts = [random_prompt(5 + (7 * i) % 60, seed=i) for i in range(24)]
+    params = [SamplingParams(max_new_tokens=2 + (5 * i) % 17) for i in range(24)]
+    engine.generate(prompts, params)  # warm-up: lazily created Python/torch state
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for _ in range(2):
+        done = engine.generate(prompts, params)
+        del done
+        gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown < 64 * 1024, grown  # bytes of Python objects kept after two long runs
+    assert [t.data_ptr() for t in engine.slot_tensors()] == storage
+    with torch.inference_mode():
+        assert torch.isfinite(engine._forward(engine.input_ids, engine.position_ids)).all()
+
+
+def test_bad_input_is_a_one_line_error(tiny_tokenizer):
+    model = tiny_model("llama")
+    with pytest.raises(SnapevalError, match="method='full' is not supported by the engine"):
+        Engine(model, tiny_tokenizer, 20, method="full")
+    with pytest.raises(SnapevalError, match="num_slots=0"):
+        Engine(model, tiny_tokenizer, 20, num_slots=0)
+    with pytest.raises(SnapevalError, match="SamplingParams.max_new_tokens=0"):
+        SamplingParams(max_new_tokens=0)
+    with pytest.raises(SnapevalError, match="SamplingParams.top_p=0"):
+        SamplingParams(top_p=0)
+    with pytest.raises(SnapevalError, match="SamplingParams.temperature=0"):
+        SamplingParams(do_sample=True, temperature=0)
+    with pytest.raises(SnapevalError, match="SamplingParams.stop"):
+        SamplingParams(stop=[""])
+    assert SamplingParams(stop="\n\n").stop == ("\n\n",)
+    engine = Engine(model, tiny_tokenizer, 20, num_slots=2)
+    with pytest.raises(SnapevalError, match="one per prompt"):
+        engine.generate([[3, 4], [5]], [SamplingParams()])
+    with pytest.raises(SnapevalError, match=r"prompts\[1\] is empty"):
+        engine.generate([[3, 4], []])
+
+
+def test_smollm2_greedy_equals_generate_alone(smollm2):
+    model, tokenizer = smollm2
+    prompts = []
+    for question in ("What is the capital of France?", "Name three colours."):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                            tokenize=True)
+        prompts.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    config = SnapStreamConfig(sink=4, recent=16, topk=12, observation=8)  # smaller than the prompts
+    done = Engine(model, tokenizer, config, num_slots=2).generate(prompts, SamplingParams(max_new_tokens=12))
+    for prompt, completion in zip(prompts, done):
+        alone = generate(model, tokenizer, [prompt], config=config, max_new_tokens=12)[0]
+        assert completion.token_ids == alone.token_ids
+        assert completion.text == alone.text
+
+
+def test_compiled_decode_step_gives_the_same_tokens(tiny_tokenizer):
+    model = tiny_model("llama")
+    config = CONFIGS["snapstream"]
+    prompts = [random_prompt(n, seed=n) for n in (70, 8, 33)]
+    params = [SamplingParams(max_new_tokens=k) for k in (12, 5, 9)]
+    compiled = Engine(model, tiny_tokenizer, config, num_slots=2, compile=True).generate(prompts, params)
+    eager = Engine(model, tiny_tokenizer, config, num_slots=2).generate(prompts, params)
+    assert [c.token_ids for c in compiled] == [c.token_ids for c in eager]
