@@ -151,3 +151,11 @@ def test_specprefill_model_args(tiny_dir, task_dir, full):
     info = cut["snapeval"]
     assert info["config"]["specprefill"]["keep"] == 0.3
     assert 0 < info["specprefill_kept_fraction"] < 0.8 and info["specprefill_draft_seconds"] > 0
+
+
+def test_engine_model_arg_gives_the_same_generations(tiny_dir, task_dir, full):
+    plain = _run(tiny_dir, task_dir, ["tiny_gen"], method="snapstream", budget=64)
+    engine = _run(tiny_dir, task_dir, ["tiny_gen"], method="snapstream", budget=64, engine=True, engine_slots=2)
+    assert [s["resps"] for s in _samples(plain, "tiny_gen")] == [s["resps"] for s in _samples(engine, "tiny_gen")]
+    assert engine["snapeval"]["config"]["engine"] == {"slots": 2}
+    assert engine["snapeval"]["kv_cache_bytes"] == 64 * 2 * 2 * 16 * 2 * 8

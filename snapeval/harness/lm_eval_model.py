@@ -33,7 +33,7 @@ from snapeval.generation import generate_ids
 from snapeval.models.loading import DTYPES, load_model
 
 SPLIT_FIELDS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
-INT_ARGS = ("budget", "sink", "recent", "topk", "observation", "kernel", "batch_size", "max_gen_toks", "max_length",
+INT_ARGS = ("engine_slots", "budget", "sink", "recent", "topk", "observation", "kernel", "batch_size", "max_gen_toks", "max_length",
             "specprefill_chunk", "specprefill_lookahead", "specprefill_pool_kernel")
 
 
@@ -93,7 +93,8 @@ class SnapStreamLM(HFLM):
     snapkv), ``budget`` and the SnapStream split (``sink``, ``recent``, ``topk``, ``observation``, ``kernel``,
     ``pooling``), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
     generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
-    ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``.
+    ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``; ``engine=true`` generates with the
+    continuous-batching engine (``engine_slots`` slots, default max(batch_size, 4); snapstream/streamingllm only).
     """
 
     def __init__(
@@ -112,6 +113,8 @@ class SnapStreamLM(HFLM):
         max_gen_toks: int = 256,
         max_length: int | None = None,
         device: str = "cpu",
+        engine: bool | str = False,
+        engine_slots: int | None = None,
         specprefill_draft: str | None = None,
         specprefill_keep: float | None = None,
         specprefill_chunk: int | None = None,
@@ -144,6 +147,11 @@ class SnapStreamLM(HFLM):
         )
         self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
         self.stats = RunStats()
+        self.use_engine = str(engine).lower() in ("1", "true", "yes")
+        if self.use_engine and method not in ("snapstream", "streamingllm"):
+            raise SnapevalError(f"engine=true needs a fixed-size cache; method={method!r} allowed: snapstream, streamingllm")
+        self.engine_slots = _coerce("engine_slots", engine_slots) or max(int(args["batch_size"] or 1), 4)
+        self._engine = None
         self.specprefill = None
         if specprefill_draft:
             from snapeval.specprefill import SpecPrefillConfig
@@ -174,6 +182,7 @@ class SnapStreamLM(HFLM):
             "max_length": self.max_length,
             "max_gen_toks": self.max_gen_toks,
             "specprefill": self.specprefill.to_dict() if self.specprefill is not None else None,
+            "engine": {"slots": self.engine_slots} if self.use_engine else None,
             "versions": {"snapeval": snapeval.__version__, "lm_eval": lm_eval.__version__,
                          "transformers": transformers.__version__, "torch": torch.__version__},
         }
@@ -214,7 +223,48 @@ class SnapStreamLM(HFLM):
                 s.specprefill_full_tokens += compressed.full_target_tokens
                 s.specprefill_kept_tokens += len(compressed.target_ids)
                 request.arguments = (compressed.text, gen_kwargs)
+        if self.use_engine:
+            return self._generate_with_engine(requests)
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+    def _generate_with_engine(self, requests):
+        """All requests through one continuous-batching engine (static slots, per-request stops and sampling)."""
+        from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+
+        from snapeval.engine import Engine, SamplingParams
+
+        if self._engine is None:
+            self._engine = Engine(self.model, self.tokenizer, self.cache_config, method=self.method,
+                                  num_slots=self.engine_slots)
+        eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
+        prompts, params = [], []
+        for request in requests:
+            context, gen_kwargs = request.args
+            kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
+            until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
+            max_new = kwargs.pop("max_gen_toks")
+            ids = self.tok_encode(context)[-(self.max_length - max_new):]
+            temperature = float(kwargs.get("temperature", 0.0) or 0.0)
+            sample = bool(kwargs.get("do_sample", temperature > 0))
+            params.append(SamplingParams(
+                max_new_tokens=max_new, stop=tuple(u for u in until if u != eos), do_sample=sample,
+                temperature=temperature if sample else 1.0, top_p=float(kwargs.get("top_p", 1.0) or 1.0),
+                top_k=int(kwargs.get("top_k", 0) or 0)))
+            prompts.append(ids)
+        completions = self._engine.generate(prompts, params)
+        out = []
+        for request, done in zip(requests, completions):
+            out.append(done.text)
+            self.cache_hook.add_partial("generate_until", request.args, done.text)
+            decode_s = max(done.finished_at - done.time_to_first_token, 0.0)
+            self._record(1, done.prompt_tokens, len(done.token_ids), done.prefill_seconds, 0.0, decode_s,
+                         max(len(done.token_ids) - 1, 0), self.cache_config.budget * self._kv_bytes_per_slot())
+        return out
+
+    def _kv_bytes_per_slot(self) -> int:
+        cfg = self.model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 2 * self.model.dtype.itemsize
 
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         attention_mask = generation_kwargs.pop("attention_mask", None)
