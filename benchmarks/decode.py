@@ -127,8 +127,13 @@ def main() -> None:
         "snapstream1024_vs_full_after_long_prompt": snap_long["decode_tokens_per_s"] / full_long["decode_tokens_per_s"],
         "snapstream1024_after_long_vs_full_after_short_prompt":
             snap_long["decode_tokens_per_s"] / full_short["decode_tokens_per_s"],
-        "compression_overhead_of_prefill": max(
-            r["compress_s"] / (r["prefill_s"] - r["compress_s"]) for r in runs if r["method"] == "snapstream"
+        "compression_overhead_of_prefill": max(  # the target is about the long prompt
+            r["compress_s"] / (r["prefill_s"] - r["compress_s"])
+            for r in runs if r["method"] == "snapstream" and r["prompt_tokens"] == args.prompt_len
+        ),
+        "compression_overhead_of_prefill_short_prompt": max(
+            r["compress_s"] / (r["prefill_s"] - r["compress_s"])
+            for r in runs if r["method"] == "snapstream" and r["prompt_tokens"] == args.short_prompt_len
         ),
         "kv_bytes_constant_in_decode": all(r["kv_bytes_constant_in_decode"] for r in runs if r["method"] == "snapstream"),
     }
@@ -136,6 +141,7 @@ def main() -> None:
         "snapstream1024_vs_full_after_long_prompt": ">= 2.0",
         "snapstream1024_after_long_vs_full_after_short_prompt": ">= 0.85",
         "compression_overhead_of_prefill": "<= 0.05",
+        "compression_overhead_of_prefill_short_prompt": "(reported, no target)",
         "kv_bytes_constant_in_decode": "true",
     }
     payload = {
