@@ -11,9 +11,8 @@ class FullCache(DynamicCache):
     ``padding`` ``[B]`` (left-padding of each row) is set by :func:`snapeval.generate` for introspection.
     """
 
-    def __init__(self, model, config=None):
+    def __init__(self, model):
         super().__init__(config=model.config)
-        self.config_ = config
         self.padding: torch.Tensor | None = None
 
     def kv_bytes(self) -> int:
