@@ -127,15 +127,22 @@ class GenerateRun:
         return max(len(self.step_times) - 1, 0)
 
 
+def cache_for(model, method: str, config, attention_mask: torch.Tensor):
+    """A fresh cache of ``method`` for left-padded rows (``attention_mask`` ``[B, L]``); the full cache learns each
+    row's padding for its slot-position introspection."""
+    cache = make_cache(model, method, config)
+    if hasattr(cache, "padding"):
+        cache.padding = (attention_mask == 0).sum(dim=1).cpu()
+    return cache
+
+
 @torch.inference_mode()
 def generate_ids(model, input_ids, attention_mask, method: str, config, *, on_step=None, **generate_kwargs) -> GenerateRun:
     """``model.generate`` on left-padded ids with a fresh cache of ``method``; records when each step's logits exist.
 
     ``input_ids``/``attention_mask`` ``[B, L]``; ``config`` from :func:`snapeval.cache.method_config`.
     """
-    cache = make_cache(model, method, config)
-    if hasattr(cache, "padding"):
-        cache.padding = (attention_mask == 0).sum(dim=1).cpu()
+    cache = cache_for(model, method, config, attention_mask)
     clock = _StepClock(None if on_step is None else lambda: on_step(cache))
     processors = list(generate_kwargs.pop("logits_processor", None) or []) + [clock]
     start = time.perf_counter()

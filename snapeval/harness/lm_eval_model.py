@@ -29,7 +29,7 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 import snapeval
 from snapeval.cache import METHODS, method_config
 from snapeval.errors import SnapevalError, check_choice
-from snapeval.generation import generate_ids
+from snapeval.generation import cache_for, generate_ids
 from snapeval.models.loading import DTYPES, load_model
 
 SPLIT_FIELDS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
@@ -343,11 +343,7 @@ class SnapStreamLM(HFLM):
         ctx_len = max(map(len, contexts))
         input_ids = torch.tensor([[pad] * (ctx_len - len(c)) + c for c in contexts], device=device)
         mask = torch.tensor([[0] * (ctx_len - len(c)) + [1] * len(c) for c in contexts], device=device)
-        from snapeval.cache import make_cache
-
-        cache = make_cache(self.model, self.method, self.cache_config)
-        if hasattr(cache, "padding"):
-            cache.padding = (mask == 0).sum(dim=1).cpu()
+        cache = cache_for(self.model, self.method, self.cache_config, mask)
         start = time.perf_counter()
         self.model(input_ids=input_ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                    past_key_values=cache)
