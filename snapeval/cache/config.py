@@ -19,9 +19,16 @@ DEFAULT_POOLING = "avg"
 DEFAULT_RECENT_FRACTION = 0.5
 
 
-def _require_int(field: str, value, minimum: int) -> None:
+def _require_int(field: str, value, minimum: int, owner: str = "SnapStreamConfig") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"SnapStreamConfig.{field}={value!r} is invalid; allowed: an integer >= {minimum}")
+        raise ValueError(f"{owner}.{field}={value!r} is invalid; allowed: an integer >= {minimum}")
+
+
+def _require_kernel_and_pooling(kernel, pooling, owner: str) -> None:
+    if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
+        raise ValueError(f"{owner}.kernel={kernel!r} is invalid; allowed: a positive odd integer")
+    if pooling not in POOLINGS:
+        raise ValueError(f"{owner}.pooling={pooling!r} is invalid; allowed: {', '.join(POOLINGS)}")
 
 
 @dataclass(frozen=True)
@@ -51,10 +58,7 @@ class SnapStreamConfig:
         _require_int("recent", self.recent, 1)
         _require_int("topk", self.topk, 0)
         _require_int("observation", self.observation, 1)
-        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
-            raise ValueError(f"SnapStreamConfig.kernel={self.kernel!r} is invalid; allowed: a positive odd integer")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"SnapStreamConfig.pooling={self.pooling!r} is invalid; allowed: {', '.join(POOLINGS)}")
+        _require_kernel_and_pooling(self.kernel, self.pooling, "SnapStreamConfig")
         if self.topk > 0 and self.observation > self.recent:
             raise ValueError(
                 f"SnapStreamConfig.observation={self.observation} is invalid with recent={self.recent} and "
@@ -112,18 +116,13 @@ class SnapKVConfig:
     pooling: str = DEFAULT_POOLING
 
     def __post_init__(self):
-        for field in ("budget", "observation"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"SnapKVConfig.{field}={value!r} is invalid; allowed: an integer >= 1")
+        _require_int("budget", self.budget, 1, "SnapKVConfig")
+        _require_int("observation", self.observation, 1, "SnapKVConfig")
         if self.observation > self.budget:
             raise ValueError(
                 f"SnapKVConfig.observation={self.observation} is invalid; allowed: 1..budget ({self.budget})"
             )
-        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
-            raise ValueError(f"SnapKVConfig.kernel={self.kernel!r} is invalid; allowed: a positive odd integer")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"SnapKVConfig.pooling={self.pooling!r} is invalid; allowed: {', '.join(POOLINGS)}")
+        _require_kernel_and_pooling(self.kernel, self.pooling, "SnapKVConfig")
 
     def to_dict(self) -> dict:
         return asdict(self)
