@@ -126,12 +126,10 @@ def run_single(model, tokenizer, prompts, budget, max_new):
 def time_decode_step(model, tokenizer, budget, slots, steps=20) -> dict:
     """Eager vs ``torch.compile`` decode step of ``slots`` slots (random cache contents, one slot partly empty)."""
     from snapeval.engine import Engine
-    from snapeval.engine.attention import ENGINE_ATTN_IMPLEMENTATION
 
     out = {}
     for compiled in (False, True):
         engine = Engine(model, tokenizer, budget, num_slots=slots, compile=compiled)
-        model.set_attn_implementation(ENGINE_ATTN_IMPLEMENTATION)  # as inside Engine.generate
         for layer in engine.cache.layers:  # full slots, except the last 100 entries of slot 0: the masked path
             layer.keys.normal_(), layer.values.normal_(), layer.positions.fill_(0)
             layer.positions[0, :, -100:] = -1
@@ -145,7 +143,6 @@ def time_decode_step(model, tokenizer, budget, slots, steps=20) -> dict:
             for _ in range(steps):
                 engine._decode()
         out["compiled" if compiled else "eager"] = {"step_ms": (time.perf_counter() - t0) / steps * 1e3, "first_call_s": first}
-    model.set_attn_implementation("snapstream")
     out["speedup"] = out["eager"]["step_ms"] / out["compiled"]["step_ms"]
     return out
 

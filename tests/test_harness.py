@@ -1,11 +1,13 @@
 """The `snapstream` lm-eval model: generate_until and multiple-choice tasks under full and compressed caches."""
 import json
 import math
+import re
 
 import pytest
 import torch
 
 from snapeval.cli import main as cli_main
+from snapeval.errors import SnapevalError
 
 LONG_FACT = "The secret city is Lisbon. " + " ".join(f"Note {i}: the weather was mild and the river was calm." for i in range(60))
 
@@ -153,9 +155,32 @@ def test_specprefill_model_args(tiny_dir, task_dir, full):
     assert 0 < info["specprefill_kept_fraction"] < 0.8 and info["specprefill_draft_seconds"] > 0
 
 
-def test_engine_model_arg_gives_the_same_generations(tiny_dir, task_dir, full):
-    plain = _run(tiny_dir, task_dir, ["tiny_gen"], method="snapstream", budget=64)
-    engine = _run(tiny_dir, task_dir, ["tiny_gen"], method="snapstream", budget=64, engine=True, engine_slots=2)
+def test_engine_is_the_default_for_fixed_size_caches_and_gives_the_same_generations(tiny_dir, task_dir, full):
+    plain = _run(tiny_dir, task_dir, ["tiny_gen"], method="snapstream", budget=64, engine="false")
+    engine = _run(tiny_dir, task_dir, ["tiny_gen"], method="snapstream", budget=64, engine_slots=2)
     assert [s["resps"] for s in _samples(plain, "tiny_gen")] == [s["resps"] for s in _samples(engine, "tiny_gen")]
+    assert plain["snapeval"]["config"]["engine"] is None
     assert engine["snapeval"]["config"]["engine"] == {"slots": 2}
     assert engine["snapeval"]["kv_cache_bytes"] == 64 * 2 * 2 * 16 * 2 * 8
+    assert full["snapeval"]["config"]["engine"] is None  # full caches grow: padded batches
+
+
+@pytest.mark.parametrize("method, engine, expected", [
+    ("snapstream", "auto", True), ("streamingllm", None, True), ("full", "auto", False), ("snapkv", "auto", False),
+    ("snapstream", "false", False), ("snapstream", True, True), ("streamingllm", "true", True),
+])
+def test_engine_choice(method, engine, expected):
+    from snapeval.harness.lm_eval_model import use_engine
+
+    assert use_engine(engine, method) is expected
+
+
+@pytest.mark.parametrize("method, engine, message", [
+    ("full", "true", "engine=true needs a fixed-size cache; method='full' allowed: snapstream, streamingllm"),
+    ("snapstream", "sometimes", "engine='sometimes' is not allowed; choose one of: auto, true, false"),
+])
+def test_engine_choice_errors(method, engine, message):
+    from snapeval.harness.lm_eval_model import use_engine
+
+    with pytest.raises(SnapevalError, match=re.escape(message)):
+        use_engine(engine, method)

@@ -82,3 +82,23 @@ def test_multi_token_append_equals_token_by_token_decode():
     step_logits = torch.cat([model(torch.tensor([[t]]), past_key_values=two).logits[0] for t in continuation])
     torch.testing.assert_close(chunk_logits, step_logits)
     assert torch.equal(one.slot_positions(0), two.slot_positions(0))
+
+
+def test_grouped_decode_attention_equals_repeated_kv_sdpa():
+    """The masked decode step folds each KV group's query heads into queries instead of copying K/V per head."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    from snapeval.cache.attention import grouped_decode_attention
+
+    g = torch.Generator().manual_seed(0)
+    query = torch.randn(3, 8, 1, 16, generator=g, dtype=torch.float64)  # [B, Hq, 1, D], 4 query heads per KV head
+    key, value = (torch.randn(3, 2, 40, 16, generator=g, dtype=torch.float64) for _ in range(2))  # [B, Hkv, S, D]
+    mask = torch.rand(3, 1, 1, 40, generator=g) > 0.3  # [B, 1, 1, S]; row 2 keeps only its first slot
+    mask[2] = False
+    mask[2, ..., 0] = True
+    out = grouped_decode_attention(query, key, value, mask, scaling=0.25)
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        query, repeat_kv(key, 4), repeat_kv(value, 4), attn_mask=mask, scale=0.25).transpose(1, 2)
+    assert out.shape == (3, 1, 8, 16)
+    torch.testing.assert_close(out, reference, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out[2, 0], value[2, :, 0].repeat_interleave(4, dim=0))  # only slot 0: its value

@@ -44,7 +44,7 @@ def test_grid_expansion_and_splits():
     stream = cells[6].policy
     assert (stream.sink, stream.recent, stream.topk) == (4, 60, 0)
     args = cells[2].evaluate_kwargs()
-    assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "dtype": "auto", "batch_size": 1,
+    assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "dtype": "auto", "batch_size": 1, "engine": "auto",
                                   "method": "snapstream", "budget": 64, "sink": 4, "recent": 32, "topk": 28,
                                   "observation": 32, "kernel": 5, "pooling": "avg"}
     assert args["tasks"] == ["snapeval_passkey"] and args["limit"] == 4 and args["seed"] == 0
@@ -69,6 +69,7 @@ def test_identity_is_stable_and_ignores_key_order_and_paths(tmp_path):
     {"generation": {"temperature": 0.5, "do_sample": True}},
     {"models": [{"pretrained": "smollm2-135m-instruct", "dtype": "bfloat16"}]},
     {"models": [{"pretrained": "smollm2-135m-instruct", "batch_size": 2}]},
+    {"models": [{"pretrained": "smollm2-135m-instruct", "engine": False}]},
     {"methods": ["full", {"method": "snapstream", "budgets": [64, 128], "sink": 8}],
      "_check": "budgeted"},
     {"methods": ["full", {"method": "snapstream", "budgets": [64, 128], "recent": 0.75}], "_check": "budgeted"},
@@ -126,6 +127,7 @@ def test_data_file_hash_enters_identity(tmp_path):
     ({"models": [{"pretrained": "m", "dtype": "fp8"}]}, "models[0].dtype", "auto, float32, bfloat16, float16"),
     ({"models": [{"pretrained": "m", "resources": {"num_gpus": -1}}]}, "models[0].resources.num_gpus", ">= 0"),
     ({"models": []}, "models", "must not be empty"),
+    ({"models": [{"pretrained": "m", "engine": True}]}, "models[0].engine", "auto, false"),
     ({"seeds": [0, 0]}, "seeds", "duplicate"),
     ({"budget": [64]}, "config", "did you mean 'budgets'"),
     ({"simulate": {"batch": "all"}}, "simulate.batch", "integer"),

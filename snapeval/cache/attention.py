@@ -8,7 +8,8 @@ below picks it up, right after, in the same layer:
 
 - prefill: attention runs unchanged over the full prompt (HF's causal + padding mask), then ``after(query, mask,
   scaling)`` compresses that layer's cache once;
-- decode: attention runs over the cache slots with the cache's own validity/visibility mask.
+- decode: attention runs over the cache slots with the cache's own validity/visibility mask; a masked
+  single-token step of a grouped-query model folds each KV group's query heads into queries (no K/V copy).
 
 With no pending hand-off (any other cache), the function is exactly Hugging Face's SDPA attention.
 """
@@ -72,6 +73,8 @@ def snapstream_attention(module, query, key, value, attention_mask, dropout=0.0,
     if pending is None or pending.layer_idx != getattr(module, "layer_idx", None):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     _local.pending = None
+    if pending.replace_mask and pending.mask is not None and query.shape[2] == 1 and query.shape[1] != key.shape[1]:
+        return grouped_decode_attention(query, key, value, pending.mask, scaling), None
     mask = pending.mask if pending.replace_mask else attention_mask
     if pending.replace_mask:
         is_causal = False
@@ -79,6 +82,24 @@ def snapstream_attention(module, query, key, value, attention_mask, dropout=0.0,
     if pending.after is not None:
         pending.after(query, attention_mask, scaling if scaling is not None else query.shape[-1] ** -0.5)
     return out
+
+
+def grouped_decode_attention(query, key, value, mask, scaling=None) -> torch.Tensor:
+    """Masked single-query attention with grouped-query heads, without copying K/V.
+
+    Hugging Face's SDPA path repeats every KV head ``Hq / Hkv`` times (``repeat_kv``) whenever a mask is given,
+    because SDPA's own GQA support needs ``attn_mask=None``; for a decode step over a masked cache (empty slots, or
+    the engine's rows) that copy dominated a small model's step on CPU. With one query per row, a group's query
+    heads can be laid out as that group's queries instead: the same arithmetic per head, the mask broadcast.
+
+    Shapes: ``query [B, Hq, 1, D]``, ``key``/``value`` ``[B, Hkv, K, D]``, ``mask`` bool ``[B, 1, 1, K]``
+    (True = attend); returns ``[B, 1, Hq, D]``.
+    """
+    batch, num_heads, _, head_dim = query.shape
+    num_kv = key.shape[1]
+    grouped = query.reshape(batch, num_kv, num_heads // num_kv, head_dim)  # [B, Hkv, G, D]
+    out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(batch, 1, num_heads, head_dim)  # [B, Hkv, G, D] is [B, Hq, 1, D] is [B, 1, Hq, D]
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, snapstream_attention)

@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 
 from snapeval.cache import SnapStreamConfig, make_cache, method_config
-from snapeval.engine.attention import ENGINE_ATTN_IMPLEMENTATION
+from snapeval.cache.attention import install
 from snapeval.engine.requests import Completion, EngineStats, Request, SamplingParams
 from snapeval.engine.sampling import choose
 from snapeval.errors import SnapevalError
@@ -93,12 +93,8 @@ class Engine:
         ``sampling``: one :class:`SamplingParams` for all, one per prompt, or ``None`` (greedy, defaults).
         """
         requests = self._requests(prompts, sampling)
-        previous = self.model.config._attn_implementation
-        self.model.set_attn_implementation(ENGINE_ATTN_IMPLEMENTATION)
-        try:
-            return self._run(requests)
-        finally:
-            self.model.set_attn_implementation(previous)
+        install(self.model)  # the `snapstream` attention (idempotent; another caller may have switched it)
+        return self._run(requests)
 
     def slot_tensors(self) -> list[torch.Tensor]:
         """Every tensor the slots live in (for introspection: their storage never changes)."""

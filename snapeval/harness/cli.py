@@ -26,6 +26,9 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | float64 (default: the preset's)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--max-gen-toks", type=int, default=256)
+    p.add_argument("--engine", default="auto", help="auto | true | false: generate with the continuous-batching "
+                   "engine (auto: for snapstream and streamingllm)")
+    p.add_argument("--engine-slots", type=int, default=None, help="engine decode slots (default max(batch size, 8))")
     p.add_argument("--limit", type=float, default=None, help="documents per task (an int, or a fraction < 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks (e.g. '{\"max_seq_lengths\": [1024]}')")
@@ -39,6 +42,7 @@ def run(args) -> int:
     from snapeval.errors import check_choice
 
     check_choice("method", args.method, METHODS)
+    check_choice("engine", args.engine, ("auto", "true", "false"))
     if args.budget is not None and args.budget < 2:
         raise SnapevalError(f"budget={args.budget} is invalid; allowed: an integer >= 2")
     if args.method != "full" and args.budget is None and args.recent is None:
@@ -55,7 +59,8 @@ def run(args) -> int:
         limit = int(limit)
     model_args = {
         "pretrained": args.model, "method": args.method, "budget": args.budget, "dtype": args.dtype,
-        "batch_size": args.batch_size, "max_gen_toks": args.max_gen_toks,
+        "batch_size": args.batch_size, "max_gen_toks": args.max_gen_toks, "engine": args.engine,
+        "engine_slots": args.engine_slots,
         **{k: getattr(args, k) for k in ("sink", "recent", "topk", "observation", "kernel", "pooling")
            if getattr(args, k) is not None},
     }

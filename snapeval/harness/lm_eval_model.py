@@ -4,8 +4,10 @@
         --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
         --include_path tasks --tasks snapeval_passkey
 
-- ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring (batched rows
-  are compressed row by row).
+- ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring. With a
+  fixed-size cache (snapstream, streamingllm) this runs on the continuous-batching engine by default
+  (:mod:`snapeval.engine`: batch-1 prefill, static decode slots; ``engine=false`` for lm-eval's padded batches,
+  whose rows are compressed row by row); full and snapkv caches grow while decoding and use padded batches.
 - ``loglikelihood``/``loglikelihood_rolling``: the context (all but its last token) is prefilled and compressed;
   the last context token and the continuation are then run in a second forward pass *against the compressed cache*,
   so every continuation token, even a one-token answer, is scored under the budget (scoring it in the same pass as
@@ -85,6 +87,21 @@ def _coerce(name: str, value):
     return value
 
 
+def use_engine(engine, method: str) -> bool:
+    """Resolve the ``engine`` model_arg: ``auto`` (or None) is the engine exactly for the fixed-size caches."""
+    from snapeval.engine import ENGINE_METHODS
+
+    choice = {"auto": None, "none": None, "true": True, "1": True, "yes": True, "false": False, "0": False,
+              "no": False}.get(str(engine).lower(), "invalid")
+    if choice == "invalid":
+        raise SnapevalError(f"engine={engine!r} is not allowed; choose one of: auto, true, false")
+    if choice is None:
+        return method in ENGINE_METHODS
+    if choice and method not in ENGINE_METHODS:
+        raise SnapevalError(f"engine=true needs a fixed-size cache; method={method!r} allowed: {', '.join(ENGINE_METHODS)}")
+    return choice
+
+
 @register_model("snapstream")
 class SnapStreamLM(HFLM):
     """lm-eval model wrapping :func:`snapeval.load_model` + the snapeval KV caches.
@@ -93,8 +110,9 @@ class SnapStreamLM(HFLM):
     snapkv), ``budget`` and the SnapStream split (``sink``, ``recent``, ``topk``, ``observation``, ``kernel``,
     ``pooling``), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
     generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
-    ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``; ``engine=true`` generates with the
-    continuous-batching engine (``engine_slots`` slots, default max(batch_size, 4); snapstream/streamingllm only).
+    ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``; ``engine`` (auto | true | false;
+    auto: the continuous-batching engine for snapstream/streamingllm, padded batches for full/snapkv) with
+    ``engine_slots`` decode slots (default max(batch_size, 8)).
     """
 
     def __init__(
@@ -113,7 +131,7 @@ class SnapStreamLM(HFLM):
         max_gen_toks: int = 256,
         max_length: int | None = None,
         device: str = "cpu",
-        engine: bool | str = False,
+        engine: bool | str | None = "auto",
         engine_slots: int | None = None,
         specprefill_draft: str | None = None,
         specprefill_keep: float | None = None,
@@ -147,10 +165,10 @@ class SnapStreamLM(HFLM):
         )
         self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
         self.stats = RunStats()
-        self.use_engine = str(engine).lower() in ("1", "true", "yes")
-        if self.use_engine and method not in ("snapstream", "streamingllm"):
-            raise SnapevalError(f"engine=true needs a fixed-size cache; method={method!r} allowed: snapstream, streamingllm")
-        self.engine_slots = _coerce("engine_slots", engine_slots) or max(int(args["batch_size"] or 1), 4)
+        self.use_engine = use_engine(engine, method)
+        self.engine_slots = _coerce("engine_slots", engine_slots) or max(int(args["batch_size"] or 1), 8)
+        if self.engine_slots < 1:
+            raise SnapevalError(f"engine_slots={self.engine_slots} is invalid; allowed: an integer >= 1")
         self._engine = None
         self.specprefill = None
         if specprefill_draft:

@@ -3,7 +3,7 @@
 A config is plain YAML (see ``configs/quickstart.yaml`` for a commented example)::
 
     name: quickstart
-    models: [smollm2-135m-instruct]            # or mappings: {pretrained, dtype, batch_size, max_gen_toks, ...}
+    models: [smollm2-135m-instruct]            # or mappings: {pretrained, dtype, batch_size, max_gen_toks, engine, ...}
     tasks:                                      # or bare task names
       - {name: passkey, limit: 20, metadata: {context_len: 2048}, generation: {max_gen_toks: 16}}
     methods:
@@ -164,14 +164,18 @@ class ModelSpec:
     max_gen_toks: int | None = None
     simulate_as: str | None = None
     resources: Resources = Resources()
+    engine: str = "auto"  # auto | false: the continuous-batching engine for snapstream/streamingllm (docs/engine.md)
 
     @property
     def name(self) -> str:
         return self.pretrained
 
     def identity(self) -> dict[str, Any]:
-        return {"pretrained": self.pretrained, "dtype": self.dtype, "batch_size": self.batch_size,
-                "max_gen_toks": self.max_gen_toks}
+        identity = {"pretrained": self.pretrained, "dtype": self.dtype, "batch_size": self.batch_size,
+                    "max_gen_toks": self.max_gen_toks}
+        if self.engine != "auto":  # auto is the default: results from before this option stay comparable
+            identity["engine"] = self.engine
+        return identity
 
 
 @dataclass(frozen=True)
@@ -377,7 +381,7 @@ class SweepConfig:
 
 _TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models", "tasks", "methods", "budgets",
              "seeds", "limit", "generation", "resources", "simulate")
-_MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources")
+_MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine")
 _TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
 _METHOD_KEYS = ("method", "budgets", "sink", "recent", "observation", "kernel", "pooling")
 _RESOURCE_KEYS = ("num_cpus", "num_gpus")
@@ -410,7 +414,15 @@ def _parse_model(ctx: _Ctx, raw: Any, path: str, resources: Resources) -> ModelS
         max_gen_toks=ctx.integer(raw.get("max_gen_toks"), f"{path}.max_gen_toks", minimum=1, optional=True),
         simulate_as=(ctx.string(raw["simulate_as"], f"{path}.simulate_as") if raw.get("simulate_as") else None),
         resources=_parse_resources(ctx, raw.get("resources"), f"{path}.resources", resources),
+        engine=_parse_engine(ctx, raw.get("engine", "auto"), f"{path}.engine"),
     )
+
+
+def _parse_engine(ctx: _Ctx, raw: Any, path: str) -> str:
+    """``auto`` (the engine for the fixed-size caches, padded batches for full/snapkv) or ``false`` (padded batches
+    everywhere). There is no ``true``: a grid mixes methods, and full/snapkv cannot run on the engine."""
+    value = {True: "true", False: "false"}[raw] if isinstance(raw, bool) else raw
+    return ctx.string(value, path, choices=("auto", "false"))
 
 
 def _parse_task(ctx: _Ctx, raw: Any, path: str, limit: int | None, generation: dict) -> TaskSpec:

@@ -98,7 +98,8 @@ class Cell:
     def evaluate_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`snapeval.harness.evaluate` for this cell."""
         model_args: dict[str, Any] = {"pretrained": self.model.pretrained, "dtype": self.model.dtype,
-                                      "batch_size": self.model.batch_size, **self.policy.model_args()}
+                                      "batch_size": self.model.batch_size, "engine": self.model.engine,
+                                      **self.policy.model_args()}
         if self.model.max_gen_toks is not None:
             model_args["max_gen_toks"] = self.model.max_gen_toks
         metadata = {**self.task.metadata_dict, "pretrained": self.model.pretrained}
