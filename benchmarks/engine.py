@@ -12,9 +12,11 @@ eos (greedy; no forced lengths). Three runs over the same requests in one proces
 
 Reports generated tokens/s (generated tokens / wall time, prefill included), time to first token (from the start
 of the run: queueing included), wall time, and whether the greedy outputs are identical. ``--compile`` also times
-the engine's decode step eagerly and under ``torch.compile``. Writes results/bench/engine.json.
+the engine's decode step eagerly and under ``torch.compile`` (``--compile-only``: just that, in
+results/bench/engine_compile.json). Writes results/bench/engine.json.
 
-    python benchmarks/engine.py [--quick] [--compile]   # --quick: about 15 min on 2 busy cores
+    python -m benchmarks.engine [--quick] [--compile | --compile-only]
+    # full: about 25 min on 2 idle cores; --quick: about 15 min on 2 busy cores; --compile-only: about 3 min
 """
 from __future__ import annotations
 
@@ -123,27 +125,38 @@ def run_single(model, tokenizer, prompts, budget, max_new):
     return outs, summarize("one_at_a_time", outs, ttft, time.perf_counter() - start)
 
 
-def time_decode_step(model, tokenizer, budget, slots, steps=20) -> dict:
-    """Eager vs ``torch.compile`` decode step of ``slots`` slots (random cache contents, one slot partly empty)."""
+def time_decode_step(model, tokenizer, budget, slots, steps=20, rounds=3) -> dict:
+    """Eager vs ``torch.compile`` decode step of ``slots`` slots (random cache contents, one slot partly empty).
+
+    Both engines are built and warmed up first; then ``rounds`` timing rounds of ``steps`` steps alternate between
+    them, so a change of machine load hits both sides alike. Reports every round and the median.
+    """
     from snapeval.engine import Engine
 
-    out = {}
-    for compiled in (False, True):
-        engine = Engine(model, tokenizer, budget, num_slots=slots, compile=compiled)
+    engines, first_call = {}, {}
+    for name, compiled in (("eager", False), ("compiled", True)):
+        engine = engines[name] = Engine(model, tokenizer, budget, num_slots=slots, compile=compiled)
         for layer in engine.cache.layers:  # full slots, except the last 100 entries of slot 0: the masked path
             layer.keys.normal_(), layer.values.normal_(), layer.positions.fill_(0)
             layer.positions[0, :, -100:] = -1
         with torch.inference_mode():
             t0 = time.perf_counter()
             engine._decode()
-            first = time.perf_counter() - t0
+            first_call[name] = time.perf_counter() - t0
             for _ in range(2):
                 engine._decode()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                engine._decode()
-        out["compiled" if compiled else "eager"] = {"step_ms": (time.perf_counter() - t0) / steps * 1e3, "first_call_s": first}
-    out["speedup"] = out["eager"]["step_ms"] / out["compiled"]["step_ms"]
+    round_ms = {"eager": [], "compiled": []}
+    with torch.inference_mode():
+        for _ in range(rounds):
+            for name, engine in engines.items():
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    engine._decode()
+                round_ms[name].append((time.perf_counter() - t0) / steps * 1e3)
+    out = {name: {"step_ms": statistics.median(ms), "rounds_ms": ms, "first_call_s": first_call[name]}
+           for name, ms in round_ms.items()}
+    out.update(slots=slots, steps_per_round=steps, rounds=rounds,
+               speedup=out["eager"]["step_ms"] / out["compiled"]["step_ms"], load_average=os.getloadavg())
     return out
 
 
@@ -152,6 +165,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="16 requests of 100..1,000 tokens, up to 128 new tokens, 4 slots (a loaded machine)")
     parser.add_argument("--compile", action="store_true", help="also time the decode step under torch.compile")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="only time the decode step, eager vs torch.compile (writes engine_compile.json)")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--budget", type=int, default=1024)
@@ -163,6 +178,15 @@ def main() -> None:
     if args.quick:
         args.slots = 4
     model, tokenizer = load_model("smollm2-135m-instruct", dtype="float32")
+    if args.compile_only:
+        step = time_decode_step(model, tokenizer, args.budget, args.slots)
+        path = write_json("engine_compile.json", {"benchmark": "engine_decode_step_compile",
+                                                  "model": "smollm2-135m-instruct", "dtype": "float32",
+                                                  "budget": args.budget, **step, "machine": machine()})
+        print(f"decode step of {args.slots} slots: eager {step['eager']['rounds_ms']} ms, compiled "
+              f"{step['compiled']['rounds_ms']} ms (first call {step['compiled']['first_call_s']:.0f} s): "
+              f"{step['speedup']:.2f}x; wrote {path}")
+        return
     prompts = build_requests(tokenizer, count, min_len, max_len)
     load = os.getloadavg()
     runs, outputs = [], {}

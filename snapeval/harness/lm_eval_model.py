@@ -144,6 +144,7 @@ class SnapStreamLM(HFLM):
             budget=budget, sink=sink, recent=recent, topk=topk, observation=observation, kernel=kernel,
             pooling=pooling, batch_size=batch_size, max_gen_toks=max_gen_toks, max_length=max_length).items()}
         check_choice("method", method, METHODS)
+        engine_on = use_engine(engine, method)  # checked before the model loads
         if dtype is not None and dtype != "auto":
             check_choice("dtype", dtype, DTYPES)
         split = {k: args[k] for k in SPLIT_FIELDS if args[k] is not None}
@@ -165,7 +166,7 @@ class SnapStreamLM(HFLM):
         )
         self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
         self.stats = RunStats()
-        self.use_engine = use_engine(engine, method)
+        self.use_engine = engine_on
         self.engine_slots = _coerce("engine_slots", engine_slots) or max(int(args["batch_size"] or 1), 8)
         if self.engine_slots < 1:
             raise SnapevalError(f"engine_slots={self.engine_slots} is invalid; allowed: an integer >= 1")
