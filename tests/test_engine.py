@@ -129,6 +129,8 @@ def test_bad_input_is_a_one_line_error(tiny_tokenizer):
         Engine(model, tiny_tokenizer, 20, method="full")
     with pytest.raises(SnapevalError, match="num_slots=0"):
         Engine(model, tiny_tokenizer, 20, num_slots=0)
+    with pytest.raises(SnapevalError, match="compile='fast' is invalid; allowed: True, False or one of default, reduce-overhead"):
+        Engine(model, tiny_tokenizer, 20, compile="fast")
     with pytest.raises(SnapevalError, match="SamplingParams.max_new_tokens=0"):
         SamplingParams(max_new_tokens=0)
     with pytest.raises(SnapevalError, match="SamplingParams.top_p=0"):

@@ -34,6 +34,8 @@ from snapeval.generation import _as_list
 
 #: Methods with a fixed-size cache, which the engine can hold in static slots.
 ENGINE_METHODS = ("snapstream", "streamingllm")
+#: ``torch.compile`` modes the decode step accepts (``compile=`` one of these, or ``True`` for the default mode).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 class Engine:
@@ -46,12 +48,14 @@ class Engine:
         method: ``snapstream`` or ``streamingllm`` (fixed-size caches). ``full``/``snapkv`` caches grow while
             decoding and need :func:`snapeval.generate`.
         num_slots: requests decoded together (the static batch size).
-        compile: run the decode step through ``torch.compile`` (off by default: see ``docs/engine.md``).
+        compile: run the decode step through ``torch.compile``: ``True`` (its default mode) or a mode name from
+            :data:`COMPILE_MODES` (``"reduce-overhead"`` captures the step in CUDA graphs on a GPU). Off by default:
+            it brought no reliable gain on CPU (``docs/engine.md``).
         seed: base seed of requests whose :class:`SamplingParams` gives none.
     """
 
     def __init__(self, model, tokenizer, config: SnapStreamConfig | int, method: str = "snapstream",
-                 num_slots: int = 8, *, compile: bool = False, seed: int = 0):
+                 num_slots: int = 8, *, compile: bool | str = False, seed: int = 0):
         if method not in ENGINE_METHODS:
             raise SnapevalError(
                 f"method={method!r} is not supported by the engine; choose one of: {', '.join(ENGINE_METHODS)} "
@@ -59,6 +63,8 @@ class Engine:
             )
         if config is None:
             raise SnapevalError("config=None is invalid for the engine; allowed: a SnapStreamConfig or a budget >= 2")
+        if not isinstance(compile, bool) and compile not in COMPILE_MODES:
+            raise SnapevalError(f"compile={compile!r} is invalid; allowed: True, False or one of {', '.join(COMPILE_MODES)}")
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise SnapevalError(f"num_slots={num_slots!r} is invalid; allowed: an integer >= 1")
         self.model, self.tokenizer, self.method, self.num_slots, self.seed = model, tokenizer, method, num_slots, seed
@@ -78,7 +84,8 @@ class Engine:
         self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
         self.compiled = bool(compile)
-        self._forward = torch.compile(self._decode_logits, dynamic=False) if compile else self._decode_logits
+        mode = compile if isinstance(compile, str) else None
+        self._forward = torch.compile(self._decode_logits, dynamic=False, mode=mode) if compile else self._decode_logits
         for slot in range(num_slots):
             self._park(slot)
         self.stats = EngineStats(num_slots=num_slots)
