@@ -10,13 +10,16 @@ eos (greedy; no forced lengths). Three runs over the same requests in one proces
   lm-eval's Hugging Face model batches ``generate_until`` requests), each batch decoding until its longest row stops;
 - ``one_at_a_time``: :func:`snapeval.generate` per request.
 
+``--random-llama-1b --device cuda``: the same three runs with a random-weight 1.2B Llama in bfloat16 at long context
+(see ``random_llama_1b``; forced, evenly spread generation lengths, since random weights never stop).
+
 Reports generated tokens/s (generated tokens / wall time, prefill included), time to first token (from the start
 of the run: queueing included), wall time, and whether the greedy outputs are identical. ``--compile`` also times
 the engine's decode step eagerly and under ``torch.compile`` (``--compile-only``: just that, in
 results/bench/engine_compile.json). Writes results/bench/engine.json.
 
-    python -m benchmarks.engine [--quick] [--compile | --compile-only]
-    # full: about 25 min on 2 idle cores; --quick: about 15 min on 2 busy cores; --compile-only: about 3 min
+    python -m benchmarks.engine [--quick] [--compile | --compile-only] [--random-llama-1b --device cuda]
+    # on 2 idle cores: full about 25 min, --quick about 5 min, --compile-only about 1 min
 """
 from __future__ import annotations
 
@@ -82,19 +85,20 @@ def summarize(name, outputs, ttft, wall, extra=None) -> dict:
     }
 
 
-def run_engine(model, tokenizer, prompts, budget, slots, max_new):
+def run_engine(model, tokenizer, prompts, budget, slots, limits):
     from snapeval.engine import Engine, SamplingParams
 
     engine = Engine(model, tokenizer, budget, num_slots=slots)
     start = time.perf_counter()
-    done = engine.generate(prompts, SamplingParams(max_new_tokens=max_new))
+    done = engine.generate(prompts, [SamplingParams(max_new_tokens=n) for n in limits])
     wall = time.perf_counter() - start
     stats = engine.stats.to_dict()
     outs = [c.token_ids for c in done]
     return outs, summarize("engine", outs, [c.time_to_first_token for c in done], wall, {"engine_stats": stats})
 
 
-def run_batched(model, tokenizer, prompts, budget, batch, max_new):
+def run_batched(model, tokenizer, prompts, budget, batch, limits):
+    """Padded batches decode until their longest row stops; a row's own limit only cuts its output afterwards."""
     from snapeval import generate
 
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # lm-eval: longest context first
@@ -104,25 +108,40 @@ def run_batched(model, tokenizer, prompts, budget, batch, max_new):
     for b in range(0, len(order), batch):
         rows = order[b : b + batch]
         t0 = time.perf_counter() - start
-        result = generate(model, tokenizer, [prompts[i] for i in rows], config=budget, max_new_tokens=max_new)
+        result = generate(model, tokenizer, [prompts[i] for i in rows], config=budget,
+                          max_new_tokens=max(limits[i] for i in rows))
         steps.append(result.decode_steps + 1)
         for i, out in zip(rows, result):
-            outs[i], ttft[i] = out.token_ids, t0 + result.prefill_seconds
+            outs[i], ttft[i] = out.token_ids[: limits[i]], t0 + result.prefill_seconds
     wall = time.perf_counter() - start
     return outs, summarize("hf_batched", outs, ttft, wall, {"batch_steps": steps})
 
 
-def run_single(model, tokenizer, prompts, budget, max_new):
+def run_single(model, tokenizer, prompts, budget, limits):
     from snapeval import generate
 
     outs, ttft = [], []
     start = time.perf_counter()
-    for prompt in prompts:
+    for prompt, limit in zip(prompts, limits):
         t0 = time.perf_counter() - start
-        result = generate(model, tokenizer, [prompt], config=budget, max_new_tokens=max_new)
+        result = generate(model, tokenizer, [prompt], config=budget, max_new_tokens=limit)
         outs.append(result[0].token_ids)
         ttft.append(t0 + result.prefill_seconds)
     return outs, summarize("one_at_a_time", outs, ttft, time.perf_counter() - start)
+
+
+def random_llama_1b(tokenizer, dtype: str, device: str):
+    """A random-weight Llama of 1.2B parameters (Llama-3.2-1B's layer shapes: 16 layers, hidden 2,048, 32 query and
+    8 KV heads of 64, MLP 8,192) over SmolLM2's 49,152-token vocabulary, so prompts and stops stay real text."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+                         rope_theta=500000.0, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(getattr(torch, dtype)).eval()
+    return model
 
 
 def time_decode_step(model, tokenizer, budget, slots, steps=20, rounds=3) -> dict:
@@ -167,21 +186,48 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time the decode step under torch.compile")
     parser.add_argument("--compile-only", action="store_true",
                         help="only time the decode step, eager vs torch.compile (writes engine_compile.json)")
+    parser.add_argument("--random-llama-1b", action="store_true",
+                        help="a random-weight 1.2B Llama (for a GPU) at long context: prompts of 2,000..16,000 tokens; "
+                             "random weights never stop, so request i generates a forced 16..512 tokens (evenly "
+                             "spread); writes engine_random_llama_1b.json")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default=None, help="default: float32 (SmolLM2), bfloat16 (--random-llama-1b)")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--budget", type=int, default=1024)
+    parser.add_argument("--min-len", type=int, default=None, help="shortest prompt (tokens)")
+    parser.add_argument("--max-len", type=int, default=None, help="longest prompt (tokens)")
+    parser.add_argument("--max-new", type=int, default=None, help="most new tokens per request")
+    parser.add_argument("--out", default=None, help="file name under results/bench (default: engine[_random_llama_1b]"
+                        "[_quick].json; engine[...]_custom.json when a size option above is changed)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    custom = (any(v is not None for v in (args.min_len, args.max_len, args.max_new, args.dtype))
+              or (args.requests, args.slots, args.budget) != (32, 8, 1024))
+    if args.device == "cpu":
+        torch.set_num_threads(2)
     from snapeval import load_model
+    from snapeval.models import load_tokenizer
 
     count, min_len, max_len, max_new = (16, 100, 1000, 128) if args.quick else (args.requests, 100, 2000, 512)
+    if args.random_llama_1b:
+        min_len, max_len = 2000, 16000
+    min_len, max_len = args.min_len or min_len, args.max_len or max_len
+    max_new = args.max_new or max_new
     if args.quick:
         args.slots = 4
-    model, tokenizer = load_model("smollm2-135m-instruct", dtype="float32")
+    if args.random_llama_1b:
+        model_name, dtype = "random-llama-1b", args.dtype or "bfloat16"
+        tokenizer = load_tokenizer("smollm2-135m-instruct")
+        model = random_llama_1b(tokenizer, dtype, args.device)
+        limits = [round(16 + (max_new - 16) * i / max(1, count - 1)) for i in range(count)]  # forced, spread
+    else:
+        model_name, dtype = "smollm2-135m-instruct", args.dtype or "float32"
+        model, tokenizer = load_model(model_name, dtype=dtype, device=args.device)
+        limits = [max_new] * count  # real stops: eos, or the limit
     if args.compile_only:
         step = time_decode_step(model, tokenizer, args.budget, args.slots)
-        path = write_json("engine_compile.json", {"benchmark": "engine_decode_step_compile",
-                                                  "model": "smollm2-135m-instruct", "dtype": "float32",
+        path = write_json(args.out or "engine_compile.json", {"benchmark": "engine_decode_step_compile",
+                                                  "model": model_name, "dtype": dtype, "device": args.device,
                                                   "budget": args.budget, **step, "machine": machine()})
         print(f"decode step of {args.slots} slots: eager {step['eager']['rounds_ms']} ms, compiled "
               f"{step['compiled']['rounds_ms']} ms (first call {step['compiled']['first_call_s']:.0f} s): "
@@ -191,9 +237,9 @@ def main() -> None:
     load = os.getloadavg()
     runs, outputs = [], {}
     for name, fn in [
-        ("engine", lambda: run_engine(model, tokenizer, prompts, args.budget, args.slots, max_new)),
-        ("hf_batched", lambda: run_batched(model, tokenizer, prompts, args.budget, args.slots, max_new)),
-        ("one_at_a_time", lambda: run_single(model, tokenizer, prompts, args.budget, max_new)),
+        ("engine", lambda: run_engine(model, tokenizer, prompts, args.budget, args.slots, limits)),
+        ("hf_batched", lambda: run_batched(model, tokenizer, prompts, args.budget, args.slots, limits)),
+        ("one_at_a_time", lambda: run_single(model, tokenizer, prompts, args.budget, limits)),
     ]:
         outputs[name], summary = fn()
         runs.append(summary)
@@ -206,8 +252,10 @@ def main() -> None:
     by = {r["run"]: r for r in runs}
     payload = {
         "benchmark": "engine",
-        "model": "smollm2-135m-instruct",
-        "dtype": "float32",
+        "model": model_name,
+        "dtype": dtype,
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
         "method": "snapstream",
         "budget": args.budget,
         "slots_or_batch_size": args.slots,
@@ -215,6 +263,7 @@ def main() -> None:
         "quick": args.quick,
         "prompt_tokens": sorted(len(p) for p in prompts),
         "max_new_tokens": max_new,
+        "forced_lengths": bool(args.random_llama_1b),
         "generated_lengths": [len(o) for o in reference],
         "stopped_at_eos": sum(o[-1] == tokenizer.eos_token_id for o in reference),
         "runs": runs,
@@ -227,7 +276,8 @@ def main() -> None:
     if args.compile:
         payload["decode_step_compile"] = time_decode_step(model, tokenizer, args.budget, args.slots)
         print("decode step:", payload["decode_step_compile"])
-    path = write_json("engine_quick.json" if args.quick else "engine.json", payload)
+    name = ("engine_random_llama_1b" if args.random_llama_1b else "engine") + ("_quick" if args.quick else "")
+    path = write_json(args.out or (f"{name}_custom.json" if custom else f"{name}.json"), payload)
     print(f"speedup vs HF batched: {payload['engine_speedup_vs_hf_batched']:.2f}x, vs one at a time: "
           f"{payload['engine_speedup_vs_one_at_a_time']:.2f}x; identical greedy outputs: "
           + ", ".join(f"{r['run']} {r['identical_to_one_at_a_time']}/{count}" for r in runs) + f"; wrote {path}")
