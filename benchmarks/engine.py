@@ -226,9 +226,9 @@ def main() -> None:
         limits = [max_new] * count  # real stops: eos, or the limit
     if args.compile_only:
         step = time_decode_step(model, tokenizer, args.budget, args.slots)
-        path = write_json(args.out or "engine_compile.json", {"benchmark": "engine_decode_step_compile",
-                                                  "model": model_name, "dtype": dtype, "device": args.device,
-                                                  "budget": args.budget, **step, "machine": machine()})
+        payload = {"benchmark": "engine_decode_step_compile", "model": model_name, "dtype": dtype,
+                   "device": args.device, "budget": args.budget, **step, "machine": machine()}
+        path = write_json(args.out or "engine_compile.json", payload)
         print(f"decode step of {args.slots} slots: eager {step['eager']['rounds_ms']} ms, compiled "
               f"{step['compiled']['rounds_ms']} ms (first call {step['compiled']['first_call_s']:.0f} s): "
               f"{step['speedup']:.2f}x; wrote {path}")
