@@ -170,8 +170,11 @@ class CompressedKVCache(Cache):
     """
 
     layer_class: type[CompressedLayer] = CompressedLayer
+    config_class: type = object  # subclasses name the config dataclass they take
 
     def __init__(self, model, config):
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
         attention.install(model)
         self.config = config
         layers = [self.layer_class(i, config) for i in range(model.config.num_hidden_layers)]

@@ -45,8 +45,4 @@ class SnapKVCache(CompressedKVCache):
     """SnapKV KV cache: ``SnapKVCache(model, SnapKVConfig(budget=1024))``."""
 
     layer_class = SnapKVLayer
-
-    def __init__(self, model, config: SnapKVConfig):
-        if not isinstance(config, SnapKVConfig):
-            raise TypeError(f"config must be a SnapKVConfig, got {type(config).__name__}")
-        super().__init__(model, config)
+    config_class = SnapKVConfig

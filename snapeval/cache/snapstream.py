@@ -97,8 +97,4 @@ class SnapStreamCache(CompressedKVCache):
     """SnapStream KV cache: ``SnapStreamCache(model, SnapStreamConfig.from_budget(1024))``."""
 
     layer_class = SnapStreamLayer
-
-    def __init__(self, model, config: SnapStreamConfig):
-        if not isinstance(config, SnapStreamConfig):
-            raise TypeError(f"config must be a SnapStreamConfig, got {type(config).__name__}")
-        super().__init__(model, config)
+    config_class = SnapStreamConfig
