@@ -30,12 +30,12 @@ def real_prompt(tokenizer, length: int) -> list[int]:
 
 def run_snapeval(model, tokenizer, prompt, method, budget, new_tokens):
     from snapeval import generate
-    from snapeval.cache import method_config
+    from snapeval.cache import resolve_method
 
     sizes = []
     reset_peak_rss()
     result = generate(
-        model, tokenizer, [prompt], config=method_config(method, budget) if budget else None, method=method,
+        model, tokenizer, [prompt], config=resolve_method(method, budget) if budget else None,
         max_new_tokens=new_tokens, min_new_tokens=new_tokens, on_step=lambda cache: sizes.append(cache.kv_bytes()),
     )
     decode_sizes = sizes[1:]  # after each decode step

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "SnapStreamConfig": "snapeval.cache.config",
+    "StreamingLLMConfig": "snapeval.cache.config",
+    "SnapKVConfig": "snapeval.cache.config",
+    "FullConfig": "snapeval.cache.config",
+    "resolve_method": "snapeval.cache.methods",
     "GenerationOutput": "snapeval.generation",
     "GenerationResult": "snapeval.generation",
     "generate": "snapeval.generation",

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from snapeval.cache import METHODS, SnapStreamConfig, make_cache, method_config
-from snapeval.errors import SnapevalError, check_choice
+from snapeval.cache import FullConfig, MethodConfig, make_cache, resolve_method
+from snapeval.errors import SnapevalError
 
 
 @dataclass
@@ -31,8 +31,7 @@ class GenerationResult:
     """Outputs in prompt order plus timings of the whole batch (``generated_tokens`` counts real tokens only)."""
 
     outputs: list[GenerationOutput]
-    method: str
-    config: object
+    config: MethodConfig
     batch_size: int
     prompt_tokens: int
     generated_tokens: int
@@ -40,6 +39,10 @@ class GenerationResult:
     compress_seconds: float
     decode_seconds: float
     decode_steps: int
+
+    @property
+    def method(self) -> str:
+        return self.config.method
 
     def __len__(self) -> int:
         return len(self.outputs)
@@ -127,22 +130,21 @@ class GenerateRun:
         return max(len(self.step_times) - 1, 0)
 
 
-def cache_for(model, method: str, config, attention_mask: torch.Tensor):
-    """A fresh cache of ``method`` for left-padded rows (``attention_mask`` ``[B, L]``); the full cache learns each
-    row's padding for its slot-position introspection."""
-    cache = make_cache(model, method, config)
+def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor):
+    """A fresh cache of ``config``'s method for left-padded rows (``attention_mask`` ``[B, L]``); the full cache
+    learns each row's padding for its slot-position introspection."""
+    cache = make_cache(model, config)
     if hasattr(cache, "padding"):
         cache.padding = (attention_mask == 0).sum(dim=1).cpu()
     return cache
 
 
 @torch.inference_mode()
-def generate_ids(model, input_ids, attention_mask, method: str, config, *, on_step=None, **generate_kwargs) -> GenerateRun:
-    """``model.generate`` on left-padded ids with a fresh cache of ``method``; records when each step's logits exist.
-
-    ``input_ids``/``attention_mask`` ``[B, L]``; ``config`` from :func:`snapeval.cache.method_config`.
+def generate_ids(model, input_ids, attention_mask, config: MethodConfig, *, on_step=None, **generate_kwargs) -> GenerateRun:
+    """``model.generate`` on left-padded ids with a fresh cache of ``config``'s method; records when each step's
+    logits exist. ``input_ids``/``attention_mask`` ``[B, L]``; ``config`` from :func:`snapeval.cache.resolve_method`.
     """
-    cache = cache_for(model, method, config, attention_mask)
+    cache = cache_for(model, config, attention_mask)
     clock = _StepClock(None if on_step is None else lambda: on_step(cache))
     processors = list(generate_kwargs.pop("logits_processor", None) or []) + [clock]
     start = time.perf_counter()
@@ -157,7 +159,7 @@ def generate(
     model,
     tokenizer,
     prompts,
-    config: SnapStreamConfig | int | None = None,
+    config: MethodConfig | int | None = None,
     method: str = "snapstream",
     max_new_tokens: int = 64,
     *,
@@ -172,23 +174,23 @@ def generate(
     Args:
         prompts: a string, a list of strings, or token-id lists. Rows are left-padded and batched; each row
             compresses its own tokens.
-        config: a :class:`SnapStreamConfig`, or an integer total budget (split by ``SnapStreamConfig.from_budget``).
-            ``None`` (or ``method="full"``) is the uncompressed baseline.
-        method: ``full``, ``snapstream``, ``streamingllm`` or ``snapkv``.
+        config: a method configuration (:class:`~snapeval.cache.SnapStreamConfig`, ...; it names its method), or an
+            integer total budget for ``method`` (resolved by :func:`snapeval.cache.resolve_method`). ``None`` is the
+            uncompressed baseline.
+        method: the method of an integer budget: ``snapstream``, ``streamingllm``, ``snapkv`` (see ``METHODS``).
         chat: wrap string prompts in the tokenizer's chat template.
         seed: seeds sampling (``do_sample=True``) for reproducibility.
         on_step: called with the cache after every generation step (introspection, benchmarks).
         sampling: passed to ``model.generate`` (``do_sample``, ``temperature``, ``top_p``, ``stop_strings``, ...).
     """
-    check_choice("method", method, METHODS)
-    if config is None:
-        method = "full"
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise SnapevalError(f"max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 1")
-    if isinstance(config, int):
-        config = method_config(method, budget=config)
-    elif config is not None:
-        config = method_config(method, config=config)
+    if config is None:
+        config = FullConfig()
+    elif isinstance(config, int) and not isinstance(config, bool):
+        config = resolve_method(method, budget=config)
+    elif not isinstance(config, MethodConfig):
+        raise SnapevalError(f"config={config!r} is invalid; allowed: a method configuration, an integer budget or None")
     input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
     device = next(model.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
@@ -198,7 +200,7 @@ def generate(
     if "stop_strings" in sampling:
         sampling.setdefault("tokenizer", tokenizer)
     run = generate_ids(
-        model, input_ids, attention_mask, method, config, on_step=on_step,
+        model, input_ids, attention_mask, config, on_step=on_step,
         max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling,
     )
     stops = {tokenizer.eos_token_id, *(_as_list(model.generation_config.eos_token_id))}
@@ -216,7 +218,6 @@ def generate(
     ]
     return GenerationResult(
         outputs=outputs,
-        method=method,
         config=config,
         batch_size=len(outputs),
         prompt_tokens=int(attention_mask.sum()),

@@ -1,6 +1,15 @@
 import pytest
 
-from snapeval.cache import METHODS, SnapKVConfig, SnapStreamConfig, method_config, streamingllm_config
+from snapeval.cache import (
+    METHOD_TABLE,
+    METHODS,
+    FullConfig,
+    SnapKVConfig,
+    SnapStreamConfig,
+    StreamingLLMConfig,
+    resolve_method,
+    streamingllm_config,
+)
 from snapeval.errors import SnapevalError
 
 
@@ -53,16 +62,38 @@ def test_snapkv_config_validation():
         SnapKVConfig(budget=0)
 
 
-def test_method_config_maps_every_method():
+def test_resolve_method_maps_every_method():
     assert set(METHODS) == {"full", "snapstream", "streamingllm", "snapkv"}
-    assert method_config("full", 128) is None
-    assert method_config("snapstream", 128).budget == 128
-    assert method_config("streamingllm", 128) == streamingllm_config(128)
-    assert method_config("streamingllm", 128).topk == 0
-    assert method_config("snapkv", 128) == SnapKVConfig(budget=128)
+    assert resolve_method("full") == FullConfig() and resolve_method("full").budget is None
+    assert resolve_method("snapstream", 128).budget == 128
+    assert resolve_method("streamingllm", 128) == streamingllm_config(128) == StreamingLLMConfig(sink=4, recent=124)
+    assert resolve_method("streamingllm", 128).topk == 0
+    assert resolve_method("snapkv", 128) == SnapKVConfig(budget=128)
+    for name in METHODS:  # every configuration names its own method, and the table knows its cache class
+        config = resolve_method(name, None if name == "full" else 64)
+        assert config.method == name and config.identity()["method"] == name
+        assert METHOD_TABLE.get(name).cache_class().__name__.endswith("Cache")
     with pytest.raises(SnapevalError, match="method='h2o'.*full, snapstream, streamingllm, snapkv"):
-        method_config("h2o", 128)
+        resolve_method("h2o", 128)
     with pytest.raises(SnapevalError, match="needs a budget"):
-        method_config("snapstream")
+        resolve_method("snapstream")
     with pytest.raises(SnapevalError, match="topk"):
-        method_config("snapstream", 128, topk=7)
+        resolve_method("snapstream", 128, topk=7)
+    with pytest.raises(SnapevalError, match="'full' takes no budget"):
+        resolve_method("full", 128)
+    with pytest.raises(SnapevalError, match="streamingllm' takes no 'observation'; allowed split fields: sink"):
+        resolve_method("streamingllm", 128, observation=8)
+
+
+@pytest.mark.parametrize("method", ["snapstream", "streamingllm"])
+def test_explicit_sink_must_fit_the_budget(method):
+    """An explicit sink at or above the budget is an error, never silently reduced; the default shrinks."""
+    with pytest.raises(SnapevalError, match=r"sink=300 is invalid with budget=256; allowed: 0..255"):
+        resolve_method(method, 256, sink=300)
+    assert resolve_method(method, 3).sink == 2
+
+
+def test_budget_below_two_is_one_error_for_every_method():
+    for method in ("snapstream", "streamingllm", "snapkv"):
+        with pytest.raises(SnapevalError, match="budget=1 is invalid; allowed: an integer >= 2"):
+            resolve_method(method, 1)

@@ -6,13 +6,14 @@ import pytest
 import torch
 
 from snapeval import SnapStreamConfig, generate
+from snapeval.cache import StreamingLLMConfig
 from snapeval.engine import Engine, SamplingParams
 from snapeval.errors import SnapevalError
 from tests.conftest import random_prompt, tiny_model
 
 CONFIGS = {
     "snapstream": SnapStreamConfig(sink=2, recent=10, topk=8, observation=6),
-    "streamingllm": SnapStreamConfig(sink=2, recent=16, topk=0),
+    "streamingllm": StreamingLLMConfig(sink=2, recent=16),
 }
 LENGTHS = (70, 23, 45, 8, 33, 5, 90, 19)  # shorter and longer than the budget of 20
 MAX_NEW = (15, 3, 30, 7, 22, 40, 11, 1)
@@ -125,8 +126,12 @@ def test_parked_slots_stay_finite_and_storage_never_moves(tiny_tokenizer):
 
 def test_bad_input_is_a_one_line_error(tiny_tokenizer):
     model = tiny_model("llama")
+    from snapeval.cache import FullConfig, SnapKVConfig
+
     with pytest.raises(SnapevalError, match="method='full' is not supported by the engine"):
-        Engine(model, tiny_tokenizer, 20, method="full")
+        Engine(model, tiny_tokenizer, FullConfig())
+    with pytest.raises(SnapevalError, match="method='snapkv' is not supported by the engine"):
+        Engine(model, tiny_tokenizer, 20, method="snapkv")
     with pytest.raises(SnapevalError, match="num_slots=0"):
         Engine(model, tiny_tokenizer, 20, num_slots=0)
     with pytest.raises(SnapevalError, match="compile='fast' is invalid; allowed: True, False or one of default, reduce-overhead"):

@@ -170,9 +170,10 @@ def test_engine_is_the_default_for_fixed_size_caches_and_gives_the_same_generati
     ("snapstream", "false", False), ("snapstream", True, True), ("streamingllm", "true", True),
 ])
 def test_engine_choice(method, engine, expected):
+    from snapeval.cache import resolve_method
     from snapeval.harness.lm_eval_model import use_engine
 
-    assert use_engine(engine, method) is expected
+    assert use_engine(engine, resolve_method(method, None if method == "full" else 64)) is expected
 
 
 @pytest.mark.parametrize("method, engine, message", [
@@ -180,7 +181,8 @@ def test_engine_choice(method, engine, expected):
     ("snapstream", "sometimes", "engine='sometimes' is not allowed; choose one of: auto, true, false"),
 ])
 def test_engine_choice_errors(method, engine, message):
+    from snapeval.cache import resolve_method
     from snapeval.harness.lm_eval_model import use_engine
 
     with pytest.raises(SnapevalError, match=re.escape(message)):
-        use_engine(engine, method)
+        use_engine(engine, resolve_method(method, None if method == "full" else 64))

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from snapeval import SnapStreamConfig, generate
+from snapeval.cache import StreamingLLMConfig
 from snapeval.cache import make_cache
 from snapeval.errors import SnapevalError
 from tests.conftest import random_prompt, tiny_model
@@ -10,7 +11,7 @@ from tests.conftest import random_prompt, tiny_model
 def test_kv_bytes_formula_and_constant_through_a_long_decode(tiny_tokenizer):
     model = tiny_model("llama", layers=3, heads=4, kv_heads=2)
     cfg = SnapStreamConfig(sink=4, recent=24, topk=12, observation=8)
-    cache = make_cache(model, "snapstream", cfg)
+    cache = make_cache(model, cfg)
     out = model(torch.tensor([random_prompt(100, seed=9)]), past_key_values=cache)
     head_dim = model.config.hidden_size // model.config.num_attention_heads
     expected = cfg.budget * 3 * 2 * head_dim * 2 * 8  # budget x layers x KV heads x head dim x (K,V) x float64
@@ -38,7 +39,7 @@ def test_snapkv_cache_grows_and_full_cache_counts_every_token(tiny_tokenizer):
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 @pytest.mark.parametrize("method, config", [
     ("snapstream", SnapStreamConfig(sink=2, recent=10, topk=8, observation=6)),
-    ("streamingllm", SnapStreamConfig(sink=2, recent=16, topk=0)),
+    ("streamingllm", StreamingLLMConfig(sink=2, recent=16)),
     ("snapkv", 20),
     ("full", None),
 ])
@@ -66,7 +67,7 @@ def test_unsupported_architecture_is_a_clear_error():
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
     with pytest.raises(SnapevalError, match=r"'gpt2' is not supported.*llama.*qwen2"):
-        make_cache(model, "snapstream", SnapStreamConfig.from_budget(64))
+        make_cache(model, SnapStreamConfig.from_budget(64))
 
 
 def test_generate_rejects_bad_arguments(tiny_tokenizer):

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+from snapeval.cache import FullConfig
 from snapeval.errors import SnapevalError
 from snapeval.results import CellResult, ResultsStore, atomic_write_text, from_lm_eval, load_table
 from snapeval.results.table import COLUMNS, TYPICAL_LENGTHS, build_table
@@ -58,7 +59,7 @@ filter_list:
 
 
 def lm_eval_like(**over):
-    out = fake_evaluate({"pretrained": "m", "method": "full"}, ["t"], limit=4)
+    out = fake_evaluate({"pretrained": "m", "cache_config": FullConfig()}, ["t"], limit=4)
     out.update(over)
     return out
 

@@ -2,6 +2,7 @@
 import torch
 
 from snapeval import SnapStreamConfig
+from snapeval.cache import StreamingLLMConfig
 from snapeval.cache import make_cache
 from snapeval.cache.snapstream import ring_slot
 from tests.conftest import random_prompt, tiny_model
@@ -9,8 +10,8 @@ from tests.conftest import random_prompt, tiny_model
 
 def test_figure4_ring_contents_and_eviction():
     model = tiny_model("llama")
-    cfg = SnapStreamConfig(sink=1, recent=4, topk=0)
-    cache = make_cache(model, "snapstream", cfg)
+    cfg = StreamingLLMConfig(sink=1, recent=4)
+    cache = make_cache(model, cfg)
     prompt = torch.tensor([random_prompt(26, seed=4)])
     out = model(prompt, past_key_values=cache)
     # Paper, 1-based: ring slots 1..4 hold tokens [25, 26, 23, 24]  ->  0-based positions [24, 25, 22, 23].
@@ -40,7 +41,7 @@ def test_figure4_ring_contents_and_eviction():
 
 def test_topk_and_sink_slots_are_never_written_during_decode():
     model = tiny_model("qwen2")
-    cache = make_cache(model, "snapstream", SnapStreamConfig(sink=2, recent=8, topk=6, observation=4))
+    cache = make_cache(model, SnapStreamConfig(sink=2, recent=8, topk=6, observation=4))
     out = model(torch.tensor([random_prompt(60, seed=5)]), past_key_values=cache)
     fixed = torch.cat([cache.slot_positions(1)[..., :2], cache.slot_positions(1)[..., 10:]], dim=-1)
     keys_before = cache.layers[1].keys.clone()
@@ -56,7 +57,7 @@ def test_topk_and_sink_slots_are_never_written_during_decode():
 def test_short_prompt_leaves_topk_slots_empty_and_masked():
     model = tiny_model("llama")
     cfg = SnapStreamConfig(sink=4, recent=32, topk=16, observation=8)
-    cache = make_cache(model, "snapstream", cfg)
+    cache = make_cache(model, cfg)
     ids = torch.tensor([random_prompt(10, seed=6)])
     model(ids, past_key_values=cache)
     pos = cache.slot_positions(0)[0]
@@ -64,7 +65,7 @@ def test_short_prompt_leaves_topk_slots_empty_and_masked():
     assert sorted(p for p in pos[0].tolist() if p >= 0) == list(range(10))
     # empty slots are masked: generation equals the uncompressed model
     ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False)
-    cache = make_cache(model, "snapstream", cfg)
+    cache = make_cache(model, cfg)
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False, past_key_values=cache)
     assert torch.equal(out, ref)
 
@@ -74,10 +75,10 @@ def test_multi_token_append_equals_token_by_token_decode():
     model = tiny_model("llama")
     cfg = SnapStreamConfig(sink=2, recent=6, topk=5, observation=4)
     prompt, continuation = random_prompt(50, seed=7), random_prompt(15, seed=8)
-    one = make_cache(model, "snapstream", cfg)
+    one = make_cache(model, cfg)
     model(torch.tensor([prompt]), past_key_values=one)
     chunk_logits = model(torch.tensor([continuation]), past_key_values=one).logits[0]
-    two = make_cache(model, "snapstream", cfg)
+    two = make_cache(model, cfg)
     model(torch.tensor([prompt]), past_key_values=two)
     step_logits = torch.cat([model(torch.tensor([[t]]), past_key_values=two).logits[0] for t in continuation])
     torch.testing.assert_close(chunk_logits, step_logits)

@@ -5,12 +5,14 @@ import pytest
 import torch
 
 from snapeval import SnapStreamConfig
+from snapeval.cache.base import LayerPrompt
 from snapeval.cache.snapkv import SnapKVConfig, SnapKVLayer
 from snapeval.cache.snapstream import SnapStreamLayer
 
 
-def reference_scores(q, k, obs, kernel, pooling):
-    """q: [Hq, L, D], k: [Hkv, L, D] for ONE unpadded row -> list[Hkv][L] scores."""
+def reference_scores(q, k, obs, kernel, pooling, lo, hi):
+    """q: [Hq, L, D], k: [Hkv, L, D] for ONE unpadded row -> list[Hkv][L] scores, pooled inside the candidate range
+    [lo, hi) only (SnapKV's reference code pools ``attn[..., -W:, :-W]``): outside it the pool sees nothing."""
     hq, length, dim = q.shape
     hkv = k.shape[0]
     group = hq // hkv
@@ -28,7 +30,10 @@ def reference_scores(q, k, obs, kernel, pooling):
                 summed[j] += exps[j] / total
         pooled = []
         for j in range(length):
-            neigh = [summed[j + d] if 0 <= j + d < length else None for d in range(-(kernel // 2), kernel // 2 + 1)]
+            neigh = [summed[j + d] if lo <= j + d < hi else None for d in range(-(kernel // 2), kernel // 2 + 1)]
+            if not any(x is not None for x in neigh):
+                pooled.append(0.0)
+                continue
             if pooling == "avg":
                 pooled.append(sum(x for x in neigh if x is not None) / kernel)
             else:
@@ -41,7 +46,7 @@ def reference_snapstream(q, k, cfg):
     """Positions kept per KV head: sinks, last `recent`, top-k middle (as a set)."""
     length = k.shape[1]
     keep = []
-    scores = reference_scores(q, k, cfg.observation, cfg.kernel, cfg.pooling)
+    scores = reference_scores(q, k, cfg.observation, cfg.kernel, cfg.pooling, cfg.sink, length - cfg.recent)
     for h in range(k.shape[0]):
         sinks = set(range(min(cfg.sink, length)))
         recent = set(range(max(cfg.sink, length - cfg.recent), length))
@@ -66,7 +71,7 @@ def test_snapstream_selection_matches_loops(pooling, hq, hkv):
             valid[b, padded - n :] = True
         lengths_t = valid.sum(-1)
         layer = SnapStreamLayer(layer_idx, cfg)
-        index = layer.select(q, k, valid, lengths_t, padded - lengths_t, scaling=dim**-0.5)
+        index = layer.select(LayerPrompt(k, k, q, valid, dim**-0.5))
         for b, n in enumerate(lengths):
             expected = reference_snapstream(q[b, :, padded - n :], k[b, :, padded - n :], cfg)
             for h in range(hkv):
@@ -80,8 +85,8 @@ def test_snapkv_keeps_window_and_top_scores():
     q = torch.randn(1, 4, 30, 8, dtype=torch.float64)
     k = torch.randn(1, 2, 30, 8, dtype=torch.float64)
     valid = torch.ones(1, 30, dtype=torch.bool)
-    index = SnapKVLayer(0, cfg).select(q, k, valid, valid.sum(-1), torch.zeros(1, dtype=torch.long), 8**-0.5)
-    scores = reference_scores(q[0], k[0], 4, 5, "avg")
+    index = SnapKVLayer(0, cfg).select(LayerPrompt(k, k, q, valid, 8**-0.5))
+    scores = reference_scores(q[0], k[0], 4, 5, "avg", 0, 26)
     for h in range(2):
         prefix = sorted(range(26), key=lambda j: -scores[h][j])[:8]
         assert set(index[0, h].tolist()) == set(prefix) | set(range(26, 30))

@@ -45,8 +45,10 @@ def test_grid_expansion_and_splits():
     assert (stream.sink, stream.recent, stream.topk) == (4, 60, 0)
     args = cells[2].evaluate_kwargs()
     assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "dtype": "auto", "batch_size": 1, "engine": "auto",
-                                  "method": "snapstream", "budget": 64, "sink": 4, "recent": 32, "topk": 28,
-                                  "observation": 32, "kernel": 5, "pooling": "avg"}
+                                  "cache_config": snap}
+    assert args["model_args"]["cache_config"] is snap  # the resolved object travels unchanged, never re-derived
+    assert cells[2].identity()["policy"] == {"method": "snapstream", "budget": 64, "sink": 4, "recent": 32, "topk": 28,
+                                             "observation": 32, "kernel": 5, "pooling": "avg"}
     assert args["tasks"] == ["snapeval_passkey"] and args["limit"] == 4 and args["seed"] == 0
     assert args["metadata"]["max_seq_lengths"] == [512] and args["metadata"]["pretrained"] == "smollm2-135m-instruct"
 
@@ -114,7 +116,7 @@ def test_data_file_hash_enters_identity(tmp_path):
     ({"methods": [{"method": "snapstream", "budgets": [1]}]}, "methods[0].budgets[0]", ">= 2"),
     ({"methods": [{"method": "snapstream", "budgets": [64], "recent": 1.5}]}, "methods[0].recent", "(0, 1]"),
     ({"methods": [{"method": "snapstream", "budgets": [8], "sink": 6, "recent": 4}]}, "methods[0]",
-     "allowed: budget >= sink + recent"),
+     "recent=4 is invalid with budget=8 and sink=6; allowed: 1..2"),
     ({"methods": [{"method": "snapstream", "budgets": [64], "recent": 8}]}, "methods[0]",
      "the observation window must fit in the ring"),
     ({"methods": [{"method": "snapstream", "budgets": [64], "kernel": 4}]}, "methods[0].kernel", "odd"),

@@ -47,7 +47,7 @@ def overlaps(rows: list[dict]) -> bool:
 @pytest.mark.parametrize("num_cpus, concurrent", [(1, True), (2, False)])
 def test_ray_executor_runs_cells_as_ray_tasks(local_ray, tmp_path, num_cpus, concurrent):
     local_ray.unlink(missing_ok=True)
-    config = parse_config({**RAW, "resources": {"num_cpus": num_cpus}})
+    config = parse_config({**RAW, "resources": {"num_cpus": num_cpus}}).per_cell()  # every cell its own Ray task
     executor = RayExecutor()
     summary = run_sweep(config, tmp_path / "ray", executor=executor, evaluate=fake_evaluate, simulate=fake_simulate,
                         stream=io.StringIO(), report=False)
@@ -68,11 +68,23 @@ def test_ray_executor_runs_cells_as_ray_tasks(local_ray, tmp_path, num_cpus, con
     pd.testing.assert_frame_equal(a, b)
 
 
+def test_ray_runs_a_shared_group_as_one_task(local_ray, tmp_path):
+    """Cells of one (model, task, seed) group share one prefill per item: one Ray task runs all of them."""
+    local_ray.unlink(missing_ok=True)
+    executor = RayExecutor()
+    summary = run_sweep(parse_config(RAW), tmp_path, executor=executor, evaluate=fake_evaluate, simulate=fake_simulate,
+                        stream=io.StringIO(), report=False)
+    assert summary.ok and len(summary.ran) == 4
+    rows = calls(local_ray)
+    assert len({r["pid"] for r in rows}) == 1 and os.getpid() not in {r["pid"] for r in rows}
+    assert not overlaps(rows)
+
+
 def test_ray_failure_is_reported_not_fatal(local_ray, tmp_path):
     config = parse_config(RAW)
 
     def broken(**kw):
-        if kw["model_args"].get("budget") == 256:
+        if kw["model_args"]["cache_config"].budget == 256:
             raise ValueError("budget 256 exploded")
         return fake_evaluate(**kw)
 

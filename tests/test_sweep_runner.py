@@ -158,11 +158,11 @@ def test_progress_bar_and_eta():
     cells = expand_grid(config())
     progress = Progress(total=8, skipped=2, stream=out, clock=lambda: now[0])
     assert progress.eta() is None
-    progress.started(cells[0])
-    now[0] += 30
-    from snapeval.sweep.runner import CellRunner
+    from snapeval.sweep.runner import CellRunner, WorkUnit
 
-    result = CellRunner(fake_evaluate)(cells[0])
+    progress.started(WorkUnit((cells[0],), shared=False))
+    now[0] += 30
+    ((_, result, _),) = CellRunner(fake_evaluate, None)(WorkUnit((cells[0],), shared=False))
     progress.ended(cells[0], result, None)
     assert progress.eta() == pytest.approx(30 * 5)  # 30 s per cell, 5 left (skipped ones do not count)
     now[0] += 30

@@ -8,13 +8,22 @@ method          cache                          what is kept
 ``streamingllm``:class:`StreamingLLMCache`     sinks + ring of recent tokens, fixed size
 ``snapkv``      :class:`SnapKVCache`           SnapKV selection + observation window, grows in decode
 =============== ============================== ======================================================
+
+The table itself (names, configuration and cache classes) is :data:`METHOD_TABLE` in :mod:`snapeval.cache.methods`.
 """
 from __future__ import annotations
 
 import importlib
 
-from snapeval.cache.config import SnapKVConfig, SnapStreamConfig, streamingllm_config
-from snapeval.cache.methods import METHODS, make_cache, method_config
+from snapeval.cache.config import (
+    FullConfig,
+    MethodConfig,
+    SnapKVConfig,
+    SnapStreamConfig,
+    StreamingLLMConfig,
+    streamingllm_config,
+)
+from snapeval.cache.methods import METHOD_TABLE, METHODS, MethodInfo, make_cache, method_info, resolve_method
 
 _CACHES = {
     "FullCache": "snapeval.cache.full",
@@ -32,13 +41,19 @@ def __getattr__(name: str):  # the caches need torch: import them on first use
 
 __all__ = [
     "METHODS",
+    "METHOD_TABLE",
     "FullCache",
+    "FullConfig",
+    "MethodConfig",
+    "MethodInfo",
     "SnapKVCache",
     "SnapKVConfig",
     "SnapStreamCache",
     "SnapStreamConfig",
     "StreamingLLMCache",
+    "StreamingLLMConfig",
     "make_cache",
-    "method_config",
+    "method_info",
+    "resolve_method",
     "streamingllm_config",
 ]

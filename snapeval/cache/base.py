@@ -14,6 +14,7 @@ RoPE, so positions never change.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -38,6 +39,53 @@ def key_validity(hf_mask: torch.Tensor | None, batch: int, length: int, device) 
     return valid
 
 
+@dataclass
+class LayerPrompt:
+    """One layer's prefilled prompt, as compression sees it (built by the attention hand-off or by a shared prefill).
+
+    Attributes:
+        keys, values: ``[B, Hkv, L, D]`` every prompt key and value, after RoPE (left-padded rows).
+        queries: ``[B, Hq, W, D]`` the last ``W`` prompt queries (at least every observation window that is asked for).
+        key_valid: ``[B, L]`` bool, False on padding.
+        scaling: the attention softmax scale.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    queries: torch.Tensor
+    key_valid: torch.Tensor
+    scaling: float
+    _window_sums: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """``[B]`` real tokens per row."""
+        return self.key_valid.sum(dim=-1)
+
+    @property
+    def padding(self) -> torch.Tensor:
+        """``[B]`` left padding per row."""
+        return self.key_valid.shape[-1] - self.lengths
+
+    def positions(self) -> torch.Tensor:
+        """``[B, L]`` original position of every padded-prompt index (negative on padding)."""
+        length = self.key_valid.shape[-1]
+        return torch.arange(length, device=self.keys.device)[None] - self.padding[:, None]
+
+    def window_attention(self, window: int) -> torch.Tensor:
+        """``[B, Hkv, G, L]`` :func:`~snapeval.cache.scoring.window_attention` of the last ``window`` queries,
+        computed once per window size and shared by every method and budget that asks for it."""
+        from snapeval.cache.scoring import window_attention
+
+        window = min(window, self.keys.shape[2])
+        if window > self.queries.shape[2]:
+            raise ValueError(f"observation window {window} exceeds the {self.queries.shape[2]} queries kept")
+        if window not in self._window_sums:
+            self._window_sums[window] = window_attention(
+                self.queries[:, :, -window:], self.keys, self.key_valid, scaling=self.scaling)
+        return self._window_sums[window]
+
+
 class CompressedLayer(CacheLayerMixin):
     """One layer's compressed cache. Subclasses choose what to keep (:meth:`select`) and where new tokens go.
 
@@ -47,9 +95,6 @@ class CompressedLayer(CacheLayerMixin):
 
     is_compileable = False
     is_sliding = False
-    #: Decode always hands attention the validity mask, even when every slot is valid (no data-dependent branch,
-    #: the same computation every step: what a static-shape engine needs). Off by default.
-    always_mask = False
 
     def __init__(self, layer_idx: int, config):
         super().__init__()
@@ -59,10 +104,15 @@ class CompressedLayer(CacheLayerMixin):
         self.next_position: torch.Tensor | None = None
         self.seen = 0  # padded tokens processed: what generate() expects from get_seq_length()
         self.compress_seconds = 0.0
+        #: Static rows (:meth:`CompressedKVCache.allocate_rows`): the token count stays constant (a compiled step
+        #: never retraces) and, with ``always_mask``, decode always hands attention the validity mask (no
+        #: data-dependent branch: the same computation every step).
+        self.static = False
+        self.always_mask = False
         self._prompt: tuple[torch.Tensor, torch.Tensor] | None = None
 
     # --- hooks for subclasses -------------------------------------------------------------------------------
-    def select(self, query, keys, key_valid, lengths, padding, scaling) -> torch.Tensor:
+    def select(self, prompt: LayerPrompt) -> torch.Tensor:
         """Return ``[B, Hkv, S]`` padded-prompt indices to keep per slot, -1 for an empty slot."""
         raise NotImplementedError
 
@@ -89,7 +139,8 @@ class CompressedLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         num_new = key_states.shape[2]
-        self.seen += num_new
+        if not self.static:
+            self.seen += num_new
         if self.positions is None:  # prefill: attend normally, compress right after
             self._prompt = (key_states, value_states)
             hand_off(PendingAttention(self.layer_idx, after=self.compress, replace_mask=False))
@@ -120,21 +171,27 @@ class CompressedLayer(CacheLayerMixin):
         return keys, values
 
     def compress(self, query: torch.Tensor, hf_mask: torch.Tensor | None, scaling: float) -> None:
-        """Build the compressed cache from the prompt. ``query`` ``[B, Hq, L, D]`` after RoPE."""
-        start = time.perf_counter()
+        """End of prefill (the attention hand-off): build the compressed cache. ``query`` ``[B, Hq, L, D]``."""
         keys, values = self._prompt
         self._prompt = None
-        batch, num_heads, length, head_dim = keys.shape
-        key_valid = key_validity(hf_mask, batch, length, keys.device)
-        lengths = key_valid.sum(dim=-1)
-        padding = length - lengths
-        index = self.select(query, keys, key_valid, lengths, padding, scaling)  # [B, H, S]
+        key_valid = key_validity(hf_mask, keys.shape[0], keys.shape[2], keys.device)
+        self.build(LayerPrompt(keys, values, query, key_valid, scaling))
+
+    def build(self, prompt: LayerPrompt) -> None:
+        """Build this layer's compressed cache from a prefilled prompt (the only way a prompt enters the cache)."""
+        start = time.perf_counter()
+        keys, values = prompt.keys, prompt.values
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+        self.seen = keys.shape[2]
+        head_dim = keys.shape[-1]
+        index = self.select(prompt)  # [B, H, S]
         empty = index < 0
         gather = index.clamp(min=0)[..., None].expand(-1, -1, -1, head_dim)
         self.keys = keys.gather(2, gather).masked_fill(empty[..., None], 0)
         self.values = values.gather(2, gather).masked_fill(empty[..., None], 0)
-        self.positions = (index - padding[:, None, None]).masked_fill(empty, -1)
-        self.next_position = lengths.clone()
+        self.positions = (index - prompt.padding[:, None, None]).masked_fill(empty, -1)
+        self.next_position = prompt.lengths.clone()
         self.compress_seconds += time.perf_counter() - start
 
     def get_seq_length(self) -> int:
@@ -199,23 +256,49 @@ class CompressedKVCache(Cache):
         """``[B, Hkv, S]`` original token position held by every slot of every KV head (-1: empty slot)."""
         return self.layers[layer_idx].positions.clone()
 
+    def load_prompt(self, prompts: "list[LayerPrompt]") -> None:
+        """Compress a prompt prefilled elsewhere (one :class:`LayerPrompt` per layer, from a
+        :class:`~snapeval.cache.capture.PromptCapture`): the same cache as prefilling through this cache."""
+        if len(prompts) != len(self.layers):
+            raise ValueError(f"{len(prompts)} layer prompts for a cache of {len(self.layers)} layers")
+        for layer, prompt in zip(self.layers, prompts):
+            layer.build(prompt)
+
     @property
     def compress_seconds(self) -> float:
         """Wall time spent in compression at the end of prefill, summed over layers."""
         return sum(l.compress_seconds for l in self.layers)
 
     # --- fixed rows (continuous batching): allocate once, load a freshly compressed row, clear a row ---------------
-    def allocate_rows(self, num_rows: int, num_kv_heads: int, head_dim: int, dtype, device) -> None:
+    def allocate_rows(self, num_rows: int, num_kv_heads: int, head_dim: int, dtype, device, *,
+                      always_mask: bool = False) -> None:
         """Allocate the decode state of ``num_rows`` empty rows once: ``keys``/``values`` ``[R, Hkv, S, D]`` zeros,
         ``positions`` ``[R, Hkv, S]`` -1, ``next_position`` ``[R]`` 0 (``S`` = the config's budget). Later calls to
-        :meth:`load_row`/:meth:`clear_row` only write into these tensors."""
+        :meth:`load_row`, :meth:`clear_row` and :meth:`park_row` only write into these tensors, and decode steps
+        (``update``) only write by index. ``always_mask``: every decode step gets the validity mask, even when
+        every slot is valid (one graph for ``torch.compile``)."""
         slots = self.config.budget
         for layer in self.layers:
             layer.dtype, layer.device, layer.is_initialized = dtype, device, True
+            layer.static, layer.always_mask, layer.seen = True, always_mask, 0
             layer.keys = torch.zeros(num_rows, num_kv_heads, slots, head_dim, dtype=dtype, device=device)
             layer.values = torch.zeros_like(layer.keys)
             layer.positions = torch.full((num_rows, num_kv_heads, slots), -1, dtype=torch.long, device=device)
             layer.next_position = torch.zeros(num_rows, dtype=torch.long, device=device)
+
+    def repeat_rows(self, count: int) -> None:
+        """Replace the (one-row) cache by ``count`` independent copies of its row (one per continuation to score)."""
+        index = torch.zeros(count, dtype=torch.long)
+        for layer in self.layers:
+            layer.batch_select_indices(index)
+
+    def row_tensors(self) -> list[torch.Tensor]:
+        """Every tensor the rows live in (introspection: after :meth:`allocate_rows` their storage never changes)."""
+        return [getattr(l, n) for l in self.layers for n in ("keys", "values", "positions", "next_position")]
+
+    def next_positions(self) -> torch.Tensor:
+        """``[R]`` the position of each row's next token (the same in every layer)."""
+        return self.layers[0].next_position
 
     def load_row(self, row: int, source: "CompressedKVCache", source_row: int = 0) -> None:
         """Copy row ``source_row`` of a compressed ``source`` cache (same config, after prefill) into ``row``."""
@@ -230,6 +313,13 @@ class CompressedKVCache(Cache):
             layer.values[row].zero_()
             layer.positions[row].fill_(-1)
             layer.next_position[row] = 0
+
+    def park_row(self, row: int) -> None:
+        """Idle ``row``: zero keys and values, every slot visible (position 0). Its ignored output attends to zeros
+        (never over an empty set, so no NaN) and needs no mask (an idle row does not force masking on the others)."""
+        self.clear_row(row)
+        for layer in self.layers:
+            layer.positions[row].zero_()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r}, layers={len(self.layers)})"

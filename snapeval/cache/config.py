@@ -1,25 +1,33 @@
-"""The SnapStream budget split, validated on construction.
+"""The resolved configuration of every method, validated once, on construction.
+
+A configuration object is what travels, unchanged, from a sweep (or the CLI, or the Python API) to the cache that
+implements it: it knows its method (``config.method``), its total budget (``config.budget``, ``None`` for the full
+cache) and its identity (``config.identity()``, the dict hashed into a sweep cell's id). Build one from a method name
+and a budget with :func:`snapeval.cache.resolve_method`, or directly.
 
 Paper names (arXiv 2511.03092) -> field: ``sink_token_length`` -> ``sink``, ``recent_token_length`` -> ``recent``,
 ``topk_length`` -> ``topk``, ``snapkv_observation_length`` -> ``observation``, ``snapkv_kernel_size`` -> ``kernel``.
 The paper does not publish its split; the defaults below come from the reference code of the methods it combines
-(StreamingLLM: 4 sinks; SnapKV: observation window 32, average pooling with kernel 5).
+(StreamingLLM: 4 sinks; SnapKV: observation window 32, average pooling with kernel 5, as in its released code).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
 
 POOLINGS = ("avg", "max")
 
-#: Defaults used by :meth:`SnapStreamConfig.from_budget` (and documented in the README).
+#: Defaults used by the ``from_budget`` constructors (and documented in the README).
 DEFAULT_SINK = 4
 DEFAULT_OBSERVATION = 32
 DEFAULT_KERNEL = 5
 DEFAULT_POOLING = "avg"
 DEFAULT_RECENT_FRACTION = 0.5
+#: The smallest budget any compressed method accepts (a sink or window token plus one more).
+MIN_BUDGET = 2
 
 
-def _require_int(field: str, value, minimum: int, owner: str = "SnapStreamConfig") -> None:
+def _require_int(field: str, value, minimum: int, owner: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{owner}.{field}={value!r} is invalid; allowed: an integer >= {minimum}")
 
@@ -31,8 +39,66 @@ def _require_kernel_and_pooling(kernel, pooling, owner: str) -> None:
         raise ValueError(f"{owner}.pooling={pooling!r} is invalid; allowed: {', '.join(POOLINGS)}")
 
 
+def _require_budget(budget, owner_class) -> None:
+    if budget is None:
+        raise ValueError(f"method={owner_class.method!r} needs a budget (an integer >= {MIN_BUDGET})")
+    _require_int("budget", budget, MIN_BUDGET, owner_class.__name__)
+
+
+def _default_sink(budget: int, sink: int | None, owner: str) -> int:
+    """An explicit ``sink`` must leave room for one more slot; the default (4) shrinks to fit tiny budgets."""
+    if sink is None:
+        return min(DEFAULT_SINK, budget - 1)
+    _require_int("sink", sink, 0, owner)
+    if sink >= budget:
+        raise ValueError(f"{owner}.sink={sink} is invalid with budget={budget}; allowed: 0..{budget - 1}")
+    return sink
+
+
+class MethodConfig:
+    """What every method's configuration offers (a mixin of the frozen dataclasses below)."""
+
+    method: ClassVar[str]
+    #: Keyword arguments of :meth:`from_budget` besides the budget (what a sweep or the CLI may set).
+    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    budget: Any  # a property or a field of every subclass: total slots per layer and KV head (None: unbounded)
+
+    def identity(self) -> dict[str, Any]:
+        """``{"method": ..., "budget": ..., <every field>}``: what makes two configurations the same experiment."""
+        out = {"method": self.method, **asdict(self)}
+        if self.budget is not None:
+            out["budget"] = self.budget
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.identity().items() if k != "method"}
+
+    @property
+    def label(self) -> str:
+        return self.method if self.budget is None else f"{self.method}@{self.budget}"
+
+
 @dataclass(frozen=True)
-class SnapStreamConfig:
+class FullConfig(MethodConfig):
+    """The uncompressed baseline: every token kept; no budget."""
+
+    method: ClassVar[str] = "full"
+
+    @property
+    def budget(self) -> None:
+        return None
+
+    @classmethod
+    def from_budget(cls, budget: int | None = None, **split) -> "FullConfig":
+        if budget is not None or split:
+            given = "budget" if budget is not None else next(iter(split))
+            raise ValueError(f"method 'full' takes no {given} (it keeps the whole cache); allowed: no budget or split")
+        return cls()
+
+
+@dataclass(frozen=True)
+class SnapStreamConfig(MethodConfig):
     """Cache layout ``[sink | ring | top-k]`` of ``budget = sink + recent + topk`` slots per layer and KV head.
 
     Attributes:
@@ -43,8 +109,11 @@ class SnapStreamConfig:
             must not exceed ``recent``, so the queries that chose the top-k stay in the cache (as SnapKV keeps its
             observation window).
         kernel: 1-D pooling kernel along the key axis (stride 1, padding ``kernel // 2``): a positive odd integer.
-        pooling: ``"avg"`` (the paper's equation) or ``"max"`` (SnapKV's released code).
+        pooling: ``"avg"`` (the paper's equation and SnapKV's released code) or ``"max"``.
     """
+
+    method: ClassVar[str] = "snapstream"
+    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ("sink", "recent", "recent_fraction", "topk", "observation", "kernel", "pooling")
 
     sink: int = DEFAULT_SINK
     recent: int = 508
@@ -54,14 +123,15 @@ class SnapStreamConfig:
     pooling: str = DEFAULT_POOLING
 
     def __post_init__(self) -> None:
-        _require_int("sink", self.sink, 0)
-        _require_int("recent", self.recent, 1)
-        _require_int("topk", self.topk, 0)
-        _require_int("observation", self.observation, 1)
-        _require_kernel_and_pooling(self.kernel, self.pooling, "SnapStreamConfig")
+        owner = type(self).__name__
+        _require_int("sink", self.sink, 0, owner)
+        _require_int("recent", self.recent, 1, owner)
+        _require_int("topk", self.topk, 0, owner)
+        _require_int("observation", self.observation, 1, owner)
+        _require_kernel_and_pooling(self.kernel, self.pooling, owner)
         if self.topk > 0 and self.observation > self.recent:
             raise ValueError(
-                f"SnapStreamConfig.observation={self.observation} is invalid with recent={self.recent} and "
+                f"{owner}.observation={self.observation} is invalid with recent={self.recent} and "
                 f"topk={self.topk}; allowed: 1..{self.recent} (the observation window must fit in the ring)"
             )
 
@@ -75,40 +145,80 @@ class SnapStreamConfig:
         cls,
         budget: int,
         *,
-        sink: int = DEFAULT_SINK,
+        sink: int | None = None,
         recent: int | None = None,
         recent_fraction: float = DEFAULT_RECENT_FRACTION,
+        topk: int | None = None,
         observation: int = DEFAULT_OBSERVATION,
         kernel: int = DEFAULT_KERNEL,
         pooling: str = DEFAULT_POOLING,
     ) -> "SnapStreamConfig":
         """Split a total ``budget`` into sinks, ring and top-k.
 
-        Defaults: 4 sinks; a ring of ``recent_fraction`` (0.5) of the budget, at least ``observation`` slots; the rest
-        is top-k. Example: budget 1024 -> sink 4, recent 512, topk 508.
+        Defaults: 4 sinks (fewer only when the budget is tiny; an explicit ``sink`` must be below the budget); a
+        ring of ``recent_fraction`` (0.5) of the budget, at least ``observation`` slots; the rest is top-k (an
+        explicit ``topk`` must add up). Example: budget 1024 -> sink 4, recent 512, topk 508. Without a budget,
+        ``recent`` and ``topk`` (and optionally ``sink``) give the split directly.
         """
-        _require_int("budget", budget, 2)
-        if not 0.0 < recent_fraction <= 1.0:
-            raise ValueError(f"SnapStreamConfig.recent_fraction={recent_fraction!r} is invalid; allowed: (0, 1]")
-        sink = min(sink, budget - 1)
+        if budget is None and recent is not None and topk is not None:
+            return cls(sink=DEFAULT_SINK if sink is None else sink, recent=recent, topk=topk, observation=observation,
+                       kernel=kernel, pooling=pooling)
+        _require_budget(budget, cls)
+        if isinstance(recent_fraction, bool) or not isinstance(recent_fraction, (int, float)) or not 0.0 < recent_fraction <= 1.0:
+            raise ValueError(f"{cls.__name__}.recent_fraction={recent_fraction!r} is invalid; allowed: a number in (0, 1]")
+        sink = _default_sink(budget, sink, cls.__name__)
         if recent is None:
             recent = max(min(observation, budget - sink), int(round(budget * recent_fraction)))
             recent = min(recent, budget - sink)
-        topk = budget - sink - recent
-        if topk < 0:
+        else:
+            _require_int("recent", recent, 1, cls.__name__)
+        left = budget - sink - recent
+        if left < 0:
             raise ValueError(
-                f"SnapStreamConfig.budget={budget} is invalid with sink={sink} and recent={recent}; "
-                f"allowed: budget >= sink + recent = {sink + recent}"
+                f"{cls.__name__}.recent={recent} is invalid with budget={budget} and sink={sink}; "
+                f"allowed: 1..{budget - sink}"
             )
-        return cls(sink=sink, recent=recent, topk=topk, observation=observation, kernel=kernel, pooling=pooling)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "budget": self.budget}
+        if topk is not None and topk != left:
+            raise ValueError(
+                f"{cls.__name__}.topk={topk} does not add up: budget {budget} = sink {sink} + recent {recent} "
+                f"+ topk {left}; allowed: {left} or leave it out"
+            )
+        return cls(sink=sink, recent=recent, topk=left, observation=observation, kernel=kernel, pooling=pooling)
 
 
 @dataclass(frozen=True)
-class SnapKVConfig:
+class StreamingLLMConfig(MethodConfig):
+    """StreamingLLM in SnapStream's fixed layout: ``[sink | ring]``, ``budget = sink + recent`` (no top-k)."""
+
+    method: ClassVar[str] = "streamingllm"
+    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ("sink",)
+    topk: ClassVar[int] = 0  # read by the shared sink/ring layer code
+
+    sink: int = DEFAULT_SINK
+    recent: int = 1020
+
+    def __post_init__(self) -> None:
+        _require_int("sink", self.sink, 0, "StreamingLLMConfig")
+        _require_int("recent", self.recent, 1, "StreamingLLMConfig")
+
+    @property
+    def budget(self) -> int:
+        return self.sink + self.recent
+
+    @classmethod
+    def from_budget(cls, budget: int, *, sink: int | None = None) -> "StreamingLLMConfig":
+        """``budget`` slots: ``sink`` attention sinks (default 4) and a ring of ``budget - sink`` recent tokens."""
+        _require_budget(budget, cls)
+        sink = _default_sink(budget, sink, cls.__name__)
+        return cls(sink=sink, recent=budget - sink)
+
+
+@dataclass(frozen=True)
+class SnapKVConfig(MethodConfig):
     """``budget`` prompt tokens kept (observation window included); ``kernel`` odd; ``pooling`` avg or max."""
+
+    method: ClassVar[str] = "snapkv"
+    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ("observation", "kernel", "pooling")
 
     budget: int
     observation: int = DEFAULT_OBSERVATION
@@ -124,10 +234,21 @@ class SnapKVConfig:
             )
         _require_kernel_and_pooling(self.kernel, self.pooling, "SnapKVConfig")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    @classmethod
+    def from_budget(cls, budget: int, *, observation: int | None = None, kernel: int = DEFAULT_KERNEL,
+                    pooling: str = DEFAULT_POOLING) -> "SnapKVConfig":
+        """The observation window defaults to 32, or half the budget when the budget is under 64."""
+        _require_budget(budget, cls)
+        if observation is None:
+            observation = min(DEFAULT_OBSERVATION, max(1, budget // 2))
+        return cls(budget=budget, observation=observation, kernel=kernel, pooling=pooling)
 
 
-def streamingllm_config(budget: int, sink: int = DEFAULT_SINK) -> SnapStreamConfig:
+def streamingllm_config(budget: int, sink: int | None = None) -> StreamingLLMConfig:
     """``budget`` slots: ``sink`` attention sinks and a ring of ``budget - sink`` recent tokens."""
-    return SnapStreamConfig.from_budget(budget, sink=sink, recent=budget - min(sink, budget - 1))
+    return StreamingLLMConfig.from_budget(budget, sink=sink)
+
+
+def split_of(config: MethodConfig) -> dict[str, Any]:
+    """The dataclass fields of ``config`` (its split), without method or budget."""
+    return {f.name: getattr(config, f.name) for f in fields(config)}

@@ -11,9 +11,23 @@ class FullCache(DynamicCache):
     ``padding`` ``[B]`` (left-padding of each row) is set by :func:`snapeval.generate` for introspection.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, config=None):
         super().__init__(config=model.config)
+        self.method_config = config
         self.padding: torch.Tensor | None = None
+
+    def load_prompt(self, prompts) -> None:
+        """Hold a prompt prefilled elsewhere (one :class:`~snapeval.cache.base.LayerPrompt` per layer), as if it
+        had been prefilled through this cache."""
+        for layer_idx, prompt in enumerate(prompts):
+            self.update(prompt.keys, prompt.values, layer_idx)
+        self.padding = prompts[0].padding
+
+    def repeat_rows(self, count: int) -> None:
+        """Replace the (one-row) cache by ``count`` independent copies of its row."""
+        self.batch_repeat_interleave(count)
+        if self.padding is not None:
+            self.padding = self.padding.repeat_interleave(count)
 
     def kv_bytes(self) -> int:
         return sum(l.keys.nbytes + l.values.nbytes for l in self.layers if l.keys is not None)

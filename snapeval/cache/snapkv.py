@@ -10,27 +10,27 @@ import torch
 
 from snapeval.cache.base import CompressedKVCache, CompressedLayer
 from snapeval.cache.config import SnapKVConfig
-from snapeval.cache.scoring import snapkv_scores
+from snapeval.cache.scoring import pooled_scores
 from snapeval.cache.snapstream import top_indices
 
 
 class SnapKVLayer(CompressedLayer):
     config: SnapKVConfig
 
-    def select(self, query, keys, key_valid, lengths, padding, scaling):
+    def select(self, prompt):
         cfg = self.config
-        batch, num_heads, length, _ = keys.shape
+        batch, num_heads, length, _ = prompt.keys.shape
         keep = min(cfg.budget, length)
-        position = torch.arange(length, device=keys.device)[None] - padding[:, None]  # [B, L]
-        lengths_ = lengths[:, None]
-        # Rows that fit keep everything; longer rows keep their window and score the rest.
-        forced = key_valid & ((lengths_ <= cfg.budget) | (position >= lengths_ - cfg.observation))
-        scores = torch.zeros(batch, num_heads, length, device=keys.device)
-        if bool((lengths > cfg.budget).any()):
-            window = min(cfg.observation, length)
-            scores = snapkv_scores(
-                query[:, :, -window:], keys, key_valid, scaling=scaling, kernel=cfg.kernel, pooling=cfg.pooling
-            )
+        key_valid, lengths_ = prompt.key_valid, prompt.lengths[:, None]
+        position = prompt.positions()  # [B, L]
+        window = position >= lengths_ - cfg.observation
+        # Rows that fit keep everything; longer rows keep their window and score the prompt before it.
+        forced = key_valid & ((lengths_ <= cfg.budget) | window)
+        scores = torch.zeros(batch, num_heads, length, device=prompt.keys.device)
+        if bool((prompt.lengths > cfg.budget).any()):
+            candidate = key_valid & ~window
+            scores = pooled_scores(prompt.window_attention(cfg.observation), candidate, kernel=cfg.kernel,
+                                   pooling=cfg.pooling)
         scores = scores.masked_fill(forced[:, None, :], float("inf"))
         return top_indices(scores, key_valid, keep)
 

@@ -17,7 +17,7 @@ import torch
 
 from snapeval.cache.base import CompressedKVCache, CompressedLayer
 from snapeval.cache.config import SnapStreamConfig
-from snapeval.cache.scoring import snapkv_scores
+from snapeval.cache.scoring import pooled_scores
 
 
 def ring_slot(position: torch.Tensor, sink: int, recent: int) -> torch.Tensor:
@@ -29,10 +29,11 @@ def ring_slot(position: torch.Tensor, sink: int, recent: int) -> torch.Tensor:
 class SnapStreamLayer(CompressedLayer):
     config: SnapStreamConfig
 
-    def select(self, query, keys, key_valid, lengths, padding, scaling):
+    def select(self, prompt):
         cfg = self.config
-        batch, num_heads, length, _ = keys.shape
-        device = keys.device
+        batch, num_heads, length, _ = prompt.keys.shape
+        device = prompt.keys.device
+        lengths, padding = prompt.lengths, prompt.padding
         lengths_ = lengths[:, None]
 
         sink_pos = torch.arange(cfg.sink, device=device).expand(batch, -1)
@@ -46,12 +47,10 @@ class SnapStreamLayer(CompressedLayer):
 
         top = torch.full((batch, num_heads, cfg.topk), -1, dtype=torch.long, device=device)
         if cfg.topk > 0 and bool((lengths > cfg.sink + cfg.recent).any()):
-            window = min(cfg.observation, length)
-            scores = snapkv_scores(
-                query[:, :, -window:], keys, key_valid, scaling=scaling, kernel=cfg.kernel, pooling=cfg.pooling
-            )
-            position = torch.arange(length, device=device)[None] - padding[:, None]  # [B, L]
-            candidate = (position >= cfg.sink) & (position < lengths_ - cfg.recent)
+            position = prompt.positions()  # [B, L]
+            candidate = (position >= cfg.sink) & (position < lengths_ - cfg.recent)  # the middle: Eq. 3's K_evict
+            scores = pooled_scores(prompt.window_attention(cfg.observation), candidate, kernel=cfg.kernel,
+                                   pooling=cfg.pooling)
             top[..., : min(cfg.topk, length)] = top_indices(scores, candidate, min(cfg.topk, length))
         return torch.cat([index, top], dim=-1)
 

@@ -5,14 +5,11 @@ does, so the two differ only in the top-k part of the cache.
 """
 from __future__ import annotations
 
-from snapeval.cache.config import SnapStreamConfig, streamingllm_config  # noqa: F401 (re-exported)
+from snapeval.cache.config import StreamingLLMConfig
 from snapeval.cache.snapstream import SnapStreamCache
 
 
 class StreamingLLMCache(SnapStreamCache):
-    """A :class:`SnapStreamCache` whose config has ``topk == 0``."""
+    """A :class:`SnapStreamCache` laid out by a :class:`StreamingLLMConfig` (``topk`` is always 0)."""
 
-    def __init__(self, model, config: SnapStreamConfig):
-        if config.topk != 0:
-            raise ValueError(f"StreamingLLM keeps no top-k tokens; got topk={config.topk} (allowed: 0)")
-        super().__init__(model, config)
+    config_class = StreamingLLMConfig

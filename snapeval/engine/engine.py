@@ -21,19 +21,22 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
-from snapeval.cache import SnapStreamConfig, make_cache, method_config
+from snapeval.cache import METHOD_TABLE, MethodConfig, make_cache, method_info, resolve_method
 from snapeval.cache.attention import install
 from snapeval.engine.requests import Completion, EngineStats, Request, SamplingParams
 from snapeval.engine.sampling import choose
 from snapeval.errors import SnapevalError
 from snapeval.generation import _as_list
 
-#: Methods with a fixed-size cache, which the engine can hold in static slots.
-ENGINE_METHODS = ("snapstream", "streamingllm")
+#: Methods with a fixed-size cache, which the engine can hold in static slots (from the method table).
+ENGINE_METHODS = tuple(name for name in METHOD_TABLE.names() if METHOD_TABLE.get(name).fixed_size)
+#: ``prefill(request_index, prompt_ids) -> (logits [V] of the last prompt position, a compressed cache whose row 0
+#: holds the prompt)``: how a prompt becomes a decode row (default: :meth:`Engine.prefill`, a batch-1 prefill).
+PrefillFn = Callable[[int, list], "tuple[torch.Tensor, object]"]
 #: ``torch.compile`` modes the decode step accepts (``compile=`` one of these, or ``True`` for the default mode).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -44,9 +47,10 @@ class Engine:
     Args:
         model: a Hugging Face causal LM of a supported architecture (Llama, Qwen2).
         tokenizer: decodes completions (stop strings, text); encodes string prompts (no special tokens added).
-        config: a :class:`SnapStreamConfig` or an integer total budget.
-        method: ``snapstream`` or ``streamingllm`` (fixed-size caches). ``full``/``snapkv`` caches grow while
-            decoding and need :func:`snapeval.generate`.
+        config: a fixed-size method's configuration (a :class:`~snapeval.cache.SnapStreamConfig` or
+            :class:`~snapeval.cache.StreamingLLMConfig`), used as given, or an integer total budget for ``method``.
+        method: the method of an integer budget (``snapstream`` or ``streamingllm``). ``full``/``snapkv`` caches grow
+            while decoding and need :func:`snapeval.generate`.
         num_slots: requests decoded together (the static batch size).
         compile: run the decode step through ``torch.compile``: ``True`` (its default mode) or a mode name from
             :data:`COMPILE_MODES` (``"reduce-overhead"`` captures the step in CUDA graphs on a GPU). Off by default:
@@ -54,30 +58,31 @@ class Engine:
         seed: base seed of requests whose :class:`SamplingParams` gives none.
     """
 
-    def __init__(self, model, tokenizer, config: SnapStreamConfig | int, method: str = "snapstream",
+    def __init__(self, model, tokenizer, config: MethodConfig | int, method: str = "snapstream",
                  num_slots: int = 8, *, compile: bool | str = False, seed: int = 0):
-        if method not in ENGINE_METHODS:
+        if isinstance(config, int) and not isinstance(config, bool):
+            config = resolve_method(method, budget=config)
+        if not isinstance(config, MethodConfig):
+            raise SnapevalError(f"config={config!r} is invalid for the engine; allowed: a method configuration or a budget >= 2")
+        if not method_info(config).fixed_size:
             raise SnapevalError(
-                f"method={method!r} is not supported by the engine; choose one of: {', '.join(ENGINE_METHODS)} "
+                f"method={config.method!r} is not supported by the engine; choose one of: {', '.join(ENGINE_METHODS)} "
                 "(fixed-size caches; use snapeval.generate for full and snapkv)"
             )
-        if config is None:
-            raise SnapevalError("config=None is invalid for the engine; allowed: a SnapStreamConfig or a budget >= 2")
         if not isinstance(compile, bool) and compile not in COMPILE_MODES:
             raise SnapevalError(f"compile={compile!r} is invalid; allowed: True, False or one of {', '.join(COMPILE_MODES)}")
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise SnapevalError(f"num_slots={num_slots!r} is invalid; allowed: an integer >= 1")
-        self.model, self.tokenizer, self.method, self.num_slots, self.seed = model, tokenizer, method, num_slots, seed
-        self.config = method_config(method, budget=config) if isinstance(config, int) else method_config(method, config=config)
+        self.model, self.tokenizer, self.config, self.num_slots, self.seed = model, tokenizer, config, num_slots, seed
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         cfg = model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.cache = make_cache(model, method, self.config)
-        self.prefill_cache = make_cache(model, method, self.config)  # reset and reused by every prefill
-        self.cache.allocate_rows(num_slots, cfg.num_key_value_heads, head_dim, self.dtype, self.device)
-        for layer in self.cache.layers:  # compiled: one graph, the mask always given; eager: no mask when all valid
-            layer.always_mask = bool(compile)
+        self.cache = make_cache(model, config)
+        self.prefill_cache = make_cache(model, config)  # reset and reused by every prefill
+        # compiled: one graph, the mask always given; eager: no mask when every slot is valid
+        self.cache.allocate_rows(num_slots, cfg.num_key_value_heads, head_dim, self.dtype, self.device,
+                                 always_mask=bool(compile))
         self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad)
@@ -90,25 +95,41 @@ class Engine:
             self._park(slot)
         self.stats = EngineStats(num_slots=num_slots)
 
+    @property
+    def method(self) -> str:
+        return self.config.method
+
     # --- public API ---------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int] | str],
-                 sampling: SamplingParams | Sequence[SamplingParams] | None = None) -> list[Completion]:
+                 sampling: SamplingParams | Sequence[SamplingParams] | None = None, *,
+                 prefill: PrefillFn | None = None) -> list[Completion]:
         """Run every prompt to completion; completions come back in input order. :attr:`stats` holds the totals.
 
         ``prompts``: token-id lists (used as given) or strings (tokenized without special tokens).
         ``sampling``: one :class:`SamplingParams` for all, one per prompt, or ``None`` (greedy, defaults).
+        ``prefill``: how a prompt becomes a decode row (default :meth:`prefill`); a shared prefill
+        (:mod:`snapeval.branching`) passes rows it built from one prefill for several methods and budgets.
         """
         requests = self._requests(prompts, sampling)
         install(self.model)  # the `snapstream` attention (idempotent; another caller may have switched it)
-        return self._run(requests)
+        return self._run(requests, prefill or self.prefill)
+
+    def prefill(self, index: int, prompt: list[int]):
+        """Prefill one prompt alone (batch 1) into the reusable prefill cache, which compresses it.
+        Returns the last position's logits ``[V]`` and that cache."""
+        cache = self.prefill_cache
+        cache.reset()
+        ids = torch.tensor([prompt], device=self.device)
+        logits = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+        return logits, cache
 
     def slot_tensors(self) -> list[torch.Tensor]:
         """Every tensor the slots live in (for introspection: their storage never changes)."""
-        return [getattr(l, n) for l in self.cache.layers for n in ("keys", "values", "positions", "next_position")]
+        return self.cache.row_tensors()
 
     # --- internals ----------------------------------------------------------------------------------------------
-    def _run(self, requests: list[Request]) -> list[Completion]:
+    def _run(self, requests: list[Request], prefill: PrefillFn) -> list[Completion]:
         self.stats = stats = EngineStats(num_slots=self.num_slots, requests=len(requests),
                                          prompt_tokens=sum(len(r.prompt) for r in requests))
         queue, active, done = deque(requests), {}, {}
@@ -117,7 +138,7 @@ class Engine:
             while queue and len(active) < self.num_slots:  # admission: refill free slots, one batch-1 prefill each
                 slot = next(s for s in range(self.num_slots) if s not in active)
                 request = queue.popleft()
-                if self._prefill(request, slot, start):
+                if self._admit(request, slot, start, prefill):
                     done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
                 else:
                     active[slot] = request
@@ -151,14 +172,11 @@ class Engine:
             requests.append(Request(index=i, prompt=[int(t) for t in ids], params=params, generator=generator))
         return requests
 
-    def _prefill(self, request: Request, slot: int, start: float) -> bool:
-        """Prefill ``request`` alone, choose its first token, load it into ``slot``. True if it already finished."""
+    def _admit(self, request: Request, slot: int, start: float, prefill: PrefillFn) -> bool:
+        """Prefill ``request``, choose its first token, load it into ``slot``. True if it already finished."""
         t0 = time.perf_counter()
         request.admitted_at = t0 - start
-        cache = self.prefill_cache
-        cache.reset()
-        ids = torch.tensor([request.prompt], device=self.device)
-        logits = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+        logits, cache = prefill(request.index, request.prompt)
         token = choose(logits, request.params, request.generator)
         request.first_token_at = time.perf_counter() - start
         finished = request.check_stop(token, self.eos_ids, self.tokenizer)
@@ -176,11 +194,8 @@ class Engine:
 
     def _decode(self) -> torch.Tensor:
         """One static decode step of every slot from :attr:`input_ids`; returns ``[num_slots, V]`` logits."""
-        self.position_ids.copy_(self.cache.layers[0].next_position[:, None])
-        logits = self._forward(self.input_ids, self.position_ids)
-        for layer in self.cache.layers:  # keep the Python-side token count constant (a compiled step never retraces)
-            layer.seen = 0
-        return logits
+        self.position_ids.copy_(self.cache.next_positions()[:, None])
+        return self._forward(self.input_ids, self.position_ids)
 
     def _step(self, active: dict[int, Request], done: dict[int, Completion], start: float) -> None:
         logits = self._decode()
@@ -197,9 +212,6 @@ class Engine:
                 self.input_ids[slot, 0] = token
 
     def _park(self, slot: int) -> None:
-        """Empty ``slot``: zero keys and values, all visible (position 0), so its ignored row attends to zeros (never
-        over an empty set, so no NaN) and needs no mask (an idle slot does not force masking on the others)."""
-        self.cache.clear_row(slot)
-        for layer in self.cache.layers:
-            layer.positions[slot].zero_()
+        """Idle ``slot`` (:meth:`~snapeval.cache.base.CompressedKVCache.park_row`) fed the pad token."""
+        self.cache.park_row(slot)
         self.input_ids[slot, 0] = self.pad_id

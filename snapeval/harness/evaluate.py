@@ -42,7 +42,11 @@ def evaluate(
     if not include.is_dir():
         raise SnapevalError(f"include_path={str(include)!r} is not a directory; set SNAPEVAL_TASKS_DIR to the tasks/ folder")
     if lm is None:
-        lm = SnapStreamLM(**model_args)
+        from snapeval.harness.shared import load_once
+
+        loaded = load_once(model_args.get("pretrained", "smollm2-135m-instruct"), model_args.get("dtype"),
+                           model_args.get("device", "cpu"))
+        lm = SnapStreamLM(**model_args, loaded=loaded)
     meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name),
             **(metadata or {})}
     if chat is None:

@@ -29,7 +29,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
 import snapeval
-from snapeval.cache import METHODS, method_config
+from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
 from snapeval.errors import SnapevalError, check_choice
 from snapeval.generation import cache_for, generate_ids
 from snapeval.models.loading import DTYPES, load_model
@@ -87,17 +87,18 @@ def _coerce(name: str, value):
     return value
 
 
-def use_engine(engine, method: str) -> bool:
+def use_engine(engine, config: MethodConfig) -> bool:
     """Resolve the ``engine`` model_arg: ``auto`` (or None) is the engine exactly for the fixed-size caches."""
     from snapeval.engine import ENGINE_METHODS
 
+    method = config.method
     choice = {"auto": None, "none": None, "true": True, "1": True, "yes": True, "false": False, "0": False,
               "no": False}.get(str(engine).lower(), "invalid")
     if choice == "invalid":
         raise SnapevalError(f"engine={engine!r} is not allowed; choose one of: auto, true, false")
     if choice is None:
-        return method in ENGINE_METHODS
-    if choice and method not in ENGINE_METHODS:
+        return method_info(config).fixed_size
+    if choice and not method_info(config).fixed_size:
         raise SnapevalError(f"engine=true needs a fixed-size cache; method={method!r} allowed: {', '.join(ENGINE_METHODS)}")
     return choice
 
@@ -106,9 +107,10 @@ def use_engine(engine, method: str) -> bool:
 class SnapStreamLM(HFLM):
     """lm-eval model wrapping :func:`snapeval.load_model` + the snapeval KV caches.
 
-    model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (full | snapstream | streamingllm |
-    snapkv), ``budget`` and the SnapStream split (``sink``, ``recent``, ``topk``, ``observation``, ``kernel``,
-    ``pooling``), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
+    model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (a name of the method table:
+    full | snapstream | streamingllm | snapkv), ``budget`` and the split fields of that method (``sink``, ``recent``,
+    ``topk``, ``observation``, ``kernel``, ``pooling``), or, from Python, ``cache_config`` (a resolved method
+    configuration, used unchanged), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
     generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
     ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``; ``engine`` (auto | true | false;
     auto: the continuous-batching engine for snapstream/streamingllm, padded batches for full/snapkv) with
@@ -119,6 +121,7 @@ class SnapStreamLM(HFLM):
         self,
         pretrained: str = "smollm2-135m-instruct",
         method: str = "snapstream",
+        cache_config: MethodConfig | None = None,
         budget: int | None = None,
         sink: int | None = None,
         recent: int | None = None,
@@ -138,26 +141,28 @@ class SnapStreamLM(HFLM):
         specprefill_chunk: int | None = None,
         specprefill_lookahead: int | None = None,
         specprefill_pool_kernel: int | None = None,
+        loaded=None,
+        shared=None,
         **kwargs,
     ):
         args = {k: _coerce(k, v) for k, v in dict(
             budget=budget, sink=sink, recent=recent, topk=topk, observation=observation, kernel=kernel,
             pooling=pooling, batch_size=batch_size, max_gen_toks=max_gen_toks, max_length=max_length).items()}
-        check_choice("method", method, METHODS)
-        engine_on = use_engine(engine, method)  # checked before the model loads
+        split = {k: args[k] for k in SPLIT_FIELDS if args[k] is not None}
+        if cache_config is None:
+            cache_config = resolve_method(method, budget=args["budget"], **split)
+        elif not isinstance(cache_config, MethodConfig) or args["budget"] is not None or split:
+            raise SnapevalError("cache_config must be a method configuration given alone (no budget or split fields)")
+        engine_on = use_engine(engine, cache_config)  # checked before the model loads
         if dtype is not None and dtype != "auto":
             check_choice("dtype", dtype, DTYPES)
-        split = {k: args[k] for k in SPLIT_FIELDS if args[k] is not None}
-        if method == "full" and (args["budget"] is not None or split):
-            raise SnapevalError("method='full' takes no budget or split; allowed: method=snapstream|streamingllm|snapkv")
-        if args["budget"] is not None and args["budget"] < 2:
-            raise SnapevalError(f"budget={args['budget']} is invalid; allowed: an integer >= 2")
-        self.method = method
-        self.cache_config = method_config(method, budget=args["budget"], **split)
+        self.cache_config = cache_config
         self.pretrained_name = str(pretrained)
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             device = "cpu"  # lm-eval's CLI defaults to cuda; like HFLM, fall back on machines without one
-        model, tokenizer = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device)
+        if loaded is None:
+            loaded = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device)
+        model, tokenizer = loaded
         self.dtype_name = str(model.dtype).replace("torch.", "")
         kwargs.pop("tokenizer", None)
         super().__init__(
@@ -171,6 +176,7 @@ class SnapStreamLM(HFLM):
         if self.engine_slots < 1:
             raise SnapevalError(f"engine_slots={self.engine_slots} is invalid; allowed: an integer >= 1")
         self._engine = None
+        self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
         self.specprefill = None
         if specprefill_draft:
             from snapeval.specprefill import SpecPrefillConfig
@@ -191,10 +197,10 @@ class SnapStreamLM(HFLM):
         import lm_eval
         import transformers
 
-        config = self.cache_config.to_dict() if self.cache_config is not None else {}
+        config = self.cache_config.to_dict()
         return {
             "model": self.pretrained_name,
-            "method": self.method,
+            "method": self.cache_config.method,
             "budget": config.get("budget"),
             "split": config,
             "dtype": self.dtype_name,
@@ -242,19 +248,20 @@ class SnapStreamLM(HFLM):
                 s.specprefill_full_tokens += compressed.full_target_tokens
                 s.specprefill_kept_tokens += len(compressed.target_ids)
                 request.arguments = (compressed.text, gen_kwargs)
+        if self.shared is not None:
+            prompts, params = self._engine_inputs(requests)
+            completions, kv_bytes = self.shared.generate(self.cache_config, prompts, params)
+            return self._finish_generations(requests, completions, kv_bytes)
         if self.use_engine:
             return self._generate_with_engine(requests)
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
-    def _generate_with_engine(self, requests):
-        """All requests through one continuous-batching engine (static slots, per-request stops and sampling)."""
+    def _engine_inputs(self, requests):
+        """Token ids and :class:`SamplingParams` of ``generate_until`` requests, as the engine and branches take them."""
         from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-        from snapeval.engine import Engine, SamplingParams
+        from snapeval.engine import SamplingParams
 
-        if self._engine is None:
-            self._engine = Engine(self.model, self.tokenizer, self.cache_config, method=self.method,
-                                  num_slots=self.engine_slots)
         eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         prompts, params = [], []
         for request in requests:
@@ -270,14 +277,27 @@ class SnapStreamLM(HFLM):
                 temperature=temperature if sample else 1.0, top_p=float(kwargs.get("top_p", 1.0) or 1.0),
                 top_k=int(kwargs.get("top_k", 0) or 0)))
             prompts.append(ids)
+        return prompts, params
+
+    def _generate_with_engine(self, requests):
+        """All requests through one continuous-batching engine (static slots, per-request stops and sampling)."""
+        from snapeval.engine import Engine
+
+        if self._engine is None:
+            self._engine = Engine(self.model, self.tokenizer, self.cache_config, num_slots=self.engine_slots)
+        prompts, params = self._engine_inputs(requests)
         completions = self._engine.generate(prompts, params)
+        kv_bytes = self._engine.cache.kv_bytes_per_row()
+        return self._finish_generations(requests, completions, [kv_bytes] * len(completions))
+
+    def _finish_generations(self, requests, completions, kv_bytes):
         out = []
-        for request, done in zip(requests, completions):
+        for request, done, kv in zip(requests, completions, kv_bytes):
             out.append(done.text)
             self.cache_hook.add_partial("generate_until", request.args, done.text)
             decode_s = max(done.finished_at - done.time_to_first_token, 0.0)
             self._record(1, done.prompt_tokens, len(done.token_ids), done.prefill_seconds, 0.0, decode_s,
-                         max(len(done.token_ids) - 1, 0), self.cache_config.budget * self._kv_bytes_per_slot())
+                         max(len(done.token_ids) - 1, 0), kv)
         return out
 
     def _kv_bytes_per_slot(self) -> int:
@@ -297,7 +317,7 @@ class SnapStreamLM(HFLM):
             generation_kwargs.pop("temperature")
         stopping = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
         run = generate_ids(
-            self.model, context, attention_mask, self.method, self.cache_config,
+            self.model, context, attention_mask, self.cache_config,
             max_length=max_length, stopping_criteria=stopping, pad_token_id=self.tokenizer.pad_token_id,
             use_cache=True, **generation_kwargs,
         )
@@ -324,63 +344,30 @@ class SnapStreamLM(HFLM):
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
         """``requests``: ``((context, continuation) | None, context_ids, continuation_ids)``.
 
+        Each unique context is prefilled once, all but its last token, and compressed; the last context token and
+        the continuation then run against a copy of that compressed cache, so every continuation token, even a
+        one-token answer, is scored under the budget (:func:`snapeval.branching.score_contexts`).
         Returns ``(sum of continuation log-probs, whether greedy decoding reproduces the continuation)``.
         """
-        from tqdm import tqdm
+        from snapeval.branching import BranchSet
 
-        order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][1]) + len(requests[i][2])))
-        batch_size = override_bs or (self.batch_size if isinstance(self.batch_size, int) else 1)
-        results: list[tuple[float, bool] | None] = [None] * len(requests)
-        bar = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="Scoring (compressed context)")
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            scored = self._score_batch([requests[i] for i in idx])
-            for i, answer in zip(idx, scored):
-                results[i] = answer
-                if requests[i][0] is not None:
-                    self.cache_hook.add_partial("loglikelihood", requests[i][0], answer)
-            bar.update(len(idx))
-        bar.close()
-        return results
-
-    def _score_batch(self, batch):
-        """Prefill every context but its last token, compress, then run ``[last context token] + continuation[:-1]``
-        against the compressed cache: every continuation token, even a one-token answer, is scored under the budget.
-        """
-        device = self.device
-        contexts, tails = [], []
-        for _, context_ids, continuation_ids in batch:
+        contexts, continuations = [], []
+        for _, context_ids, continuation_ids in requests:
             continuation_ids = list(continuation_ids)[-(self.max_length - 1) :]
             context_ids = list(context_ids) or [self.prefix_token_id]
             if len(context_ids) < 2:
                 context_ids = [self.prefix_token_id] + context_ids
             room = max(self.max_length - len(continuation_ids), 2)
-            context_ids = context_ids[-room:]
-            contexts.append(context_ids[:-1])
-            tails.append((context_ids[-1:] + continuation_ids, continuation_ids))
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ctx_len = max(map(len, contexts))
-        input_ids = torch.tensor([[pad] * (ctx_len - len(c)) + c for c in contexts], device=device)
-        mask = torch.tensor([[0] * (ctx_len - len(c)) + [1] * len(c) for c in contexts], device=device)
-        cache = cache_for(self.model, self.method, self.cache_config, mask)
-        start = time.perf_counter()
-        self.model(input_ids=input_ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                   past_key_values=cache)
-        prefill_s = time.perf_counter() - start
-        score_len = max(len(cont) for _, cont in tails)  # inputs: last context token + continuation[:-1]
-        score_in = torch.tensor([(tail[: len(cont)] + [pad] * score_len)[:score_len] for tail, cont in tails], device=device)
-        out = self.model(
-            input_ids=score_in,
-            attention_mask=torch.cat([mask, torch.ones_like(score_in)], dim=1),
-            position_ids=mask.sum(-1, keepdim=True) + torch.arange(score_len, device=device),
-            past_key_values=cache,
-        )
-        logprobs = F.log_softmax(out.logits.float(), dim=-1)  # [B, score_len, V]
-        self._record(len(batch), int(mask.sum()) + len(batch), 0, prefill_s, cache.compress_seconds, 0.0, 0,
-                     cache.kv_bytes_per_row())
-        answers = []
-        for row, (_, cont) in enumerate(tails):
-            target = torch.tensor(cont, device=device)
-            lp = logprobs[row, : len(cont)]
-            answers.append((float(lp.gather(-1, target[:, None]).sum()), bool((lp.argmax(-1) == target).all())))
-        return answers
+            contexts.append(context_ids[-room:])
+            continuations.append(continuation_ids)
+        if self.shared is not None:
+            results, stats = self.shared.score(self.cache_config, contexts, continuations)
+        else:
+            branches = BranchSet(self.model, self.tokenizer, [self.cache_config])
+            results, stats = branches.score(contexts, continuations)[0], branches.stats
+        self._record(len(requests), stats.prefill_tokens + len(requests), 0, stats.prefill_seconds, 0.0, 0.0, 0,
+                     stats.kv_bytes_per_row.get(self.cache_config.label, 0))
+        for request, answer in zip(requests, results):
+            if request[0] is not None:
+                self.cache_hook.add_partial("loglikelihood", request[0], answer)
+        return results

@@ -211,6 +211,7 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
     """
     import pandas as pd
 
+    views = [v.to_dict() if hasattr(v, "to_dict") else v for v in views]  # CellView objects or manifest dicts
     sim = _Simulator(simulate_settings, _default_simulate() if simulate == "default" else simulate)
     lengths = measured_lengths(views, results)
     rows = []

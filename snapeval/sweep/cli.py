@@ -18,6 +18,9 @@ def register(subparsers) -> None:
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray instance)")
     p.add_argument("--limit", type=int, help="samples per task for every task (changes the cells' identities)")
     p.add_argument("--dry-run", action="store_true", help="list the cells and which are already done; run nothing")
+    p.add_argument("--per-cell", action="store_true",
+                   help="run every cell as its own lm-eval run (the reference path) instead of one prefill per item "
+                        "shared by every method and budget of a model and task")
     p.add_argument("--no-report", action="store_true", help="write the table but not the report and plots")
     p.set_defaults(func=main)
 
@@ -28,6 +31,8 @@ def main(args: argparse.Namespace) -> int:
     from snapeval.sweep.runner import plan, resolve_out, run_sweep
 
     config = load_config(args.config).with_limit(args.limit)
+    if args.per_cell:
+        config = config.per_cell()
     if args.dry_run:
         cells = plan(config, args.out)
         done = sum(d for _, d in cells)

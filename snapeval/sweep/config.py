@@ -15,7 +15,7 @@ Every mistake (an unknown key, a wrong type, a value out of range) raises :class
 with one line that names the field by its path in the file (``methods[1].recent``) and what is allowed.
 
 Budget split. A budgeted method keeps ``budget`` KV entries per layer and KV head. The split is resolved here, with
-the cache's own rules (:func:`snapeval.cache.method_config`), so that it is part of every cell's identity (a changed
+the cache's own rules (:func:`snapeval.cache.resolve_method`), so that it is part of every cell's identity (a changed
 default can never silently reuse an old result):
 
 * ``snapstream``: ``sink`` + ``recent`` (ring buffer) + ``topk`` (SnapKV-selected middle tokens) = ``budget``;
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapeval.cache import METHODS
+from snapeval.cache import METHODS, MethodConfig
 from snapeval.cache.config import POOLINGS
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import DTYPES as _PRESET_DTYPES
@@ -165,6 +165,9 @@ class ModelSpec:
     simulate_as: str | None = None
     resources: Resources = Resources()
     engine: str = "auto"  # auto | false: the continuous-batching engine for snapstream/streamingllm (docs/engine.md)
+    #: One prefill per item for every method and budget of a (model, task, seed) group (snapeval.branching); false
+    #: runs every cell as its own lm-eval run (the reference path). Not part of the identity: results are the same.
+    share_prefill: bool = True
 
     @property
     def name(self) -> str:
@@ -243,44 +246,6 @@ def data_files_for(task: TaskSpec) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class MethodPoint:
-    """One KV policy with its budget split resolved to token counts (``budget`` = ``sink + recent + topk``)."""
-
-    method: str
-    budget: int | None = None
-    sink: int | None = None
-    recent: int | None = None
-    topk: int | None = None
-    observation: int | None = None
-    kernel: int | None = None
-    pooling: str | None = None
-
-    def __post_init__(self):
-        check = _Ctx("method")
-        check.string(self.method, "method", choices=METHODS)
-        if self.method == "full":
-            if any(getattr(self, f.name) is not None for f in dataclasses.fields(self) if f.name != "method"):
-                raise SnapevalError("method=full takes no budget or split fields")
-            return
-        check.integer(self.budget, "budget", minimum=2)
-        if self.method in ("snapstream", "streamingllm"):
-            parts = (self.sink or 0) + (self.recent or 0) + (self.topk or 0)
-            if parts != self.budget or min(self.sink, self.recent, self.topk) < 0:
-                raise SnapevalError(f"budget split of {self.method}: sink={self.sink} + recent={self.recent} + "
-                                    f"topk={self.topk} must be non-negative and add up to budget={self.budget}")
-            if self.recent < 1:
-                raise SnapevalError(f"budget split of {self.method}: recent must be >= 1 token; got {self.recent}")
-
-    @property
-    def label(self) -> str:
-        return "full" if self.budget is None else f"{self.method}@{self.budget}"
-
-    def model_args(self) -> dict[str, Any]:
-        """The ``snapstream`` lm-eval model arguments for this policy (only the fields that apply)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-
-@dataclass(frozen=True)
 class MethodSpec:
     """A method entry of the config: a policy, the budgets it is swept over, and the split fields it sets.
 
@@ -295,33 +260,19 @@ class MethodSpec:
     kernel: int | None = None
     pooling: str | None = None
 
-    def points(self) -> list[MethodPoint]:
-        """One :class:`MethodPoint` per budget, split resolved by :func:`snapeval.cache.method_config`."""
-        from snapeval.cache import method_config
+    def points(self) -> list[MethodConfig]:
+        """One resolved configuration per budget (:func:`snapeval.cache.resolve_method`): what the cell carries,
+        unchanged, to the cache."""
+        from snapeval.cache import resolve_method
 
         if self.method == "full":
-            return [MethodPoint("full")]
+            return [resolve_method("full")]
         split = {k: getattr(self, k) for k in ("sink", "observation", "kernel", "pooling") if getattr(self, k) is not None}
         if isinstance(self.recent, float):
             split["recent_fraction"] = self.recent
         elif self.recent is not None:
             split["recent"] = self.recent
-        if self.method == "streamingllm":  # sinks + ring only
-            split = {k: v for k, v in split.items() if k == "sink"}
-        elif self.method == "snapkv":  # selection only
-            split = {k: v for k, v in split.items() if k in ("observation", "kernel", "pooling")}
-        out = []
-        for budget in self.budgets:
-            cfg = method_config(self.method, budget=budget, **split)
-            if self.method == "snapkv":
-                out.append(MethodPoint("snapkv", budget=budget, observation=cfg.observation, kernel=cfg.kernel,
-                                       pooling=cfg.pooling))
-            elif self.method == "streamingllm":
-                out.append(MethodPoint("streamingllm", budget=budget, sink=cfg.sink, recent=cfg.recent, topk=0))
-            else:
-                out.append(MethodPoint("snapstream", budget=budget, sink=cfg.sink, recent=cfg.recent, topk=cfg.topk,
-                                       observation=cfg.observation, kernel=cfg.kernel, pooling=cfg.pooling))
-        return out
+        return [resolve_method(self.method, budget=budget, **split) for budget in self.budgets]
 
 
 @dataclass(frozen=True)
@@ -367,6 +318,10 @@ class SweepConfig:
         path = Path(self.include_path)
         return str(path if path.is_absolute() else (Path(self.source).parent / path).resolve())
 
+    def per_cell(self) -> "SweepConfig":
+        """The same sweep with every cell run alone (no shared prefill): ``--per-cell``."""
+        return dataclasses.replace(self, models=tuple(dataclasses.replace(m, share_prefill=False) for m in self.models))
+
     def with_limit(self, limit: int | None) -> "SweepConfig":
         """The same sweep with every task's sample limit replaced (``--limit``); a new limit is a new identity."""
         if limit is None:
@@ -381,7 +336,8 @@ class SweepConfig:
 
 _TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models", "tasks", "methods", "budgets",
              "seeds", "limit", "generation", "resources", "simulate")
-_MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine")
+_MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine",
+               "share_prefill")
 _TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
 _METHOD_KEYS = ("method", "budgets", "sink", "recent", "observation", "kernel", "pooling")
 _RESOURCE_KEYS = ("num_cpus", "num_gpus")
@@ -415,7 +371,14 @@ def _parse_model(ctx: _Ctx, raw: Any, path: str, resources: Resources) -> ModelS
         simulate_as=(ctx.string(raw["simulate_as"], f"{path}.simulate_as") if raw.get("simulate_as") else None),
         resources=_parse_resources(ctx, raw.get("resources"), f"{path}.resources", resources),
         engine=_parse_engine(ctx, raw.get("engine", "auto"), f"{path}.engine"),
+        share_prefill=_parse_bool(ctx, raw.get("share_prefill", True), f"{path}.share_prefill"),
     )
+
+
+def _parse_bool(ctx: _Ctx, raw: Any, path: str) -> bool:
+    if not isinstance(raw, bool):
+        raise ctx.fail(path, f"expected true or false; got {raw!r}")
+    return raw
 
 
 def _parse_engine(ctx: _Ctx, raw: Any, path: str) -> str:

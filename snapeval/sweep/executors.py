@@ -1,8 +1,9 @@
 """Where cells run: in this process (default) or as Ray tasks on a Ray cluster (``--executor ray``).
 
-An executor takes the pending cells and a cell function, and yields ``(cell, result, error)`` as cells finish
-(``error`` is a formatted traceback, ``result`` a :class:`~snapeval.results.schema.CellResult`). The runner, in the
-driver process, writes each result atomically as it arrives, so a crash loses only the cells still running.
+An executor takes the pending work units (:class:`~snapeval.sweep.runner.WorkUnit`: one shared-prefill group, or one
+cell) and a unit function that yields ``(cell, result, error)`` per cell of the unit (``error`` is a formatted
+traceback, ``result`` a :class:`~snapeval.results.schema.CellResult`), and yields them as cells finish. The runner, in
+the driver process, writes each result atomically as it arrives, so a crash loses only the units still running.
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from snapeval.errors import SnapevalError
 from snapeval.results.schema import CellResult
 from snapeval.sweep.grid import Cell
 
-CellFn = Callable[[Cell], CellResult]
 Outcome = tuple[Cell, "CellResult | None", "str | None"]
+UnitFn = Callable[[object], Iterator[Outcome]]
 
 
 class InProcessExecutor:
@@ -24,22 +25,15 @@ class InProcessExecutor:
     name = "inprocess"
     parallelism = 1
 
-    def run(self, cells: list[Cell], cell_fn: CellFn, on_start: Callable[[Cell], None]) -> Iterator[Outcome]:
-        for cell in cells:
-            on_start(cell)
-            try:
-                result = cell_fn(cell)
-            except KeyboardInterrupt:
-                raise
-            except Exception:  # a failing cell must not stop the sweep: it is reported and retried next time
-                yield cell, None, traceback.format_exc()
-            else:
-                yield cell, result, None
+    def run(self, units: list, unit_fn: UnitFn, on_start: Callable[[object], None]) -> Iterator[Outcome]:
+        for unit in units:
+            on_start(unit)
+            yield from unit_fn(unit)  # the unit function reports each failing cell itself
 
 
-def _ray_cell(cell_fn: CellFn, cell: Cell) -> tuple[CellResult, int]:
-    """Body of a Ray task: run one cell in a worker, return its result and the worker's pid."""
-    return cell_fn(cell), os.getpid()
+def _ray_unit(unit_fn: UnitFn, unit) -> tuple[list[Outcome], int]:
+    """Body of a Ray task: run one unit in a worker, return its cells' outcomes and the worker's pid."""
+    return list(unit_fn(unit)), os.getpid()
 
 
 class RayExecutor:
@@ -74,31 +68,34 @@ class RayExecutor:
             kwargs["address"] = self.address
         self.ray.init(**kwargs)
 
-    def run(self, cells: list[Cell], cell_fn: CellFn, on_start: Callable[[Cell], None]) -> Iterator[Outcome]:
+    def run(self, units: list, unit_fn: UnitFn, on_start: Callable[[object], None]) -> Iterator[Outcome]:
         ray = self.ray
         self._ensure_init()
-        remote = ray.remote(_ray_cell)
-        fn_ref = ray.put(cell_fn)
+        remote = ray.remote(_ray_unit)
+        fn_ref = ray.put(unit_fn)
         refs = {}
-        for cell in cells:
-            res = cell.model.resources
-            ref = remote.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=0).remote(fn_ref, cell)
-            refs[ref] = cell
-            on_start(cell)
+        for unit in units:
+            res = unit.cells[0].model.resources
+            ref = remote.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=0).remote(fn_ref, unit)
+            refs[ref] = unit
+            on_start(unit)
         pending = list(refs)
         try:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)
-                cell = refs[ready[0]]
+                unit = refs[ready[0]]
                 try:
-                    result, pid = ray.get(ready[0])
+                    outcomes, pid = ray.get(ready[0])
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:  # RayTaskError carries the worker's traceback in its message
-                    yield cell, None, f"{type(exc).__name__}: {exc}"
+                    for cell in unit.cells:
+                        yield cell, None, f"{type(exc).__name__}: {exc}"
                 else:
-                    self.worker_pids[cell.cell_id] = pid
-                    yield cell, result, None
+                    for cell, result, error in outcomes:
+                        if result is not None:
+                            self.worker_pids[cell.cell_id] = pid
+                        yield cell, result, error
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

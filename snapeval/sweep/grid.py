@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from snapeval.errors import SnapevalError
-from snapeval.sweep.config import MethodPoint, ModelSpec, SweepConfig, TaskSpec, data_files_for
+from snapeval.cache import MethodConfig
+from snapeval.sweep.config import ModelSpec, SweepConfig, TaskSpec, data_files_for
 
 ID_LENGTH = 16  # hex digits of the SHA-256 kept in file names (64 bits: no collision in any realistic results dir)
 
@@ -52,12 +53,47 @@ def data_hashes(task: TaskSpec, data_dir: Path) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class CellView:
+    """The flat description of a cell that the results table, reports and paired statistics use (stored in the
+    manifest, one per cell). Split fields a method does not have are ``None``."""
+
+    cell_id: str
+    label: str
+    model: str
+    dtype: str
+    simulate_as: str | None
+    task: str
+    metric: str | None
+    method: str
+    budget: int | None
+    sink: int | None
+    recent: int | None
+    topk: int | None
+    observation: int | None
+    kernel: int | None
+    pooling: str | None
+    seed: int
+    limit: int | None
+    sim_prompt_len: int | None
+    sim_gen_len: int | None
+    group_id: str | None = None  # cells of one (model, task, seed, items) group: what paired statistics pair
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CellView":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
 class Cell:
     """One run of the grid. ``cell_id`` is stable across processes, machines and key order in the YAML."""
 
     model: ModelSpec
     task: TaskSpec
-    policy: MethodPoint
+    policy: MethodConfig
     seed: int
     data: tuple[tuple[str, str], ...] = ()
     snapeval_version: str = ""
@@ -71,9 +107,18 @@ class Cell:
             "model": self.model.identity(),
             "task": {"name": self.task.name, "metadata": self.task.metadata_dict, "limit": self.task.limit,
                      "generation": self.task.generation_dict, "data": dict(self.data)},
-            "policy": self.policy.model_args(),
+            "policy": self.policy.identity(),
             "seed": self.seed,
         }
+
+    def group_identity(self) -> dict[str, Any]:
+        """Everything but the policy: cells with the same group identity answer the same items, so they can share
+        one prefill per item and be compared item by item."""
+        return {k: v for k, v in self.identity().items() if k != "policy"}
+
+    @property
+    def group_id(self) -> str:
+        return hashlib.sha256(canonical_json(self.group_identity()).encode()).hexdigest()[:ID_LENGTH]
 
     @property
     def cell_id(self) -> str:
@@ -83,23 +128,31 @@ class Cell:
     def label(self) -> str:
         return f"{self.model.name} | {self.task.name} | {self.policy.label} | seed {self.seed}"
 
-    def view(self) -> dict[str, Any]:
+    @property
+    def shares_prefill(self) -> bool:
+        """Whether this cell can be one branch of a shared prefill (its method builds caches from a capture)."""
+        from snapeval.cache import method_info
+
+        return self.model.share_prefill and method_info(self.policy).branches
+
+    def view(self) -> CellView:
         """The flat description of this cell that the results table and reports use (stored in the manifest)."""
         policy = self.policy
-        return {
-            "cell_id": self.cell_id, "label": self.label, "model": self.model.name, "dtype": self.model.dtype,
-            "simulate_as": self.model.simulate_as, "task": self.task.name, "metric": self.task.metric,
-            "method": policy.method, "budget": policy.budget, "sink": policy.sink, "recent": policy.recent,
-            "topk": policy.topk, "observation": policy.observation, "kernel": policy.kernel,
-            "pooling": policy.pooling, "seed": self.seed, "limit": self.task.limit,
-            "sim_prompt_len": self.task.sim.prompt_len, "sim_gen_len": self.task.sim.gen_len,
-        }
+        return CellView(
+            cell_id=self.cell_id, label=self.label, model=self.model.name, dtype=self.model.dtype,
+            simulate_as=self.model.simulate_as, task=self.task.name, metric=self.task.metric,
+            method=policy.method, budget=policy.budget, sink=getattr(policy, "sink", None),
+            recent=getattr(policy, "recent", None), topk=getattr(policy, "topk", None),
+            observation=getattr(policy, "observation", None), kernel=getattr(policy, "kernel", None),
+            pooling=getattr(policy, "pooling", None), seed=self.seed, limit=self.task.limit,
+            sim_prompt_len=self.task.sim.prompt_len, sim_gen_len=self.task.sim.gen_len, group_id=self.group_id,
+        )
 
     def evaluate_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`snapeval.harness.evaluate` for this cell."""
         model_args: dict[str, Any] = {"pretrained": self.model.pretrained, "dtype": self.model.dtype,
                                       "batch_size": self.model.batch_size, "engine": self.model.engine,
-                                      **self.policy.model_args()}
+                                      "cache_config": self.policy}
         if self.model.max_gen_toks is not None:
             model_args["max_gen_toks"] = self.model.max_gen_toks
         metadata = {**self.task.metadata_dict, "pretrained": self.model.pretrained}

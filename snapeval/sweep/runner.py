@@ -1,8 +1,13 @@
 """Run a sweep: expand the grid, skip finished cells, run the rest, write each result atomically, build the table.
 
+Work units. Cells of one group (same model, task, seed and items; :attr:`Cell.group_id`) run together as one unit:
+each item is prefilled once and every method and budget of the group branches from that prefill
+(:mod:`snapeval.branching`). A cell whose method cannot branch, or a model with ``share_prefill: false``
+(``--per-cell``), runs alone as its own lm-eval run: the reference path.
+
 Resumability: a cell's result file is its proof of completion, named by the cell's identity hash. Re-running the
 same command finds them and runs only what is missing; a config change that alters a cell's meaning changes its
-hash, so an old result is never reused for a new question. ``kill -9`` loses at most the cells that were running.
+hash, so an old result is never reused for a new question. ``kill -9`` loses at most the unit that was running.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from snapeval.sweep.executors import InProcessExecutor
 from snapeval.sweep.grid import Cell, expand_grid
 
 EvaluateFn = Callable[..., dict]
+#: ``models(cells) -> one lm-eval model per cell`` (or ``None`` entries: each cell then loads its own).
+GroupModelsFn = Callable[[list], list]
 
 
 def harness_evaluate(**kwargs) -> dict:
@@ -30,18 +37,81 @@ def harness_evaluate(**kwargs) -> dict:
     return evaluate(**kwargs)
 
 
+def harness_group_models(cells: list) -> list:
+    """The real shared-prefill models of a group (imported lazily: torch, lm-eval)."""
+    from snapeval.harness.shared import group_models
+
+    return group_models(cells)
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """What an executor runs at once: the pending cells of one shared-prefill group, or one cell alone."""
+
+    cells: tuple[Cell, ...]
+    shared: bool
+
+    @property
+    def label(self) -> str:
+        first = self.cells[0]
+        if not self.shared:
+            return first.label
+        return f"{first.model.name} | {first.task.name} | {len(self.cells)} configurations (one prefill) | seed {first.seed}"
+
+
+def work_units(cells: list[Cell]) -> list[WorkUnit]:
+    """Group ``cells`` (in grid order) into shared-prefill units; cells that cannot branch run alone."""
+    groups: dict[str, list[Cell]] = {}
+    alone: list[WorkUnit] = []
+    for cell in cells:
+        if cell.shares_prefill:
+            groups.setdefault(cell.group_id, []).append(cell)
+        else:
+            alone.append(WorkUnit((cell,), shared=False))
+    return [WorkUnit(tuple(group), shared=len(group) > 1) if len(group) > 1 else WorkUnit(tuple(group), shared=False)
+            for group in groups.values()] + alone
+
+
 @dataclass(frozen=True)
 class CellRunner:
-    """Picklable cell function: evaluate one cell and wrap lm-eval's output into a :class:`CellResult`."""
+    """Picklable unit function: evaluate the cells of a unit, yielding ``(cell, CellResult | None, traceback)``.
+
+    A shared unit builds its lm-eval models once (``group_models``: one prefill per item for all of them); a failing
+    cell is reported and does not stop the others.
+    """
 
     evaluate: EvaluateFn = harness_evaluate
+    group_models: GroupModelsFn | None = harness_group_models
 
-    def __call__(self, cell: Cell) -> CellResult:
+    def run_cell(self, cell: Cell, lm=None) -> CellResult:
         start = time.perf_counter()
-        out = self.evaluate(**cell.evaluate_kwargs())
+        kwargs = cell.evaluate_kwargs()
+        out = self.evaluate(**kwargs, lm=lm) if lm is not None else self.evaluate(**kwargs)
         wall = time.perf_counter() - start
         finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         return from_lm_eval(cell.cell_id, cell.identity(), out, wall_s=round(wall, 3), finished_at=finished)
+
+    def __call__(self, unit: WorkUnit):
+        import traceback
+
+        models = [None] * len(unit.cells)
+        if unit.shared and self.group_models is not None:
+            try:
+                models = self.group_models(list(unit.cells))
+            except Exception:
+                error = traceback.format_exc()
+                for cell in unit.cells:
+                    yield cell, None, error
+                return
+        for cell, lm in zip(unit.cells, models):
+            try:
+                result = self.run_cell(cell, lm)
+            except KeyboardInterrupt:
+                raise
+            except Exception:  # a failing cell must not stop the sweep: it is reported and retried next time
+                yield cell, None, traceback.format_exc()
+            else:
+                yield cell, result, None
 
 
 def _fmt_duration(seconds: float | None) -> str:
@@ -104,11 +174,12 @@ class Progress:
     def _print(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
-    def started(self, cell: Cell) -> None:
+    def started(self, unit: WorkUnit) -> None:
         if not self._shown:
             self._shown = True
             self._print(f"snapeval sweep {self.bar()}")
-        self._print(f"  -> running {cell.label} [{cell.cell_id}]")
+        ids = ", ".join(c.cell_id for c in unit.cells)
+        self._print(f"  -> running {unit.label} [{ids}]")
 
     def ended(self, cell: Cell, result: CellResult | None, error: str | None) -> None:
         if result is not None:
@@ -186,11 +257,12 @@ def check_tasks(names: list[str], include_path: str, *, include_defaults: bool =
 
 def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=None,
               evaluate: EvaluateFn | None = None, stream: TextIO | None = None, simulate: Any = "default",
-              report: bool = True) -> SweepSummary:
+              report: bool = True, group_models: GroupModelsFn | None | str = "default") -> SweepSummary:
     """Run every unfinished cell of ``config``; write results, the tidy table and (optionally) the report.
 
-    ``evaluate`` replaces :func:`snapeval.harness.evaluate` (same signature; used by tests). ``simulate`` is passed
-    to :func:`snapeval.results.table.build_table`.
+    ``evaluate`` replaces :func:`snapeval.harness.evaluate` (same signature; used by tests); ``group_models``
+    replaces the shared-prefill models of a group (default: the real ones, or none with a replaced ``evaluate``).
+    ``simulate`` is passed to :func:`snapeval.results.table.build_table`.
     """
     from snapeval.results.table import build_table
 
@@ -201,7 +273,7 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
     if evaluate is None:
         check_tasks(sorted({c.task.name for c in cells}), config.include_dir)
     store.clean_tmp()
-    views = [cell.view() for cell in cells]
+    views = [cell.view().to_dict() for cell in cells]
     sim_settings = {"hardware": config.simulate.hardware, "batch": config.simulate.batch,
                     "batch_cap": config.simulate.batch_cap, "enabled": config.simulate.enabled}
     store.write_manifest(config.name, views, sim_settings)
@@ -210,9 +282,11 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
     summary = SweepSummary(name=config.name, out=out_dir, total=len(cells), skipped=len(cells) - len(pending))
     progress = Progress(len(cells), summary.skipped, stream)
     executor = executor if executor is not None else InProcessExecutor()
-    cell_fn = CellRunner(evaluate or harness_evaluate)
+    if group_models == "default":
+        group_models = harness_group_models if evaluate is None else None
+    cell_fn = CellRunner(evaluate or harness_evaluate, group_models)
     status: dict[str, tuple[str, str]] = {}
-    for cell, result, error in executor.run(pending, cell_fn, progress.started):
+    for cell, result, error in executor.run(work_units(pending), cell_fn, progress.started):
         if result is not None:
             store.write(result)
             summary.ran.append(cell.cell_id)

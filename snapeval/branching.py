@@ -1,0 +1,222 @@
+"""One prefill, many branches: every method and budget of a sweep built from a single prefill of each prompt.
+
+Prefill is ordinary full attention for every method (compression happens at its end), so a prompt's prefill, and
+its first generated token, are the same whatever the method and budget. :class:`BranchSet` prefills each prompt
+once into a :class:`~snapeval.cache.capture.PromptCapture`, builds from it the cache of every configuration
+(``cache.load_prompt``: the same kept positions, keys and values as prefilling through that cache; SnapKV's window
+attention is computed once per layer and window size and reused by every budget), and then decodes or scores each
+branch exactly as it would have run alone:
+
+- ``generate_until``: prompts are prefilled ``batch`` at a time; the branches of a fixed-size method decode those
+  prompts together in the static slots of one :class:`~snapeval.engine.Engine` per configuration; the branches
+  whose cache grows (full, SnapKV) decode each prompt alone, as the per-cell path does with ``batch_size=1``.
+- ``loglikelihood``: one prefill per unique context; every continuation is scored against a copy of each branch's
+  compressed context (:func:`score_contexts`).
+
+Shapes: prompts are token-id lists; logits ``[V]``; caches hold one row per prompt.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from snapeval.cache import MethodConfig, make_cache, method_info
+from snapeval.cache.capture import PromptCapture
+from snapeval.engine.requests import Completion, Request, SamplingParams
+from snapeval.engine.sampling import choose
+from snapeval.generation import _as_list
+
+
+def capture_window(configs: Sequence[MethodConfig]) -> int:
+    """How many of the last prompt queries a capture keeps: the largest observation window of the branches."""
+    return max([getattr(c, "observation", 1) for c in configs] + [1])
+
+
+@dataclass
+class Prefilled:
+    """One prompt prefilled once: its last-position logits ``[V]`` and every layer's prompt (a capture)."""
+
+    logits: torch.Tensor
+    capture: PromptCapture
+    seconds: float
+
+    def cache(self, model, config: MethodConfig):
+        """A fresh one-row cache of ``config`` holding this prompt, compressed as ``config`` says."""
+        cache = make_cache(model, config)
+        cache.load_prompt(self.capture.prompts)
+        return cache
+
+
+@dataclass
+class BranchStats:
+    """What a shared run computed: prefills and their tokens, decode steps per branch."""
+
+    prefills: int = 0
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: dict[str, float] = field(default_factory=dict)  # per configuration label
+    kv_bytes_per_row: dict[str, int] = field(default_factory=dict)  # largest one-row cache seen, per label
+
+    def saw_cache(self, label: str, cache) -> None:
+        self.kv_bytes_per_row[label] = max(self.kv_bytes_per_row.get(label, 0), cache.kv_bytes_per_row())
+
+
+class BranchSet:
+    """The branches (method configurations) of one model, fed from shared prefills.
+
+    ``BranchSet(model, tokenizer, configs, batch=8)``; :meth:`generate` and :meth:`score` return one list of
+    results per configuration, in ``configs`` order.
+    """
+
+    def __init__(self, model, tokenizer, configs: Sequence[MethodConfig], *, batch: int = 8, seed: int = 0):
+        if not configs:
+            raise ValueError("a BranchSet needs at least one configuration")
+        self.model, self.tokenizer, self.configs = model, tokenizer, list(configs)
+        self.batch, self.seed = batch, seed
+        self.window = capture_window(self.configs)
+        self.device = next(model.parameters()).device
+        self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
+        self.stats = BranchStats()
+        self._engines: dict[MethodConfig, object] = {}
+
+    # --- prefill ----------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, prompt: Sequence[int]) -> Prefilled:
+        """Prefill ``prompt`` (token ids) once, batch 1."""
+        start = time.perf_counter()
+        capture = PromptCapture(self.model, self.window)
+        ids = torch.tensor([list(prompt)], device=self.device)
+        logits = self.model(input_ids=ids, past_key_values=capture, use_cache=True, logits_to_keep=1).logits[0, -1]
+        seconds = time.perf_counter() - start
+        self.stats.prefills += 1
+        self.stats.prefill_tokens += len(prompt)
+        self.stats.prefill_seconds += seconds
+        return Prefilled(logits, capture, seconds)
+
+    # --- generation -------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]) -> list[list[Completion]]:
+        """Every prompt under every configuration: ``out[c][i]`` is configuration ``c``'s completion of prompt ``i``."""
+        out: list[list[Completion | None]] = [[None] * len(prompts) for _ in self.configs]
+        for start in range(0, len(prompts), self.batch):
+            chunk = list(range(start, min(start + self.batch, len(prompts))))
+            prefilled = [self.prefill(prompts[i]) for i in chunk]
+            for c, config in enumerate(self.configs):
+                t0 = time.perf_counter()
+                if method_info(config).fixed_size:
+                    engine = self._engine(config)
+                    done = engine.generate(
+                        [list(prompts[i]) for i in chunk], [sampling[i] for i in chunk],
+                        prefill=lambda j, _prompt, config=config: (prefilled[j].logits, prefilled[j].cache(self.model, config)))
+                    self.stats.saw_cache(config.label, engine.cache)
+                else:
+                    done = [self._decode_alone(config, prefilled[j], list(prompts[i]), sampling[i], i)
+                            for j, i in enumerate(chunk)]
+                for j, i in enumerate(chunk):
+                    done[j].index = i
+                    done[j].prefill_seconds = prefilled[j].seconds
+                    out[c][i] = done[j]
+                self.stats.decode_seconds[config.label] = self.stats.decode_seconds.get(config.label, 0.0) + time.perf_counter() - t0
+            del prefilled
+        return out
+
+    def _engine(self, config: MethodConfig):
+        from snapeval.engine import Engine
+
+        if config not in self._engines:
+            self._engines[config] = Engine(self.model, self.tokenizer, config, num_slots=self.batch, seed=self.seed)
+        return self._engines[config]
+
+    def _decode_alone(self, config: MethodConfig, prefilled: Prefilled, prompt: list[int], params: SamplingParams,
+                      index: int) -> Completion:
+        """Decode one prompt alone under a growing cache (full, SnapKV): one token per forward, explicit positions."""
+        generator = None
+        if params.do_sample:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(params.seed if params.seed is not None else self.seed + index)
+        request = Request(index=index, prompt=prompt, params=params, generator=generator)
+        cache = prefilled.cache(self.model, config)
+        token = choose(prefilled.logits, params, generator)
+        position = len(prompt)
+        while not request.check_stop(token, self.eos_ids, self.tokenizer):
+            ids = torch.tensor([[token]], device=self.device)
+            pos = torch.tensor([[position]], device=self.device)
+            logits = self.model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True).logits[0, -1]
+            token = choose(logits, params, generator)
+            position += 1
+        self.stats.saw_cache(config.label, cache)
+        return request.completion(self.tokenizer, 0.0)
+
+    # --- scoring ----------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def score(self, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[list[tuple[float, bool]]]:
+        """Log-likelihood of every continuation after its context, under every configuration (``out[c][i]``)."""
+        return score_contexts(self, contexts, continuations)
+
+
+def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tuple[float, bool]]]:
+    """Score ``continuations[i]`` after ``contexts[i]`` (token ids, ``len(context) >= 2``) under every configuration.
+
+    Each unique context is prefilled once, all but its last token; for every configuration its cache is built and
+    copied once per continuation of that context; the last context token plus the continuation (but its last
+    token) then run against those copies in one batch (right-padded), so every continuation token is scored under
+    the budget. Returns ``(sum of continuation log-probs, whether greedy decoding reproduces it)``.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, context in enumerate(contexts):
+        groups.setdefault(tuple(context), []).append(i)
+    out: list[list[tuple[float, bool] | None]] = [[None] * len(contexts) for _ in branches.configs]
+    device = branches.device
+    for context, members in groups.items():
+        prefilled = branches.prefill(context[:-1])
+        tails = [[context[-1], *continuations[i]] for i in members]
+        width = max(len(t) for t in tails) - 1
+        pad = tails[0][0]
+        score_in = torch.tensor([(t[:-1] + [pad] * width)[:width] for t in tails], device=device)  # [N, T]
+        positions = (len(context) - 1 + torch.arange(width, device=device)).expand(len(members), -1)
+        for c, config in enumerate(branches.configs):
+            cache = prefilled.cache(branches.model, config)
+            branches.stats.saw_cache(config.label, cache)
+            cache.repeat_rows(len(members))
+            logits = branches.model(input_ids=score_in, position_ids=positions, past_key_values=cache).logits
+            logprobs = F.log_softmax(logits.float(), dim=-1)  # [N, T, V]
+            for row, i in enumerate(members):
+                target = torch.tensor(list(continuations[i]), device=device)
+                lp = logprobs[row, : len(target)]
+                out[c][i] = (float(lp.gather(-1, target[:, None]).sum()), bool((lp.argmax(-1) == target).all()))
+    return out
+
+
+class SharedBranches:
+    """What every configuration's lm-eval model asks, answered from one shared computation.
+
+    The models of one sweep group (one per configuration) receive the same requests; the first to ask computes the
+    answers of all configurations (:class:`BranchSet`), the others read theirs. Only the latest request list is
+    kept (a group evaluates one task at a time).
+    """
+
+    def __init__(self, branches: BranchSet):
+        self.branches = branches
+        self._index = {config: i for i, config in enumerate(branches.configs)}
+        self._key = None
+        self._answers = None
+
+    def _answer(self, key, compute):
+        if key != self._key:
+            self._key, self._answers = key, compute()
+        return self._answers
+
+    def generate(self, config: MethodConfig, prompts, params) -> tuple[list[Completion], list[int]]:
+        key = ("generate_until", tuple(map(tuple, prompts)), tuple(params))
+        answers = self._answer(key, lambda: self.branches.generate(prompts, params))
+        kv = self.branches.stats.kv_bytes_per_row.get(config.label, 0)
+        return answers[self._index[config]], [kv] * len(prompts)
+
+    def score(self, config: MethodConfig, contexts, continuations):
+        key = ("loglikelihood", tuple(map(tuple, contexts)), tuple(map(tuple, continuations)))
+        answers = self._answer(key, lambda: self.branches.score(contexts, continuations))
+        return answers[self._index[config]], self.branches.stats

@@ -1,0 +1,37 @@
+"""Models loaded once per process, and the lm-eval models of one shared-prefill group.
+
+A sweep evaluates many cells of the same model; :func:`load_once` keeps each (model, dtype, device) loaded for the
+life of the process (a Ray worker included). :func:`group_models` builds, for the cells of one group (same model,
+task, seed and items), one ``snapstream`` lm-eval model per cell, all answered by one
+:class:`~snapeval.branching.SharedBranches`: each item is prefilled once for every method and budget.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+_LOADED: dict[tuple[str, str | None, str], Any] = {}
+
+
+def load_once(pretrained: str, dtype: str | None = None, device: str = "cpu"):
+    """``(model, tokenizer)`` of :func:`snapeval.load_model`, loaded on the first call for these arguments."""
+    from snapeval.models.loading import load_model
+
+    dtype = None if dtype in (None, "auto") else dtype
+    key = (str(pretrained), dtype, str(device))
+    if key not in _LOADED:
+        _LOADED[key] = load_model(str(pretrained), dtype=dtype, device=device)
+    return _LOADED[key]
+
+
+def group_models(cells) -> list:
+    """One :class:`~snapeval.harness.lm_eval_model.SnapStreamLM` per cell of a group, sharing one prefill per item."""
+    from snapeval.branching import BranchSet, SharedBranches
+    from snapeval.harness.lm_eval_model import SnapStreamLM
+
+    spec = cells[0].model
+    kwargs = cells[0].evaluate_kwargs()["model_args"]
+    loaded = load_once(spec.pretrained, spec.dtype)
+    slots = max(spec.batch_size, 8)
+    shared = SharedBranches(BranchSet(*loaded, [cell.policy for cell in cells], batch=slots, seed=cells[0].seed))
+    common = {k: v for k, v in kwargs.items() if k != "cache_config"}
+    return [SnapStreamLM(**common, cache_config=cell.policy, loaded=loaded, shared=shared) for cell in cells]
