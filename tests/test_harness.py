@@ -9,67 +9,6 @@ import torch
 from snapeval.cli import main as cli_main
 from snapeval.errors import SnapevalError
 
-LONG_FACT = "The secret city is Lisbon. " + " ".join(f"Note {i}: the weather was mild and the river was calm." for i in range(60))
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """A tiny random Llama saved with SmolLM2's real tokenizer (float64 keeps comparisons exact)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from snapeval.models import load_tokenizer
-
-    tokenizer = load_tokenizer("smollm2-135m-instruct")
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).to(torch.float64).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def task_dir(tmp_path_factory):
-    """Two small local lm-eval tasks: a generate_until one and a multiple-choice one with a long context."""
-    root = tmp_path_factory.mktemp("tasks")
-    gen = [{"question": f"{LONG_FACT[: 200 + 40 * i]} Question {i}: name the secret city.", "answer": "Lisbon"}
-           for i in range(3)]
-    mc = [{"context": LONG_FACT, "choices": ["Lisbon", "Paris", "Rome", "Oslo"], "label": 0},
-          {"context": LONG_FACT[:600], "choices": ["calm", "wild"], "label": 0}]
-    for name, rows in (("gen", gen), ("mc", mc)):
-        (root / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    (root / "tiny_gen.yaml").write_text(f"""task: tiny_gen
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {root / 'gen.jsonl'}
-test_split: test
-output_type: generate_until
-doc_to_text: "{{{{question}}}}\\nAnswer:"
-doc_to_target: "{{{{answer}}}}"
-generation_kwargs:
-  until: ["\\n\\n"]
-  max_gen_toks: 6
-  do_sample: false
-metric_list:
-  - metric: exact_match
-""")
-    (root / "tiny_mc.yaml").write_text(f"""task: tiny_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {root / 'mc.jsonl'}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{context}}}}\\nThe answer is"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: label
-metric_list:
-  - metric: acc
-""")
-    return root
 
 
 def _run(tiny_dir, task_dir, tasks, **model_args):

@@ -51,7 +51,11 @@ def evaluate(
             **(metadata or {})}
     if chat is None:
         chat = bool(getattr(lm.tokenizer, "chat_template", None))
-    manager = TaskManager(include_path=str(include), metadata=meta)
+    # The repository's own task folder indexes in milliseconds; lm-eval's built-in tasks take seconds, so they are
+    # indexed only when a task is not found in the folder.
+    manager = TaskManager(include_path=str(include), include_defaults=False, metadata=meta)
+    if any(not manager.match_tasks([t]) for t in tasks):
+        manager = TaskManager(include_path=str(include), metadata=meta)
     unknown = [t for t in tasks if not manager.match_tasks([t])]
     if unknown:
         raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include}`")

@@ -1,0 +1,132 @@
+"""One prefill, many branches: caches built from a shared prefill equal the ones each method builds alone, and a
+shared sweep gives exactly the per-cell sweep's answers."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+
+from snapeval.branching import BranchSet
+from snapeval.cache import FullConfig, SnapKVConfig, SnapStreamConfig, StreamingLLMConfig, make_cache
+from tests.conftest import TinyTokenizer, random_prompt, tiny_model
+
+CONFIGS = [
+    FullConfig(),
+    SnapStreamConfig.from_budget(16), SnapStreamConfig.from_budget(24, observation=6, kernel=3),
+    SnapStreamConfig(sink=2, recent=8, topk=10, observation=8, pooling="max"),
+    StreamingLLMConfig.from_budget(16), StreamingLLMConfig.from_budget(40),
+    SnapKVConfig.from_budget(16), SnapKVConfig(budget=24, observation=6, kernel=3),
+]
+
+
+def _standalone(model, config, prompt):
+    cache = make_cache(model, config)
+    ids = torch.tensor([prompt])
+    logits = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+    return logits, cache
+
+
+def _layers(cache):
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_branch_caches_equal_standalone_caches(family):
+    model = tiny_model(family, heads=6, kv_heads=2)
+    branches = BranchSet(model, TinyTokenizer(), CONFIGS)
+    for length in (60, 31, 9):
+        prompt = random_prompt(length, seed=length)
+        shared = branches.prefill(prompt)
+        for config in CONFIGS:
+            logits, alone = _standalone(model, config, prompt)
+            branch = shared.cache(model, config)
+            assert torch.equal(shared.logits, logits), config
+            for layer in range(len(alone.layers)):
+                assert torch.equal(branch.slot_positions(layer), alone.slot_positions(layer)), (config, layer)
+            for (k1, v1), (k2, v2) in zip(_layers(branch), _layers(alone)):
+                assert torch.equal(k1, k2) and torch.equal(v1, v2), config
+            assert branch.kv_bytes() == alone.kv_bytes()
+    assert branches.stats.prefills == 3  # one per prompt, whatever the number of configurations
+
+
+@pytest.mark.slow
+def test_branch_caches_equal_standalone_on_smollm2(smollm2):
+    model, tokenizer = smollm2
+    prompt = tokenizer("The river " * 400).input_ids[:700]
+    configs = [SnapStreamConfig.from_budget(128), StreamingLLMConfig.from_budget(128), SnapKVConfig.from_budget(256)]
+    shared = BranchSet(model, tokenizer, configs).prefill(prompt)
+    for config in configs:
+        _, alone = _standalone(model, config, prompt)
+        branch = shared.cache(model, config)
+        for layer in range(len(alone.layers)):
+            assert torch.equal(branch.slot_positions(layer), alone.slot_positions(layer)), (config, layer)
+            assert torch.equal(branch.layers[layer].keys, alone.layers[layer].keys)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_branch_generations_equal_each_method_alone(family):
+    from snapeval import generate
+    from snapeval.engine import SamplingParams
+
+    model = tiny_model(family)
+    tokenizer = TinyTokenizer()
+    prompts = [random_prompt(n, seed=n) for n in (50, 23, 37)]
+    params = [SamplingParams(max_new_tokens=k) for k in (12, 5, 9)]
+    branches = BranchSet(model, tokenizer, CONFIGS, batch=2)
+    out = branches.generate(prompts, params)
+    for config, completions in zip(CONFIGS, out):
+        for prompt, p, done in zip(prompts, params, completions):
+            alone = generate(model, tokenizer, [prompt], config=config, max_new_tokens=p.max_new_tokens)[0]
+            assert done.token_ids == alone.token_ids, config
+    assert branches.stats.prefills == 3
+
+
+def test_one_prefill_per_loglikelihood_context():
+    model = tiny_model("llama")
+    contexts = [random_prompt(40, seed=1)] * 4 + [random_prompt(25, seed=2)] * 2
+    continuations = [[5, 6], [7], [8, 9, 10], [11], [12, 13], [14]]
+    branches = BranchSet(model, TinyTokenizer(), CONFIGS)
+    scored = branches.score(contexts, continuations)
+    assert branches.stats.prefills == 2 and branches.stats.prefill_tokens == 39 + 24
+    for config, answers in zip(CONFIGS, scored):  # each continuation alone, through a fresh cache of the method
+        for context, cont, (logprob, greedy) in zip(contexts, continuations, answers):
+            cache = make_cache(model, config)
+            model(input_ids=torch.tensor([context[:-1]]), past_key_values=cache)
+            tail = torch.tensor([[context[-1], *cont[:-1]]])
+            pos = (len(context) - 1 + torch.arange(len(cont)))[None]
+            lp = torch.log_softmax(model(input_ids=tail, position_ids=pos, past_key_values=cache).logits.float(), -1)[0]
+            expected = float(lp.gather(-1, torch.tensor(cont)[:, None]).sum())
+            assert logprob == pytest.approx(expected, abs=1e-9), config
+            assert greedy == bool((lp.argmax(-1) == torch.tensor(cont)).all())
+
+
+def _sweep(tiny_dir, task_dir, out, per_cell: bool):
+    from snapeval.sweep import parse_config, run_sweep
+
+    config = parse_config({
+        "name": "branches", "models": [{"pretrained": str(tiny_dir)}],
+        "include_path": str(task_dir), "tasks": ["tiny_gen", "tiny_mc"],
+        "methods": ["full", "snapstream", "streamingllm", "snapkv"], "budgets": [24],
+        "simulate": {"enabled": False},
+    })
+    if per_cell:
+        config = config.per_cell()
+    summary = run_sweep(config, out, stream=io.StringIO(), report=False, simulate=None)
+    assert summary.ok and len(summary.ran) == 8
+    return {p.name: json.loads(p.read_text()) for p in (out / "cells").glob("*.json")}
+
+
+def test_shared_sweep_equals_per_cell_sweep(tiny_dir, task_dir, tmp_path):
+    shared = _sweep(tiny_dir, task_dir, tmp_path / "shared", per_cell=False)
+    alone = _sweep(tiny_dir, task_dir, tmp_path / "alone", per_cell=True)
+    assert shared.keys() == alone.keys()  # same cell identities: sharing the prefill is not part of the question
+    for name in shared:
+        a, b = shared[name], alone[name]
+        assert a["generations_sha256"] == b["generations_sha256"], a["identity"]["policy"]
+        scores_a = {(s["subtask"], s["doc_id"]): s["scores"] for s in a["samples"]}
+        scores_b = {(s["subtask"], s["doc_id"]): s["scores"] for s in b["samples"]}
+        assert scores_a == scores_b
+        for m_a, m_b in zip(a["metrics"], b["metrics"]):
+            assert m_a["value"] == pytest.approx(m_b["value"], abs=1e-9)
