@@ -2,8 +2,13 @@
 
 Cells are matched on (model, task, method, budget split, seed). For every metric of every baseline cell:
 
-* an accuracy drop larger than ``max(z * sqrt(se_base^2 + se_cur^2), floor)`` fails (for a lower-is-better metric a
-  rise is a drop); an equally large gain is reported but passes;
+* when both cells scored the same items (per-item scores on both sides), a metric fails when its paired drop is
+  significant: the paired bootstrap 95% CI of the per-item difference lies entirely below zero (items resampled
+  jointly, :mod:`snapeval.results.paired`) and, for 0/1 metrics, the exact McNemar test agrees (p < 0.05). Pairing
+  removes the between-item variance that unpaired error bars carry, so real drops on few items are caught;
+* otherwise (no per-item scores, or different items: never silently paired) an accuracy drop larger than
+  ``max(z * sqrt(se_base^2 + se_cur^2), floor)`` fails (for a lower-is-better metric a rise is a drop); an equally
+  large gain is reported but passes;
 * for cells decoded greedily on both sides, any change of any generated text fails, whatever the accuracy did
   (greedy decoding is deterministic: a changed text is a changed code path), with a diff of the first changes;
 * a baseline cell or metric missing from the current results fails.
@@ -168,7 +173,7 @@ def _text_diff(base, cur) -> Finding | None:
 
 
 def compare(baseline: list[Entry], current: list[Entry], *, z: float = DEFAULT_Z,
-            floor: float = DEFAULT_FLOOR) -> Comparison:
+            floor: float = DEFAULT_FLOOR, paired: bool = True) -> Comparison:
     """Compare every baseline cell with the current cell of the same key (see the module docstring)."""
     cur_by_key = {e.key: e for e in current}
     common = [b for b in baseline if b.key in cur_by_key]
@@ -197,8 +202,23 @@ def compare(baseline: list[Entry], current: list[Entry], *, z: float = DEFAULT_Z
                 cell_ok = False
                 continue
             drop = (bm.value - cm.value) if bm.higher_is_better else (cm.value - bm.value)
+            cmp = _paired(base.result, cur.result, bm) if paired else None
+            if cmp is not None:
+                lower = cmp.significant and cmp.mean_diff < 0
+                higher = cmp.significant and cmp.mean_diff > 0
+                worse, better = (lower, higher) if bm.higher_is_better else (higher, lower)
+                mcnemar = "" if cmp.mcnemar_p is None else (f"; McNemar p={cmp.mcnemar_p:.3g}, "
+                                                            f"{cmp.broke} broke, {cmp.fixed} fixed")
+                text = (f"{name}: {bm.value:.4f} -> {cm.value:.4f} (paired over {cmp.n} items: "
+                        f"{cmp.mean_diff:+.4f}, 95% CI [{cmp.ci_low:+.4f}, {cmp.ci_high:+.4f}]{mcnemar})")
+                if worse:
+                    out.findings.append(Finding("regression", base.label, text))
+                    cell_ok = False
+                elif better:
+                    out.findings.append(Finding("improved", base.label, text))
+                continue
             tol = tolerance(bm.stderr, cm.stderr, z, floor)
-            text = f"{name}: {bm.value:.4f} -> {cm.value:.4f} ({-drop:+.4f}; tolerance {tol:.4f})"
+            text = f"{name}: {bm.value:.4f} -> {cm.value:.4f} ({-drop:+.4f}; tolerance {tol:.4f}; unpaired)"
             if drop > tol:
                 out.findings.append(Finding("regression", base.label, text))
                 cell_ok = False
@@ -215,11 +235,33 @@ def compare(baseline: list[Entry], current: list[Entry], *, z: float = DEFAULT_Z
     return out
 
 
+def _paired(base, cur, metric):
+    """The paired comparison of one metric when both cells scored exactly the same items, else None (the unpaired
+    tolerance rule applies: cells over different items are never paired)."""
+    from snapeval.results.paired import compare_cells
+
+    key = metric.key
+    items = [{(s.subtask, s.doc_id) for s in r.samples if key in s.scores and s.subtask == metric.subtask}
+             for r in (base, cur)]
+    if not items[0] or items[0] != items[1]:
+        return None
+    base_only = _subtask_view(base, metric.subtask)
+    cur_only = _subtask_view(cur, metric.subtask)
+    return compare_cells(base_only, cur_only, key)
+
+
+def _subtask_view(result, subtask):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(samples=[s for s in result.samples if s.subtask == subtask])
+
+
 def render(comp: Comparison, base_desc: str, cur_desc: str, z: float, floor: float) -> str:
     tags = {"regression": "REGRESSION", "text": "TEXT CHANGED", "missing": "MISSING", "improved": "improved",
             "ok": "ok"}
     lines = [f"snapeval regress: {cur_desc} vs {base_desc}",
-             f"tolerance per metric: max({z:g} x sqrt(se_base^2 + se_cur^2), {floor:g})"]
+             f"per metric: a paired 95% CI of the per-item difference below zero fails when both sides scored the "
+             f"same items; otherwise tolerance max({z:g} x sqrt(se_base^2 + se_cur^2), {floor:g})"]
     order = ["regression", "text", "missing", "improved", "ok"]
     for f in sorted(comp.findings, key=lambda f: order.index(f.kind)):
         first, *rest = f.text.splitlines() or [""]
@@ -233,7 +275,7 @@ def render(comp: Comparison, base_desc: str, cur_desc: str, z: float, floor: flo
 
 
 def run(baseline: str | Path, current: str | Path, *, z: float = DEFAULT_Z, floor: float = DEFAULT_FLOOR,
-        stream: TextIO | None = None) -> int:
+        stream: TextIO | None = None, paired: bool = True) -> int:
     """Compare and print; returns the exit code (0 ok, 1 regression, 2 unusable input)."""
     stream = stream if stream is not None else sys.stdout
     if not (z > 0 and floor >= 0):
@@ -242,7 +284,7 @@ def run(baseline: str | Path, current: str | Path, *, z: float = DEFAULT_Z, floo
     if not Path(current).is_dir():
         raise UnusableInput(f"--current {current} is not a results directory (run `snapeval sweep` first)")
     cur_desc, cur = load_entries(current, "--current")
-    comp = compare(base, cur, z=z, floor=floor)
+    comp = compare(base, cur, z=z, floor=floor, paired=paired)
     print(render(comp, base_desc, cur_desc, z, floor), file=stream)
     return 1 if comp.failed else 0
 
@@ -258,6 +300,9 @@ def register(subparsers) -> None:
                    help=f"stderr multiple a drop must exceed to fail (default {DEFAULT_Z})")
     p.add_argument("--floor", type=float, default=DEFAULT_FLOOR,
                    help=f"smallest tolerance, in metric units (default {DEFAULT_FLOOR})")
+    p.add_argument("--unpaired", action="store_true",
+                   help="compare every metric with the stderr tolerance rule only, even where both sides scored the "
+                        "same items (default: a paired test there)")
     p.add_argument("--write-baseline", action="store_true",
                    help="instead of comparing, freeze --current into the --baseline file")
     p.set_defaults(func=main)
@@ -268,4 +313,4 @@ def main(args: argparse.Namespace) -> int:
         n = write_baseline(args.current, args.baseline)
         print(f"wrote baseline {args.baseline} ({n} cells from {args.current})")
         return 0
-    return run(args.baseline, args.current, z=args.z, floor=args.floor)
+    return run(args.baseline, args.current, z=args.z, floor=args.floor, paired=not args.unpaired)

@@ -77,7 +77,33 @@ def test_planted_regression_is_caught(tmp_path, capsys, monkeypatch):
     assert "REGRESSION" in text and "TEXT CHANGED" not in text  # sampled cells: text is not compared
     line = next(l for l in text.splitlines() if l.startswith("REGRESSION"))
     assert "exact_match,strict" in line or "exact_match,flexible" in line
-    assert "tolerance" in line
+    assert "paired over 12 items" in line and "McNemar p=" in line  # same items on both sides: the paired test
+
+
+def test_paired_test_catches_a_drop_the_unpaired_rule_misses(tmp_path, capsys, monkeypatch):
+    """A consistent drop on few items: invisible to unpaired error bars (stderr ~0.1 per side at n=12), clear once
+    every item is compared with itself."""
+    import json
+
+    base = sweep(SAMPLED, tmp_path / "base")
+    current = tmp_path / "cur"
+    import shutil
+
+    shutil.copytree(base, current)
+    for path in (current / "cells").glob("*.json"):  # plant: 6 items solved in the baseline now fail
+        cell = json.loads(path.read_text())
+        broken = [s for s in cell["samples"] if all(v == 1.0 for v in s["scores"].values())][:6]
+        for s in broken:
+            s["scores"] = {k: 0.0 for k in s["scores"]}
+        for m in cell["metrics"]:
+            scores = [s["scores"][f"{m['metric']},{m['filter']}"] for s in cell["samples"]]
+            m["value"] = sum(scores) / len(scores)
+        path.write_text(json.dumps(cell))
+    drops = [(b.result.metrics[0].value - c.result.metrics[0].value, b.result.metrics[0].stderr)
+             for b, c in zip(load_entries(base)[1], load_entries(current)[1])]
+    assert any(d > 0 and d < tolerance(se, se, 3.0, 0.02) for d, se in drops)  # the unpaired rule would pass these
+    code, text, _ = regress(capsys, base, current)
+    assert code == 1 and "paired over" in text and "6 broke, 0 fixed" in text
 
 
 def test_noise_within_tolerance_passes(tmp_path, capsys, monkeypatch):
@@ -89,7 +115,7 @@ def test_noise_within_tolerance_passes(tmp_path, capsys, monkeypatch):
     code, text, _ = regress(capsys, base, current)
     assert code == 0, text
     # but a tight tolerance flags the same move
-    assert regress(capsys, base, current, "--z", "0.01", "--floor", "0")[0] == 1
+    assert regress(capsys, base, current, "--z", "0.01", "--floor", "0", "--unpaired")[0] == 1
 
 
 def test_tolerance_rule():

@@ -42,6 +42,7 @@ from typing import Any
 from snapeval.cache import METHODS, MethodConfig
 from snapeval.cache.config import POOLINGS
 from snapeval.errors import SnapevalError
+from snapeval.tasks.families import BENCHMARK_FAMILIES, family_data_files, task_family  # noqa: F401 (re-exported)
 from snapeval.models.presets import DTYPES as _PRESET_DTYPES
 
 DTYPES = ("auto", *_PRESET_DTYPES)
@@ -215,26 +216,6 @@ class TaskSpec:
     @property
     def generation_dict(self) -> dict[str, Any]:
         return dict(self.generation)
-
-
-#: The real benchmarks, by the task-name prefix of their lm-eval tasks (``longbench_v2_cot`` -> ``longbench_v2``).
-BENCHMARK_FAMILIES = ("longbench_v2", "aime24", "livecodebench")
-
-
-def task_family(name: str) -> str | None:
-    """The benchmark a task name belongs to, or None (a synthetic task, which reads no data file)."""
-    for family in BENCHMARK_FAMILIES:
-        if name == family or name.startswith(family + "_"):
-            return family
-    return None
-
-
-def family_data_files(family: str) -> tuple[str, ...]:
-    """The local files (relative to the data directory) a benchmark reads, from :mod:`snapeval.tasks`."""
-    from snapeval.tasks import aime, livecodebench, longbench
-
-    specs = {"longbench_v2": longbench.SPEC, "aime24": aime.SPEC, "livecodebench": livecodebench.SPEC}
-    return tuple(specs[family].local_files)
 
 
 def data_files_for(task: TaskSpec) -> tuple[str, ...]:
