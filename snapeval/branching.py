@@ -101,7 +101,10 @@ class BranchSet:
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]) -> list[list[Completion]]:
         """Every prompt under every configuration: ``out[c][i]`` is configuration ``c``'s completion of prompt ``i``."""
+        from tqdm import tqdm
+
         out: list[list[Completion | None]] = [[None] * len(prompts) for _ in self.configs]
+        bar = tqdm(total=len(prompts), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
         for start in range(0, len(prompts), self.batch):
             chunk = list(range(start, min(start + self.batch, len(prompts))))
             prefilled = [self.prefill(prompts[i]) for i in chunk]
@@ -111,7 +114,7 @@ class BranchSet:
                     engine = self._engine(config)
                     done = engine.generate(
                         [list(prompts[i]) for i in chunk], [sampling[i] for i in chunk],
-                        prefill=lambda j, _prompt, config=config: (prefilled[j].logits, prefilled[j].cache(self.model, config)))
+                        prefill=lambda j, _prompt, config=config, rows=prefilled: (rows[j].logits, rows[j].cache(self.model, config)))
                     self.stats.saw_cache(config.label, engine.cache)
                 else:
                     done = [self._decode_alone(config, prefilled[j], list(prompts[i]), sampling[i], i)
@@ -122,6 +125,8 @@ class BranchSet:
                     out[c][i] = done[j]
                 self.stats.decode_seconds[config.label] = self.stats.decode_seconds.get(config.label, 0.0) + time.perf_counter() - t0
             del prefilled
+            bar.update(len(chunk))
+        bar.close()
         return out
 
     def _engine(self, config: MethodConfig):

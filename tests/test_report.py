@@ -73,7 +73,8 @@ def test_report_files_and_markdown(results, tmp_path):
     assert len(acc) == 12 and {"value", "stderr", "n_samples"} <= set(acc.columns)
     comp = pd.read_csv(tmp_path / "r" / "comparison.csv")
     assert {"delta", "kv_reduction_sim", "throughput_gain_sim"} <= set(comp.columns)
-    assert sorted(p.name for p in paths.plots) == sorted(f"{name}.png" for name in PLOTS)
+    assert sorted(p.name for p in paths.plots) == sorted([f"{name}.png" for name in PLOTS] +
+                                                         ["paired_difference_vs_budget.png"])
     for png in paths.plots:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
@@ -103,3 +104,26 @@ def test_report_cli(results, tmp_path, capsys):
     assert "report.md" in capsys.readouterr().out
     assert cli(["report", str(tmp_path / "missing")]) == 2
     assert "not a results directory" in capsys.readouterr().err
+
+
+def test_paired_section_matches_the_cells(results, tmp_path):
+    """Every compressed cell is paired with the full-cache cell of its (model, task, seed); the report says which
+    differences are significant, with the numbers of the paired computation."""
+    from snapeval.results import ResultsStore
+    from snapeval.results.paired import compare_cells
+
+    paths = build_report(results, tmp_path / "r")
+    pair = pd.read_csv(tmp_path / "r" / "paired.csv")
+    assert len(pair) == 2 * 5 * 2 and pair["paired_n"].eq(12).all()  # tasks x compressed cells x seeds, 12 items
+    table = load_table(results)
+    store = ResultsStore(results)
+    row = table[table["primary"] & (table["method"] == "streamingllm") & (table["budget"] == 128)
+                & (table["task"] == "snapeval_passkey") & (table["seed"] == 1)].iloc[0]
+    ref = store.read(row["paired_ref_cell"])
+    assert ref.identity["policy"]["method"] == "full" and ref.identity["seed"] == 1
+    cmp = compare_cells(ref, store.read(row["cell_id"]), f"{row['metric']},{row['filter']}")
+    assert row["paired_diff"] == pytest.approx(cmp.mean_diff) and row["paired_ci_low"] == pytest.approx(cmp.ci_low)
+    assert row["flips_broke"] == cmp.broke and row["flips_fixed"] == cmp.fixed
+    md = paths.markdown.read_text()
+    assert "## Which differences are significant" in md and "Paired difference vs the full cache:" in md
+    assert f"[{cmp.ci_low:+.3f}, {cmp.ci_high:+.3f}]" in md

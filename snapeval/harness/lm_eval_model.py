@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
 import snapeval
-from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
+from snapeval.cache import MethodConfig, method_info, resolve_method
 from snapeval.errors import SnapevalError, check_choice
-from snapeval.generation import cache_for, generate_ids
+from snapeval.generation import generate_ids
 from snapeval.models.loading import DTYPES, load_model
 
 SPLIT_FIELDS = ("sink", "recent", "topk", "observation", "kernel", "pooling")

@@ -19,7 +19,7 @@ class ReportPaths:
 
 def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
                  rebuild: bool = True) -> ReportPaths:
-    """Write ``report.md``, ``comparison.csv``, ``accuracy_vs_budget.csv`` and the PNG plots.
+    """Write ``report.md``, ``comparison.csv``, ``accuracy_vs_budget.csv``, ``paired.csv`` and the PNG plots.
 
     ``out_dir`` defaults to ``<results_dir>/report``. With ``rebuild`` the tidy table is first re-derived from the
     cell files (so the current simulator prices them) and saved; otherwise ``results.parquet`` is used as is.
@@ -42,7 +42,10 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
     acc_long = tables.points(table)[["model", "task", "metric", "method", "budget", "value", "stderr", "n_samples",
                                      "seeds"]]
     atomic_write_text(acc_csv, acc_long.to_csv(index=False))
-    pngs = plots.write_plots(comp, out)
+    pair = tables.paired(table)
+    pair_csv = out / "paired.csv"
+    atomic_write_text(pair_csv, pair.to_csv(index=False))
+    pngs = plots.write_plots(comp, out, pair)
 
     name = store.read_manifest().get("sweep", store.root.name) if store.manifest_path.is_file() else store.root.name
     md = [f"# snapeval report: {name}", "",
@@ -50,11 +53,22 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
           "task's headline metric ± its stderr (lm-eval). `sim` columns are the SN40L simulation of the matching "
           "full-size deployment (the model preset at its real size, the task's typical prompt/output lengths, "
           "the budget); measured KV bytes are this run's cache. Reductions are full / compressed; gains are "
-          "compressed / full.", ""]
+          "compressed / full.", "",
+          "Paired differences: every compressed cell is compared item by item with the full-cache cell that "
+          "answered the same items (same model, task, seed, limit): the mean per-item difference with a paired "
+          "bootstrap 95% CI (items sharing a document resampled together), the exact McNemar test for 0/1 metrics "
+          "and the flips (items the full cache solved that the budget broke / the reverse). A difference is "
+          "called significant when the CI excludes zero and McNemar agrees (p < 0.05).", ""]
+    summary = tables.significance_summary(pair)
+    if summary:
+        md += ["## Which differences are significant", ""] + summary + [""]
+    paired_md = tables.paired_markdown(pair)
     sims = comp.drop_duplicates(["model", "task"])
     for (model, task), text in tables.comparison_markdown(comp).items():
         pivot = pivots[(model, task)]
         md += [f"## {model} — {task}", "", "Accuracy vs budget:", "", _pivot_markdown(pivot), "", "Delta vs full cache, memory and simulated throughput:", "", text, ""]
+        if (model, task) in paired_md:
+            md += ["Paired difference vs the full cache:", "", paired_md[(model, task)], ""]
         row = sims[(sims["model"] == model) & (sims["task"] == task)].iloc[0]
         if not _isna(row["sim_model"]) and not _isna(row["sim_prompt_len"]):
             md += [f"Simulated deployment: `{row['sim_model']}` on `{row['sim_hardware']}`, "
@@ -67,7 +81,7 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
         md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
     md_path = out / "report.md"
     atomic_write_text(md_path, "\n".join(md))
-    return ReportPaths(markdown=md_path, csvs=[comp_csv, acc_csv], plots=pngs)
+    return ReportPaths(markdown=md_path, csvs=[comp_csv, acc_csv, pair_csv], plots=pngs)
 
 
 def _isna(value) -> bool:

@@ -158,7 +158,31 @@ PLOTS = {
 }
 
 
-def write_plots(pts: pd.DataFrame, out_dir: Path) -> list[Path]:
+def paired_difference_vs_budget(pair: pd.DataFrame, model: str):
+    """Paired accuracy difference vs the full cache (error bars: the paired bootstrap 95% CI) vs budget."""
+    frame = pair[(pair["model"] == model) & pair["paired_diff"].notna()]
+    if frame.empty:
+        return None
+
+    def draw(ax, task, sub):
+        ax.axhline(0.0, color=COLORS["full"], ls="--", lw=1.2, label="full cache")
+        for method in _methods(sub):
+            m = sub[sub["method"] == method].sort_values("budget")
+            diff = m["paired_diff"].to_numpy(dtype=float)
+            err = [diff - m["paired_ci_low"].to_numpy(dtype=float), m["paired_ci_high"].to_numpy(dtype=float) - diff]
+            ax.errorbar(m["budget"].astype(float), diff, yerr=err, marker=MARKERS.get(method, "o"),
+                        color=COLORS.get(method), capsize=3, label=method)
+        ax.set_xscale("log", base=2)
+        ax.set_title(task)
+        ax.set_xlabel("KV budget (tokens per layer and KV head)")
+
+    fig = _panels(frame, f"Paired difference vs full cache (95% CI): {model}", draw)
+    for ax in fig.axes:
+        ax.set_ylabel("accuracy - full cache (paired)")
+    return fig
+
+
+def write_plots(pts: pd.DataFrame, out_dir: Path, pair: pd.DataFrame | None = None) -> list[Path]:
     """Every plot for every model as PNG under ``out_dir``; returns the files written."""
     import matplotlib.pyplot as plt
 
@@ -175,4 +199,11 @@ def write_plots(pts: pd.DataFrame, out_dir: Path) -> list[Path]:
             fig.savefig(path, dpi=110)
             plt.close(fig)
             written.append(path)
+        if pair is not None:
+            fig = paired_difference_vs_budget(pair, model)
+            if fig is not None:
+                path = out_dir / f"paired_difference_vs_budget{suffix}.png"
+                fig.savefig(path, dpi=110)
+                plt.close(fig)
+                written.append(path)
     return written

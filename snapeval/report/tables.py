@@ -80,6 +80,52 @@ def _ratio(num, den) -> float:
     return num / den if den and not (math.isnan(num) or math.isnan(den)) else float("nan")
 
 
+PAIRED = ["paired_n", "paired_diff", "paired_ci_low", "paired_ci_high", "paired_significant", "mcnemar_p",
+          "flips_broke", "flips_fixed", "paired_length_change", "paired_unpaired", "paired_note"]
+
+
+def paired(table: pd.DataFrame) -> pd.DataFrame:
+    """Every compressed cell's headline metric paired item by item with the full-cache cell of its group (one row
+    per cell: seeds are not averaged, each seed is its own paired experiment)."""
+    rows = table[table["primary"] & (table["method"] != "full")]
+    cols = ["model", "task", "method", "budget", "seed", "metric", "filter", "value"] + PAIRED
+    return _sort(rows[cols].reset_index(drop=True))
+
+
+def paired_markdown(pair: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Per (model, task): a markdown table of paired differences vs the full cache, significance spelled out."""
+    out = {}
+    for (model, task), frame in pair.groupby(["model", "task"], sort=False):
+        lines = ["| method | budget | seed | accuracy | Δ vs full (paired) | 95% CI | McNemar p | broke / fixed | "
+                 "Δ output chars | significant |", "|" + " --- |" * 10]
+        for r in frame.itertuples():
+            if pd.isna(r.paired_diff):
+                lines.append(f"| {r.method} | {budget_label(r.method, r.budget)} | {r.seed} | {r.value:.3f} | "
+                             f"n/a | | | | | {r.paired_note} |")
+                continue
+            flips = "" if pd.isna(r.flips_broke) else f"{int(r.flips_broke)} / {int(r.flips_fixed)}"
+            p = "" if pd.isna(r.mcnemar_p) else f"{r.mcnemar_p:.3g}"
+            length = "" if pd.isna(r.paired_length_change) else f"{r.paired_length_change:+.1f}"
+            sig = "**yes**" if bool(r.paired_significant) else "no"
+            lines.append(f"| {r.method} | {budget_label(r.method, r.budget)} | {r.seed} | {r.value:.3f} | "
+                         f"{r.paired_diff:+.3f} | [{r.paired_ci_low:+.3f}, {r.paired_ci_high:+.3f}] | {p} | {flips} | "
+                         f"{length} | {sig} |")
+        out[(model, task)] = "\n".join(lines)
+    return out
+
+
+def significance_summary(pair: pd.DataFrame) -> list[str]:
+    """One sentence per (model, task): which compressed cells differ significantly from the full cache."""
+    out = []
+    for (model, task), frame in pair.groupby(["model", "task"], sort=False):
+        scored = frame[frame["paired_diff"].notna()]
+        sig = scored[scored["paired_significant"].fillna(False).astype(bool)]
+        names = ", ".join(f"{r.method}@{budget_label(r.method, r.budget)} ({r.paired_diff:+.3f})" for r in sig.itertuples())
+        out.append(f"- {model} / {task}: {len(sig)} of {len(scored)} compressed cells differ significantly from the "
+                   f"full cache" + (f": {names}." if names else "."))
+    return out
+
+
 def budget_label(method: str, budget) -> str:
     return "full" if method == "full" or pd.isna(budget) else str(int(budget))
 

@@ -8,11 +8,9 @@ the driver process, writes each result atomically as it arrives, so a crash lose
 from __future__ import annotations
 
 import os
-import traceback
 from typing import Callable, Iterator
 
 from snapeval.errors import SnapevalError
-from snapeval.results.schema import CellResult
 from snapeval.sweep.grid import Cell
 
 Outcome = tuple[Cell, "CellResult | None", "str | None"]

@@ -1,0 +1,344 @@
+"""Sweep configuration files: a YAML grid of models x tasks x methods x budgets (x seeds), validated on load.
+
+A config is plain YAML (see ``configs/quickstart.yaml`` for a commented example)::
+
+    name: quickstart
+    models: [smollm2-135m-instruct]            # or mappings: {pretrained, dtype, batch_size, max_gen_toks, engine, ...}
+    tasks:                                      # or bare task names
+      - {name: passkey, limit: 20, metadata: {context_len: 2048}, generation: {max_gen_toks: 16}}
+    methods:
+      - full
+      - {method: snapstream, budgets: [256, 512], sink: 4, recent: 0.5}
+    seeds: [0]
+
+Every mistake (an unknown key, a wrong type, a value out of range) raises :class:`~snapeval.errors.SnapevalError`
+with one line that names the field by its path in the file (``methods[1].recent``) and what is allowed.
+
+Budget split. A budgeted method keeps ``budget`` KV entries per layer and KV head. The split is resolved here, with
+the cache's own rules (:func:`snapeval.cache.resolve_method`), so that it is part of every cell's identity (a changed
+default can never silently reuse an old result):
+
+* ``snapstream``: ``sink`` + ``recent`` (ring buffer) + ``topk`` (SnapKV-selected middle tokens) = ``budget``;
+  ``recent`` is a token count (int) or a fraction of the budget (float in (0, 1]); ``topk`` is what is left.
+* ``streamingllm``: ``sink`` + ``recent`` = ``budget`` (no selection).
+* ``snapkv``: ``budget`` prompt entries chosen by SnapKV at prefill (the observation window included); the cache
+  grows again while decoding, as in the original method.
+* ``full``: no budget; one cell per (model, task, seed) whatever the budgets are.
+
+Fields left out take the cache's documented defaults (:mod:`snapeval.cache.config`): 4 sinks, a ring of half the
+budget (at least the observation window), an observation window of 32 (SnapKV: at most half the budget) and an
+average-pooling kernel of 5.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from snapeval.cache import METHODS
+from snapeval.cache.config import POOLINGS
+from snapeval.errors import SnapevalError
+from snapeval.paths import repo_root
+from snapeval.sweep.spec import (
+    DTYPES,
+    SIM_HARDWARE_DEFAULT,
+    MethodSpec,
+    ModelSpec,
+    Resources,
+    SimLengths,
+    SimulateSpec,
+    SweepConfig,
+    TaskSpec,
+)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# validation helpers: every one raises a one-line SnapevalError naming the field path
+
+
+class _Ctx:
+    """Field path for error messages (``tasks[2].limit``), prefixed with the config file name."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, path: str, message: str) -> SnapevalError:
+        return SnapevalError(f"{self.source}: {path}: {message}")
+
+    def mapping(self, value: Any, path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a mapping with keys {', '.join(allowed)}; got {type(value).__name__}")
+        for key in value:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise self.fail(path, f"unknown key {key!r}{hint}; allowed keys: {', '.join(allowed)}")
+        for key in required:
+            if key not in value:
+                raise self.fail(path, f"missing required key {key!r}")
+        return value
+
+    def integer(self, value: Any, path: str, *, minimum: int | None = None, optional: bool = False) -> int | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"expected an integer{' or null' if optional else ''}; got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(path, f"must be >= {minimum}; got {value}")
+        return value
+
+    def string(self, value: Any, path: str, *, choices: tuple[str, ...] | None = None) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(path, f"expected a non-empty string; got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.fail(path, f"{value!r} is not allowed; choose one of: {', '.join(choices)}")
+        return value
+
+    def listof(self, value: Any, path: str, *, allow_scalar: bool = True, nonempty: bool = True) -> list:
+        if allow_scalar and not isinstance(value, list):
+            value = [value]
+        if not isinstance(value, list):
+            raise self.fail(path, f"expected a list; got {type(value).__name__}")
+        if nonempty and not value:
+            raise self.fail(path, "must not be empty")
+        return value
+
+    def scalar_mapping(self, value: Any, path: str) -> dict[str, Any]:
+        """A flat mapping of names to JSON scalars (task metadata, generation kwargs)."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a mapping; got {type(value).__name__}")
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise self.fail(path, f"keys must be strings; got {key!r}")
+            if not _is_json_value(item):
+                raise self.fail(f"{path}.{key}", f"expected a number, string, bool, null or a list of them; got {item!r}")
+        return dict(value)
+
+
+def _is_json_value(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, list):
+        return all(_is_json_value(v) for v in value)
+    return False
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# parsing
+
+_TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models", "tasks", "methods", "budgets",
+             "seeds", "limit", "generation", "resources", "simulate")
+_MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine",
+               "share_prefill")
+_TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
+_METHOD_KEYS = ("method", "budgets", "sink", "recent", "observation", "kernel", "pooling")
+_RESOURCE_KEYS = ("num_cpus", "num_gpus")
+_SIM_KEYS = ("hardware", "batch", "batch_cap", "enabled")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def _parse_resources(ctx: _Ctx, raw: Any, path: str, default: Resources) -> Resources:
+    if raw is None:
+        return default
+    raw = ctx.mapping(raw, path, _RESOURCE_KEYS)
+    values = {}
+    for key in _RESOURCE_KEYS:
+        if key in raw:
+            v = raw[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ctx.fail(f"{path}.{key}", f"expected a number >= 0; got {v!r}")
+            values[key] = float(v)
+    return dataclasses.replace(default, **values)
+
+
+def _parse_model(ctx: _Ctx, raw: Any, path: str, resources: Resources) -> ModelSpec:
+    if isinstance(raw, str):
+        raw = {"pretrained": raw}
+    raw = ctx.mapping(raw, path, _MODEL_KEYS, required=("pretrained",))
+    return ModelSpec(
+        pretrained=ctx.string(raw["pretrained"], f"{path}.pretrained"),
+        dtype=ctx.string(raw.get("dtype", "auto"), f"{path}.dtype", choices=DTYPES),
+        batch_size=ctx.integer(raw.get("batch_size", 1), f"{path}.batch_size", minimum=1),
+        max_gen_toks=ctx.integer(raw.get("max_gen_toks"), f"{path}.max_gen_toks", minimum=1, optional=True),
+        simulate_as=(ctx.string(raw["simulate_as"], f"{path}.simulate_as") if raw.get("simulate_as") else None),
+        resources=_parse_resources(ctx, raw.get("resources"), f"{path}.resources", resources),
+        engine=_parse_engine(ctx, raw.get("engine", "auto"), f"{path}.engine"),
+        share_prefill=_parse_bool(ctx, raw.get("share_prefill", True), f"{path}.share_prefill"),
+    )
+
+
+def _parse_bool(ctx: _Ctx, raw: Any, path: str) -> bool:
+    if not isinstance(raw, bool):
+        raise ctx.fail(path, f"expected true or false; got {raw!r}")
+    return raw
+
+
+def _parse_engine(ctx: _Ctx, raw: Any, path: str) -> str:
+    """``auto`` (the engine for the fixed-size caches, padded batches for full/snapkv) or ``false`` (padded batches
+    everywhere). There is no ``true``: a grid mixes methods, and full/snapkv cannot run on the engine."""
+    value = {True: "true", False: "false"}[raw] if isinstance(raw, bool) else raw
+    return ctx.string(value, path, choices=("auto", "false"))
+
+
+def _parse_task(ctx: _Ctx, raw: Any, path: str, limit: int | None, generation: dict) -> TaskSpec:
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    raw = ctx.mapping(raw, path, _TASK_KEYS, required=("name",))
+    name = ctx.string(raw["name"], f"{path}.name")
+    if not _NAME_RE.match(name):
+        raise ctx.fail(f"{path}.name", f"{name!r} is not a task name (letters, digits, '_', '-', '.')")
+    gen = {**generation, **ctx.scalar_mapping(raw.get("generation"), f"{path}.generation")}
+    data_files = None
+    if "data_files" in raw:
+        data_files = tuple(ctx.string(f, f"{path}.data_files[{i}]")
+                           for i, f in enumerate(ctx.listof(raw["data_files"], f"{path}.data_files", nonempty=False)))
+    sim = SimLengths()
+    if raw.get("sim") is not None:
+        s = ctx.mapping(raw["sim"], f"{path}.sim", ("prompt_len", "gen_len"))
+        sim = SimLengths(ctx.integer(s.get("prompt_len"), f"{path}.sim.prompt_len", minimum=1, optional=True),
+                         ctx.integer(s.get("gen_len"), f"{path}.sim.gen_len", minimum=1, optional=True))
+    return TaskSpec(
+        name=name,
+        limit=ctx.integer(raw.get("limit", limit), f"{path}.limit", minimum=1, optional=True),
+        metadata=tuple(sorted(ctx.scalar_mapping(raw.get("metadata"), f"{path}.metadata").items())),
+        generation=tuple(sorted(gen.items())),
+        metric=ctx.string(raw["metric"], f"{path}.metric") if raw.get("metric") is not None else None,
+        data_files=data_files,
+        sim=sim,
+    )
+
+
+def _parse_budgets(ctx: _Ctx, raw: Any, path: str) -> tuple[int, ...]:
+    budgets = [ctx.integer(b, f"{path}[{i}]", minimum=2) for i, b in enumerate(ctx.listof(raw, path))]
+    if len(set(budgets)) != len(budgets):
+        raise ctx.fail(path, f"duplicate budgets in {budgets}")
+    return tuple(budgets)
+
+
+def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | None) -> MethodSpec:
+    if isinstance(raw, str):
+        raw = {"method": raw}
+    raw = ctx.mapping(raw, path, _METHOD_KEYS, required=("method",))
+    method = ctx.string(raw["method"], f"{path}.method", choices=METHODS)
+    if method == "full":
+        extra = [k for k in raw if k != "method"]
+        if extra:
+            raise ctx.fail(path, f"method 'full' takes no {', '.join(extra)} (it keeps the whole cache)")
+        return MethodSpec("full")
+    if "budgets" in raw:
+        own = _parse_budgets(ctx, raw["budgets"], f"{path}.budgets")
+    elif budgets:
+        own = budgets
+    else:
+        raise ctx.fail(f"{path}.budgets", f"method {method!r} needs budgets (here or in the top-level 'budgets')")
+    recent = raw.get("recent")
+    if recent is not None:
+        if isinstance(recent, bool) or not isinstance(recent, (int, float)):
+            raise ctx.fail(f"{path}.recent", f"expected tokens (int >= 1) or a fraction of the budget in (0, 1]; "
+                                             f"got {recent!r}")
+        if isinstance(recent, float) and not 0 < recent <= 1:
+            raise ctx.fail(f"{path}.recent", f"a fraction of the budget must lie in (0, 1]; got {recent}")
+        if isinstance(recent, int) and recent < 1:
+            raise ctx.fail(f"{path}.recent", f"must be >= 1 token; got {recent}")
+
+    def opt_int(key: str, minimum: int) -> int | None:
+        return ctx.integer(raw.get(key), f"{path}.{key}", minimum=minimum, optional=True)
+
+    spec = MethodSpec(
+        method=method, budgets=own, sink=opt_int("sink", 0), recent=recent, observation=opt_int("observation", 1),
+        kernel=opt_int("kernel", 1),
+        pooling=ctx.string(raw["pooling"], f"{path}.pooling", choices=POOLINGS) if raw.get("pooling") else None,
+    )
+    if spec.kernel is not None and spec.kernel % 2 == 0:
+        raise ctx.fail(f"{path}.kernel", f"the pooling kernel must be odd (padding kernel//2 keeps the length); got {spec.kernel}")
+    try:
+        spec.points()
+    except SnapevalError as exc:
+        raise ctx.fail(path, str(exc)) from None
+    return spec
+
+
+def _parse_simulate(ctx: _Ctx, raw: Any) -> SimulateSpec:
+    if raw is None:
+        return SimulateSpec()
+    raw = ctx.mapping(raw, "simulate", _SIM_KEYS)
+    batch = raw.get("batch", "max")
+    if batch != "max":
+        ctx.integer(batch, "simulate.batch", minimum=1)
+    enabled = raw.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ctx.fail("simulate.enabled", f"expected true or false; got {enabled!r}")
+    return SimulateSpec(
+        hardware=ctx.string(raw.get("hardware", SIM_HARDWARE_DEFAULT), "simulate.hardware"),
+        batch=batch,
+        batch_cap=ctx.integer(raw.get("batch_cap", 1024), "simulate.batch_cap", minimum=1),
+        enabled=enabled,
+    )
+
+
+def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
+    """Validate a parsed YAML document into a :class:`SweepConfig` (one-line errors naming the field)."""
+    ctx = _Ctx(Path(source).name if source != "<config>" else source)
+    raw = ctx.mapping(raw, "config", _TOP_KEYS, required=("models", "tasks", "methods"))
+    name = ctx.string(raw.get("name", Path(source).stem if source != "<config>" else "sweep"), "name")
+    if not _NAME_RE.match(name):
+        raise ctx.fail("name", f"{name!r} must be letters, digits, '_', '-', '.'")
+    resources = _parse_resources(ctx, raw.get("resources"), "resources", Resources())
+    top_limit = ctx.integer(raw.get("limit"), "limit", minimum=1, optional=True)
+    generation = ctx.scalar_mapping(raw.get("generation"), "generation")
+    budgets = _parse_budgets(ctx, raw["budgets"], "budgets") if raw.get("budgets") is not None else None
+    models = tuple(_parse_model(ctx, m, f"models[{i}]", resources)
+                   for i, m in enumerate(ctx.listof(raw["models"], "models")))
+    tasks = tuple(_parse_task(ctx, t, f"tasks[{i}]", top_limit, generation)
+                  for i, t in enumerate(ctx.listof(raw["tasks"], "tasks")))
+    methods = tuple(_parse_method(ctx, m, f"methods[{i}]", budgets)
+                    for i, m in enumerate(ctx.listof(raw["methods"], "methods")))
+    seeds = tuple(ctx.integer(s, f"seeds[{i}]", minimum=0)
+                  for i, s in enumerate(ctx.listof(raw.get("seeds", [0]), "seeds")))
+    for axis, values in (("models", [m.pretrained for m in models]), ("tasks", [t.name for t in tasks]),
+                         ("seeds", list(seeds))):
+        dup = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if dup:
+            raise ctx.fail(axis, f"duplicate entries {dup}")
+    for key in ("description", "out", "data_dir", "include_path"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise ctx.fail(key, f"expected a string; got {raw[key]!r}")
+    return SweepConfig(
+        name=name, models=models, tasks=tasks, methods=methods, seeds=seeds,
+        description=str(raw.get("description") or ""), out=raw.get("out"), data_dir=raw.get("data_dir"),
+        include_path=raw.get("include_path"), simulate=_parse_simulate(ctx, raw.get("simulate")), source=source,
+    )
+
+
+def resolve_config_path(name_or_path: str | os.PathLike) -> Path:
+    """A config file path, or a bare name looked up as ``configs/<name>.yaml`` (current directory, then the repo)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    if path.suffix == "" and len(path.parts) == 1:
+        for base in (Path.cwd(), repo_root()):
+            candidate = base / "configs" / f"{path.name}.yaml"
+            if candidate.is_file():
+                return candidate
+    raise SnapevalError(f"config {str(name_or_path)!r} not found; give a YAML file or a name from configs/ "
+                        f"(e.g. quickstart)")
+
+
+def load_config(name_or_path: str | os.PathLike) -> SweepConfig:
+    """Read and validate a sweep YAML (a path, or a name in ``configs/``)."""
+    import yaml
+
+    path = resolve_config_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SnapevalError(f"{path.name}:{where} is not valid YAML: {problem}") from None
+    return parse_config(raw, source=str(path))

@@ -1,0 +1,196 @@
+"""The typed sweep configuration: what a validated sweep YAML becomes (:mod:`snapeval.sweep.parse` reads the YAML).
+
+Every object here is frozen and already valid; a :class:`MethodSpec` resolves its budgets into method configuration
+objects (:func:`snapeval.cache.resolve_method`) that travel unchanged to the caches.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from snapeval.cache import MethodConfig
+from snapeval.errors import SnapevalError
+from snapeval.models.presets import DTYPES as _PRESET_DTYPES
+from snapeval.paths import default_data_dir, repo_root
+from snapeval.tasks.families import family_data_files, task_family
+
+DTYPES = ("auto", *_PRESET_DTYPES)
+EXECUTORS = ("inprocess", "ray")
+SIM_HARDWARE_DEFAULT = "sn40l-16"
+
+
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one cell asks a Ray cluster for (ignored by the in-process executor)."""
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    def __post_init__(self):
+        if self.num_cpus < 0 or self.num_gpus < 0:
+            raise SnapevalError(f"resources: num_cpus and num_gpus must be >= 0; got {self.num_cpus}, {self.num_gpus}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the grid: what the ``snapstream`` lm-eval model loads, and how the simulator sizes it.
+
+    ``simulate_as`` names the preset whose full-size deployment the simulator prices (default: ``pretrained`` when
+    it is a preset name; otherwise no simulated columns unless given).
+    """
+
+    pretrained: str
+    dtype: str = "auto"
+    batch_size: int = 1
+    max_gen_toks: int | None = None
+    simulate_as: str | None = None
+    resources: Resources = Resources()
+    engine: str = "auto"  # auto | false: the continuous-batching engine for snapstream/streamingllm (docs/engine.md)
+    #: One prefill per item for every method and budget of a (model, task, seed) group (snapeval.branching); false
+    #: runs every cell as its own lm-eval run (the reference path). Not part of the identity: results are the same.
+    share_prefill: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.pretrained
+
+    def identity(self) -> dict[str, Any]:
+        identity = {"pretrained": self.pretrained, "dtype": self.dtype, "batch_size": self.batch_size,
+                    "max_gen_toks": self.max_gen_toks}
+        if self.engine != "auto":  # auto is the default: results from before this option stay comparable
+            identity["engine"] = self.engine
+        return identity
+
+
+@dataclass(frozen=True)
+class SimLengths:
+    """Prompt and output lengths (tokens) of the simulated full-size deployment for a task."""
+
+    prompt_len: int | None = None
+    gen_len: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One lm-eval task of the grid.
+
+    ``metadata`` goes to lm-eval's task ``metadata`` (task parameters such as a synthetic context length);
+    ``generation`` is lm-eval's ``gen_kwargs`` for this task; ``metric`` picks the headline metric
+    (``name`` or ``name,filter``; default: the first one the task reports); ``data_files`` lists the files, relative
+    to the data directory, whose hashes enter the cell identity (default: the benchmark's files, see
+    :func:`data_files_for`).
+    """
+
+    name: str
+    limit: int | None = None
+    metadata: tuple[tuple[str, Any], ...] = ()
+    generation: tuple[tuple[str, Any], ...] = ()
+    metric: str | None = None
+    data_files: tuple[str, ...] | None = None
+    sim: SimLengths = SimLengths()
+
+    @property
+    def metadata_dict(self) -> dict[str, Any]:
+        return dict(self.metadata)
+
+    @property
+    def generation_dict(self) -> dict[str, Any]:
+        return dict(self.generation)
+
+
+def data_files_for(task: TaskSpec) -> tuple[str, ...]:
+    """The data files (relative to the data directory) a task reads; synthetic tasks read none."""
+    if task.data_files is not None:
+        return task.data_files
+    family = task_family(task.name)
+    return family_data_files(family) if family else ()
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method entry of the config: a policy, the budgets it is swept over, and the split fields it sets.
+
+    ``None`` fields take the cache's defaults; ``recent`` is tokens (int) or a fraction of the budget (float).
+    """
+
+    method: str
+    budgets: tuple[int, ...] = ()
+    sink: int | None = None
+    recent: float | int | None = None
+    observation: int | None = None
+    kernel: int | None = None
+    pooling: str | None = None
+
+    def points(self) -> list[MethodConfig]:
+        """One resolved configuration per budget (:func:`snapeval.cache.resolve_method`): what the cell carries,
+        unchanged, to the cache."""
+        from snapeval.cache import resolve_method
+
+        if self.method == "full":
+            return [resolve_method("full")]
+        split = {k: getattr(self, k) for k in ("sink", "observation", "kernel", "pooling") if getattr(self, k) is not None}
+        if isinstance(self.recent, float):
+            split["recent_fraction"] = self.recent
+        elif self.recent is not None:
+            split["recent"] = self.recent
+        return [resolve_method(self.method, budget=budget, **split) for budget in self.budgets]
+
+
+@dataclass(frozen=True)
+class SimulateSpec:
+    """How the SN40L simulator prices each cell's full-size deployment (see :mod:`snapeval.results.table`).
+
+    ``batch``: ``"max"`` (the largest batch that fits, capped at ``batch_cap``) or a fixed batch size.
+    """
+
+    hardware: str = SIM_HARDWARE_DEFAULT
+    batch: int | str = "max"
+    batch_cap: int = 1024
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A validated sweep: the grid's axes and the settings shared by every cell."""
+
+    name: str
+    models: tuple[ModelSpec, ...]
+    tasks: tuple[TaskSpec, ...]
+    methods: tuple[MethodSpec, ...]
+    seeds: tuple[int, ...] = (0,)
+    description: str = ""
+    out: str | None = None
+    data_dir: str | None = None
+    include_path: str | None = None
+    simulate: SimulateSpec = SimulateSpec()
+    source: str = "<config>"
+
+    @property
+    def data_path(self) -> Path:
+        if self.data_dir is None:
+            return default_data_dir()
+        path = Path(self.data_dir)
+        return path if path.is_absolute() else (Path(self.source).parent / path).resolve()
+
+    @property
+    def include_dir(self) -> str:
+        if self.include_path is None:
+            return str(repo_root() / "tasks")
+        path = Path(self.include_path)
+        return str(path if path.is_absolute() else (Path(self.source).parent / path).resolve())
+
+    def per_cell(self) -> "SweepConfig":
+        """The same sweep with every cell run alone (no shared prefill): ``--per-cell``."""
+        return dataclasses.replace(self, models=tuple(dataclasses.replace(m, share_prefill=False) for m in self.models))
+
+    def with_limit(self, limit: int | None) -> "SweepConfig":
+        """The same sweep with every task's sample limit replaced (``--limit``); a new limit is a new identity."""
+        if limit is None:
+            return self
+        if limit < 1:
+            raise SnapevalError(f"--limit must be >= 1; got {limit}")
+        return dataclasses.replace(self, tasks=tuple(dataclasses.replace(t, limit=limit) for t in self.tasks))
