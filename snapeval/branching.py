@@ -7,9 +7,10 @@ once into a :class:`~snapeval.cache.capture.PromptCapture`, builds from it the c
 attention is computed once per layer and window size and reused by every budget), and then decodes or scores each
 branch exactly as it would have run alone:
 
-- ``generate_until``: prompts are prefilled ``batch`` at a time; the branches of a fixed-size method decode those
-  prompts together in the static slots of one :class:`~snapeval.engine.Engine` per configuration; the branches
-  whose cache grows (full, SnapKV) decode each prompt alone, as the per-cell path does with ``batch_size=1``.
+- ``generate_until``: prompts are prefilled ``batch`` at a time; each configuration decodes those prompts together
+  in the static rows of its own :class:`~snapeval.engine.Engine` (fixed-size caches: ``budget`` slots; appending
+  caches, full and SnapKV: their kept prompt plus the tokens to decode, written by index); a method without a
+  static-row layout decodes each prompt alone.
 - ``loglikelihood``: one prefill per unique context; every continuation is scored against a copy of each branch's
   compressed context (:func:`score_contexts`).
 
@@ -24,8 +25,9 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from snapeval.cache import MethodConfig, make_cache, method_info
+from snapeval.cache import MethodConfig, make_cache
 from snapeval.cache.capture import PromptCapture
+from snapeval.engine.engine import has_static_rows
 from snapeval.engine.requests import Completion, Request, SamplingParams
 from snapeval.engine.sampling import choose
 from snapeval.generation import _as_list
@@ -44,9 +46,10 @@ class Prefilled:
     capture: PromptCapture
     seconds: float
 
-    def cache(self, model, config: MethodConfig):
-        """A fresh one-row cache of ``config`` holding this prompt, compressed as ``config`` says."""
-        cache = make_cache(model, config)
+    def cache(self, model, config: MethodConfig, cache_class=None):
+        """A fresh one-row cache of ``config`` holding this prompt, compressed as ``config`` says (``cache_class``:
+        another layout of the same method, such as the engine's static rows)."""
+        cache = make_cache(model, config) if cache_class is None else cache_class(model, config)
         cache.load_prompt(self.capture.prompts)
         return cache
 
@@ -110,16 +113,18 @@ class BranchSet:
             prefilled = [self.prefill(prompts[i]) for i in chunk]
             for c, config in enumerate(self.configs):
                 t0 = time.perf_counter()
-                if method_info(config).fixed_size:
+                if has_static_rows(config):  # decoded together in the engine's static rows
                     engine = self._engine(config)
                     done = engine.generate(
                         [list(prompts[i]) for i in chunk], [sampling[i] for i in chunk],
-                        prefill=lambda j, _prompt, config=config, rows=prefilled: (rows[j].logits, rows[j].cache(self.model, config)))
-                    self.stats.saw_cache(config.label, engine.cache)
+                        prefill=lambda j, _prompt, engine=engine, rows=prefilled: (
+                            rows[j].logits, rows[j].cache(self.model, engine.config, engine.cache_class)))
                 else:
                     done = [self._decode_alone(config, prefilled[j], list(prompts[i]), sampling[i], i)
                             for j, i in enumerate(chunk)]
                 for j, i in enumerate(chunk):
+                    self.stats.kv_bytes_per_row[config.label] = max(self.stats.kv_bytes_per_row.get(config.label, 0),
+                                                                    done[j].kv_bytes)
                     done[j].index = i
                     done[j].prefill_seconds = prefilled[j].seconds
                     out[c][i] = done[j]
@@ -153,7 +158,7 @@ class BranchSet:
             logits = self.model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True).logits[0, -1]
             token = choose(logits, params, generator)
             position += 1
-        self.stats.saw_cache(config.label, cache)
+        request.kv_bytes = cache.kv_bytes_per_row()
         return request.completion(self.tokenizer, 0.0)
 
     # --- scoring ----------------------------------------------------------------------------------------------
@@ -215,11 +220,9 @@ class SharedBranches:
             self._key, self._answers = key, compute()
         return self._answers
 
-    def generate(self, config: MethodConfig, prompts, params) -> tuple[list[Completion], list[int]]:
+    def generate(self, config: MethodConfig, prompts, params) -> list[Completion]:
         key = ("generate_until", tuple(map(tuple, prompts)), tuple(params))
-        answers = self._answer(key, lambda: self.branches.generate(prompts, params))
-        kv = self.branches.stats.kv_bytes_per_row.get(config.label, 0)
-        return answers[self._index[config]], [kv] * len(prompts)
+        return self._answer(key, lambda: self.branches.generate(prompts, params))[self._index[config]]
 
     def score(self, config: MethodConfig, contexts, continuations):
         key = ("loglikelihood", tuple(map(tuple, contexts)), tuple(map(tuple, continuations)))

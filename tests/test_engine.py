@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from snapeval import SnapStreamConfig, generate
-from snapeval.cache import StreamingLLMConfig
+from snapeval.cache import FullConfig, SnapKVConfig, StreamingLLMConfig
 from snapeval.engine import Engine, SamplingParams
 from snapeval.errors import SnapevalError
 from tests.conftest import random_prompt, tiny_model
@@ -14,13 +14,15 @@ from tests.conftest import random_prompt, tiny_model
 CONFIGS = {
     "snapstream": SnapStreamConfig(sink=2, recent=10, topk=8, observation=6),
     "streamingllm": StreamingLLMConfig(sink=2, recent=16),
+    "snapkv": SnapKVConfig(budget=20, observation=6),
+    "full": FullConfig(),
 }
 LENGTHS = (70, 23, 45, 8, 33, 5, 90, 19)  # shorter and longer than the budget of 20
 MAX_NEW = (15, 3, 30, 7, 22, 40, 11, 1)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-@pytest.mark.parametrize("method", ["snapstream", "streamingllm"])
+@pytest.mark.parametrize("method", ["snapstream", "streamingllm", "snapkv", "full"])
 def test_greedy_equals_each_request_alone_with_slot_reuse(family, method, tiny_tokenizer):
     model = tiny_model(family)
     config = CONFIGS[method]
@@ -126,12 +128,8 @@ def test_parked_slots_stay_finite_and_storage_never_moves(tiny_tokenizer):
 
 def test_bad_input_is_a_one_line_error(tiny_tokenizer):
     model = tiny_model("llama")
-    from snapeval.cache import FullConfig, SnapKVConfig
-
-    with pytest.raises(SnapevalError, match="method='full' is not supported by the engine"):
-        Engine(model, tiny_tokenizer, FullConfig())
-    with pytest.raises(SnapevalError, match="method='snapkv' is not supported by the engine"):
-        Engine(model, tiny_tokenizer, 20, method="snapkv")
+    with pytest.raises(SnapevalError, match="config=None is invalid for the engine"):
+        Engine(model, tiny_tokenizer, None)
     with pytest.raises(SnapevalError, match="num_slots=0"):
         Engine(model, tiny_tokenizer, 20, num_slots=0)
     with pytest.raises(SnapevalError, match="compile='fast' is invalid; allowed: True, False or one of default, reduce-overhead"):

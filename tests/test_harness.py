@@ -107,6 +107,7 @@ def test_engine_is_the_default_for_fixed_size_caches_and_gives_the_same_generati
 @pytest.mark.parametrize("method, engine, expected", [
     ("snapstream", "auto", True), ("streamingllm", None, True), ("full", "auto", False), ("snapkv", "auto", False),
     ("snapstream", "false", False), ("snapstream", True, True), ("streamingllm", "true", True),
+    ("full", "true", True), ("snapkv", "true", True),  # appending caches run in rows sized for their requests
 ])
 def test_engine_choice(method, engine, expected):
     from snapeval.cache import resolve_method
@@ -116,7 +117,6 @@ def test_engine_choice(method, engine, expected):
 
 
 @pytest.mark.parametrize("method, engine, message", [
-    ("full", "true", "engine=true needs a fixed-size cache; method='full' allowed: snapstream, streamingllm"),
     ("snapstream", "sometimes", "engine='sometimes' is not allowed; choose one of: auto, true, false"),
 ])
 def test_engine_choice_errors(method, engine, message):

@@ -95,6 +95,8 @@ class CompressedLayer(CacheLayerMixin):
 
     is_compileable = False
     is_sliding = False
+    #: Decoded tokens go to new slots (SnapKV, every token): a row holds only its filled slots' worth of KV.
+    appends = False
 
     def __init__(self, layer_idx: int, config):
         super().__init__()
@@ -102,6 +104,7 @@ class CompressedLayer(CacheLayerMixin):
         self.config = config
         self.positions: torch.Tensor | None = None
         self.next_position: torch.Tensor | None = None
+        self.fill: torch.Tensor | None = None  # [B] slots in use, for layers that append (SnapKV, every token)
         self.seen = 0  # padded tokens processed: what generate() expects from get_seq_length()
         self.compress_seconds = 0.0
         #: Static rows (:meth:`CompressedKVCache.allocate_rows`): the token count stays constant (a compiled step
@@ -192,6 +195,7 @@ class CompressedLayer(CacheLayerMixin):
         self.values = values.gather(2, gather).masked_fill(empty[..., None], 0)
         self.positions = (index - prompt.padding[:, None, None]).masked_fill(empty, -1)
         self.next_position = prompt.lengths.clone()
+        self.fill = (~empty[:, 0]).sum(dim=-1)
         self.compress_seconds += time.perf_counter() - start
 
     def get_seq_length(self) -> int:
@@ -205,7 +209,7 @@ class CompressedLayer(CacheLayerMixin):
         return -1
 
     def reset(self) -> None:
-        self.keys = self.values = self.positions = self.next_position = None
+        self.keys = self.values = self.positions = self.next_position = self.fill = None
         self.seen = 0
         self.is_initialized = False
 
@@ -213,7 +217,7 @@ class CompressedLayer(CacheLayerMixin):
         self.batch_select_indices(beam_idx)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        for name in ("keys", "values", "positions", "next_position"):
+        for name in ("keys", "values", "positions", "next_position", "fill"):
             tensor = getattr(self, name)
             if tensor is not None:
                 setattr(self, name, tensor[indices.to(tensor.device)])
@@ -252,6 +256,14 @@ class CompressedKVCache(Cache):
         batch = self.layers[0].keys.shape[0] if self.layers[0].positions is not None else 1
         return self.kv_bytes() // batch
 
+    def row_kv_bytes(self, row: int) -> int:
+        """KV bytes held by one row over all layers: every slot of a fixed-size layout; for an appending cache (rows
+        allocated for the longest request) only the slots it filled."""
+        layer = self.layers[0]
+        per_slot = sum(l.keys[row, :, :1].nbytes + l.values[row, :, :1].nbytes for l in self.layers)
+        slots = int(layer.fill[row]) if layer.appends else layer.positions.shape[-1]
+        return slots * per_slot
+
     def slot_positions(self, layer_idx: int) -> torch.Tensor:
         """``[B, Hkv, S]`` original token position held by every slot of every KV head (-1: empty slot)."""
         return self.layers[layer_idx].positions.clone()
@@ -271,13 +283,14 @@ class CompressedKVCache(Cache):
 
     # --- fixed rows (continuous batching): allocate once, load a freshly compressed row, clear a row ---------------
     def allocate_rows(self, num_rows: int, num_kv_heads: int, head_dim: int, dtype, device, *,
-                      always_mask: bool = False) -> None:
+                      always_mask: bool = False, slots: int | None = None) -> None:
         """Allocate the decode state of ``num_rows`` empty rows once: ``keys``/``values`` ``[R, Hkv, S, D]`` zeros,
-        ``positions`` ``[R, Hkv, S]`` -1, ``next_position`` ``[R]`` 0 (``S`` = the config's budget). Later calls to
-        :meth:`load_row`, :meth:`clear_row` and :meth:`park_row` only write into these tensors, and decode steps
-        (``update``) only write by index. ``always_mask``: every decode step gets the validity mask, even when
-        every slot is valid (one graph for ``torch.compile``)."""
-        slots = self.config.budget
+        ``positions`` ``[R, Hkv, S]`` -1, ``next_position`` ``[R]`` 0. ``S`` = ``slots``, by default the config's
+        budget (a cache that appends while decoding needs its kept prompt plus the tokens it will decode). Later
+        calls to :meth:`load_row`, :meth:`clear_row` and :meth:`park_row` only write into these tensors, and decode
+        steps (``update``) only write by index. ``always_mask``: every decode step gets the validity mask, even
+        when every slot is valid (one graph for ``torch.compile``)."""
+        slots = self.config.budget if slots is None else slots
         for layer in self.layers:
             layer.dtype, layer.device, layer.is_initialized = dtype, device, True
             layer.static, layer.always_mask, layer.seen = True, always_mask, 0
@@ -285,6 +298,12 @@ class CompressedKVCache(Cache):
             layer.values = torch.zeros_like(layer.keys)
             layer.positions = torch.full((num_rows, num_kv_heads, slots), -1, dtype=torch.long, device=device)
             layer.next_position = torch.zeros(num_rows, dtype=torch.long, device=device)
+            layer.fill = torch.zeros(num_rows, dtype=torch.long, device=device)
+
+    @property
+    def slots(self) -> int:
+        """Slots per row and KV head (after prefill or :meth:`allocate_rows`)."""
+        return self.layers[0].positions.shape[-1]
 
     def repeat_rows(self, count: int) -> None:
         """Replace the (one-row) cache by ``count`` independent copies of its row (one per continuation to score)."""
@@ -301,10 +320,17 @@ class CompressedKVCache(Cache):
         return self.layers[0].next_position
 
     def load_row(self, row: int, source: "CompressedKVCache", source_row: int = 0) -> None:
-        """Copy row ``source_row`` of a compressed ``source`` cache (same config, after prefill) into ``row``."""
+        """Copy row ``source_row`` of a compressed ``source`` cache (same method, after prefill) into ``row``. A
+        source with fewer slots (an appending cache's kept prompt) fills the first slots; the rest are emptied."""
         for layer, src in zip(self.layers, source.layers):
-            for name in ("keys", "values", "positions", "next_position"):
-                getattr(layer, name)[row].copy_(getattr(src, name)[source_row])
+            used = src.positions.shape[-1]
+            if used > layer.positions.shape[-1]:
+                raise ValueError(f"a row of {used} slots does not fit in {layer.positions.shape[-1]} slots")
+            for name, empty in (("keys", 0), ("values", 0), ("positions", -1)):
+                getattr(layer, name)[row, :, :used].copy_(getattr(src, name)[source_row])
+                getattr(layer, name)[row, :, used:] = empty
+            layer.next_position[row] = src.next_position[source_row]
+            layer.fill[row] = src.fill[source_row]
 
     def clear_row(self, row: int) -> None:
         """Empty ``row``: zero keys/values, every position -1, next position 0."""
@@ -313,6 +339,7 @@ class CompressedKVCache(Cache):
             layer.values[row].zero_()
             layer.positions[row].fill_(-1)
             layer.next_position[row] = 0
+            layer.fill[row] = 0
 
     def park_row(self, row: int) -> None:
         """Idle ``row``: zero keys and values, every slot visible (position 0). Its ignored output attends to zeros

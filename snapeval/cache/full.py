@@ -4,6 +4,10 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from snapeval.cache.base import CompressedKVCache
+from snapeval.cache.config import FullConfig
+from snapeval.cache.snapkv import SnapKVLayer
+
 
 class FullCache(DynamicCache):
     """Every token kept; the cache grows by one slot per token. ``FullCache(model)``.
@@ -46,3 +50,22 @@ class FullCache(DynamicCache):
     @property
     def compress_seconds(self) -> float:
         return 0.0
+
+
+class EveryTokenLayer(SnapKVLayer):
+    """Keeps every prompt token (in order) and appends decoded tokens: the full cache in the compressed-cache layout."""
+
+    def select(self, prompt):
+        length = prompt.keys.shape[2]
+        heads = prompt.keys.shape[1]
+        index = torch.arange(length, device=prompt.keys.device)[None].expand(prompt.key_valid.shape[0], -1)
+        order = torch.where(prompt.key_valid, index, length).sort(dim=-1).values  # real tokens first, ascending
+        return order.masked_fill(order == length, -1)[:, None, :].expand(-1, heads, -1)
+
+
+class StaticFullCache(CompressedKVCache):
+    """The full cache in static rows (the engine's layout): ``StaticFullCache(model, FullConfig())``. Every token
+    is kept, in order; decoded tokens go to the next free slot of rows allocated for the longest request."""
+
+    layer_class = EveryTokenLayer
+    config_class = FullConfig

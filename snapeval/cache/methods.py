@@ -33,9 +33,11 @@ class MethodInfo:
         name: what users write (``method=snapstream``).
         config: ``"module:Class"`` of its configuration (a :class:`~snapeval.cache.config.MethodConfig`).
         cache: ``"module:Class"`` of its cache, built as ``Cache(model, config)``.
-        fixed_size: the cache never grows while decoding (the engine holds it in static slots).
+        fixed_size: the cache never grows while decoding (its rows have ``budget`` slots).
         branches: its cache can be built from a shared prefill (:mod:`snapeval.branching`).
         summary: one line for ``--help`` and the docs.
+        static_cache: ``"module:Class"`` of the cache in the engine's static rows, when it differs from ``cache``
+            (a growing cache then gets rows of its kept prompt plus the tokens to decode); empty: ``cache``.
     """
 
     name: str
@@ -44,12 +46,17 @@ class MethodInfo:
     fixed_size: bool
     branches: bool
     summary: str
+    static_cache: str = ""
 
     def config_class(self) -> type[MethodConfig]:
         return load_object(self.config)
 
     def cache_class(self) -> type:
         return load_object(self.cache)
+
+    def static_cache_class(self) -> type:
+        """The cache class the engine allocates static rows of (a :class:`~snapeval.cache.base.CompressedKVCache`)."""
+        return load_object(self.static_cache or self.cache)
 
 
 class MethodTable:
@@ -97,7 +104,8 @@ class MethodTable:
 METHOD_TABLE = MethodTable()
 for _info in (
     MethodInfo("full", "snapeval.cache.config:FullConfig", "snapeval.cache.full:FullCache", fixed_size=False,
-               branches=True, summary="every token (Hugging Face DynamicCache)"),
+               branches=True, summary="every token (Hugging Face DynamicCache)",
+               static_cache="snapeval.cache.full:StaticFullCache"),
     MethodInfo("snapstream", "snapeval.cache.config:SnapStreamConfig", "snapeval.cache.snapstream:SnapStreamCache",
                fixed_size=True, branches=True, summary="[sink | ring | top-k], fixed size, written by index"),
     MethodInfo("streamingllm", "snapeval.cache.config:StreamingLLMConfig",

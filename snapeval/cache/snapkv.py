@@ -16,6 +16,7 @@ from snapeval.cache.snapstream import top_indices
 
 class SnapKVLayer(CompressedLayer):
     config: SnapKVConfig
+    appends = True
 
     def select(self, prompt):
         cfg = self.config
@@ -35,6 +36,15 @@ class SnapKVLayer(CompressedLayer):
         return top_indices(scores, key_valid, keep)
 
     def write(self, key, value, position):
+        if self.static:  # rows allocated once: the next free slot of each row (a parked row rewrites its last slot)
+            slot = self.fill.clamp(max=self.keys.shape[2] - 1)  # [B]
+            heads, dim = key.shape[1], key.shape[3]
+            self.keys.scatter_(2, slot[:, None, None, None].expand(-1, heads, 1, dim), key)
+            self.values.scatter_(2, slot[:, None, None, None].expand(-1, heads, 1, dim), value)
+            self.positions.scatter_(2, slot[:, None, None].expand(-1, heads, 1), position[:, None, None].expand(-1, heads, 1))
+            self.fill += 1
+            return
+        self.fill += 1
         self.keys = torch.cat([self.keys, key], dim=2)
         self.values = torch.cat([self.values, value], dim=2)
         heads = key.shape[1]

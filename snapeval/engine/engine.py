@@ -25,15 +25,23 @@ from typing import Callable, Sequence
 
 import torch
 
-from snapeval.cache import METHOD_TABLE, MethodConfig, make_cache, method_info, resolve_method
+from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
+from snapeval.cache.base import CompressedKVCache
 from snapeval.cache.attention import install
 from snapeval.engine.requests import Completion, EngineStats, Request, SamplingParams
 from snapeval.engine.sampling import choose
 from snapeval.errors import SnapevalError
 from snapeval.generation import _as_list
 
-#: Methods with a fixed-size cache, which the engine can hold in static slots (from the method table).
-ENGINE_METHODS = tuple(name for name in METHOD_TABLE.names() if METHOD_TABLE.get(name).fixed_size)
+def has_static_rows(config: MethodConfig) -> bool:
+    """Whether the engine can hold ``config``'s cache in static rows (its static cache class is a compressed-cache
+    layout): fixed-size caches get ``budget`` slots, appending ones their kept prompt plus the tokens to decode."""
+    return issubclass(method_info(config).static_cache_class(), CompressedKVCache)
+
+
+#: The built-in methods the engine runs (every one: appending caches get rows sized for their requests).
+ENGINE_METHODS = tuple(name for name in METHOD_TABLE.names()
+                       if issubclass(METHOD_TABLE.get(name).static_cache_class(), CompressedKVCache))
 #: ``prefill(request_index, prompt_ids) -> (logits [V] of the last prompt position, a compressed cache whose row 0
 #: holds the prompt)``: how a prompt becomes a decode row (default: :meth:`Engine.prefill`, a batch-1 prefill).
 PrefillFn = Callable[[int, list], "tuple[torch.Tensor, object]"]
@@ -64,10 +72,10 @@ class Engine:
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
             raise SnapevalError(f"config={config!r} is invalid for the engine; allowed: a method configuration or a budget >= 2")
-        if not method_info(config).fixed_size:
+        if not has_static_rows(config):
             raise SnapevalError(
                 f"method={config.method!r} is not supported by the engine; choose one of: {', '.join(ENGINE_METHODS)} "
-                "(fixed-size caches; use snapeval.generate for full and snapkv)"
+                "(methods with a static-row layout; use snapeval.generate for the others)"
             )
         if not isinstance(compile, bool) and compile not in COMPILE_MODES:
             raise SnapevalError(f"compile={compile!r} is invalid; allowed: True, False or one of {', '.join(COMPILE_MODES)}")
@@ -78,11 +86,12 @@ class Engine:
         self.dtype = next(model.parameters()).dtype
         cfg = model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.cache = make_cache(model, config)
-        self.prefill_cache = make_cache(model, config)  # reset and reused by every prefill
-        # compiled: one graph, the mask always given; eager: no mask when every slot is valid
-        self.cache.allocate_rows(num_slots, cfg.num_key_value_heads, head_dim, self.dtype, self.device,
-                                 always_mask=bool(compile))
+        self.cache_class = method_info(config).static_cache_class()
+        self.fixed_size = method_info(config).fixed_size
+        self.cache = self.cache_class(model, config)
+        self.prefill_cache = self.cache_class(model, config)  # reset and reused by every prefill
+        self._row_shape = (cfg.num_key_value_heads, head_dim)
+        self._always_mask = bool(compile)
         self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad)
@@ -91,13 +100,32 @@ class Engine:
         self.compiled = bool(compile)
         mode = compile if isinstance(compile, str) else None
         self._forward = torch.compile(self._decode_logits, dynamic=False, mode=mode) if compile else self._decode_logits
-        for slot in range(num_slots):
-            self._park(slot)
+        self._allocate(config.budget if self.fixed_size else 1)
         self.stats = EngineStats(num_slots=num_slots)
 
     @property
     def method(self) -> str:
         return self.config.method
+
+    def _allocate(self, slots: int) -> None:
+        """(Re)allocate every row with ``slots`` slots (compiled: one graph, the mask always given; eager: no mask
+        when every slot is valid)."""
+        self.cache.allocate_rows(self.num_slots, *self._row_shape, self.dtype, self.device,
+                                 always_mask=self._always_mask, slots=slots)
+        self.slots = slots
+        for slot in range(self.num_slots):
+            self._park(slot)
+
+    def _size_rows(self, requests: list[Request]) -> None:
+        """An appending cache needs, per row, its kept prompt plus every token it may decode: rows are sized for the
+        largest request of the call (reallocated only when they must grow)."""
+        if self.fixed_size:
+            return
+        budget = self.config.budget
+        kept = max(len(r.prompt) if budget is None else min(budget, len(r.prompt)) for r in requests)
+        needed = kept + max(r.params.max_new_tokens for r in requests)
+        if needed > self.slots:
+            self._allocate(needed)
 
     # --- public API ---------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -113,6 +141,7 @@ class Engine:
         """
         requests = self._requests(prompts, sampling)
         install(self.model)  # the `snapstream` attention (idempotent; another caller may have switched it)
+        self._size_rows(requests)
         return self._run(requests, prefill or self.prefill)
 
     def prefill(self, index: int, prompt: list[int]):
@@ -180,6 +209,7 @@ class Engine:
         token = choose(logits, request.params, request.generator)
         request.first_token_at = time.perf_counter() - start
         finished = request.check_stop(token, self.eos_ids, self.tokenizer)
+        request.kv_bytes = cache.row_kv_bytes(0)
         if not finished:
             self.cache.load_row(slot, cache)
             self.input_ids[slot, 0] = token
@@ -205,6 +235,7 @@ class Engine:
         for slot, request in list(active.items()):
             token = choose(logits[slot], request.params, request.generator) if request.params.do_sample else greedy[slot]
             if request.check_stop(token, self.eos_ids, self.tokenizer):
+                request.kv_bytes = self.cache.row_kv_bytes(slot)
                 done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
                 del active[slot]
                 self._park(slot)

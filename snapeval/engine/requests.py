@@ -78,6 +78,7 @@ class Completion:
     time_to_first_token: float = 0.0  # first token ready (queueing + prefill)
     finished_at: float = 0.0
     prefill_seconds: float = 0.0
+    kv_bytes: int = 0  # KV-cache bytes its row held when it finished (all layers)
 
     @property
     def generated_tokens(self) -> int:
@@ -132,6 +133,7 @@ class Request:
     admitted_at: float = 0.0
     first_token_at: float = 0.0
     prefill_seconds: float = 0.0
+    kv_bytes: int = 0
     finish_reason: str | None = None
     stop: str | None = None
     _text: str = ""
@@ -173,4 +175,5 @@ class Request:
             time_to_first_token=self.first_token_at,
             finished_at=finished_at,
             prefill_seconds=self.prefill_seconds,
+            kv_bytes=self.kv_bytes,
         )

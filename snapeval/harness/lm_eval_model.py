@@ -86,8 +86,11 @@ def _coerce(name: str, value):
 
 
 def use_engine(engine, config: MethodConfig) -> bool:
-    """Resolve the ``engine`` model_arg: ``auto`` (or None) is the engine exactly for the fixed-size caches."""
+    """Resolve the ``engine`` model_arg: ``auto`` (or None) is the engine exactly for the fixed-size caches (full and
+    SnapKV keep lm-eval's padded batches, the reference path); ``true`` puts any method with a static-row layout on
+    it."""
     from snapeval.engine import ENGINE_METHODS
+    from snapeval.engine.engine import has_static_rows
 
     method = config.method
     choice = {"auto": None, "none": None, "true": True, "1": True, "yes": True, "false": False, "0": False,
@@ -96,8 +99,9 @@ def use_engine(engine, config: MethodConfig) -> bool:
         raise SnapevalError(f"engine={engine!r} is not allowed; choose one of: auto, true, false")
     if choice is None:
         return method_info(config).fixed_size
-    if choice and not method_info(config).fixed_size:
-        raise SnapevalError(f"engine=true needs a fixed-size cache; method={method!r} allowed: {', '.join(ENGINE_METHODS)}")
+    if choice and not has_static_rows(config):
+        raise SnapevalError(f"engine=true needs a method with a static-row layout; method={method!r} allowed: "
+                            f"{', '.join(ENGINE_METHODS)}")
     return choice
 
 
@@ -248,8 +252,7 @@ class SnapStreamLM(HFLM):
                 request.arguments = (compressed.text, gen_kwargs)
         if self.shared is not None:
             prompts, params = self._engine_inputs(requests)
-            completions, kv_bytes = self.shared.generate(self.cache_config, prompts, params)
-            return self._finish_generations(requests, completions, kv_bytes)
+            return self._finish_generations(requests, self.shared.generate(self.cache_config, prompts, params))
         if self.use_engine:
             return self._generate_with_engine(requests)
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
@@ -284,18 +287,16 @@ class SnapStreamLM(HFLM):
         if self._engine is None:
             self._engine = Engine(self.model, self.tokenizer, self.cache_config, num_slots=self.engine_slots)
         prompts, params = self._engine_inputs(requests)
-        completions = self._engine.generate(prompts, params)
-        kv_bytes = self._engine.cache.kv_bytes_per_row()
-        return self._finish_generations(requests, completions, [kv_bytes] * len(completions))
+        return self._finish_generations(requests, self._engine.generate(prompts, params))
 
-    def _finish_generations(self, requests, completions, kv_bytes):
+    def _finish_generations(self, requests, completions):
         out = []
-        for request, done, kv in zip(requests, completions, kv_bytes):
+        for request, done in zip(requests, completions):
             out.append(done.text)
             self.cache_hook.add_partial("generate_until", request.args, done.text)
             decode_s = max(done.finished_at - done.time_to_first_token, 0.0)
             self._record(1, done.prompt_tokens, len(done.token_ids), done.prefill_seconds, 0.0, decode_s,
-                         max(len(done.token_ids) - 1, 0), kv)
+                         max(len(done.token_ids) - 1, 0), done.kv_bytes)
         return out
 
     def _kv_bytes_per_slot(self) -> int:
