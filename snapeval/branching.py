@@ -224,6 +224,12 @@ class SharedBranches:
         key = ("generate_until", tuple(map(tuple, prompts)), tuple(params))
         return self._answer(key, lambda: self.branches.generate(prompts, params))[self._index[config]]
 
+    def describe(self) -> dict:
+        """What the group computed so far: its configurations and the prefills they shared (provenance)."""
+        stats = self.branches.stats
+        return {"configurations": len(self.branches.configs), "prefills": stats.prefills,
+                "prefill_tokens": stats.prefill_tokens, "prefill_seconds": round(stats.prefill_seconds, 3)}
+
     def score(self, config: MethodConfig, contexts, continuations):
         key = ("loglikelihood", tuple(map(tuple, contexts)), tuple(map(tuple, continuations)))
         answers = self._answer(key, lambda: self.branches.score(contexts, continuations))

@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     except SnapevalError as exc:
         print(f"snapeval: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a read-only or full disk, a missing directory: every finished result is already on disk
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"snapeval: error: cannot read or write{where}: {exc.strerror or exc} (finished results are kept; "
+              "fix the disk and re-run the same command to resume)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("snapeval: interrupted", file=sys.stderr)
         return 130

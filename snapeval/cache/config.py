@@ -25,6 +25,9 @@ DEFAULT_POOLING = "avg"
 DEFAULT_RECENT_FRACTION = 0.5
 #: The smallest budget any compressed method accepts (a sink or window token plus one more).
 MIN_BUDGET = 2
+#: The largest: 2M tokens per layer and KV head, beyond every supported model's context (a sweep also checks a
+#: preset's own context length before anything runs).
+MAX_BUDGET = 1 << 21
 
 
 def _require_int(field: str, value, minimum: int, owner: str) -> None:
@@ -43,6 +46,8 @@ def _require_budget(budget, owner_class) -> None:
     if budget is None:
         raise ValueError(f"method={owner_class.method!r} needs a budget (an integer >= {MIN_BUDGET})")
     _require_int("budget", budget, MIN_BUDGET, owner_class.__name__)
+    if budget > MAX_BUDGET:
+        raise ValueError(f"{owner_class.__name__}.budget={budget} is invalid; allowed: {MIN_BUDGET}..{MAX_BUDGET}")
 
 
 def _default_sink(budget: int, sink: int | None, owner: str) -> int:

@@ -37,20 +37,33 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _positive(name: str, value, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if value is None or value < 1:
+        raise SnapevalError(f"--{name}={value} is invalid; allowed: an integer >= 1")
+
+
 def run(args) -> int:
-    from snapeval.cache import METHODS
+    from snapeval.cache import resolve_method
     from snapeval.errors import check_choice
 
-    check_choice("method", args.method, METHODS)
     check_choice("engine", args.engine, ("auto", "true", "false"))
-    if args.budget is not None and args.budget < 2:
-        raise SnapevalError(f"budget={args.budget} is invalid; allowed: an integer >= 2")
-    if args.method != "full" and args.budget is None and args.recent is None:
-        raise SnapevalError(f"method={args.method!r} needs --budget (an integer >= 2)")
+    split = {k: getattr(args, k) for k in ("sink", "recent", "topk", "observation", "kernel", "pooling")
+             if getattr(args, k) is not None}
+    resolve_method(args.method, args.budget, **split)  # every method, budget and split error, before anything loads
+    _positive("batch-size", args.batch_size)
+    _positive("max-gen-toks", args.max_gen_toks)
+    _positive("engine-slots", args.engine_slots, optional=True)
+    if args.limit is not None and not (args.limit > 0 and (args.limit < 1 or float(args.limit).is_integer())):
+        raise SnapevalError(f"--limit={args.limit} is invalid; allowed: a positive integer, or a fraction in (0, 1)")
     try:
         metadata = json.loads(args.metadata) if args.metadata else {}
     except json.JSONDecodeError as exc:
         raise SnapevalError(f"metadata is not valid JSON ({exc.msg}); allowed: a JSON object") from None
+    if not isinstance(metadata, dict):
+        raise SnapevalError(f"--metadata={args.metadata!r} is invalid; allowed: a JSON object such as "
+                            "'{\"max_seq_lengths\": [1024]}'")
     if args.data_dir:
         metadata["data_dir"] = args.data_dir
         os.environ["SNAPEVAL_DATA_DIR"] = args.data_dir

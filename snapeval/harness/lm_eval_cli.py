@@ -10,10 +10,18 @@ from __future__ import annotations
 
 
 def main() -> None:
+    import sys
+
     import snapeval.harness.lm_eval_model  # noqa: F401  (registers "snapstream")
     from lm_eval.__main__ import cli_evaluate
 
-    cli_evaluate()
+    from snapeval.errors import SnapevalError
+
+    try:
+        cli_evaluate()
+    except SnapevalError as exc:  # bad input: one line, exit 2, as the snapeval command does
+        print(f"snapeval-lm-eval: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

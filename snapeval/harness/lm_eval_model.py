@@ -85,6 +85,13 @@ def _coerce(name: str, value):
     return value
 
 
+def _hflm_arguments() -> set[str]:
+    """What Hugging Face's lm-eval model accepts besides the arguments above (lm-eval passes some of them itself)."""
+    import inspect
+
+    return {name for name in inspect.signature(HFLM.__init__).parameters if name not in ("self", "kwargs")}
+
+
 def use_engine(engine, config: MethodConfig) -> bool:
     """Resolve the ``engine`` model_arg: ``auto`` (or None) is the engine exactly for the fixed-size caches (full and
     SnapKV keep lm-eval's padded batches, the reference path); ``true`` puts any method with a static-row layout on
@@ -158,6 +165,14 @@ class SnapStreamLM(HFLM):
         engine_on = use_engine(engine, cache_config)  # checked before the model loads
         if dtype is not None and dtype != "auto":
             check_choice("dtype", dtype, DTYPES)
+        for name in ("batch_size", "max_gen_toks", "max_length"):
+            if args[name] is not None and args[name] < 1:
+                raise SnapevalError(f"{name}={args[name]} is invalid; allowed: an integer >= 1")
+        unknown = sorted(set(kwargs) - _hflm_arguments())
+        if unknown:
+            allowed = ", ".join(sorted({*SPLIT_FIELDS, *INT_ARGS, "pretrained", "method", "dtype", "device", "engine",
+                                        "pooling", "specprefill_draft", "specprefill_keep", *_hflm_arguments()}))
+            raise SnapevalError(f"model_args: unknown argument {unknown[0]!r}; allowed: {allowed}")
         self.cache_config = cache_config
         self.pretrained_name = str(pretrained)
         if str(device).startswith("cuda") and not torch.cuda.is_available():
@@ -174,7 +189,8 @@ class SnapStreamLM(HFLM):
         self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
         self.stats = RunStats()
         self.use_engine = engine_on
-        self.engine_slots = _coerce("engine_slots", engine_slots) or max(int(args["batch_size"] or 1), 8)
+        slots = _coerce("engine_slots", engine_slots)
+        self.engine_slots = max(int(args["batch_size"] or 1), 8) if slots is None else slots
         if self.engine_slots < 1:
             raise SnapevalError(f"engine_slots={self.engine_slots} is invalid; allowed: an integer >= 1")
         self._engine = None
@@ -210,12 +226,13 @@ class SnapStreamLM(HFLM):
             "max_gen_toks": self.max_gen_toks,
             "specprefill": self.specprefill.to_dict() if self.specprefill is not None else None,
             "engine": {"slots": self.engine_slots} if self.use_engine else None,
+            "shared_prefill": self.shared.describe() if self.shared is not None else None,
             "versions": {"snapeval": snapeval.__version__, "lm_eval": lm_eval.__version__,
                          "transformers": transformers.__version__, "torch": torch.__version__},
         }
 
     def cache_namespace(self) -> str:
-        identity = {k: v for k, v in self.describe().items() if k != "versions"}
+        identity = {k: v for k, v in self.describe().items() if k not in ("versions", "shared_prefill")}
         return "snapeval-" + hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
     def set_cache_hook(self, cache_hook) -> None:

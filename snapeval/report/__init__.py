@@ -15,6 +15,7 @@ class ReportPaths:
     markdown: Path
     csvs: list[Path] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
+    foreign_cells: list[str] = field(default_factory=list)  # cell files of another configuration, not reported
 
 
 def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
@@ -74,6 +75,12 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
             md += [f"Simulated deployment: `{row['sim_model']}` on `{row['sim_hardware']}`, "
                    f"{int(row['sim_prompt_len']):,} prompt / {int(row['sim_gen_len']):,} output tokens, "
                    f"batch = largest that fits (capped).", ""]
+    foreign = store.foreign_cells() if store.manifest_path.is_file() else []
+    if foreign:
+        md += ["## Cells not in this report", "",
+               f"{len(foreign)} finished cell file(s) in `{store.cells_dir}` belong to another configuration of this "
+               f"directory (not in its manifest) and are not reported: {', '.join(foreign[:10])}"
+               + (" ..." if len(foreign) > 10 else "") + ".", ""]
     notes = table.loc[table["sim_note"].fillna("") != "", ["model", "task", "sim_note"]].drop_duplicates()
     if not notes.empty:
         md += ["## Simulation notes", ""] + [f"- {r.model} / {r.task}: {r.sim_note}" for r in notes.itertuples()] + [""]
@@ -81,7 +88,7 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
         md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
     md_path = out / "report.md"
     atomic_write_text(md_path, "\n".join(md))
-    return ReportPaths(markdown=md_path, csvs=[comp_csv, acc_csv, pair_csv], plots=pngs)
+    return ReportPaths(markdown=md_path, csvs=[comp_csv, acc_csv, pair_csv], plots=pngs, foreign_cells=foreign)
 
 
 def _isna(value) -> bool:

@@ -17,7 +17,12 @@ def register(subparsers) -> None:
 def main(args: argparse.Namespace) -> int:
     from snapeval.report import build_report
 
+    import sys
+
     paths = build_report(args.results_dir, args.out)
+    if paths.foreign_cells:
+        print(f"snapeval report: {len(paths.foreign_cells)} cell file(s) in {args.results_dir} belong to another "
+              "configuration and are not in this report (listed in the report)", file=sys.stderr)
     print(f"report: {paths.markdown}")
     for path in paths.csvs + paths.plots:
         print(f"  {path}")

@@ -50,6 +50,38 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+class SweepLock:
+    """``with SweepLock(dir):`` one sweep at a time per results directory (``fcntl`` lock on ``<dir>/.sweep.lock``,
+    released by the kernel if the process dies, even by ``kill -9``). A second sweep fails at once with one line
+    naming the process that holds it."""
+
+    def __init__(self, root: Path):
+        self.path = Path(root) / ".sweep.lock"
+        self.fd = -1
+
+    def __enter__(self) -> "SweepLock":
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            os.close(self.fd)
+            self.fd = -1
+            raise SnapevalError(f"{self.path.parent}: another sweep (pid {holder}) is writing this results directory; "
+                                "wait for it to finish, or give this one another --out") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing releases the lock
+            self.fd = -1
+
+
 class ResultsStore:
     """Read and write one results directory."""
 
@@ -145,6 +177,15 @@ class ResultsStore:
         os.replace(tmp, parquet)
         atomic_write_text(csv, table.to_csv(index=False))
         return parquet, csv
+
+    def foreign_cells(self) -> list[str]:
+        """Finished cell files in ``cells/`` that the manifest does not list (another configuration wrote them)."""
+        listed = {v["cell_id"] for v in self.read_manifest()["cells"]}
+        return sorted(p.stem for p in self.cells_dir.glob("*.json") if p.stem not in listed)
+
+    def lock(self) -> "SweepLock":
+        """An exclusive lock on this directory for one sweep process (see :class:`SweepLock`)."""
+        return SweepLock(self.root)
 
     def load_table(self):
         """The tidy table: ``results.parquet`` if present, else rebuilt from the manifest and the cell files."""

@@ -274,11 +274,32 @@ def _parse_simulate(ctx: _Ctx, raw: Any) -> SimulateSpec:
     if not isinstance(enabled, bool):
         raise ctx.fail("simulate.enabled", f"expected true or false; got {enabled!r}")
     return SimulateSpec(
-        hardware=ctx.string(raw.get("hardware", SIM_HARDWARE_DEFAULT), "simulate.hardware"),
+        hardware=ctx.string(raw.get("hardware", SIM_HARDWARE_DEFAULT), "simulate.hardware",
+                            choices=tuple(_hardware_names())),
         batch=batch,
         batch_cap=ctx.integer(raw.get("batch_cap", 1024), "simulate.batch_cap", minimum=1),
         enabled=enabled,
     )
+
+
+def _hardware_names() -> list[str]:
+    from snapeval.simulator.hardware import list_hardware
+
+    return list_hardware()
+
+
+def _check_budgets_fit(ctx: _Ctx, models, methods) -> None:
+    """A budget beyond a preset model's context can never be used: say so before anything loads."""
+    from snapeval.models.presets import get_preset, list_presets
+
+    for i, spec in enumerate(methods):
+        for j, budget in enumerate(spec.budgets):
+            for model in models:
+                if model.pretrained in list_presets():
+                    context = get_preset(model.pretrained).max_context
+                    if budget > context:
+                        raise ctx.fail(f"methods[{i}].budgets[{j}]", f"{budget} exceeds the {context:,}-token context "
+                                       f"of {model.pretrained}; allowed: 2..{context}")
 
 
 def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
@@ -298,6 +319,7 @@ def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
                   for i, t in enumerate(ctx.listof(raw["tasks"], "tasks")))
     methods = tuple(_parse_method(ctx, m, f"methods[{i}]", budgets)
                     for i, m in enumerate(ctx.listof(raw["methods"], "methods")))
+    _check_budgets_fit(ctx, models, methods)
     seeds = tuple(ctx.integer(s, f"seeds[{i}]", minimum=0)
                   for i, s in enumerate(ctx.listof(raw.get("seeds", [0]), "seeds")))
     for axis, values in (("models", [m.pretrained for m in models]), ("tasks", [t.name for t in tasks]),
@@ -329,13 +351,49 @@ def resolve_config_path(name_or_path: str | os.PathLike) -> Path:
                         f"(e.g. quickstart)")
 
 
+MAX_CONFIG_BYTES = 1 << 20
+MAX_YAML_ALIASES = 100
+
+
+def _bounded_loader():
+    """A ``yaml.SafeLoader`` that refuses more than :data:`MAX_YAML_ALIASES` aliases (a 1 KB "billion laughs"
+    file expands exponentially through aliases of aliases; a sweep config needs a handful at most)."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                self.aliases_seen = getattr(self, "aliases_seen", 0) + 1
+                if self.aliases_seen > MAX_YAML_ALIASES:
+                    mark = self.peek_event().start_mark
+                    raise SnapevalError(f"line {mark.line + 1}: more than {MAX_YAML_ALIASES} YAML aliases; allowed: at "
+                                        f"most {MAX_YAML_ALIASES} (an alias bomb?)")
+            return super().compose_node(parent, index)
+
+    return BoundedLoader
+
+
 def load_config(name_or_path: str | os.PathLike) -> SweepConfig:
     """Read and validate a sweep YAML (a path, or a name in ``configs/``)."""
     import yaml
 
     path = resolve_config_path(name_or_path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        data = path.read_bytes()
+        if len(data) > MAX_CONFIG_BYTES:
+            raise SnapevalError(f"{path.name}: {len(data):,} bytes is not a sweep config; allowed: at most "
+                                f"{MAX_CONFIG_BYTES:,} bytes of YAML")
+        text = data.decode("utf-8")
+        if "\x00" in text:
+            raise UnicodeDecodeError("utf-8", data, text.index("\x00"), text.index("\x00") + 1, "NUL byte")
+        raw = yaml.load(text, Loader=_bounded_loader())
+    except OSError as exc:
+        raise SnapevalError(f"{path}: cannot read the config ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SnapevalError(f"{path.name}: not a text YAML file (byte {exc.start} is not UTF-8 text); allowed: a "
+                            "UTF-8 YAML sweep config") from None
+    except RecursionError:
+        raise SnapevalError(f"{path.name}: YAML nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -25,9 +25,9 @@ SAMPLING = {"temperature": 0.6, "top_p": 0.95}
 def load(data_dir: str | os.PathLike | None = None) -> LoadedData:
     """All validated rows (hub ``Maxwell-Jia/AIME_2024`` or ``<data_dir>/aime24/aime_2024.jsonl``)."""
     data = load_dataset_rows(SPEC, data_dir)
-    for i, row in enumerate(data.rows, start=1):
+    for where, row in zip(data.where, data.rows):
         if parse_integer(str(row["Answer"])) is None:
-            raise SnapevalError(f"{data.source}:{i}: field 'Answer'={row['Answer']!r} is not an integer")
+            raise SnapevalError(f"{where}: field 'Answer'={row['Answer']!r} is not an integer")
     return data
 
 

@@ -85,10 +85,14 @@ class LoadedData:
     rows_total: int
     rows_used: int = -1
     notes: dict[str, Any] = field(default_factory=dict)
+    #: ``file:line`` of every row (``hub:<id>:<n>`` for the hub), for errors found after loading
+    where: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.rows_used < 0:
             self.rows_used = len(self.rows)
+        if not self.where:
+            self.where = [f"{self.source}:{i}" for i in range(1, len(self.rows) + 1)]
 
     def record(self) -> dict[str, Any]:
         """The JSON-able description that results keep."""
@@ -128,22 +132,35 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 def read_jsonl(path: Path, schema: Schema) -> list[dict]:
     """Read and validate every line of a JSON Lines file (blank lines are skipped, but counted)."""
+    return read_jsonl_located(path, schema)[0]
+
+
+def read_jsonl_located(path: Path, schema: Schema) -> tuple[list[dict], list[str]]:
+    """:func:`read_jsonl` plus the ``file:line`` of every row (blank lines counted, so numbers are the file's)."""
     path = Path(path)
     if not path.is_file():
         raise SnapevalError(f"{path}: data file not found (set --data-dir or {DATA_DIR_ENV} to the folder holding it)")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    rows, where = [], []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SnapevalError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                                    f"{exc.start + 1}); data files must be UTF-8 JSON Lines") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise SnapevalError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except RecursionError:
+                raise SnapevalError(f"{path}:{lineno}: not valid JSON (nested too deeply)") from None
             rows.append(schema.validate(row, str(path), lineno))
+            where.append(f"{path}:{lineno}")
     if not rows:
         raise SnapevalError(f"{path}: no rows")
-    return rows
+    return rows, where
 
 
 def hub_offline() -> bool:
@@ -186,14 +203,16 @@ def load_dataset_rows(spec: DatasetSpec, data_dir: str | os.PathLike | None = No
         rows = [spec.schema.validate(dict(r), source, i) for i, r in enumerate(rows_iter, start=1)]
         data = LoadedData(spec.name, rows, source, _rows_digest(rows), len(rows))
     else:
-        rows, digests = [], []
+        rows, where, digests = [], [], []
         for rel in spec.local_files:
             path = directory / rel
-            part = read_jsonl(path, spec.schema)
+            part, located = read_jsonl_located(path, spec.schema)
             rows.extend(part)
+            where.extend(located)
             digests.append(sha256_file(path))
         source = ",".join(str(directory / rel) for rel in spec.local_files)
-        data = LoadedData(spec.name, rows, source, digests[0] if len(digests) == 1 else "+".join(digests), len(rows))
+        data = LoadedData(spec.name, rows, source, digests[0] if len(digests) == 1 else "+".join(digests), len(rows),
+                          where=where)
     register_loaded(data)
     return data
 

@@ -8,6 +8,8 @@ them base64+zlib+pickle compressed). Results say which tests were used.
 from __future__ import annotations
 
 import base64
+import binascii
+import io
 import json
 import os
 import pickle
@@ -21,7 +23,7 @@ from snapeval.errors import SnapevalError
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows, register_loaded
 from snapeval.tasks.metrics import pass_at_k
 from snapeval.tasks.reasoning import split_thinking
-from snapeval.tasks.sandbox import ProgramJob, ProgramResult, SandboxLimits, TestCase, run_programs
+from snapeval.tasks.sandbox import TEST_TYPES, ProgramJob, ProgramResult, SandboxLimits, TestCase, run_programs
 
 SCHEMA = Schema({
     "question_title": (str,), "question_content": (str,), "platform": (str,), "question_id": (str,),
@@ -102,22 +104,19 @@ def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "r
     first, last = parse_version(release_version)
     lo, hi = _date(start_date, "start_date"), _date(end_date, "end_date")
     data = load_dataset_rows(SPEC, data_dir)
-    rows = []
-    for i, row in enumerate(data.rows, start=1):
-        for fld in ("public_test_cases", "metadata"):
-            try:
-                json.loads(row[fld])
-            except json.JSONDecodeError:
-                raise SnapevalError(f"{data.source}:{i}: field {fld!r} is not valid JSON") from None
-        day = _date(row["contest_date"], f"{data.source}:{i}: contest_date")
+    rows, where = [], []
+    for at, row in zip(data.where, data.rows):
+        day = _date(row["contest_date"], f"{at}: contest_date")
         if not (first <= shard_index(row) + 1 <= last):
             continue
         if (lo and day < lo) or (hi and day > hi):
             continue
+        tests_of(row, where=at)  # every test case is checked now, not at grading after all generation
         rows.append(row)
+        where.append(at)
     if not rows:
         raise SnapevalError(f"no LiveCodeBench problems in {release_version} between {lo} and {hi}")
-    data.rows = rows
+    data.rows, data.where = rows, where
     data.rows_used = len(rows)
     data.notes.update({"release_version": release_version, "start_date": str(lo) if lo else None,
                        "end_date": str(hi) if hi else None,
@@ -146,14 +145,31 @@ def extract_code(response: str, *, assume_thinking: bool = False) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def decode_private(text: str) -> list[dict]:
-    """Private tests as the hub stores them (base64 of zlib of pickle of the JSON text), or plain JSON."""
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Admits nothing but plain data (strings, numbers, lists, dicts, tuples, booleans, None: pickle opcodes); any
+    global, which is how a pickle runs code, is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refused to load {module}.{name}: private tests must be plain data")
+
+
+def decode_private(text: str, where: str = "private_test_cases") -> list[dict]:
+    """Private tests as the hub stores them (base64 of zlib of a pickled JSON string), or plain JSON. The pickle is
+    read by an unpickler that admits plain data only; anything else is a one-line error naming ``where``."""
     if not text:
         return []
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
-        return json.loads(pickle.loads(zlib.decompress(base64.b64decode(text.encode("utf-8")))))
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    try:
+        raw = zlib.decompress(base64.b64decode(text.encode("utf-8"), validate=True))
+        payload = _PlainDataUnpickler(io.BytesIO(raw)).load()
+        return json.loads(payload) if isinstance(payload, (str, bytes)) else payload
+    except (pickle.UnpicklingError, zlib.error, ValueError, EOFError, TypeError, RecursionError, MemoryError,
+            binascii.Error) as exc:
+        raise SnapevalError(f"{where}: field 'private_test_cases' is neither JSON nor the official base64/zlib/"
+                            f"pickled-JSON encoding ({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
 @dataclass(frozen=True)
@@ -163,13 +179,37 @@ class Tests:
     private_used: bool
 
 
-def tests_of(doc: dict) -> Tests:
-    """All tests of a problem (public, then private when present) and the function name of functional ones."""
-    public = json.loads(doc["public_test_cases"])
-    private = decode_private(doc["private_test_cases"])
-    cases = tuple(TestCase(t["input"], t["output"], t["testtype"]) for t in public + private)
-    func = json.loads(doc["metadata"] or "{}").get("func_name")
-    return Tests(cases, func, bool(private))
+def _cases(raw, where: str, field_name: str) -> list[TestCase]:
+    if not isinstance(raw, list):
+        raise SnapevalError(f"{where}: field {field_name!r} must be a list of test cases, got {type(raw).__name__}")
+    cases = []
+    for k, t in enumerate(raw):
+        if not isinstance(t, dict) or not all(isinstance(t.get(key), str) for key in ("input", "output", "testtype")):
+            raise SnapevalError(f"{where}: {field_name}[{k}] must have string fields input, output and testtype")
+        if t["testtype"] not in TEST_TYPES:
+            raise SnapevalError(f"{where}: {field_name}[{k}].testtype={t['testtype']!r} is not allowed; choose one "
+                                f"of: {', '.join(TEST_TYPES)}")
+        cases.append(TestCase(t["input"], t["output"], t["testtype"]))
+    return cases
+
+
+def tests_of(doc: dict, where: str = "problem") -> Tests:
+    """All tests of a problem (public, then private when present) and the function name of functional ones;
+    malformed test cases are a one-line error naming ``where`` and the field."""
+    try:
+        public = json.loads(doc["public_test_cases"])
+        metadata = json.loads(doc["metadata"] or "{}")
+    except (json.JSONDecodeError, TypeError, RecursionError):
+        raise SnapevalError(f"{where}: fields 'public_test_cases' and 'metadata' must be JSON text") from None
+    cases = _cases(public, where, "public_test_cases") + _cases(
+        decode_private(doc["private_test_cases"], where), where, "private_test_cases")
+    if len({c.testtype for c in cases}) > 1:
+        raise SnapevalError(f"{where}: test cases mix stdin and functional types")
+    func = metadata.get("func_name") if isinstance(metadata, dict) else None
+    if cases and cases[0].testtype == "functional" and not isinstance(func, str):
+        raise SnapevalError(f"{where}: functional tests need metadata.func_name (a string)")
+    private = len(cases) > len(public)
+    return Tests(tuple(cases), func, private)
 
 
 def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits: SandboxLimits | None = None,

@@ -187,8 +187,15 @@ def _synthetic(task: str, md: dict) -> dict[str, Any]:
             "--model_args pretrained=<model> or --metadata '{\"tokenizer\": \"<name or path>\"}'")
     lengths = md.get("max_seq_lengths", DEFAULT_SYNTHETIC_LENGTHS)
     if isinstance(lengths, (int, str)):
-        lengths = [int(x) for x in str(lengths).replace(";", ",").split(",") if x.strip()]
-    samples = synthetic.generate(task, get_tokenizer(name), [int(x) for x in lengths],
+        lengths = str(lengths).replace(";", ",").split(",")
+    try:
+        lengths = [int(x) for x in lengths if str(x).strip()]
+        if not lengths or min(lengths) < 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise SnapevalError(f"metadata.max_seq_lengths={md.get('max_seq_lengths')!r} is invalid; allowed: positive "
+                            "integers (a list, or comma-separated)") from None
+    samples = synthetic.generate(task, get_tokenizer(name), lengths,
                                  _int(md, "num_samples", DEFAULT_SYNTHETIC_SAMPLES), seed=_int(md, "seed", 0))
     reasoning = _flag(md, "reasoning")
     return _as_dataset([{**s.to_doc(), "reasoning": reasoning, "tokenizer_name": name} for s in samples])

@@ -1,24 +1,31 @@
-"""Run untrusted programs (LiveCodeBench solutions) against their tests, contained.
+"""Run untrusted programs (LiveCodeBench solutions) against their tests, contained by the kernel.
 
 One child process per program runs all of its tests in order and stops at the first failure (the official
-LiveCodeBench rule). Layers, strongest first; :func:`isolation` reports which ones this machine gives:
+LiveCodeBench rule). The layers, each of which holds without the others:
 
-- **Namespaces** (``unshare``): a new network namespace (no interface but a down loopback: no network at all) and
-  a new PID namespace with its own ``/proc`` (the program cannot see or signal any process outside; when the
-  sandbox's init dies, the kernel kills everything inside). As root directly, otherwise through a user namespace
-  (``--map-root-user``). Without ``unshare`` the other layers still apply.
-- **Privilege drop**: when the harness runs as root (CI), the child switches to ``nobody`` (uid 65534) before the
-  program runs, so the file system's own permissions protect everything outside the working directory.
-- **Resource limits** (``setrlimit``): address space (memory), total CPU time, file size (output cap), open files,
-  processes, no core dumps. Per test, the harness enforces a wall-clock limit and checks the test's CPU time.
-- **Audit hook** (PEP 578) installed before the program runs: no sockets, no ``ctypes``, no fork/exec/subprocess,
-  no signals to other processes, no ``chdir``, no writes/removals outside the working directory, no reads of other
-  processes' ``/proc`` entries. It stops Python-level escapes; native code could bypass it, which is why the
-  layers above exist. Like the official LiveCodeBench guard, this is a harness for model-written code, not a
-  defence against a determined attacker with a kernel exploit.
-- **Fresh temporary working directory** per program, removed afterwards; minimal environment (no inherited
-  variables, so no secrets); stdout of every test written to a file whose size is capped by ``RLIMIT_FSIZE`` and
-  checked again by the harness; the whole process group (``start_new_session``) killed on timeout.
+- **Namespaces** (``unshare --mount --pid --net --ipc --uts --fork --kill-child``; through a user namespace when the
+  harness is not root): the child is PID 1 of its own PID namespace (when it dies the kernel kills every process of
+  the run, whatever ``setsid`` or double forks it tried), has no network (a down loopback; abstract Unix sockets are
+  per network namespace) and its own mount table.
+- **A new root** (``pivot_root`` into a size-limited tmpfs, the old root detached; see ``_sandbox_driver.py``): the
+  program sees the interpreter's tree and the system libraries read-only, ``/dev/{null,zero,urandom,random}``, a
+  ``/proc`` of its own PID namespace, and private tmpfs ``/work`` (its working directory) and ``/tmp``, both capped
+  (``disk_mb``). The benchmark's data, the checkout, the virtual environment, host Unix sockets and every other
+  run's files do not exist for it.
+- **Privilege drop**: as root (CI) the child becomes ``nobody`` after building its root, with ``no_new_privs`` and
+  the parent-death signal re-armed.
+- **Resource limits** (``setrlimit``): address space, total CPU, file size, open files, processes, no core dumps.
+  Per test the harness enforces the wall-clock limit and measures CPU time itself (``/proc/<pid>/stat`` of the
+  run's PID 1, children included), never trusting the child's report.
+- **Audit hook** (PEP 578): a convenience that refuses sockets, fork/exec and writes outside ``/work`` with clear
+  errors; a program can switch it off, and nothing above depends on it.
+
+The harness keeps each run's inputs in a root-only directory the child reads before it pivots, reads outputs
+through ``/proc/<pid>/root/work`` without following links, without blocking, only regular files and at most the
+cap; anything odd is that program's ``runtime_error``, never the run's. After a run it checks that no process of
+the run's PID namespace is left. Where the mount namespace cannot be built, executing generated code is refused
+with one line naming what is missing, unless the user accepts weaker isolation (``SNAPEVAL_ALLOW_UNSAFE_CODE=1``,
+lm-eval's ``--confirm_run_unsafe_code`` convention).
 
 Programs of different problems run in parallel (:func:`run_programs`, one thread per worker, each waiting on its
 own child).
@@ -60,9 +67,10 @@ class SandboxLimits:
     output_bytes: int = 32 << 20
     max_open_files: int = 64
     max_processes: int = 64
+    disk_mb: int = 64  # each of the run's private /work and /tmp (RAM-backed tmpfs)
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "memory_mb", "output_bytes", "max_open_files", "max_processes"):
+        for name in ("timeout_s", "memory_mb", "output_bytes", "max_open_files", "max_processes", "disk_mb"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise SnapevalError(f"{name}={value!r} is not allowed; it must be a positive number")
@@ -114,23 +122,122 @@ class ProgramJob:
 
 # ----------------------------------------------------------------------------------------------- isolation probe
 
+UNSAFE_ENV = "SNAPEVAL_ALLOW_UNSAFE_CODE"
+
+
 @dataclass(frozen=True)
 class Isolation:
-    """What this machine gives: the ``unshare`` prefix, whether the child drops to ``nobody``, the interpreter."""
+    """What this machine gives: the ``unshare`` prefix, whether the child builds its own root, whether it drops to
+    ``nobody``, the interpreter, and (when the new root cannot be built) why."""
 
     prefix: tuple[str, ...]
+    isolate_fs: bool
     drop_uid: int | None
     python: str
+    missing: str = ""
 
     def describe(self) -> dict[str, Any]:
         return {
-            "namespaces": "net+pid" if self.prefix else "none",
+            "namespaces": "mount+pid+net+ipc+uts" if self.isolate_fs else ("net+pid" if self.prefix else "none"),
+            "new_root": self.isolate_fs,
             "user_namespace": "--map-root-user" in self.prefix,
             "runs_as": "nobody" if self.drop_uid is not None else "the harness user",
             "python": self.python,
             "audit_hook": True,
             "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"],
+            "missing": self.missing,
         }
+
+
+def _ro_paths(python: str) -> list[str]:
+    """What the child's new root shows, read-only: the interpreter's installation tree and the system libraries."""
+    prefix = os.path.dirname(os.path.dirname(python))  # <prefix>/bin/python3.x
+    paths = [prefix, "/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32", "/etc/ld.so.cache"]
+    return [p for p in dict.fromkeys(paths) if os.path.lexists(p)]
+
+
+def _start(prefix: Sequence[str], python: str, run_dir: str, spec: dict, *, extra: Sequence[str] = ()):
+    """Write the spec and start the child; returns ``(process, control pipe read end, acknowledgement pipe write
+    end)``. The child reports ``S i`` / ``D i`` on the control pipe and, after each ``D``, waits for one byte on the
+    acknowledgement pipe: its outputs stay as they were until the harness has graded them."""
+    read_fd, write_fd = os.pipe()
+    ack_read, ack_write = os.pipe()
+    spec = {**spec, "ctl_fd": write_fd, "ack_fd": ack_read}
+    Path(run_dir, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    cwd = "/" if spec["isolate_fs"] else run_dir
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/work" if spec["isolate_fs"]
+           else run_dir, "TMPDIR": "/tmp" if spec["isolate_fs"] else run_dir}
+    cmd = [*prefix, python, "-I", "-S", "-B", str(DRIVER), str(Path(run_dir, "spec.json")), *extra]
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, pass_fds=(write_fd, ack_read), start_new_session=True,
+                                close_fds=True)
+    finally:
+        os.close(write_fd)
+        os.close(ack_read)
+    return proc, read_fd, ack_write
+
+
+def _probe_new_root(prefix: tuple[str, ...], python: str, drop_uid: int | None) -> str:
+    """Build a run's root once with the probe flag; '' when it worked, else what failed."""
+    run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-probe-")
+    try:
+        os.mkdir(Path(run_dir, "root"))
+        Path(run_dir, "solution.py").write_text("", encoding="utf-8")
+        spec = {"mode": "stdin", "n_tests": 0, "isolate_fs": True, "root_dir": str(Path(run_dir, "root")),
+                "ro_paths": _ro_paths(python), "disk_bytes": 1 << 20, "drop_uid": drop_uid,
+                "memory_bytes": 1 << 30, "cpu_total_s": 10, "max_file_bytes": 1 << 20, "max_open_files": 64,
+                "max_processes": 64}
+        proc, fd, ack = _start(prefix, python, run_dir, spec, extra=("--probe",))
+        try:
+            proc.wait(timeout=20)
+            ready, _, _ = select.select([fd], [], [], 0)
+            ok = bool(ready) and os.read(fd, 64).startswith(b"P ok")
+        finally:
+            os.close(fd)
+            os.close(ack)
+            _kill(proc)
+        return "" if ok else "a private mount namespace with a new root (mount, pivot_root)"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"a private mount namespace with a new root ({exc})"
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@lru_cache(maxsize=1)
+def isolation() -> Isolation:
+    """Probe once per process which layers work here (no root assumed; CI is root)."""
+    python = os.path.realpath(sys.executable)  # the real interpreter: no virtual environment inside the sandbox
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return Isolation((), False, None, python, "the unshare command (util-linux)")
+    root = os.geteuid() == 0
+    base = (unshare, "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child")
+    prefix = base if root else base[:1] + ("--map-root-user",) + base[1:]
+    drop_uid = NOBODY_UID if root else None
+    missing = _probe_new_root(prefix, python, drop_uid)
+    if not missing:
+        return Isolation(prefix, True, drop_uid, python)
+    weak = (unshare, "--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+    weak = weak if root else weak[:1] + ("--map-root-user",) + weak[1:]
+    if not _probe(weak + ("true",)):
+        weak = ()
+    return Isolation(weak, False, drop_uid if root else None, python, missing)
+
+
+def require_isolation(allow_unsafe: bool | None = None) -> Isolation:
+    """The isolation of this machine, or a one-line :class:`SnapevalError` when generated code cannot be contained
+    and the user has not accepted weaker isolation (``SNAPEVAL_ALLOW_UNSAFE_CODE=1`` or ``allow_unsafe``)."""
+    iso = isolation()
+    if iso.isolate_fs:
+        return iso
+    if allow_unsafe is None:
+        allow_unsafe = os.environ.get(UNSAFE_ENV, "") in ("1", "true", "yes")
+    if not allow_unsafe:
+        raise SnapevalError(
+            f"refusing to execute generated code: this machine lacks {iso.missing}; run as root or where user "
+            f"namespaces are allowed, or accept weaker isolation with {UNSAFE_ENV}=1 (lm-eval: --confirm_run_unsafe_code)")
+    return iso
 
 
 def _probe(cmd: Sequence[str], **kw: Any) -> bool:
@@ -139,29 +246,6 @@ def _probe(cmd: Sequence[str], **kw: Any) -> bool:
                               stderr=subprocess.DEVNULL, timeout=20, **kw).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
-
-
-@lru_cache(maxsize=1)
-def isolation() -> Isolation:
-    """Probe once per process which layers work here (no root assumed; CI may be root)."""
-    unshare = shutil.which("unshare")
-    prefix: tuple[str, ...] = ()
-    if unshare:
-        base = (unshare, "--net", "--pid", "--fork", "--kill-child", "--mount-proc")
-        for candidate in (base, base[:1] + ("--map-root-user",) + base[1:]):
-            if _probe(candidate + ("true",)):
-                prefix = candidate
-                break
-    drop_uid = None
-    python = sys.executable
-    if os.geteuid() == 0 and "--map-root-user" not in prefix:
-        # the child will run as nobody: it needs an interpreter (and stdlib) that nobody can read
-        for candidate in dict.fromkeys([sys.executable, shutil.which("python3") or "", "/usr/bin/python3"]):
-            if candidate and _probe([candidate, "-I", "-S", "-c", "import fractions, json, collections"],
-                                    user=NOBODY_UID, group=NOBODY_UID, extra_groups=[], cwd="/"):
-                drop_uid, python = NOBODY_UID, candidate
-                break
-    return Isolation(prefix, drop_uid, python)
 
 
 # ------------------------------------------------------------------------------------------------------ grading
@@ -192,10 +276,11 @@ def stdout_matches(got: str, expected: str) -> bool:
 
 
 def functional_matches(result_json: str, expected: str) -> bool:
-    """Official call-based grading: the returned value (tuples as lists) equals the expected JSON value."""
+    """Official call-based grading: the returned value (tuples as lists) equals the expected JSON value (a value
+    too deeply nested to parse is simply wrong)."""
     try:
         return json.loads(result_json) == json.loads(expected)
-    except (json.JSONDecodeError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return False
 
 
@@ -223,9 +308,100 @@ def _death_status(returncode: int | None) -> tuple[str, str]:
     return "runtime_error", f"the program ended the sandbox (exit status {returncode})"
 
 
+def _child_pid(proc: subprocess.Popen) -> int | None:
+    """The run's PID 1 (``unshare --fork``'s child), from the host's view."""
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        return int(children[0]) if children else None
+    except (OSError, ValueError):
+        return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """CPU time of ``pid`` and its reaped children (utime + stime + cutime + cstime), read by the harness."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in fields[11:15]) / _TICK
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _pid_namespace(pid: int | None) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") if pid else None
+    except OSError:
+        return None
+
+
+def _namespace_members(namespace: str) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                    members.append(int(entry))
+            except OSError:
+                continue
+    return members
+
+
+def _reap_namespace(namespace: str | None, grace_s: float = 2.0) -> int:
+    """Check that the run's PID namespace is empty once its PID 1 is dead (the kernel kills the rest); whatever is
+    still there after ``grace_s`` is killed here and counted (0 after every run so far: the check is the point)."""
+    if namespace is None:
+        return 0
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _namespace_members(namespace):
+            return 0
+        time.sleep(0.01)
+    left = _namespace_members(namespace)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(left)
+
+
+class _Run:
+    """One program's child: where its outputs are, what CPU it used."""
+
+    def __init__(self, proc: subprocess.Popen, run_dir: str, isolate_fs: bool, ack_fd: int):
+        self.proc, self.run_dir, self.isolate_fs, self.ack_fd = proc, run_dir, isolate_fs, ack_fd
+        self.pid: int | None = None
+        self.namespace: str | None = None
+
+    def attach(self) -> None:
+        if self.pid is None:
+            self.pid = _child_pid(self.proc)
+            self.namespace = _pid_namespace(self.pid)
+
+    def output_path(self, index: int) -> str:
+        if self.isolate_fs:
+            return f"/proc/{self.pid}/root/work/out_{index}"
+        return str(Path(self.run_dir, f"out_{index}"))
+
+    def cpu(self) -> float:
+        return _cpu_seconds(self.pid)
+
+    def next_test(self) -> None:
+        """Let the child go on to its next test (it waits after each report)."""
+        try:
+            os.write(self.ack_fd, b"\n")
+        except OSError:  # the child is gone: the control pipe says so next
+            pass
+
+
 def run_program(code: str, tests: Sequence[TestCase], *, func_name: str | None = None,
                 limits: SandboxLimits | None = None) -> ProgramResult:
-    """Run ``code`` against ``tests`` in a fresh sandbox; never raises for anything the program does."""
+    """Run ``code`` against ``tests`` in a fresh sandbox; never raises for anything the program does (a machine
+    that cannot contain it raises :class:`SnapevalError` before anything runs, see :func:`require_isolation`)."""
     limits = limits or SandboxLimits()
     if not tests:
         return ProgramResult("sandbox_error", detail="no tests")
@@ -234,76 +410,100 @@ def run_program(code: str, tests: Sequence[TestCase], *, func_name: str | None =
         return ProgramResult("sandbox_error", detail="tests mix stdin and functional types")
     if mode == "functional" and not func_name:
         return ProgramResult("sandbox_error", detail="functional tests need func_name")
-    iso = isolation()
+    iso = require_isolation()
     start = time.perf_counter()
-    workdir = tempfile.mkdtemp(prefix="snapeval-sandbox-")
-    read_fd, write_fd = os.pipe()
-    proc = None
+    run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-")  # 0700, the harness's: the program never sees it
+    proc, read_fd, ack_fd, run = None, -1, -1, None
+    result = ProgramResult("sandbox_error", detail="the sandbox did not start")
     try:
         spec = {
-            "mode": mode, "func_name": func_name, "n_tests": len(tests), "ctl_fd": write_fd,
-            "memory_bytes": int(limits.memory_mb) << 20,
+            "mode": mode, "func_name": func_name, "n_tests": len(tests), "isolate_fs": iso.isolate_fs,
+            "root_dir": str(Path(run_dir, "root")), "ro_paths": _ro_paths(iso.python),
+            "disk_bytes": int(limits.disk_mb) << 20, "memory_bytes": int(limits.memory_mb) << 20,
             "cpu_total_s": int(len(tests) * limits.timeout_s + _STARTUP_S) + 1,
             "max_file_bytes": int(limits.output_bytes), "max_open_files": int(limits.max_open_files),
             "max_processes": int(limits.max_processes), "drop_uid": iso.drop_uid,
         }
-        files = {"spec.json": json.dumps(spec), "solution.py": code}
-        files.update({f"in_{i}": t.input for i, t in enumerate(tests)})
-        for name, text in files.items():
-            Path(workdir, name).write_text(text, encoding="utf-8")
-        if iso.drop_uid is not None:
-            os.chown(workdir, iso.drop_uid, iso.drop_uid)
-            os.chmod(workdir, stat.S_IRWXU)
-            for name in files:
-                os.chown(Path(workdir, name), iso.drop_uid, iso.drop_uid)
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
-        cmd = [*iso.prefix, iso.python, "-I", "-S", "-B", str(DRIVER), "spec.json"]
-        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, pass_fds=(write_fd,), start_new_session=True,
-                                close_fds=True)
-        os.close(write_fd)
-        write_fd = -1
-        result = _supervise(proc, read_fd, tests, limits, workdir)
+        os.mkdir(Path(run_dir, "root"))
+        Path(run_dir, "solution.py").write_text(code, encoding="utf-8")
+        for i, t in enumerate(tests):
+            Path(run_dir, f"in_{i}").write_text(t.input, encoding="utf-8")
+        if not iso.isolate_fs and iso.drop_uid is not None:  # weaker isolation, accepted by the user
+            os.chown(run_dir, iso.drop_uid, iso.drop_uid)
+            for name in os.listdir(run_dir):
+                os.chown(Path(run_dir, name), iso.drop_uid, iso.drop_uid, follow_symlinks=False)
+        proc, read_fd, ack_fd = _start(iso.prefix, iso.python, run_dir, spec)
+        run = _Run(proc, run_dir, iso.isolate_fs, ack_fd)
+        result = _supervise(run, read_fd, tests, limits)
     except OSError as exc:
         result = ProgramResult("sandbox_error", detail=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a program must never take down the run: it is this program's error
+        result = ProgramResult("runtime_error", detail=f"{type(exc).__name__}: {str(exc)[:200]}")
     finally:
+        if ack_fd >= 0:  # a driver waiting for the next test exits on its own (and unshare with it)
+            os.close(ack_fd)
+            ack_fd = -1
         if proc is not None:
+            try:
+                proc.wait(timeout=0.0 if result.status == "time_limit" else 0.5)
+            except subprocess.TimeoutExpired:  # still running the program (a time limit): kill its PID 1 first,
+                if run is not None and run.pid is not None:  # so that unshare reaps it, then unshare itself
+                    try:
+                        os.kill(run.pid, signal.SIGKILL)
+                        proc.wait(timeout=2)
+                    except (OSError, subprocess.TimeoutExpired):
+                        pass
             _kill(proc)
-        for fd in (read_fd, write_fd):
+        if run is not None:
+            left = _reap_namespace(run.namespace)
+            if left:
+                result.detail = (result.detail + f"; {left} leftover process(es) killed").lstrip("; ")
+        for fd in (read_fd, ack_fd):
             if fd >= 0:
                 os.close(fd)
-        shutil.rmtree(workdir, ignore_errors=True)
+        _remove_run_dir(run_dir)
     result.wall_s = time.perf_counter() - start
     return result
 
 
-def _supervise(proc: subprocess.Popen, fd: int, tests: Sequence[TestCase], limits: SandboxLimits,
-               workdir: str) -> ProgramResult:
+def _remove_run_dir(run_dir: str) -> None:
+    """Remove a run directory without following any link inside it (``rmtree`` uses ``dir_fd`` and no-follow)."""
+    root = Path(run_dir, "root")
+    try:
+        os.rmdir(root)  # an unused mount point; still mounted only if the child's namespace leaked (it cannot)
+    except OSError:
+        pass
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _supervise(run: _Run, fd: int, tests: Sequence[TestCase], limits: SandboxLimits) -> ProgramResult:
     outcomes: list[TestOutcome] = []
     buf = b""
-    current, started = -1, time.perf_counter()
+    current, started, cpu_start = -1, time.perf_counter(), 0.0
     deadline = started + _STARTUP_S
-    ctl_cap = limits.output_bytes + (1 << 20)
+    ctl_cap = 1 << 20
     while True:
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             parts = line.decode("utf-8", "replace").split(" ", 2)
             if parts[0] == "S" and len(parts) == 2 and parts[1] == str(current + 1):
-                current, started = current + 1, time.perf_counter()
+                run.attach()
+                current, started, cpu_start = current + 1, time.perf_counter(), run.cpu()
                 deadline = started + limits.timeout_s
             elif parts[0] == "D" and len(parts) == 3 and parts[1] == str(current):
-                outcome = _grade(current, parts[2], tests[current], limits, workdir, time.perf_counter() - started)
+                cpu = run.cpu() - cpu_start
+                outcome = _grade(current, parts[2], tests[current], limits, run, time.perf_counter() - started, cpu)
                 outcomes.append(outcome)
                 if outcome.status != "passed":
                     return ProgramResult(outcome.status, outcomes, outcome.detail)
                 if current == len(tests) - 1:
                     return ProgramResult("passed", outcomes)
+                run.next_test()
                 deadline = time.perf_counter() + _STARTUP_S  # until the next "S"
             else:
                 return ProgramResult("runtime_error", outcomes, "the program wrote to the sandbox control channel")
         remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            _kill(proc)
+        if remaining <= 0:  # run_program kills the run
             idx = max(current, 0)
             outcomes.append(TestOutcome(idx, "time_limit", f"wall-clock limit {limits.timeout_s} s", limits.timeout_s))
             return ProgramResult("time_limit", outcomes, f"test {idx}: wall-clock limit {limits.timeout_s} s")
@@ -312,8 +512,8 @@ def _supervise(proc: subprocess.Popen, fd: int, tests: Sequence[TestCase], limit
             continue
         chunk = os.read(fd, 1 << 16)
         if not chunk:  # the child is gone before finishing
-            proc.wait()
-            status, detail = _death_status(proc.returncode)
+            run.proc.wait()
+            status, detail = _death_status(run.proc.returncode)
             idx = max(current, 0)
             outcomes.append(TestOutcome(idx, status, detail, time.perf_counter() - started))
             return ProgramResult(status, outcomes, f"test {idx}: {detail}")
@@ -322,29 +522,50 @@ def _supervise(proc: subprocess.Popen, fd: int, tests: Sequence[TestCase], limit
             return ProgramResult("output_limit", outcomes, "control channel flooded")
 
 
-def _grade(index: int, payload: str, test: TestCase, limits: SandboxLimits, workdir: str,
-           wall: float) -> TestOutcome:
+def read_capped(path: str, cap: int) -> bytes:
+    """At most ``cap`` + 1 bytes of a regular file, opened without following a link and without blocking (a FIFO,
+    a device or a link planted by the program is an ``OSError``, never a hang or an unbounded read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        report = json.loads(payload)
-        cpu = float(report.get("cpu", 0.0))
-    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
-        return TestOutcome(index, "runtime_error", "malformed report", wall)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{os.path.basename(path)} is not a regular file")
+        chunks, size = [], 0
+        while size <= cap:
+            chunk = os.read(fd, min(1 << 20, cap + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _grade(index: int, payload: str, test: TestCase, limits: SandboxLimits, run: _Run, wall: float,
+           cpu: float) -> TestOutcome:
+    """Grade one test; the CPU time is the harness's own measurement. Any failure is this test's outcome."""
     if cpu > limits.timeout_s:
         return TestOutcome(index, "time_limit", f"CPU limit {limits.timeout_s} s", wall, cpu)
+    try:
+        report = json.loads(payload)
+        if not isinstance(report, dict):
+            raise TypeError("report is not an object")
+    except (ValueError, TypeError, RecursionError):
+        return TestOutcome(index, "runtime_error", "malformed report", wall, cpu)
     if report.get("status") != "ok":
         return TestOutcome(index, "runtime_error", str(report.get("error", ""))[:500], wall, cpu)
-    if test.testtype == "functional":
-        ok = functional_matches(str(report.get("result", "")), test.output)
-        return TestOutcome(index, "passed" if ok else "wrong_answer", "", wall, cpu)
-    out_path = Path(workdir, f"out_{index}")
     try:
-        size = out_path.stat().st_size
-        if size > limits.output_bytes:
-            return TestOutcome(index, "output_limit", f"{size} bytes of output", wall, cpu)
-        got = out_path.read_text(encoding="utf-8", errors="replace")
+        if test.testtype == "functional":
+            ok = functional_matches(str(report.get("result", "")), test.output)
+            return TestOutcome(index, "passed" if ok else "wrong_answer", "", wall, cpu)
+        data = read_capped(run.output_path(index), limits.output_bytes)
     except OSError as exc:
-        return TestOutcome(index, "runtime_error", f"no output ({exc.strerror})", wall, cpu)
-    ok = stdout_matches(got, test.output)
+        return TestOutcome(index, "runtime_error", f"no readable output ({exc.strerror or exc})", wall, cpu)
+    except (RecursionError, MemoryError, ValueError) as exc:
+        return TestOutcome(index, "runtime_error", f"ungradable output ({type(exc).__name__})", wall, cpu)
+    if len(data) > limits.output_bytes:
+        return TestOutcome(index, "output_limit", f"more than {limits.output_bytes} bytes of output", wall, cpu)
+    ok = stdout_matches(data.decode("utf-8", errors="replace"), test.output)
     return TestOutcome(index, "passed" if ok else "wrong_answer", "", wall, cpu)
 
 
