@@ -171,10 +171,11 @@ class BranchSet:
 def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tuple[float, bool]]]:
     """Score ``continuations[i]`` after ``contexts[i]`` (token ids, ``len(context) >= 2``) under every configuration.
 
-    Each unique context is prefilled once, all but its last token; for every configuration its cache is built and
-    copied once per continuation of that context; the last context token plus the continuation (but its last
-    token) then run against those copies in one batch (right-padded), so every continuation token is scored under
-    the budget. Returns ``(sum of continuation log-probs, whether greedy decoding reproduces it)``.
+    Each unique context is prefilled once, all but its last token; for every configuration and continuation a
+    fresh copy of that configuration's cache is built from the prefill, and the last context token plus the
+    continuation (but its last token) run against it, so every continuation token is scored under the budget. Each
+    continuation runs alone (batch 1): the scores are exactly those of prefilling its context for it alone.
+    Returns ``(sum of continuation log-probs, whether greedy decoding reproduces it)``.
     """
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, context in enumerate(contexts):
@@ -183,21 +184,18 @@ def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tu
     device = branches.device
     for context, members in groups.items():
         prefilled = branches.prefill(context[:-1])
-        tails = [[context[-1], *continuations[i]] for i in members]
-        width = max(len(t) for t in tails) - 1
-        pad = tails[0][0]
-        score_in = torch.tensor([(t[:-1] + [pad] * width)[:width] for t in tails], device=device)  # [N, T]
-        positions = (len(context) - 1 + torch.arange(width, device=device)).expand(len(members), -1)
         for c, config in enumerate(branches.configs):
-            cache = prefilled.cache(branches.model, config)
-            branches.stats.saw_cache(config.label, cache)
-            cache.repeat_rows(len(members))
-            logits = branches.model(input_ids=score_in, position_ids=positions, past_key_values=cache).logits
-            logprobs = F.log_softmax(logits.float(), dim=-1)  # [N, T, V]
-            for row, i in enumerate(members):
-                target = torch.tensor(list(continuations[i]), device=device)
-                lp = logprobs[row, : len(target)]
-                out[c][i] = (float(lp.gather(-1, target[:, None]).sum()), bool((lp.argmax(-1) == target).all()))
+            for i in members:
+                target = list(continuations[i])
+                cache = prefilled.cache(branches.model, config)
+                branches.stats.saw_cache(config.label, cache)
+                tail = torch.tensor([[context[-1], *target[:-1]]], device=device)  # [1, T]
+                positions = (len(context) - 1 + torch.arange(len(target), device=device))[None]
+                logits = branches.model(input_ids=tail, position_ids=positions, past_key_values=cache).logits
+                logprobs = F.log_softmax(logits[0].float(), dim=-1)  # [T, V]
+                wanted = torch.tensor(target, device=device)
+                out[c][i] = (float(logprobs.gather(-1, wanted[:, None]).sum()),
+                             bool((logprobs.argmax(-1) == wanted).all()))
     return out
 
 

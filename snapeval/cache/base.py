@@ -305,12 +305,6 @@ class CompressedKVCache(Cache):
         """Slots per row and KV head (after prefill or :meth:`allocate_rows`)."""
         return self.layers[0].positions.shape[-1]
 
-    def repeat_rows(self, count: int) -> None:
-        """Replace the (one-row) cache by ``count`` independent copies of its row (one per continuation to score)."""
-        index = torch.zeros(count, dtype=torch.long)
-        for layer in self.layers:
-            layer.batch_select_indices(index)
-
     def row_tensors(self) -> list[torch.Tensor]:
         """Every tensor the rows live in (introspection: after :meth:`allocate_rows` their storage never changes)."""
         return [getattr(l, n) for l in self.layers for n in ("keys", "values", "positions", "next_position")]

@@ -27,12 +27,6 @@ class FullCache(DynamicCache):
             self.update(prompt.keys, prompt.values, layer_idx)
         self.padding = prompts[0].padding
 
-    def repeat_rows(self, count: int) -> None:
-        """Replace the (one-row) cache by ``count`` independent copies of its row."""
-        self.batch_repeat_interleave(count)
-        if self.padding is not None:
-            self.padding = self.padding.repeat_interleave(count)
-
     def kv_bytes(self) -> int:
         return sum(l.keys.nbytes + l.values.nbytes for l in self.layers if l.keys is not None)
 
