@@ -18,6 +18,7 @@ Shapes: prompts are token-id lists; logits ``[V]``; caches hold one row per prom
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -25,7 +26,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from snapeval.cache import MethodConfig, make_cache
+from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.capture import PromptCapture
 from snapeval.engine.engine import has_static_rows
 from snapeval.engine.requests import Completion, Request, SamplingParams
@@ -83,6 +84,8 @@ class BranchSet:
         self.window = capture_window(self.configs)
         self.device = next(model.parameters()).device
         self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
+        #: Whether any configuration builds its cache from the shared prefill (a kvpress press prefills itself).
+        self.shares = any(method_info(c).branches for c in self.configs)
         self.stats = BranchStats()
         self._engines: dict[MethodConfig, object] = {}
 
@@ -100,6 +103,24 @@ class BranchSet:
         self.stats.prefill_seconds += seconds
         return Prefilled(logits, capture, seconds)
 
+    def own_prefill(self, config: MethodConfig, prompt: Sequence[int]):
+        """A configuration that cannot branch prefills ``prompt`` through its own cache (a press and its hooks);
+        returns ``(logits [V], cache)``."""
+        start = time.perf_counter()
+        cache = make_cache(self.model, config)
+        logits = cache.prefill(self.model, torch.tensor([list(prompt)], device=self.device))
+        self.stats.prefills += 1
+        self.stats.prefill_tokens += len(prompt)
+        self.stats.prefill_seconds += time.perf_counter() - start
+        return logits, cache
+
+    def branch(self, config: MethodConfig, prefilled: "Prefilled | None", prompt: Sequence[int]):
+        """``(logits [V], a fresh one-row cache)`` of ``config`` for a prompt: from the shared prefill when the
+        method branches, else from its own prefill."""
+        if method_info(config).branches:
+            return prefilled.logits, prefilled.cache(self.model, config)
+        return self.own_prefill(config, prompt)
+
     # --- generation -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]) -> list[list[Completion]]:
@@ -110,7 +131,7 @@ class BranchSet:
         bar = tqdm(total=len(prompts), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
         for start in range(0, len(prompts), self.batch):
             chunk = list(range(start, min(start + self.batch, len(prompts))))
-            prefilled = [self.prefill(prompts[i]) for i in chunk]
+            prefilled = [self.prefill(prompts[i]) if self.shares else None for i in chunk]
             for c, config in enumerate(self.configs):
                 t0 = time.perf_counter()
                 if has_static_rows(config):  # decoded together in the engine's static rows
@@ -126,7 +147,8 @@ class BranchSet:
                     self.stats.kv_bytes_per_row[config.label] = max(self.stats.kv_bytes_per_row.get(config.label, 0),
                                                                     done[j].kv_bytes)
                     done[j].index = i
-                    done[j].prefill_seconds = prefilled[j].seconds
+                    if prefilled[j] is not None:
+                        done[j].prefill_seconds = prefilled[j].seconds
                     out[c][i] = done[j]
                 self.stats.decode_seconds[config.label] = self.stats.decode_seconds.get(config.label, 0.0) + time.perf_counter() - t0
             del prefilled
@@ -141,16 +163,17 @@ class BranchSet:
             self._engines[config] = Engine(self.model, self.tokenizer, config, num_slots=self.batch, seed=self.seed)
         return self._engines[config]
 
-    def _decode_alone(self, config: MethodConfig, prefilled: Prefilled, prompt: list[int], params: SamplingParams,
-                      index: int) -> Completion:
-        """Decode one prompt alone under a growing cache (full, SnapKV): one token per forward, explicit positions."""
+    def _decode_alone(self, config: MethodConfig, prefilled: Prefilled | None, prompt: list[int],
+                      params: SamplingParams, index: int) -> Completion:
+        """Decode one prompt alone (a method without static rows, such as a kvpress press): one token per forward,
+        explicit positions (a compressed cache is shorter than the sequence)."""
         generator = None
         if params.do_sample:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(params.seed if params.seed is not None else self.seed + index)
         request = Request(index=index, prompt=prompt, params=params, generator=generator)
-        cache = prefilled.cache(self.model, config)
-        token = choose(prefilled.logits, params, generator)
+        logits, cache = self.branch(config, prefilled, prompt)
+        token = choose(logits, params, generator)
         position = len(prompt)
         while not request.check_stop(token, self.eos_ids, self.tokenizer):
             ids = torch.tensor([[token]], device=self.device)
@@ -183,11 +206,12 @@ def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tu
     out: list[list[tuple[float, bool] | None]] = [[None] * len(contexts) for _ in branches.configs]
     device = branches.device
     for context, members in groups.items():
-        prefilled = branches.prefill(context[:-1])
+        prefilled = branches.prefill(context[:-1]) if branches.shares else None
         for c, config in enumerate(branches.configs):
+            own = None if method_info(config).branches else branches.own_prefill(config, context[:-1])[1]
             for i in members:
                 target = list(continuations[i])
-                cache = prefilled.cache(branches.model, config)
+                cache = prefilled.cache(branches.model, config) if own is None else copy.deepcopy(own)
                 branches.stats.saw_cache(config.label, cache)
                 tail = torch.tensor([[context[-1], *target[:-1]]], device=device)  # [1, T]
                 positions = (len(context) - 1 + torch.arange(len(target), device=device))[None]

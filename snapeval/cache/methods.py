@@ -116,6 +116,8 @@ for _info in (
 ):
     METHOD_TABLE.register(_info)
 
+METHOD_TABLE.register_family("kvpress", lambda name: load_object("snapeval.cache.kvpress:resolve_family")(name))
+
 #: The built-in method names (the kvpress family comes on top: ``kvpress:<Press>``).
 METHODS = METHOD_TABLE.names()
 

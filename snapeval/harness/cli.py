@@ -18,11 +18,14 @@ def register(subparsers) -> None:
     )
     p.add_argument("--model", default="smollm2-135m-instruct", help="preset name (snapeval models), local dir, .gguf or hub id")
     p.add_argument("--task", required=True, help="lm-eval task name(s), comma-separated (e.g. snapeval_passkey)")
-    p.add_argument("--method", default="snapstream", help="full | snapstream | streamingllm | snapkv")
+    p.add_argument("--method", default="snapstream",
+                   help="full | snapstream | streamingllm | snapkv | kvpress:<Press> (e.g. kvpress:TOVAPress)")
     p.add_argument("--budget", type=int, default=None, help="total KV budget in tokens (not for full)")
     for name in ("sink", "recent", "topk", "observation", "kernel"):
         p.add_argument(f"--{name}", type=int, default=None, help=f"SnapStream {name} (default: from the budget)")
     p.add_argument("--pooling", default=None, help="avg | max")
+    p.add_argument("--press-arg", action="append", default=[], metavar="NAME=VALUE",
+                   help="an argument of a kvpress press (method kvpress:<Press>), repeatable")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | float64 (default: the preset's)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--max-gen-toks", type=int, default=256)
@@ -49,9 +52,17 @@ def run(args) -> int:
     from snapeval.errors import check_choice
 
     check_choice("engine", args.engine, ("auto", "true", "false"))
+    from snapeval.harness.lm_eval_model import press_value
+
     split = {k: getattr(args, k) for k in ("sink", "recent", "topk", "observation", "kernel", "pooling")
              if getattr(args, k) is not None}
-    resolve_method(args.method, args.budget, **split)  # every method, budget and split error, before anything loads
+    press = {}
+    for item in args.press_arg:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SnapevalError(f"--press-arg={item!r} is invalid; allowed: NAME=VALUE")
+        press[name] = press_value(value)
+    resolve_method(args.method, args.budget, **split, **press)  # every method, budget and split error, before loading
     _positive("batch-size", args.batch_size)
     _positive("max-gen-toks", args.max_gen_toks)
     _positive("engine-slots", args.engine_slots, optional=True)
@@ -73,7 +84,7 @@ def run(args) -> int:
     model_args = {
         "pretrained": args.model, "method": args.method, "budget": args.budget, "dtype": args.dtype,
         "batch_size": args.batch_size, "max_gen_toks": args.max_gen_toks, "engine": args.engine,
-        "engine_slots": args.engine_slots,
+        "engine_slots": args.engine_slots, **{f"press_{k}": v for k, v in press.items()},
         **{k: getattr(args, k) for k in ("sink", "recent", "topk", "observation", "kernel", "pooling")
            if getattr(args, k) is not None},
     }

@@ -85,6 +85,21 @@ def _coerce(name: str, value):
     return value
 
 
+def press_value(value):
+    """A kvpress argument from the command line: an int, a float, true/false, or the string itself."""
+    if not isinstance(value, str):
+        return value
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _hflm_arguments() -> set[str]:
     """What Hugging Face's lm-eval model accepts besides the arguments above (lm-eval passes some of them itself)."""
     import inspect
@@ -118,8 +133,8 @@ class SnapStreamLM(HFLM):
 
     model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (a name of the method table:
     full | snapstream | streamingllm | snapkv), ``budget`` and the split fields of that method (``sink``, ``recent``,
-    ``topk``, ``observation``, ``kernel``, ``pooling``), or, from Python, ``cache_config`` (a resolved method
-    configuration, used unchanged), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
+    ``topk``, ``observation``, ``kernel``, ``pooling``; for ``method=kvpress:<Press>``, the press's own arguments as
+    ``press_<name>``), or, from Python, ``cache_config`` (a resolved method configuration, used unchanged), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
     generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
     ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``; ``engine`` (auto | true | false;
     auto: the continuous-batching engine for snapstream/streamingllm, padded batches for full/snapkv) with
@@ -158,8 +173,9 @@ class SnapStreamLM(HFLM):
             budget=budget, sink=sink, recent=recent, topk=topk, observation=observation, kernel=kernel,
             pooling=pooling, batch_size=batch_size, max_gen_toks=max_gen_toks, max_length=max_length).items()}
         split = {k: args[k] for k in SPLIT_FIELDS if args[k] is not None}
+        press = {k[len("press_"):]: press_value(kwargs.pop(k)) for k in [k for k in kwargs if k.startswith("press_")]}
         if cache_config is None:
-            cache_config = resolve_method(method, budget=args["budget"], **split)
+            cache_config = resolve_method(method, budget=args["budget"], **split, **press)
         elif not isinstance(cache_config, MethodConfig) or args["budget"] is not None or split:
             raise SnapevalError("cache_config must be a method configuration given alone (no budget or split fields)")
         engine_on = use_engine(engine, cache_config)  # checked before the model loads
@@ -195,6 +211,10 @@ class SnapStreamLM(HFLM):
             raise SnapevalError(f"engine_slots={self.engine_slots} is invalid; allowed: an integer >= 1")
         self._engine = None
         self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
+        if shared is None and not method_info(cache_config).branches:  # a kvpress press: its own prefill, decoded alone
+            from snapeval.branching import BranchSet, SharedBranches
+
+            self.shared = SharedBranches(BranchSet(model, tokenizer, [cache_config], seed=0))
         self.specprefill = None
         if specprefill_draft:
             from snapeval.specprefill import SpecPrefillConfig

@@ -139,11 +139,14 @@ def sim_lengths(view: dict[str, Any], measured: tuple[int, int] | None) -> tuple
 
 
 def sim_budget(method: str | None, budget: int | None, gen_len: int) -> int | None:
-    """The simulator's cache cap for a policy: SnapStream and StreamingLLM stop at the budget; SnapKV compresses
-    the prompt only and keeps every generated token, so its cache ends at ``budget + gen_len``."""
+    """The simulator's cache cap for a policy: fixed-size caches (SnapStream, StreamingLLM) stop at the budget; the
+    others (SnapKV, kvpress presses) compress the prompt only and keep every generated token, so their cache ends at
+    ``budget + gen_len`` (the method table says which is which)."""
+    from snapeval.cache import method_info
+
     if budget is None:
         return None
-    return budget + gen_len if method == "snapkv" else budget
+    return budget if method_info(method).fixed_size else budget + gen_len
 
 
 class _Simulator:

@@ -38,7 +38,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from snapeval.cache import METHODS
+from snapeval.cache import METHOD_TABLE
 from snapeval.cache.config import POOLINGS
 from snapeval.errors import SnapevalError
 from snapeval.paths import repo_root
@@ -136,7 +136,7 @@ _TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models",
 _MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine",
                "share_prefill")
 _TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
-_METHOD_KEYS = ("method", "budgets", "sink", "recent", "observation", "kernel", "pooling")
+_METHOD_KEYS = ("method", "budgets", "sink", "recent", "observation", "kernel", "pooling", "press")
 _RESOURCE_KEYS = ("num_cpus", "num_gpus")
 _SIM_KEYS = ("hardware", "batch", "batch_cap", "enabled")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -224,7 +224,12 @@ def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | Non
     if isinstance(raw, str):
         raw = {"method": raw}
     raw = ctx.mapping(raw, path, _METHOD_KEYS, required=("method",))
-    method = ctx.string(raw["method"], f"{path}.method", choices=METHODS)
+    method = ctx.string(raw["method"], f"{path}.method")
+    if method not in METHOD_TABLE:
+        try:
+            METHOD_TABLE.get(method)
+        except SnapevalError as exc:
+            raise ctx.fail(f"{path}.method", str(exc)) from None
     if method == "full":
         extra = [k for k in raw if k != "method"]
         if extra:
@@ -253,6 +258,7 @@ def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | Non
         method=method, budgets=own, sink=opt_int("sink", 0), recent=recent, observation=opt_int("observation", 1),
         kernel=opt_int("kernel", 1),
         pooling=ctx.string(raw["pooling"], f"{path}.pooling", choices=POOLINGS) if raw.get("pooling") else None,
+        press=tuple(sorted(ctx.scalar_mapping(raw.get("press"), f"{path}.press").items())),
     )
     if spec.kernel is not None and spec.kernel % 2 == 0:
         raise ctx.fail(f"{path}.kernel", f"the pooling kernel must be odd (padding kernel//2 keeps the length); got {spec.kernel}")

@@ -124,6 +124,7 @@ class MethodSpec:
     observation: int | None = None
     kernel: int | None = None
     pooling: str | None = None
+    press: tuple[tuple[str, Any], ...] = ()  # a kvpress press's own arguments (``method: kvpress:<Press>``)
 
     def points(self) -> list[MethodConfig]:
         """One resolved configuration per budget (:func:`snapeval.cache.resolve_method`): what the cell carries,
@@ -137,6 +138,7 @@ class MethodSpec:
             split["recent_fraction"] = self.recent
         elif self.recent is not None:
             split["recent"] = self.recent
+        split.update(self.press)
         return [resolve_method(self.method, budget=budget, **split) for budget in self.budgets]
 
 
