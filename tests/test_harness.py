@@ -69,7 +69,7 @@ def test_response_cache_is_namespaced_by_configuration(tiny_dir, task_dir, tmp_p
 @pytest.mark.parametrize("argv, needle", [
     (["run", "--task", "tiny_gen", "--method", "lru", "--budget", "64"], "method='lru'"),
     (["run", "--task", "tiny_gen", "--budget", "1"], "budget=1"),
-    (["run", "--task", "tiny_gen", "--method", "snapstream"], "needs --budget"),
+    (["run", "--task", "tiny_gen", "--method", "snapstream"], "needs a budget"),
     (["run", "--task", "tiny_gen", "--model", "no/such-model-xyz", "--budget", "64"], "no/such-model-xyz"),
     (["run", "--task", "tiny_gen", "--model", "deepseek-r1", "--budget", "64"], "simulator-only"),
 ])

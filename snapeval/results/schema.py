@@ -129,6 +129,14 @@ class CellResult:
         return cls.from_dict(data)
 
 
+def group_id_of(identity: dict[str, Any]) -> str:
+    """The id of a cell's group: its identity without the policy (model, task and its parameters, data, seed,
+    version). Cells of one group answered the same items: they share one prefill per item and are compared pairwise."""
+    rest = {k: v for k, v in identity.items() if k != "policy"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _sample_key(s: SampleRecord) -> tuple[str, int]:
     return (s.subtask, s.doc_id)
 

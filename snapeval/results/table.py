@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from snapeval.results.schema import CellResult
+from snapeval.results.schema import CellResult, group_id_of
 from snapeval.errors import SnapevalError
 from snapeval.tasks.families import task_family
 
@@ -245,6 +245,9 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
     views = [v.to_dict() if hasattr(v, "to_dict") else v for v in views]  # CellView objects or manifest dicts
     sim = _Simulator(simulate_settings, _default_simulate() if simulate == "default" else simulate)
     lengths = measured_lengths(views, results)
+    # manifests from before group ids: the group follows from each finished cell's own identity
+    views = [v if v.get("group_id") or v["cell_id"] not in results
+             else {**v, "group_id": group_id_of(results[v["cell_id"]].identity)} for v in views]
     references = {v.get("group_id"): (v["cell_id"], results[v["cell_id"]]) for v in views
                   if v.get("method") == "full" and v.get("group_id") and v["cell_id"] in results}
     rows = []

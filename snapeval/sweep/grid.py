@@ -16,6 +16,7 @@ from typing import Any
 
 from snapeval.errors import SnapevalError
 from snapeval.cache import MethodConfig
+from snapeval.results.schema import group_id_of
 from snapeval.sweep.config import ModelSpec, SweepConfig, TaskSpec, data_files_for
 
 ID_LENGTH = 16  # hex digits of the SHA-256 kept in file names (64 bits: no collision in any realistic results dir)
@@ -111,14 +112,11 @@ class Cell:
             "seed": self.seed,
         }
 
-    def group_identity(self) -> dict[str, Any]:
-        """Everything but the policy: cells with the same group identity answer the same items, so they can share
-        one prefill per item and be compared item by item."""
-        return {k: v for k, v in self.identity().items() if k != "policy"}
-
     @property
     def group_id(self) -> str:
-        return hashlib.sha256(canonical_json(self.group_identity()).encode()).hexdigest()[:ID_LENGTH]
+        """Everything but the policy, hashed (:func:`snapeval.results.schema.group_id_of`): cells of one group
+        answer the same items, so they share one prefill per item and are compared item by item."""
+        return group_id_of(self.identity())
 
     @property
     def cell_id(self) -> str:
