@@ -135,3 +135,11 @@ def test_streamingllm_selection_equals_kvpress_on_smollm2(smollm2):
         mine = ours.slot_positions(layer)[0]
         for head in range(mine.shape[0]):
             assert set(map(int, mine[head])) == recorder.kept[layer][head], (layer, head)
+
+
+def test_unsupported_architecture_is_refused_before_loading(tmp_path):
+    from snapeval.harness.lm_eval_model import SnapStreamLM
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(SnapevalError, match=r"is a 'gpt2' model; method='kvpress:TOVAPress' supports: llama, qwen2"):
+        SnapStreamLM(pretrained=str(tmp_path), method="kvpress:TOVAPress", budget=64)

@@ -7,7 +7,8 @@
 - ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring. With a
   fixed-size cache (snapstream, streamingllm) this runs on the continuous-batching engine by default
   (:mod:`snapeval.engine`: batch-1 prefill, static decode slots; ``engine=false`` for lm-eval's padded batches,
-  whose rows are compressed row by row); full and snapkv caches grow while decoding and use padded batches.
+  whose rows are compressed row by row); full and snapkv caches grow while decoding and use padded batches (or the
+  engine's static rows with ``engine=true``); a kvpress press prefills through its own hooks, one prompt at a time.
 - ``loglikelihood``/``loglikelihood_rolling``: the context (all but its last token) is prefilled and compressed;
   the last context token and the continuation are then run in a second forward pass *against the compressed cache*,
   so every continuation token, even a one-token answer, is scored under the budget (scoring it in the same pass as
@@ -83,6 +84,24 @@ def _coerce(name: str, value):
         except (TypeError, ValueError):
             raise SnapevalError(f"{name}={value!r} is invalid; allowed: an integer") from None
     return value
+
+
+def check_declared_architecture(pretrained: str, config: MethodConfig) -> None:
+    """A one-line error, before loading, when the model declares an architecture the caches (and kvpress's presses)
+    do not support, read from ``model_type`` in a local directory's ``config.json``."""
+    from pathlib import Path
+
+    from snapeval.cache.attention import SUPPORTED_ARCHITECTURES
+
+    declared = None  # presets are checked by load_model itself (the simulator-only one says so)
+    if Path(pretrained, "config.json").is_file():
+        try:
+            declared = json.loads(Path(pretrained, "config.json").read_text()).get("model_type")
+        except (OSError, ValueError):
+            declared = None
+    if declared is not None and declared not in SUPPORTED_ARCHITECTURES and config.method != "full":
+        raise SnapevalError(f"model {pretrained!r} is a {declared!r} model; method={config.method!r} supports: "
+                            f"{', '.join(SUPPORTED_ARCHITECTURES)}")
 
 
 def press_value(value):
@@ -194,6 +213,7 @@ class SnapStreamLM(HFLM):
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             device = "cpu"  # lm-eval's CLI defaults to cuda; like HFLM, fall back on machines without one
         if loaded is None:
+            check_declared_architecture(self.pretrained_name, cache_config)  # before minutes of loading
             loaded = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device)
         model, tokenizer = loaded
         self.dtype_name = str(model.dtype).replace("torch.", "")
