@@ -94,6 +94,19 @@ class Recorder:
         press.compress = compress
 
 
+def assert_same_kept(model, ours, press, prompt):
+    """Run ``press`` over ``prompt`` and check it keeps exactly the positions of our cache, in every layer and head."""
+    from transformers import DynamicCache
+
+    recorder = Recorder(press)
+    with press(model):
+        model(input_ids=torch.tensor([prompt]), past_key_values=DynamicCache(config=model.config))
+    for layer in range(model.config.num_hidden_layers):
+        mine = ours.slot_positions(layer)[0]
+        for head in range(mine.shape[0]):
+            assert set(map(int, mine[head])) == recorder.kept[layer][head], (layer, head)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "longbench_v2" / "longbench_v2.jsonl").is_file(), reason="no LongBench-v2 data")
 @pytest.mark.parametrize("length, window", [(2048, 32), (2048, 64)])
@@ -106,16 +119,7 @@ def test_snapkv_selection_equals_kvpress_on_smollm2(smollm2, length, window):
     ours = make_cache(model, SnapKVConfig(budget=budget, observation=window, kernel=5, pooling="avg"))
     model(input_ids=torch.tensor([prompt]), past_key_values=ours)
     config = resolve_method("kvpress:SnapKVPress", budget, window_size=window, kernel_size=5)
-    press = config.make_press(len(prompt))
-    recorder = Recorder(press)
-    from transformers import DynamicCache
-
-    with press(model):
-        model(input_ids=torch.tensor([prompt]), past_key_values=DynamicCache(config=model.config))
-    for layer in range(model.config.num_hidden_layers):
-        mine = ours.slot_positions(layer)[0]
-        for head in range(mine.shape[0]):
-            assert set(map(int, mine[head])) == recorder.kept[layer][head], (layer, head)
+    assert_same_kept(model, ours, config.make_press(len(prompt)), prompt)
 
 
 @pytest.mark.slow
@@ -125,16 +129,8 @@ def test_streamingllm_selection_equals_kvpress_on_smollm2(smollm2):
     (prompt,) = _longbench_prompts(tokenizer, [1024])
     ours = make_cache(model, resolve_method("streamingllm", 256))
     model(input_ids=torch.tensor([prompt]), past_key_values=ours)
-    press = resolve_method("kvpress:StreamingLLMPress", 256, n_sink=4).make_press(len(prompt))
-    recorder = Recorder(press)
-    from transformers import DynamicCache
-
-    with press(model):
-        model(input_ids=torch.tensor([prompt]), past_key_values=DynamicCache(config=model.config))
-    for layer in range(model.config.num_hidden_layers):
-        mine = ours.slot_positions(layer)[0]
-        for head in range(mine.shape[0]):
-            assert set(map(int, mine[head])) == recorder.kept[layer][head], (layer, head)
+    assert_same_kept(model, ours, resolve_method("kvpress:StreamingLLMPress", 256, n_sink=4).make_press(len(prompt)),
+                     prompt)
 
 
 def test_unsupported_architecture_is_refused_before_loading(tmp_path):

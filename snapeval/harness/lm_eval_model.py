@@ -153,7 +153,8 @@ class SnapStreamLM(HFLM):
     model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (a name of the method table:
     full | snapstream | streamingllm | snapkv), ``budget`` and the split fields of that method (``sink``, ``recent``,
     ``topk``, ``observation``, ``kernel``, ``pooling``; for ``method=kvpress:<Press>``, the press's own arguments as
-    ``press_<name>``), or, from Python, ``cache_config`` (a resolved method configuration, used unchanged), ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
+    ``press_<name>``), or, from Python, ``cache_config`` (a resolved method configuration, used unchanged);
+    ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
     generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
     ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``; ``engine`` (auto | true | false;
     auto: the continuous-batching engine for snapstream/streamingllm, padded batches for full/snapkv) with
@@ -200,9 +201,10 @@ class SnapStreamLM(HFLM):
         engine_on = use_engine(engine, cache_config)  # checked before the model loads
         if dtype is not None and dtype != "auto":
             check_choice("dtype", dtype, DTYPES)
-        for name in ("batch_size", "max_gen_toks", "max_length"):
-            if args[name] is not None and args[name] < 1:
-                raise SnapevalError(f"{name}={args[name]} is invalid; allowed: an integer >= 1")
+        slots = _coerce("engine_slots", engine_slots)
+        for name, value in (*((n, args[n]) for n in ("batch_size", "max_gen_toks", "max_length")), ("engine_slots", slots)):
+            if value is not None and value < 1:
+                raise SnapevalError(f"{name}={value} is invalid; allowed: an integer >= 1")
         unknown = sorted(set(kwargs) - _hflm_arguments())
         if unknown:
             allowed = ", ".join(sorted({*SPLIT_FIELDS, *INT_ARGS, "pretrained", "method", "dtype", "device", "engine",
@@ -225,10 +227,7 @@ class SnapStreamLM(HFLM):
         self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
         self.stats = RunStats()
         self.use_engine = engine_on
-        slots = _coerce("engine_slots", engine_slots)
         self.engine_slots = max(int(args["batch_size"] or 1), 8) if slots is None else slots
-        if self.engine_slots < 1:
-            raise SnapevalError(f"engine_slots={self.engine_slots} is invalid; allowed: an integer >= 1")
         self._engine = None
         self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
         if shared is None and not method_info(cache_config).branches:  # a kvpress press: its own prefill, decoded alone

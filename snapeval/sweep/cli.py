@@ -8,13 +8,16 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep", help="run a grid of lm-eval runs over models, tasks, methods and budgets (resumable)",
         description="Run every cell of a sweep config (models x tasks x methods x budgets x seeds) through the "
-                    "snapstream lm-eval model. Finished cells are kept one file each and skipped on re-runs; the "
-                    "tidy table (Parquet, CSV) and the report with plots are written at the end.")
+                    "snapstream lm-eval model, as one paired experiment: each item is prefilled once and every method "
+                    "and budget of its (model, task, seed) branches from that prefill. Finished cells are kept one "
+                    "file each and skipped on re-runs; the tidy table (Parquet, CSV) with paired comparisons against "
+                    "the full cache, and the report with plots, are written at the end.")
     p.add_argument("config", nargs="?", default="quickstart",
                    help="a sweep YAML, or the name of one in configs/ (default: quickstart)")
     p.add_argument("--out", help="results directory (default: the config's 'out', else results/<name>)")
     p.add_argument("--executor", default="inprocess", choices=("inprocess", "ray"),
-                   help="run cells here one by one (default) or as Ray tasks with the config's per-cell resources")
+                   help="run work units here one by one (default) or as Ray tasks with the model's resources (a unit is "
+                        "a shared-prefill group of cells, or one cell)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray instance)")
     p.add_argument("--limit", type=int, help="samples per task for every task (changes the cells' identities)")
     p.add_argument("--dry-run", action="store_true", help="list the cells and which are already done; run nothing")

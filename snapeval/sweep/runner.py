@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
@@ -92,8 +93,6 @@ class CellRunner:
         return from_lm_eval(cell.cell_id, cell.identity(), out, wall_s=round(wall, 3), finished_at=finished)
 
     def __call__(self, unit: WorkUnit):
-        import traceback
-
         models = [None] * len(unit.cells)
         if unit.shared and self.group_models is not None:
             try:
