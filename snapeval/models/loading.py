@@ -198,23 +198,12 @@ def convert_gguf(gguf: Path) -> Path:
 
 
 def _gguf_fields(gguf: Path):
-    """``field(name, default)``: a GGUF metadata value (a list for arrays, strings decoded)."""
-    from gguf import GGUFReader
+    """``field(name, default)``: a GGUF metadata value (a list for arrays, strings decoded), read from the header
+    alone (:mod:`snapeval.models.gguf_header`), so a file with truncated weights works too."""
+    from snapeval.models.gguf_header import read_gguf_metadata
 
-    reader = GGUFReader(str(gguf))
-
-    def field(name, default=None):
-        f = reader.fields.get(name)
-        if f is None:
-            return default
-        values = [f.parts[i] for i in f.data]
-        if f.types and f.types[-1].name == "STRING":
-            values = [bytes(v).decode("utf-8") for v in values]
-        else:
-            values = [v.tolist()[0] for v in values]
-        return values if f.types[0].name == "ARRAY" else values[0]
-
-    return field
+    metadata = read_gguf_metadata(gguf)
+    return lambda name, default=None: metadata.get(name, default)
 
 
 def tokenizer_from_gguf(gguf: Path):
@@ -239,6 +228,8 @@ def tokenizer_from_gguf(gguf: Path):
     backend.decoder = decoders.ByteLevel()
     special = [t for t, kind_ in zip(tokens, types) if kind_ == 3]  # 3 = CONTROL
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    # 4 = USER_DEFINED (R1's <think>, </think>): matched whole, but ordinary text (not skipped when decoding)
+    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t, kind_ in zip(tokens, types) if kind_ == 4])
 
     def token(name):
         idx = field(f"tokenizer.ggml.{name}_token_id")
