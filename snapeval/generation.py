@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from snapeval.cache import FullConfig, MethodConfig, make_cache, resolve_method
+from snapeval.cache import FullConfig, MethodConfig, make_cache, method_info, resolve_method
 from snapeval.errors import SnapevalError
 
 
@@ -191,6 +191,9 @@ def generate(
         config = resolve_method(method, budget=config)
     elif not isinstance(config, MethodConfig):
         raise SnapevalError(f"config={config!r} is invalid; allowed: a method configuration, an integer budget or None")
+    if not method_info(config).branches:  # a kvpress press compresses through its own prefill hooks
+        raise SnapevalError(f"method={config.method!r} prefills through its own hooks; generate with "
+                            "snapeval.branching.BranchSet(model, tokenizer, [config]) or the lm-eval model")
     input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
     device = next(model.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)

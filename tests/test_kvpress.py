@@ -139,3 +139,10 @@ def test_unsupported_architecture_is_refused_before_loading(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     with pytest.raises(SnapevalError, match=r"is a 'gpt2' model; method='kvpress:TOVAPress' supports: llama, qwen2"):
         SnapStreamLM(pretrained=str(tmp_path), method="kvpress:TOVAPress", budget=64)
+
+
+def test_plain_generate_refuses_a_press_it_cannot_apply():
+    from snapeval import generate
+
+    with pytest.raises(SnapevalError, match="prefills through its own hooks"):
+        generate(tiny_model("llama"), TinyTokenizer(), [[5, 6, 7]], config=resolve_method("kvpress:TOVAPress", 16))

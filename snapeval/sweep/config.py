@@ -4,18 +4,7 @@ from __future__ import annotations
 
 from snapeval.paths import default_data_dir
 from snapeval.sweep.parse import load_config, parse_config, resolve_config_path
-from snapeval.sweep.spec import (
-    DTYPES,
-    EXECUTORS,
-    MethodSpec,
-    ModelSpec,
-    Resources,
-    SimLengths,
-    SimulateSpec,
-    SweepConfig,
-    TaskSpec,
-    data_files_for,
-)
+from snapeval.sweep.spec import *  # noqa: F403 (the typed objects, re-exported)
+from snapeval.sweep.spec import __all__ as _SPEC_NAMES
 
-__all__ = ["DTYPES", "EXECUTORS", "MethodSpec", "ModelSpec", "Resources", "SimLengths", "SimulateSpec", "SweepConfig",
-           "TaskSpec", "data_files_for", "default_data_dir", "load_config", "parse_config", "resolve_config_path"]
+__all__ = [*_SPEC_NAMES, "default_data_dir", "load_config", "parse_config", "resolve_config_path"]

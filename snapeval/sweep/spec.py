@@ -16,6 +16,9 @@ from snapeval.models.presets import DTYPES as _PRESET_DTYPES
 from snapeval.paths import default_data_dir, repo_root
 from snapeval.tasks.families import family_data_files, task_family
 
+__all__ = ["DTYPES", "EXECUTORS", "SIM_HARDWARE_DEFAULT", "MethodSpec", "ModelSpec", "Resources", "SimLengths",
+           "SimulateSpec", "SweepConfig", "TaskSpec", "data_files_for"]
+
 DTYPES = ("auto", *_PRESET_DTYPES)
 EXECUTORS = ("inprocess", "ray")
 SIM_HARDWARE_DEFAULT = "sn40l-16"
