@@ -53,10 +53,10 @@ def run_snapeval(model, tokenizer, prompt, method, budget, new_tokens):
 
 def run_kvpress(model, tokenizer, prompt, press_name, budget, new_tokens):
     """kvpress presses compress in prefill; its DynamicCache grows in decode. Same budget, same prompt."""
-    import kvpress
+    from snapeval.cache import resolve_method
 
-    ratio = 1 - budget / len(prompt)
-    press = {"snapkv": kvpress.SnapKVPress, "streamingllm": kvpress.StreamingLLMPress}[press_name](compression_ratio=ratio)
+    name = {"snapkv": "kvpress:SnapKVPress", "streamingllm": "kvpress:StreamingLLMPress"}[press_name]
+    press = resolve_method(name, budget).make_press(len(prompt))  # exactly `budget` tokens kept, as snapeval's methods
     ids = torch.tensor([prompt])
     times = []
 
