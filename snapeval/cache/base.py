@@ -300,11 +300,6 @@ class CompressedKVCache(Cache):
             layer.next_position = torch.zeros(num_rows, dtype=torch.long, device=device)
             layer.fill = torch.zeros(num_rows, dtype=torch.long, device=device)
 
-    @property
-    def slots(self) -> int:
-        """Slots per row and KV head (after prefill or :meth:`allocate_rows`)."""
-        return self.layers[0].positions.shape[-1]
-
     def row_tensors(self) -> list[torch.Tensor]:
         """Every tensor the rows live in (introspection: after :meth:`allocate_rows` their storage never changes)."""
         return [getattr(l, n) for l in self.layers for n in ("keys", "values", "positions", "next_position")]

@@ -12,7 +12,7 @@ The paper does not publish its split; the defaults below come from the reference
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 POOLINGS = ("avg", "max")
@@ -252,8 +252,3 @@ class SnapKVConfig(MethodConfig):
 def streamingllm_config(budget: int, sink: int | None = None) -> StreamingLLMConfig:
     """``budget`` slots: ``sink`` attention sinks and a ring of ``budget - sink`` recent tokens."""
     return StreamingLLMConfig.from_budget(budget, sink=sink)
-
-
-def split_of(config: MethodConfig) -> dict[str, Any]:
-    """The dataclass fields of ``config`` (its split), without method or budget."""
-    return {f.name: getattr(config, f.name) for f in fields(config)}
