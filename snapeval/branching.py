@@ -30,7 +30,7 @@ from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.capture import PromptCapture
 from snapeval.engine.engine import has_static_rows
 from snapeval.engine.requests import Completion, Request, SamplingParams
-from snapeval.engine.sampling import choose
+from snapeval.engine.sampling import choose, request_generator
 from snapeval.generation import _as_list
 
 
@@ -57,13 +57,20 @@ class Prefilled:
 
 @dataclass
 class BranchStats:
-    """What a shared run computed: prefills and their tokens, decode steps per branch."""
+    """What a shared run computed: prefills, their tokens and time, and the largest KV cache per configuration."""
 
     prefills: int = 0
     prefill_tokens: int = 0
     prefill_seconds: float = 0.0
-    decode_seconds: dict[str, float] = field(default_factory=dict)  # per configuration label
     kv_bytes_per_row: dict[str, int] = field(default_factory=dict)  # largest one-row cache seen, per label
+
+    def count_prefill(self, tokens: int, start: float) -> float:
+        """Count one prefill of ``tokens`` started at ``start`` (``time.perf_counter``); returns its seconds."""
+        seconds = time.perf_counter() - start
+        self.prefills += 1
+        self.prefill_tokens += tokens
+        self.prefill_seconds += seconds
+        return seconds
 
     def saw_cache(self, label: str, cache) -> None:
         self.kv_bytes_per_row[label] = max(self.kv_bytes_per_row.get(label, 0), cache.kv_bytes_per_row())
@@ -97,11 +104,7 @@ class BranchSet:
         capture = PromptCapture(self.model, self.window)
         ids = torch.tensor([list(prompt)], device=self.device)
         logits = self.model(input_ids=ids, past_key_values=capture, use_cache=True, logits_to_keep=1).logits[0, -1]
-        seconds = time.perf_counter() - start
-        self.stats.prefills += 1
-        self.stats.prefill_tokens += len(prompt)
-        self.stats.prefill_seconds += seconds
-        return Prefilled(logits, capture, seconds)
+        return Prefilled(logits, capture, self.stats.count_prefill(len(prompt), start))
 
     def own_prefill(self, config: MethodConfig, prompt: Sequence[int]):
         """A configuration that cannot branch prefills ``prompt`` through its own cache (a press and its hooks);
@@ -109,9 +112,7 @@ class BranchSet:
         start = time.perf_counter()
         cache = make_cache(self.model, config)
         logits = cache.prefill(self.model, torch.tensor([list(prompt)], device=self.device))
-        self.stats.prefills += 1
-        self.stats.prefill_tokens += len(prompt)
-        self.stats.prefill_seconds += time.perf_counter() - start
+        self.stats.count_prefill(len(prompt), start)
         return logits, cache
 
     def branch(self, config: MethodConfig, prefilled: "Prefilled | None", prompt: Sequence[int]):
@@ -133,7 +134,6 @@ class BranchSet:
             chunk = list(range(start, min(start + self.batch, len(prompts))))
             prefilled = [self.prefill(prompts[i]) if self.shares else None for i in chunk]
             for c, config in enumerate(self.configs):
-                t0 = time.perf_counter()
                 if has_static_rows(config):  # decoded together in the engine's static rows
                     engine = self._engine(config)
                     done = engine.generate(
@@ -150,7 +150,6 @@ class BranchSet:
                     if prefilled[j] is not None:
                         done[j].prefill_seconds = prefilled[j].seconds
                     out[c][i] = done[j]
-                self.stats.decode_seconds[config.label] = self.stats.decode_seconds.get(config.label, 0.0) + time.perf_counter() - t0
             del prefilled
             bar.update(len(chunk))
         bar.close()
@@ -167,10 +166,7 @@ class BranchSet:
                       params: SamplingParams, index: int) -> Completion:
         """Decode one prompt alone (a method without static rows, such as a kvpress press): one token per forward,
         explicit positions (a compressed cache is shorter than the sequence)."""
-        generator = None
-        if params.do_sample:
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(params.seed if params.seed is not None else self.seed + index)
+        generator = request_generator(params, self.seed, index, self.device)
         request = Request(index=index, prompt=prompt, params=params, generator=generator)
         logits, cache = self.branch(config, prefilled, prompt)
         token = choose(logits, params, generator)

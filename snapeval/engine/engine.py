@@ -29,7 +29,7 @@ from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_meth
 from snapeval.cache.base import CompressedKVCache
 from snapeval.cache.attention import install
 from snapeval.engine.requests import Completion, EngineStats, Request, SamplingParams
-from snapeval.engine.sampling import choose
+from snapeval.engine.sampling import choose, request_generator
 from snapeval.errors import SnapevalError
 from snapeval.generation import _as_list
 
@@ -194,11 +194,8 @@ class Engine:
             ids = self.tokenizer(prompt, add_special_tokens=False).input_ids if isinstance(prompt, str) else list(prompt)
             if not ids:
                 raise SnapevalError(f"prompts[{i}] is empty; allowed: at least one token")
-            generator = None
-            if params.do_sample:
-                generator = torch.Generator(device=self.device)
-                generator.manual_seed(params.seed if params.seed is not None else self.seed + i)
-            requests.append(Request(index=i, prompt=[int(t) for t in ids], params=params, generator=generator))
+            requests.append(Request(index=i, prompt=[int(t) for t in ids], params=params,
+                                    generator=request_generator(params, self.seed, i, self.device)))
         return requests
 
     def _admit(self, request: Request, slot: int, start: float, prefill: PrefillFn) -> bool:

@@ -6,6 +6,16 @@ import torch
 from snapeval.engine.requests import SamplingParams
 
 
+def request_generator(params: SamplingParams, base_seed: int, index: int, device) -> torch.Generator | None:
+    """A sampled request's private ``torch.Generator``, seeded by ``params.seed`` or else ``base_seed + index`` (so
+    sampled tokens do not depend on which requests share a batch); ``None`` for greedy requests."""
+    if not params.do_sample:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(params.seed if params.seed is not None else base_seed + index)
+    return generator
+
+
 def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """``logits`` ``[V]`` -> float32 logits scaled by the temperature, with tokens outside top-k / top-p at -inf.
 
