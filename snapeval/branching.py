@@ -32,6 +32,7 @@ from snapeval.engine.engine import has_static_rows
 from snapeval.engine.requests import Completion, Request, SamplingParams
 from snapeval.engine.sampling import choose, request_generator
 from snapeval.generation import _as_list
+from snapeval.models.devices import input_device
 
 
 def capture_window(configs: Sequence[MethodConfig]) -> int:
@@ -89,7 +90,7 @@ class BranchSet:
         self.model, self.tokenizer, self.configs = model, tokenizer, list(configs)
         self.batch, self.seed = batch, seed
         self.window = capture_window(self.configs)
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)  # token ids go there; outputs come back there (a split model too)
         self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
         #: Whether any configuration builds its cache from the shared prefill (a kvpress press prefills itself).
         self.shares = any(method_info(c).branches for c in self.configs)
@@ -187,6 +188,7 @@ class BranchSet:
         return score_contexts(self, contexts, continuations)
 
 
+@torch.inference_mode()
 def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tuple[float, bool]]]:
     """Score ``continuations[i]`` after ``contexts[i]`` (token ids, ``len(context) >= 2``) under every configuration.
 
@@ -213,7 +215,7 @@ def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tu
                 positions = (len(context) - 1 + torch.arange(len(target), device=device))[None]
                 logits = branches.model(input_ids=tail, position_ids=positions, past_key_values=cache).logits
                 logprobs = F.log_softmax(logits[0].float(), dim=-1)  # [T, V]
-                wanted = torch.tensor(target, device=device)
+                wanted = torch.tensor(target, device=logprobs.device)
                 out[c][i] = (float(logprobs.gather(-1, wanted[:, None]).sum()),
                              bool((logprobs.argmax(-1) == wanted).all()))
     return out

@@ -8,6 +8,7 @@ import torch
 
 from snapeval.cache import FullConfig, MethodConfig, make_cache, method_info, resolve_method
 from snapeval.errors import SnapevalError
+from snapeval.models.devices import input_device
 
 
 @dataclass
@@ -195,7 +196,7 @@ def generate(
         raise SnapevalError(f"method={config.method!r} prefills through its own hooks; generate with "
                             "snapeval.branching.BranchSet(model, tokenizer, [config]) or the lm-eval model")
     input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
-    device = next(model.parameters()).device
+    device = input_device(model)
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     if seed is not None:
         torch.manual_seed(seed)

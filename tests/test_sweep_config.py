@@ -44,7 +44,7 @@ def test_grid_expansion_and_splits():
     stream = cells[6].policy
     assert (stream.sink, stream.recent, stream.topk) == (4, 60, 0)
     args = cells[2].evaluate_kwargs()
-    assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "dtype": "auto", "batch_size": 1, "engine": "auto",
+    assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "dtype": "auto", "batch_size": 1, "engine": "auto", "device": "cpu",
                                   "cache_config": snap}
     assert args["model_args"]["cache_config"] is snap  # the resolved object travels unchanged, never re-derived
     assert cells[2].identity()["policy"] == {"method": "snapstream", "budget": 64, "sink": 4, "recent": 32, "topk": 28,

@@ -289,9 +289,14 @@ class CompressedKVCache(Cache):
         budget (a cache that appends while decoding needs its kept prompt plus the tokens it will decode). Later
         calls to :meth:`load_row`, :meth:`clear_row` and :meth:`park_row` only write into these tensors, and decode
         steps (``update``) only write by index. ``always_mask``: every decode step gets the validity mask, even
-        when every slot is valid (one graph for ``torch.compile``)."""
+        when every slot is valid (one graph for ``torch.compile``). ``device``: one device, or one per layer (a
+        model split over devices keeps each layer's rows on that layer's device,
+        :func:`snapeval.models.devices.layer_devices`)."""
         slots = self.config.budget if slots is None else slots
-        for layer in self.layers:
+        devices = list(device) if isinstance(device, (list, tuple)) else [device] * len(self.layers)
+        if len(devices) != len(self.layers):
+            raise ValueError(f"{len(devices)} devices for a cache of {len(self.layers)} layers")
+        for layer, device in zip(self.layers, devices):
             layer.dtype, layer.device, layer.is_initialized = dtype, device, True
             layer.static, layer.always_mask, layer.seen = True, always_mask, 0
             layer.keys = torch.zeros(num_rows, num_kv_heads, slots, head_dim, dtype=dtype, device=device)
@@ -318,8 +323,8 @@ class CompressedKVCache(Cache):
             for name, empty in (("keys", 0), ("values", 0), ("positions", -1)):
                 getattr(layer, name)[row, :, :used].copy_(getattr(src, name)[source_row])
                 getattr(layer, name)[row, :, used:] = empty
-            layer.next_position[row] = src.next_position[source_row]
-            layer.fill[row] = src.fill[source_row]
+            layer.next_position[row : row + 1].copy_(src.next_position[source_row : source_row + 1])
+            layer.fill[row : row + 1].copy_(src.fill[source_row : source_row + 1])
 
     def clear_row(self, row: int) -> None:
         """Empty ``row``: zero keys/values, every position -1, next position 0."""

@@ -32,6 +32,7 @@ from snapeval.engine.requests import Completion, EngineStats, Request, SamplingP
 from snapeval.engine.sampling import choose, request_generator
 from snapeval.errors import SnapevalError
 from snapeval.generation import _as_list
+from snapeval.models.devices import input_device, layer_devices
 
 def has_static_rows(config: MethodConfig) -> bool:
     """Whether the engine can hold ``config``'s cache in static rows (its static cache class is a compressed-cache
@@ -82,7 +83,8 @@ class Engine:
         if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
             raise SnapevalError(f"num_slots={num_slots!r} is invalid; allowed: an integer >= 1")
         self.model, self.tokenizer, self.config, self.num_slots, self.seed = model, tokenizer, config, num_slots, seed
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)  # token ids, positions and logits; each layer's rows live on its device
+        self.layer_devices = layer_devices(model)
         self.dtype = next(model.parameters()).dtype
         cfg = model.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -110,7 +112,7 @@ class Engine:
     def _allocate(self, slots: int) -> None:
         """(Re)allocate every row with ``slots`` slots (compiled: one graph, the mask always given; eager: no mask
         when every slot is valid)."""
-        self.cache.allocate_rows(self.num_slots, *self._row_shape, self.dtype, self.device,
+        self.cache.allocate_rows(self.num_slots, *self._row_shape, self.dtype, self.layer_devices,
                                  always_mask=self._always_mask, slots=slots)
         self.slots = slots
         for slot in range(self.num_slots):

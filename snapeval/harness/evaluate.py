@@ -45,7 +45,7 @@ def evaluate(
         from snapeval.harness.shared import load_once
 
         loaded = load_once(model_args.get("pretrained", "smollm2-135m-instruct"), model_args.get("dtype"),
-                           model_args.get("device", "cpu"))
+                           model_args.get("device", "cpu"), model_args.get("device_map"))
         lm = SnapStreamLM(**model_args, loaded=loaded)
     meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name),
             **(metadata or {})}

@@ -31,6 +31,7 @@ import snapeval
 from snapeval.cache import MethodConfig, method_info, resolve_method
 from snapeval.errors import SnapevalError, check_choice
 from snapeval.generation import generate_ids
+from snapeval.models.devices import input_device, parse_device_map
 from snapeval.models.loading import DTYPES, load_model
 
 SPLIT_FIELDS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
@@ -154,7 +155,8 @@ class SnapStreamLM(HFLM):
     full | snapstream | streamingllm | snapkv), ``budget`` and the split fields of that method (``sink``, ``recent``,
     ``topk``, ``observation``, ``kernel``, ``pooling``; for ``method=kvpress:<Press>``, the press's own arguments as
     ``press_<name>``), or, from Python, ``cache_config`` (a resolved method configuration, used unchanged);
-    ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``; speculative prefill of
+    ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``, ``device_map`` (layers over several
+    devices: auto | balanced | balanced_low_0 | sequential | a JSON {module: device} object); speculative prefill of
     generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
     ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``; ``engine`` (auto | true | false;
     auto: the continuous-batching engine for snapstream/streamingllm, padded batches for full/snapkv) with
@@ -178,6 +180,7 @@ class SnapStreamLM(HFLM):
         max_gen_toks: int = 256,
         max_length: int | None = None,
         device: str = "cpu",
+        device_map=None,
         engine: bool | str | None = "auto",
         engine_slots: int | None = None,
         specprefill_draft: str | None = None,
@@ -199,6 +202,7 @@ class SnapStreamLM(HFLM):
         elif not isinstance(cache_config, MethodConfig) or args["budget"] is not None or split:
             raise SnapevalError("cache_config must be a method configuration given alone (no budget or split fields)")
         engine_on = use_engine(engine, cache_config)  # checked before the model loads
+        device_map = parse_device_map(device_map)
         if dtype is not None and dtype != "auto":
             check_choice("dtype", dtype, DTYPES)
         slots = _coerce("engine_slots", engine_slots)
@@ -207,7 +211,7 @@ class SnapStreamLM(HFLM):
                 raise SnapevalError(f"{name}={value} is invalid; allowed: an integer >= 1")
         unknown = sorted(set(kwargs) - _hflm_arguments())
         if unknown:
-            allowed = ", ".join(sorted({*SPLIT_FIELDS, *INT_ARGS, "pretrained", "method", "dtype", "device", "engine",
+            allowed = ", ".join(sorted({*SPLIT_FIELDS, *INT_ARGS, "pretrained", "method", "dtype", "device", "device_map", "engine",
                                         "pooling", "specprefill_draft", "specprefill_keep", *_hflm_arguments()}))
             raise SnapevalError(f"model_args: unknown argument {unknown[0]!r}; allowed: {allowed}")
         self.cache_config = cache_config
@@ -216,8 +220,11 @@ class SnapStreamLM(HFLM):
             device = "cpu"  # lm-eval's CLI defaults to cuda; like HFLM, fall back on machines without one
         if loaded is None:
             check_declared_architecture(self.pretrained_name, cache_config)  # before minutes of loading
-            loaded = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device)
+            loaded = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device,
+                                device_map=device_map)
         model, tokenizer = loaded
+        if device_map is not None:
+            device = str(input_device(model))  # lm-eval puts its inputs there; accelerate's hooks do the rest
         self.dtype_name = str(model.dtype).replace("torch.", "")
         kwargs.pop("tokenizer", None)
         super().__init__(

@@ -1,25 +1,30 @@
 """Models loaded once per process, and the lm-eval models of one shared-prefill group.
 
-A sweep evaluates many cells of the same model; :func:`load_once` keeps each (model, dtype, device) loaded for the
+A sweep evaluates many cells of the same model; :func:`load_once` keeps each (model, dtype, placement) loaded for the
 life of the process (a Ray worker included). :func:`group_models` builds, for the cells of one group (same model,
 task, seed and items), one ``snapstream`` lm-eval model per cell, all answered by one
 :class:`~snapeval.branching.SharedBranches`: each item is prefilled once for every method and budget.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
-_LOADED: dict[tuple[str, str | None, str], Any] = {}
+_LOADED: dict[tuple[str, str | None, str, str], Any] = {}
 
 
-def load_once(pretrained: str, dtype: str | None = None, device: str = "cpu"):
+def load_once(pretrained: str, dtype: str | None = None, device: str = "cpu", device_map=None):
     """``(model, tokenizer)`` of :func:`snapeval.load_model`, loaded on the first call for these arguments."""
+    import torch
+
     from snapeval.models.loading import load_model
 
     dtype = None if dtype in (None, "auto") else dtype
-    key = (str(pretrained), dtype, str(device))
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        device = "cpu"  # a sweep declaring GPUs, run on a machine without one
+    key = (str(pretrained), dtype, str(device), json.dumps(device_map, sort_keys=True))
     if key not in _LOADED:
-        _LOADED[key] = load_model(str(pretrained), dtype=dtype, device=device)
+        _LOADED[key] = load_model(str(pretrained), dtype=dtype, device=device, device_map=device_map)
     return _LOADED[key]
 
 
@@ -30,7 +35,7 @@ def group_models(cells) -> list:
 
     spec = cells[0].model
     kwargs = cells[0].evaluate_kwargs()["model_args"]
-    loaded = load_once(spec.pretrained, spec.dtype)
+    loaded = load_once(spec.pretrained, spec.dtype, **spec.placement())
     slots = max(spec.batch_size, 8)
     shared = SharedBranches(BranchSet(*loaded, [cell.policy for cell in cells], batch=slots, seed=cells[0].seed))
     common = {k: v for k, v in kwargs.items() if k != "cache_config"}

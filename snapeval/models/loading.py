@@ -334,25 +334,36 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def load_model(name_or_path: str, dtype: str | None = None, device: str = "cpu"):
+def load_model(name_or_path: str, dtype: str | None = None, device: str = "cpu", device_map=None):
     """Load ``(model, tokenizer)`` in eval mode.
 
     Args:
         name_or_path: a preset name (``snapeval models``), a local directory, a ``.gguf`` file, or a hub id.
         dtype: one of ``float32``, ``bfloat16``, ``float16``, ``float64``; default: the preset's, else float32.
-        device: a torch device string.
+        device: a torch device string. A GPU gets the weights straight from the checkpoint (no copy in host memory).
+        device_map: spread the layers over several devices with accelerate: ``auto``, ``balanced``,
+            ``balanced_low_0``, ``sequential`` or a ``{module: device}`` mapping (see :mod:`snapeval.models.devices`);
+            ``device`` is then ignored.
     """
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from snapeval.models.devices import parse_device_map
+
     hf_logging.disable_progress_bar()
     if dtype is None:
         dtype = _preset_dtype(str(name_or_path))
     check_choice("dtype", dtype, DTYPES)
+    device_map = parse_device_map(device_map)
     path = resolve_model_path(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), attn_implementation="sdpa")
-    model.to(device).eval()
+    placement = {"device_map": device_map} if device_map is not None else (
+        {} if torch.device(device).type == "cpu" else {"device_map": {"": device}})
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), attn_implementation="sdpa",
+                                                 **placement)
+    if not placement:
+        model.to(device)
+    model.eval()
     tokenizer = load_tokenizer(str(path))
     check_tokenizer(tokenizer, model.config.vocab_size, str(name_or_path), bos=_expects_bos(model.config))
     model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from snapeval.specprefill.config import SpecPrefillConfig
+from snapeval.models.devices import input_device
 from snapeval.specprefill.mapping import kept_spans, same_tokenizer, spans_text
 from snapeval.specprefill.scoring import token_importance
 from snapeval.specprefill.selection import Span, default_protected_spans, protected_tokens, select_tokens
@@ -179,7 +180,7 @@ def _greedy(model, tokenizer, ids: list[int], position_ids: list[int] | None, ma
     """Greedy decoding with a plain dynamic cache and explicit position ids; returns (ids, prefill s, decode s)."""
     from transformers import DynamicCache
 
-    device = next(model.parameters()).device
+    device = input_device(model)
     length = len(ids)
     positions = list(range(length)) if position_ids is None else list(position_ids)
     cache = DynamicCache(config=model.config)

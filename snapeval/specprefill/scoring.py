@@ -20,6 +20,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from snapeval.models.devices import input_device
+
 ATTN_IMPLEMENTATION = "specprefill_capture"
 
 
@@ -76,7 +78,7 @@ def token_importance(model, input_ids, lookahead: int = 8, pool_kernel: int = 13
         lookahead: greedy tokens decoded after the prompt whose queries also score it.
         pool_kernel: odd width of the average pooling along the prompt (1 = none).
     """
-    ids = torch.as_tensor(input_ids).reshape(1, -1).to(next(model.parameters()).device)
+    ids = torch.as_tensor(input_ids).reshape(1, -1).to(input_device(model))
     length = ids.shape[1]
     with _recording(model, length) as recorder:
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1)

@@ -150,7 +150,7 @@ class Cell:
         """Keyword arguments of :func:`snapeval.harness.evaluate` for this cell."""
         model_args: dict[str, Any] = {"pretrained": self.model.pretrained, "dtype": self.model.dtype,
                                       "batch_size": self.model.batch_size, "engine": self.model.engine,
-                                      "cache_config": self.policy}
+                                      "cache_config": self.policy, **self.model.placement()}
         if self.model.max_gen_toks is not None:
             model_args["max_gen_toks"] = self.model.max_gen_toks
         metadata = {**self.task.metadata_dict, "pretrained": self.model.pretrained}

@@ -134,7 +134,7 @@ def _is_json_value(value: Any) -> bool:
 _TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models", "tasks", "methods", "budgets",
              "seeds", "limit", "generation", "resources", "simulate")
 _MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine",
-               "share_prefill")
+               "share_prefill", "device_map")
 _TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
 _METHOD_KEYS = ("method", "budgets", "sink", "recent", "observation", "kernel", "pooling", "press")
 _RESOURCE_KEYS = ("num_cpus", "num_gpus")
@@ -169,7 +169,18 @@ def _parse_model(ctx: _Ctx, raw: Any, path: str, resources: Resources) -> ModelS
         resources=_parse_resources(ctx, raw.get("resources"), f"{path}.resources", resources),
         engine=_parse_engine(ctx, raw.get("engine", "auto"), f"{path}.engine"),
         share_prefill=_parse_bool(ctx, raw.get("share_prefill", True), f"{path}.share_prefill"),
+        device_map=_parse_device_map(ctx, raw.get("device_map"), f"{path}.device_map"),
     )
+
+
+def _parse_device_map(ctx: _Ctx, raw: Any, path: str):
+    from snapeval.models.devices import parse_device_map
+
+    try:
+        parsed = parse_device_map(raw)
+        return tuple(parsed.items()) if isinstance(parsed, dict) else parsed  # hashable, like the rest of the spec
+    except SnapevalError as e:
+        raise ctx.fail(path, str(e)) from None
 
 
 def _parse_bool(ctx: _Ctx, raw: Any, path: str) -> bool:

@@ -56,6 +56,19 @@ class ModelSpec:
     #: One prefill per item for every method and budget of a (model, task, seed) group (snapeval.branching); false
     #: runs every cell as its own lm-eval run (the reference path). Not part of the identity: results are the same.
     share_prefill: bool = True
+    #: Spread the layers over devices (snapeval.models.devices): a strategy name or ``(module, device)`` pairs.
+    #: None: ``balanced`` over the GPUs when ``resources.num_gpus`` > 1, one GPU for 1, else the CPU.
+    device_map: str | tuple[tuple[str, Any], ...] | None = None
+
+    def placement(self) -> dict[str, Any]:
+        """Where the model is loaded: ``{"device_map": ...}`` or ``{"device": ...}`` (keyword arguments of
+        :func:`snapeval.load_model`). Not part of the identity: placement does not change results."""
+        from snapeval.models.devices import gpu_device_map
+
+        device_map = self.device_map if self.device_map is not None else gpu_device_map(self.resources.num_gpus)
+        if device_map is not None:
+            return {"device_map": dict(device_map) if isinstance(device_map, tuple) else device_map}
+        return {"device": "cuda" if self.resources.num_gpus >= 1 else "cpu"}
 
     @property
     def name(self) -> str:
