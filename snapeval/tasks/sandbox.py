@@ -603,13 +603,15 @@ def _remove_run_dir(run_dir: str) -> None:
 
 def _supervise(run: _Run, fd: int, tests: Sequence[TestCase], limits: SandboxLimits) -> ProgramResult:
     outcomes: list[TestOutcome] = []
-    buf = b""
+    buf, scanned = bytearray(), 0  # bytes received; how many of them hold no newline (each byte is scanned once)
     current, started, cpu_start = -1, time.perf_counter(), 0.0
     deadline = started + _STARTUP_S
-    ctl_cap = 1 << 20
+    ctl_cap = int(limits.output_bytes) + (64 << 10)  # a functional test's return value travels on this channel
     while True:
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
+        while (newline := buf.find(b"\n", scanned)) >= 0:
+            line = bytes(buf[:newline])
+            del buf[:newline + 1]
+            scanned = 0
             parts = line.decode("utf-8", "replace").split(" ", 2)
             if parts[0] == "S" and len(parts) == 2 and parts[1] == str(current + 1):
                 run.attach()
@@ -645,6 +647,7 @@ def _supervise(run: _Run, fd: int, tests: Sequence[TestCase], limits: SandboxLim
             idx = max(current, 0)
             outcomes.append(TestOutcome(idx, status, detail, time.perf_counter() - started))
             return ProgramResult(status, outcomes, f"test {idx}: {detail}")
+        scanned = len(buf)
         buf += chunk
         if len(buf) > ctl_cap:
             return ProgramResult("output_limit", outcomes, "control channel flooded")
@@ -681,7 +684,8 @@ def _grade(index: int, payload: str, test: TestCase, limits: SandboxLimits, run:
     except (ValueError, TypeError, RecursionError):
         return TestOutcome(index, "runtime_error", "malformed report", wall, cpu)
     if report.get("status") != "ok":
-        return TestOutcome(index, "runtime_error", str(report.get("error", ""))[:500], wall, cpu)
+        status = "output_limit" if report.get("limit") == "file size" else "runtime_error"
+        return TestOutcome(index, status, str(report.get("error", ""))[:500], wall, cpu)
     try:
         if test.testtype == "functional":
             ok = functional_matches(str(report.get("result", "")), test.output)
