@@ -133,6 +133,8 @@ attempt('setuid 0', lambda: os.setuid(0) or True)
 attempt('mknod', lambda: os.mknod('/tmp/sda', 0o600 | 0o060000, os.makedev(8, 0)) or True)
 attempt('dir_fd escape', lambda: os.open('etc/passwd', os.O_RDONLY, dir_fd=os.open('/', os.O_RDONLY)) and True)
 attempt('proc root escape', lambda: os.path.exists('/proc/1/root/etc/passwd') or None)
+attempt('clone into a new user namespace', lambda: os.uname().machine == 'x86_64' and libc.syscall(56, 0x10000017, 0, 0, 0, 0) != -1)
+attempt('kernel log', lambda: libc.klogctl(3, ctypes.create_string_buffer(4096), 4096))
 attempt('raise rlimit', lambda: __import__('resource').setrlimit(__import__('resource').RLIMIT_NPROC, (10**6, 10**6)) or True)
 print(5 if not worked else worked)
 """
@@ -302,6 +304,8 @@ def test_weaker_isolation_only_when_accepted(monkeypatch, tmp_path):
         run(ADD)
     monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")
     assert run(ADD).passed
+    if drop is not None:  # as root: the program runs as nobody, never as root
+        assert run(f"import os\nprint(5 if os.getuid() == {drop} else os.getuid())\n").passed
     secret = tmp_path / "root_only"
     secret.write_text("secret")
     os.chmod(secret, 0o600)

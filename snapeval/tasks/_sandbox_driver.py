@@ -238,20 +238,33 @@ def enter_new_root(spec):
 def run_uid(spec):
     """The uid this run drops to: ``uid_base`` plus the driver's PID as the host sees it (read from the host's
     ``/proc`` before the new root hides it), so that no two live runs share a uid (``RLIMIT_NPROC`` counts per uid;
-    signals and ``ptrace`` need the same uid). ``None`` when the harness is not root."""
+    signals and ``ptrace`` need the same uid). Without a new root: ``fallback_uid`` (``nobody`` as root, else
+    ``None``: the harness is not root and the run is already unprivileged)."""
     if spec.get("uid_base") is None:
-        return None
+        return spec["fallback_uid"]
     try:
         return int(spec["uid_base"]) + int(os.readlink("/proc/self"))
     except (OSError, ValueError):
         return int(spec["fallback_uid"])
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
 def drop_privileges(uid):
+    """Become ``uid`` (as root) and give up every capability (what is left of "root" in a user namespace when the
+    harness is not root), then ``no_new_privs`` and the parent-death signal, re-armed (a credential change clears
+    it)."""
     if os.getuid() == 0 and uid is not None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()), "capset")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")  # cleared by setuid
     if os.getppid() == 0 and os.getpid() != 1:  # the parent died before the signal was armed
@@ -260,8 +273,9 @@ def drop_privileges(uid):
 
 # --------------------------------------------------------------------------------------------- seccomp filter
 # Syscalls the program never needs, refused with EPERM: new processes (threads are allowed: ``clone`` with
-# CLONE_THREAD), exec, namespaces and mounts, ptrace and cross-process memory access, kernel keyrings, bpf,
-# userfaultfd, perf, io_uring (its operations bypass this filter), module and kexec loading. ``clone3`` answers
+# CLONE_THREAD and no namespace flag), exec, namespaces and mounts, ptrace and cross-process memory access, kernel keyrings, bpf,
+# userfaultfd, perf, io_uring (its operations bypass this filter), module and kexec loading, the kernel log, file
+# handles. ``clone3`` answers
 # ENOSYS so that the C library falls back to ``clone``, whose flags the filter can read. Any other architecture
 # (x32, i386 through ``int 0x80``) kills the process.
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7, "arm64": 0xC00000B7}
@@ -275,9 +289,11 @@ _COMMON = {"clone": (56, 220), "clone3": (435, 435), "execve": (59, 221), "execv
            "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431),
            "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442), "pidfd_getfd": (438, 438),
            "process_madvise": (440, 440), "swapon": (167, 224), "swapoff": (168, 225), "acct": (163, 89),
-           "quotactl": (179, 60), "sethostname": (170, 161), "setdomainname": (171, 162)}
+           "quotactl": (179, 60), "sethostname": (170, 161), "setdomainname": (171, 162), "syslog": (103, 116),
+           "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264)}
 _X86_ONLY = {"fork": 57, "vfork": 58}
 CLONE_THREAD = 0x00010000
+CLONE_NAMESPACES = 0x7E020080  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 EPERM, ENOSYS = 1, 38
 
 
@@ -308,7 +324,8 @@ def seccomp_program(machine):
         body.append((jeq, "EPERM", 0, nr))
     body.append((ret, 0, 0, allow))
     labels = {"CLONE": len(body)}
-    body += [(ld, 0, 0, 16), (jset, "ALLOW", "EPERM", CLONE_THREAD)]  # args[0], low 32 bits (little endian)
+    body += [(ld, 0, 0, 16), (jset, "EPERM", 0, CLONE_NAMESPACES),  # args[0] (flags), low 32 bits (little endian)
+             (jset, "ALLOW", "EPERM", CLONE_THREAD)]
     for name, value in (("ALLOW", allow), ("EPERM", eperm), ("ENOSYS", enosys), ("KILL", kill)):
         labels[name] = len(body)
         body.append((ret, 0, 0, value))
@@ -359,6 +376,9 @@ def main():
         fd = os.open(f"in_{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
+    header = compile(IMPORT_HEADER, "<header>", "exec")
+    if "--probe" not in sys.argv:  # import the header's modules before the drop (weaker isolation: an interpreter
+        exec(header, {"__builtins__": builtins})  # under /root is unreadable to nobody), the hook and the program
     set_limits(spec)
     drop_privileges(uid)
     filtered = install_seccomp() if spec["seccomp"] else False
@@ -368,8 +388,6 @@ def main():
 
         os.write(ctl, b"P ok seccomp\n" if filtered else b"P ok\n")
         return
-    header = compile(IMPORT_HEADER, "<header>", "exec")
-    exec(header, {"__builtins__": builtins})  # import the header's modules before the hook and the program
 
     def namespace(name):
         ns = {"__name__": name, "__builtins__": builtins}

@@ -250,8 +250,9 @@ def _probe_new_root(prefix: tuple[str, ...], python: str, drop_uid: int | None, 
         proc, fd, ack = _start(prefix, python, run_dir, spec, extra=("--probe",))
         try:
             proc.wait(timeout=20)
-            ready, _, _ = select.select([fd], [], [], 0)
-            answer = os.read(fd, 64) if ready else b""
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            answer = os.read(fd, 64) if poller.poll(0) else b""
         finally:
             os.close(fd)
             os.close(ack)
@@ -607,6 +608,8 @@ def _supervise(run: _Run, fd: int, tests: Sequence[TestCase], limits: SandboxLim
     current, started, cpu_start = -1, time.perf_counter(), 0.0
     deadline = started + _STARTUP_S
     ctl_cap = int(limits.output_bytes) + (64 << 10)  # a functional test's return value travels on this channel
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
         while (newline := buf.find(b"\n", scanned)) >= 0:
             line = bytes(buf[:newline])
@@ -634,8 +637,7 @@ def _supervise(run: _Run, fd: int, tests: Sequence[TestCase], limits: SandboxLim
             idx = max(current, 0)
             outcomes.append(TestOutcome(idx, "time_limit", f"wall-clock limit {limits.timeout_s} s", limits.timeout_s))
             return ProgramResult("time_limit", outcomes, f"test {idx}: wall-clock limit {limits.timeout_s} s")
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
+        if not poller.poll(max(1, int(remaining * 1000))):  # poll, not select: fd numbers may exceed 1023
             continue
         chunk = os.read(fd, 1 << 16)
         if not chunk:  # the child is gone before finishing (unshare, which holds the pipe too, has exited)
