@@ -4,16 +4,18 @@ Standard library only, no snapeval imports: it runs under ``python -I -S``, poss
 PID 1 of fresh mount, PID, network, IPC and UTS namespaces (``unshare``). Order matters:
 
 1. read the spec, the program and the test inputs from the harness's private (root-only) run directory;
-2. build a new root and pivot into it (:func:`enter_new_root`): a size-limited tmpfs holding only the interpreter's
-   tree and the system libraries it loads (bind mounts, read-only, no setuid, no devices), ``/dev/null``,
-   ``/dev/zero``, ``/dev/urandom``, a new ``/proc`` of this PID namespace, and two private size-limited tmpfs
-   ``/work`` (the working directory: inputs, outputs) and ``/tmp``. The old root is detached: no path, socket or
-   file of the host (benchmark data, checkout, virtual environment, other runs) exists any more;
-3. resource limits, then the privilege drop to ``nobody`` (as root), then ``no_new_privs`` and the parent-death
-   signal re-armed (a credential change clears it): if the harness's ``unshare`` dies, this process dies, and as
-   PID 1 its death kills every process of the namespace;
-4. the official LiveCodeBench import header, the audit hook (a convenience that stops Python-level misuse early
-   with clear errors; the layers above hold without it), and only then the untrusted program.
+2. build a new root and pivot into it (:func:`enter_new_root`): a tmpfs holding only the paths the harness lists
+   (the interpreter binary, its standard library, the directories of the shared libraries it loads; bind mounts,
+   read-only, ``nosuid``, ``nodev``, symlinks on the way recreated), ``site-packages`` hidden, ``/dev/null``,
+   ``/dev/zero``, ``/dev/urandom``, a new ``/proc`` of this PID namespace, and two private size-limited ``noexec``
+   tmpfs ``/work`` (the working directory: inputs, outputs) and ``/tmp``. The old root is detached: no path, socket
+   or file of the host (benchmark data, checkout, virtual environment, other runs) exists any more;
+3. the official import header's modules, resource limits, then the privilege drop to a uid of the run's own (as
+   root), every capability dropped, ``no_new_privs`` and the parent-death signal re-armed (a credential change clears
+   it): if ``unshare`` dies, this process dies, and as PID 1 its death kills every process of the namespace; then the
+   seccomp filter (:func:`seccomp_program`);
+4. the audit hook (a convenience that stops Python-level misuse early with clear errors; the layers above hold
+   without it), and only then the untrusted program.
 
 ``SPEC --probe`` performs steps 1-3 and exits 0: how the harness checks that isolation works here.
 

@@ -1,31 +1,40 @@
 """Run untrusted programs (LiveCodeBench solutions) against their tests, contained by the kernel.
 
 One child process per program runs all of its tests in order and stops at the first failure (the official
-LiveCodeBench rule). The layers, each of which holds without the others:
+LiveCodeBench rule). The layers, each of which holds without the others (the red-team tests switch the audit hook
+off first, and check the PID namespace with the seccomp filter off):
 
-- **Namespaces** (``unshare --mount --pid --net --ipc --uts --fork --kill-child``; through a user namespace when the
-  harness is not root): the child is PID 1 of its own PID namespace (when it dies the kernel kills every process of
-  the run, whatever ``setsid`` or double forks it tried), has no network (a down loopback; abstract Unix sockets are
-  per network namespace) and its own mount table.
-- **A new root** (``pivot_root`` into a size-limited tmpfs, the old root detached; see ``_sandbox_driver.py``): the
-  program sees the interpreter's tree and the system libraries read-only, ``/dev/{null,zero,urandom,random}``, a
-  ``/proc`` of its own PID namespace, and private tmpfs ``/work`` (its working directory) and ``/tmp``, both capped
-  (``disk_mb``). The benchmark's data, the checkout, the virtual environment, host Unix sockets and every other
-  run's files do not exist for it.
-- **Privilege drop**: as root (CI) the child becomes ``nobody`` after building its root, with ``no_new_privs`` and
-  the parent-death signal re-armed.
-- **Resource limits** (``setrlimit``): address space, total CPU, file size, open files, processes, no core dumps.
-  Per test the harness enforces the wall-clock limit and measures CPU time itself (``/proc/<pid>/stat`` of the
-  run's PID 1, children included), never trusting the child's report.
+- **Namespaces** (``setpriv --pdeathsig KILL unshare --mount --pid --net --ipc --uts --fork --kill-child``; through a
+  user namespace when the harness is not root): the child is PID 1 of its own PID namespace (when it dies the kernel
+  kills every process of the run), has no network (a down loopback; abstract Unix sockets are per network namespace)
+  and its own mount table; ``unshare`` dies with the harness thread that started it, and the child with ``unshare``.
+- **A new root** (``pivot_root`` into a tmpfs, the old root detached; see ``_sandbox_driver.py``): read-only, only
+  the interpreter binary, its standard library and extension modules, the directories of the shared libraries they
+  load (found with ``ldd`` once per process) and the loader's cache; the base interpreter's ``site-packages`` is
+  hidden under an empty read-only tmpfs. Then ``/dev/{null,zero,urandom,random}``, a ``/proc`` of the run's own PID
+  namespace, and private tmpfs ``/work`` (the working directory: inputs, outputs) and ``/tmp``, capped at
+  ``disk_mb`` and 4,096 files each, ``noexec``. The benchmark's data, the checkout, the virtual environment, home
+  directories, the host's ``/tmp``, host Unix sockets and every other run's files do not exist for it.
+- **Privileges**: as root (CI) the child becomes a uid of its own (``SANDBOX_UID_BASE`` + its host PID: no two live
+  runs share one, so ``RLIMIT_NPROC`` and signals are per run) after building its root, drops every capability, sets
+  ``no_new_privs`` and re-arms the parent-death signal.
+- **A seccomp filter**: no new process (threads only), no exec, no namespace, mount, ``chroot``, ``ptrace``,
+  ``bpf``, ``io_uring``, keyring, kernel log or file-handle call (x86-64 and arm64; elsewhere it is reported off).
+  One process per run also makes the CPU time exact.
+- **Resource limits** (``setrlimit``): address space, total CPU, file size, open files, threads, no core dumps. Per
+  test the harness enforces the wall-clock limit and measures CPU time itself (``/proc/<pid>/stat`` of the run's PID
+  1, all threads; without the filter, plus every live process of the namespace), never trusting the child.
 - **Audit hook** (PEP 578): a convenience that refuses sockets, fork/exec and writes outside ``/work`` with clear
   errors; a program can switch it off, and nothing above depends on it.
 
-The harness keeps each run's inputs in a root-only directory the child reads before it pivots, reads outputs
-through ``/proc/<pid>/root/work`` without following links, without blocking, only regular files and at most the
-cap; anything odd is that program's ``runtime_error``, never the run's. After a run it checks that no process of
-the run's PID namespace is left. Where the mount namespace cannot be built, executing generated code is refused
-with one line naming what is missing, unless the user accepts weaker isolation (``SNAPEVAL_ALLOW_UNSAFE_CODE=1``,
-lm-eval's ``--confirm_run_unsafe_code`` convention).
+The harness keeps each run's inputs in a root-only directory the child reads before it pivots, and reads outputs
+through an open ``/proc/<pid>`` directory (so a reused PID can never point it at another run) into ``root/work``:
+without following links, without blocking, only regular files, at most the cap. Anything odd is that program's
+``runtime_error``, never the run's. After a run it checks, holding the namespace open so that its identity cannot be
+reused, that no process of the run's PID namespace is left. Where the mount namespace cannot be built, executing
+generated code is refused with one line naming what is missing, unless the user accepts weaker isolation
+(``SNAPEVAL_ALLOW_UNSAFE_CODE=1``, lm-eval's ``--confirm_run_unsafe_code`` convention: that flag itself never reaches
+a task's code).
 
 Programs of different problems run in parallel (:func:`run_programs`, one thread per worker, each waiting on its
 own child).
@@ -299,7 +308,8 @@ def isolation() -> Isolation:
     weak = guard + (weak if root else weak[:1] + ("--map-root-user",) + weak[1:])
     if not _probe(weak + ("true",)):
         weak = ()
-    return Isolation(weak, False, drop_uid if root else None, python, missing)
+    return Isolation(weak, False, drop_uid if root else None, python, missing,
+                     seccomp=os.uname().machine in ("x86_64", "aarch64"))
 
 
 def require_isolation(allow_unsafe: bool | None = None) -> Isolation:
