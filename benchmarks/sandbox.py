@@ -1,7 +1,8 @@
 """Per-program start-up and per-test overhead of the LiveCodeBench sandbox -> results/bench/sandbox.json.
 
-Every program gets its own mount, PID, network, IPC and UTS namespaces and a new root (``snapeval.tasks.sandbox``);
-the start-up is what a program with one trivial test costs end to end (target: under 100 ms on an idle machine).
+Every program gets its own mount, PID, network, IPC and UTS namespaces, a new root, a uid of its own and a seccomp
+filter (``snapeval.tasks.sandbox``); the start-up is what a program with one trivial test costs end to end (target:
+under 100 ms on an idle machine), beside a bare ``python -I -S -c pass`` of the same interpreter for scale.
 Runs trivial programs (so that the time measured is the sandbox's, not the program's) with 1 and with N tests per
 program, for stdin and functional problems, and reports the median wall time per program and the marginal cost of
 one more test (the slope between the two). Usage: ``PYTHONPATH=. python benchmarks/sandbox.py [--repeats 30]``.
@@ -13,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -54,6 +56,11 @@ def main() -> int:
             "marginal_ms_per_test": round((many - one) / (args.tests - 1) * 1e3, 3),
             "amortized_ms_per_test": round(many / args.tests * 1e3, 3),
         }
+    bare = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        subprocess.run([isolation().python, "-I", "-S", "-c", "pass"], check=True)
+        bare.append(time.perf_counter() - start)
     jobs = [ProgramJob(STDIN[0], [TestCase(STDIN[1], STDIN[2], "stdin")])] * 40
     start = time.perf_counter()
     assert all(r.passed for r in run_programs(jobs))
@@ -62,6 +69,7 @@ def main() -> int:
         "benchmark": "sandbox per-test overhead",
         "repeats": args.repeats,
         "results": rows,
+        "bare_interpreter_start_ms": round(statistics.median(bare) * 1e3, 2),
         "parallel_40_programs_s": round(parallel, 3),
         "workers": len(os.sched_getaffinity(0)),
         "isolation": isolation().describe(),

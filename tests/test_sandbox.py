@@ -140,4 +140,28 @@ def test_isolation_report_is_honest():
     report = isolation().describe()
     assert report["audit_hook"] is True
     if os.geteuid() == 0 and report["namespaces"] != "none" and not report["user_namespace"]:
-        assert report["runs_as"] == "nobody"
+        assert report["runs_as"] == ("a uid of its own per run" if report["new_root"] else "nobody")
+
+
+def test_malformed_test_cases_fail_when_the_data_loads(tmp_path):
+    """A broken test case is a one-line error naming file:line (blank lines counted) and the field, raised by
+    ``load`` before any generation, not at grading; non-UTF-8 bytes name their line too."""
+    if not (DATA / "livecodebench" / "code_generation_lite.jsonl").is_file():
+        pytest.skip(f"real data not available under {DATA}")
+    import json
+
+    first = (DATA / "livecodebench" / "code_generation_lite.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    good = json.loads(first)
+    functional = {**good, "public_test_cases": json.dumps([{"input": "[1, 2\n3", "output": "3", "testtype": "functional"}]),
+                  "metadata": json.dumps({"func_name": "f"})}
+    folder = tmp_path / "livecodebench"
+    folder.mkdir()
+    path = folder / "code_generation_lite.jsonl"
+    path.write_text(first + "\n\n\n" + json.dumps(functional) + "\n", encoding="utf-8")
+    with pytest.raises(SnapevalError, match=r"code_generation_lite.jsonl:4: public_test_cases\[0\].input must be JSON "
+                                            r"for a functional test") as err:
+        livecodebench.load(tmp_path)
+    assert "\n" not in str(err.value)
+    path.write_bytes(first.encode() + b"\n\n" + first.encode()[:40] + b"\xc3\x28" + first.encode()[40:] + b"\n")
+    with pytest.raises(SnapevalError, match=r"code_generation_lite.jsonl:3: not UTF-8 text"):
+        livecodebench.load(tmp_path)

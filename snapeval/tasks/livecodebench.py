@@ -189,6 +189,13 @@ def _cases(raw, where: str, field_name: str) -> list[TestCase]:
         if t["testtype"] not in TEST_TYPES:
             raise SnapevalError(f"{where}: {field_name}[{k}].testtype={t['testtype']!r} is not allowed; choose one "
                                 f"of: {', '.join(TEST_TYPES)}")
+        if t["testtype"] == "functional":  # the sandbox passes one JSON argument per input line
+            for part, text in [("input", line) for line in t["input"].split("\n")] + [("output", t["output"])]:
+                try:
+                    json.loads(text)
+                except (ValueError, RecursionError):
+                    raise SnapevalError(f"{where}: {field_name}[{k}].{part} must be JSON for a functional test "
+                                        f"(one value per input line), got {text[:60]!r}") from None
         cases.append(TestCase(t["input"], t["output"], t["testtype"]))
     return cases
 

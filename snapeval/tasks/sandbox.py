@@ -1,31 +1,40 @@
 """Run untrusted programs (LiveCodeBench solutions) against their tests, contained by the kernel.
 
 One child process per program runs all of its tests in order and stops at the first failure (the official
-LiveCodeBench rule). The layers, each of which holds without the others:
+LiveCodeBench rule). The layers, each of which holds without the others (the red-team tests switch the audit hook
+off first, and check the PID namespace with the seccomp filter off):
 
-- **Namespaces** (``unshare --mount --pid --net --ipc --uts --fork --kill-child``; through a user namespace when the
-  harness is not root): the child is PID 1 of its own PID namespace (when it dies the kernel kills every process of
-  the run, whatever ``setsid`` or double forks it tried), has no network (a down loopback; abstract Unix sockets are
-  per network namespace) and its own mount table.
-- **A new root** (``pivot_root`` into a size-limited tmpfs, the old root detached; see ``_sandbox_driver.py``): the
-  program sees the interpreter's tree and the system libraries read-only, ``/dev/{null,zero,urandom,random}``, a
-  ``/proc`` of its own PID namespace, and private tmpfs ``/work`` (its working directory) and ``/tmp``, both capped
-  (``disk_mb``). The benchmark's data, the checkout, the virtual environment, host Unix sockets and every other
-  run's files do not exist for it.
-- **Privilege drop**: as root (CI) the child becomes ``nobody`` after building its root, with ``no_new_privs`` and
-  the parent-death signal re-armed.
-- **Resource limits** (``setrlimit``): address space, total CPU, file size, open files, processes, no core dumps.
-  Per test the harness enforces the wall-clock limit and measures CPU time itself (``/proc/<pid>/stat`` of the
-  run's PID 1, children included), never trusting the child's report.
+- **Namespaces** (``setpriv --pdeathsig KILL unshare --mount --pid --net --ipc --uts --fork --kill-child``; through a
+  user namespace when the harness is not root): the child is PID 1 of its own PID namespace (when it dies the kernel
+  kills every process of the run), has no network (a down loopback; abstract Unix sockets are per network namespace)
+  and its own mount table; ``unshare`` dies with the harness thread that started it, and the child with ``unshare``.
+- **A new root** (``pivot_root`` into a tmpfs, the old root detached; see ``_sandbox_driver.py``): read-only, only
+  the interpreter binary, its standard library and extension modules, the directories of the shared libraries they
+  load (found with ``ldd`` once per process) and the loader's cache; the base interpreter's ``site-packages`` is
+  hidden under an empty read-only tmpfs. Then ``/dev/{null,zero,urandom,random}``, a ``/proc`` of the run's own PID
+  namespace, and private tmpfs ``/work`` (the working directory: inputs, outputs) and ``/tmp``, capped at
+  ``disk_mb`` and 4,096 files each, ``noexec``. The benchmark's data, the checkout, the virtual environment, home
+  directories, the host's ``/tmp``, host Unix sockets and every other run's files do not exist for it.
+- **Privileges**: as root (CI) the child becomes a uid of its own (``SANDBOX_UID_BASE`` + its host PID: no two live
+  runs share one, so ``RLIMIT_NPROC`` and signals are per run) after building its root, drops every capability, sets
+  ``no_new_privs`` and re-arms the parent-death signal.
+- **A seccomp filter**: no new process (threads only), no exec, no namespace, mount, ``chroot``, ``ptrace``,
+  ``bpf``, ``io_uring``, keyring, kernel log or file-handle call (x86-64 and arm64; elsewhere it is reported off).
+  One process per run also makes the CPU time exact.
+- **Resource limits** (``setrlimit``): address space, total CPU, file size, open files, threads, no core dumps. Per
+  test the harness enforces the wall-clock limit and measures CPU time itself (``/proc/<pid>/stat`` of the run's PID
+  1, all threads; without the filter, plus every live process of the namespace), never trusting the child.
 - **Audit hook** (PEP 578): a convenience that refuses sockets, fork/exec and writes outside ``/work`` with clear
   errors; a program can switch it off, and nothing above depends on it.
 
-The harness keeps each run's inputs in a root-only directory the child reads before it pivots, reads outputs
-through ``/proc/<pid>/root/work`` without following links, without blocking, only regular files and at most the
-cap; anything odd is that program's ``runtime_error``, never the run's. After a run it checks that no process of
-the run's PID namespace is left. Where the mount namespace cannot be built, executing generated code is refused
-with one line naming what is missing, unless the user accepts weaker isolation (``SNAPEVAL_ALLOW_UNSAFE_CODE=1``,
-lm-eval's ``--confirm_run_unsafe_code`` convention).
+The harness keeps each run's inputs in a root-only directory the child reads before it pivots, and reads outputs
+through an open ``/proc/<pid>`` directory (so a reused PID can never point it at another run) into ``root/work``:
+without following links, without blocking, only regular files, at most the cap. Anything odd is that program's
+``runtime_error``, never the run's. After a run it checks, holding the namespace open so that its identity cannot be
+reused, that no process of the run's PID namespace is left. Where the mount namespace cannot be built, executing
+generated code is refused with one line naming what is missing, unless the user accepts weaker isolation
+(``SNAPEVAL_ALLOW_UNSAFE_CODE=1``, lm-eval's ``--confirm_run_unsafe_code`` convention: that flag itself never reaches
+a task's code).
 
 Programs of different problems run in parallel (:func:`run_programs`, one thread per worker, each waiting on its
 own child).
@@ -127,21 +136,29 @@ UNSAFE_ENV = "SNAPEVAL_ALLOW_UNSAFE_CODE"
 
 @dataclass(frozen=True)
 class Isolation:
-    """What this machine gives: the ``unshare`` prefix, whether the child builds its own root, whether it drops to
-    ``nobody``, the interpreter, and (when the new root cannot be built) why."""
+    """What this machine gives: the command prefix (``setpriv`` + ``unshare``), whether the child builds its own root
+    (and from which paths), whether it drops privileges (to a uid of its own per run), whether the seccomp filter is
+    in place, the interpreter, and (when the new root cannot be built) what is missing."""
 
     prefix: tuple[str, ...]
     isolate_fs: bool
     drop_uid: int | None
     python: str
     missing: str = ""
+    expose: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()
+    seccomp: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
             "namespaces": "mount+pid+net+ipc+uts" if self.isolate_fs else ("net+pid" if self.prefix else "none"),
             "new_root": self.isolate_fs,
+            "visible_read_only": list(self.expose) if self.isolate_fs else "the whole file system",
+            "hidden_inside_them": list(self.hide),
             "user_namespace": "--map-root-user" in self.prefix,
-            "runs_as": "nobody" if self.drop_uid is not None else "the harness user",
+            "runs_as": ("a uid of its own per run" if self.drop_uid is not None and self.isolate_fs
+                        else "nobody" if self.drop_uid is not None else "the harness user"),
+            "seccomp": self.seccomp,
             "python": self.python,
             "audit_hook": True,
             "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"],
@@ -149,11 +166,59 @@ class Isolation:
         }
 
 
-def _ro_paths(python: str) -> list[str]:
-    """What the child's new root shows, read-only: the interpreter's installation tree and the system libraries."""
-    prefix = os.path.dirname(os.path.dirname(python))  # <prefix>/bin/python3.x
-    paths = [prefix, "/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32", "/etc/ld.so.cache"]
-    return [p for p in dict.fromkeys(paths) if os.path.lexists(p)]
+_TREE_SCRIPT = """
+import json, os, sys, sysconfig
+paths = sysconfig.get_paths()
+print(json.dumps({"executable": os.path.realpath(sys.executable), "stdlib": paths["stdlib"],
+                  "platstdlib": paths["platstdlib"], "purelib": paths["purelib"], "platlib": paths["platlib"],
+                  "dynload": [p for p in sys.path if p.endswith("lib-dynload")]}))
+"""
+_FALLBACK_LIB_DIRS = ("/lib", "/lib64", "/lib32", "/usr/lib64", "/usr/lib32", "/usr/lib/x86_64-linux-gnu",
+                      "/usr/lib/aarch64-linux-gnu", "/usr/lib/arm-linux-gnueabihf")
+
+
+def _shared_libraries(files: Sequence[str]) -> list[str] | None:
+    """Every shared library ``files`` load, as the dynamic loader names them (``ldd``); ``None`` without ``ldd``."""
+    ldd = shutil.which("ldd")
+    if not ldd or not files:
+        return None
+    try:
+        out = subprocess.run([ldd, *files], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                             env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libs = []
+    for line in out.splitlines():
+        for token in line.replace("=>", " ").split():
+            if token.startswith("/") and not token.endswith(":"):
+                libs.append(token)
+    return libs
+
+
+def _interpreter_tree(python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(expose, hide)``: what a run's new root shows of the host, read-only (the interpreter binary, its standard
+    library and extension modules, the directories of the shared libraries they load, the loader's cache), and the
+    directories inside those that it hides (``site-packages``: third-party code of the base interpreter)."""
+    try:
+        info = json.loads(subprocess.run([python, "-I", "-S", "-c", _TREE_SCRIPT], stdin=subprocess.DEVNULL,
+                                         capture_output=True, text=True, timeout=60, check=True).stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise OSError(f"cannot ask {python} where its standard library is ({exc})") from None
+    dynload = [d for d in info["dynload"] if os.path.isdir(d)]
+    modules = [str(p) for d in dynload for p in sorted(Path(d).glob("*.so"))]
+    libs = _shared_libraries([info["executable"], *modules])
+    lib_dirs = ({os.path.dirname(p) for lib in libs for p in (lib, os.path.realpath(lib))} if libs is not None
+                else set(_FALLBACK_LIB_DIRS))
+    expose = {info["executable"], info["stdlib"], info["platstdlib"], *dynload, *lib_dirs, "/etc/ld.so.cache"}
+    expose = sorted((p for p in expose if os.path.lexists(p)), key=lambda p: (p.count("/"), p))
+    real_exposed = [os.path.realpath(p) for p in expose]
+    hide = set()
+    for candidate in (info["purelib"], info["platlib"], *(os.path.join(info[k], n) for k in ("stdlib", "platstdlib")
+                                                           for n in ("site-packages", "dist-packages"))):
+        real = os.path.realpath(candidate)
+        if os.path.isdir(real) and any(real == e or real.startswith(e + "/") for e in real_exposed):
+            hide.add(real)
+    return tuple(expose), tuple(sorted(hide))
 
 
 def _start(prefix: Sequence[str], python: str, run_dir: str, spec: dict, *, extra: Sequence[str] = ()):
@@ -164,9 +229,10 @@ def _start(prefix: Sequence[str], python: str, run_dir: str, spec: dict, *, extr
     ack_read, ack_write = os.pipe()
     spec = {**spec, "ctl_fd": write_fd, "ack_fd": ack_read}
     Path(run_dir, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-    cwd = "/" if spec["isolate_fs"] else run_dir
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/work" if spec["isolate_fs"]
-           else run_dir, "TMPDIR": "/tmp" if spec["isolate_fs"] else run_dir}
+    work = "/work" if spec["isolate_fs"] else str(Path(run_dir, "work"))
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": work,
+           "TMPDIR": "/tmp" if spec["isolate_fs"] else work}
+    cwd = "/" if spec["isolate_fs"] else work
     cmd = [*prefix, python, "-I", "-S", "-B", str(DRIVER), str(Path(run_dir, "spec.json")), *extra]
     try:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -178,30 +244,43 @@ def _start(prefix: Sequence[str], python: str, run_dir: str, spec: dict, *, extr
     return proc, read_fd, ack_write
 
 
-def _probe_new_root(prefix: tuple[str, ...], python: str, drop_uid: int | None) -> str:
-    """Build a run's root once with the probe flag; '' when it worked, else what failed."""
+def _probe_new_root(prefix: tuple[str, ...], python: str, drop_uid: int | None, expose: Sequence[str],
+                    hide: Sequence[str]) -> tuple[str, bool]:
+    """Build a run's root once with the probe flag: ``('', seccomp filter installed)`` when it worked, else
+    ``(what failed, False)``."""
     run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-probe-")
     try:
         os.mkdir(Path(run_dir, "root"))
         Path(run_dir, "solution.py").write_text("", encoding="utf-8")
         spec = {"mode": "stdin", "n_tests": 0, "isolate_fs": True, "root_dir": str(Path(run_dir, "root")),
-                "ro_paths": _ro_paths(python), "disk_bytes": 1 << 20, "drop_uid": drop_uid,
-                "memory_bytes": 1 << 30, "cpu_total_s": 10, "max_file_bytes": 1 << 20, "max_open_files": 64,
-                "max_processes": 64}
+                "expose": list(expose), "hide": list(hide), "disk_bytes": 1 << 20, "seccomp": True,
+                **_uid_spec(drop_uid, True), "memory_bytes": 1 << 30, "cpu_total_s": 10, "max_file_bytes": 1 << 20,
+                "max_open_files": 64, "max_processes": 64}
         proc, fd, ack = _start(prefix, python, run_dir, spec, extra=("--probe",))
         try:
             proc.wait(timeout=20)
-            ready, _, _ = select.select([fd], [], [], 0)
-            ok = bool(ready) and os.read(fd, 64).startswith(b"P ok")
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            answer = os.read(fd, 64) if poller.poll(0) else b""
         finally:
             os.close(fd)
             os.close(ack)
             _kill(proc)
-        return "" if ok else "a private mount namespace with a new root (mount, pivot_root)"
+        if not answer.startswith(b"P ok"):
+            return "a private mount namespace with a new root (mount, pivot_root)", False
+        return "", answer.startswith(b"P ok seccomp")
     except (OSError, subprocess.SubprocessError) as exc:
-        return f"a private mount namespace with a new root ({exc})"
+        return f"a private mount namespace with a new root ({exc})", False
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+SANDBOX_UID_BASE = 0x58000000  # + the driver's host PID: a uid of its own for every live run (no account uses it)
+
+
+def _uid_spec(drop_uid: int | None, isolate_fs: bool) -> dict[str, Any]:
+    """How the child picks its uid: per run (new root, as root) or the fixed ``drop_uid`` (weaker isolation)."""
+    return {"uid_base": SANDBOX_UID_BASE if drop_uid is not None and isolate_fs else None, "fallback_uid": drop_uid}
 
 
 @lru_cache(maxsize=1)
@@ -212,17 +291,25 @@ def isolation() -> Isolation:
     if not unshare:
         return Isolation((), False, None, python, "the unshare command (util-linux)")
     root = os.geteuid() == 0
+    setpriv = shutil.which("setpriv")  # unshare dies with the harness thread that started it (and so the run)
+    guard = (setpriv, "--pdeathsig", "KILL", "--") if setpriv and _probe([setpriv, "--pdeathsig", "KILL", "true"]) \
+        else ()
     base = (unshare, "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child")
-    prefix = base if root else base[:1] + ("--map-root-user",) + base[1:]
+    prefix = guard + (base if root else base[:1] + ("--map-root-user",) + base[1:])
     drop_uid = NOBODY_UID if root else None
-    missing = _probe_new_root(prefix, python, drop_uid)
+    try:
+        expose, hide = _interpreter_tree(python)
+        missing, seccomp = _probe_new_root(prefix, python, drop_uid, expose, hide)
+    except OSError as exc:
+        expose, hide, missing, seccomp = (), (), f"a private mount namespace with a new root ({exc})", False
     if not missing:
-        return Isolation(prefix, True, drop_uid, python)
+        return Isolation(prefix, True, drop_uid, python, expose=expose, hide=hide, seccomp=seccomp)
     weak = (unshare, "--net", "--pid", "--fork", "--kill-child", "--mount-proc")
-    weak = weak if root else weak[:1] + ("--map-root-user",) + weak[1:]
+    weak = guard + (weak if root else weak[:1] + ("--map-root-user",) + weak[1:])
     if not _probe(weak + ("true",)):
         weak = ()
-    return Isolation(weak, False, drop_uid if root else None, python, missing)
+    return Isolation(weak, False, drop_uid if root else None, python, missing,
+                     seccomp=os.uname().machine in ("x86_64", "aarch64"))
 
 
 def require_isolation(allow_unsafe: bool | None = None) -> Isolation:
@@ -270,7 +357,10 @@ def stdout_matches(got: str, expected: str) -> bool:
         if x == y:
             continue
         dx, dy = _decimals(x), _decimals(y)
-        if dx is None or dy is None or dx != dy:
+        try:
+            if dx is None or dy is None or dx != dy:
+                return False
+        except ArithmeticError:  # a signaling NaN cannot even be compared: not equal
             return False
     return True
 
@@ -320,39 +410,51 @@ def _child_pid(proc: subprocess.Popen) -> int | None:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_seconds(pid: int | None) -> float:
-    """CPU time of ``pid`` and its reaped children (utime + stime + cutime + cstime), read by the harness."""
-    if pid is None:
+def _cpu_seconds(proc_fd: int | None) -> float:
+    """CPU time of the process whose ``/proc/<pid>`` directory ``proc_fd`` holds, its threads and its reaped
+    children (utime + stime + cutime + cstime), read by the harness; 0.0 once the process is gone."""
+    if proc_fd is None:
         return 0.0
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return sum(int(x) for x in fields[11:15]) / _TICK
+        fd = os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+        try:
+            text = os.read(fd, 4096).decode("ascii", "replace")
+        finally:
+            os.close(fd)
+        return sum(int(x) for x in text.rsplit(")", 1)[1].split()[11:15]) / _TICK
     except (OSError, ValueError, IndexError):
         return 0.0
 
 
-def _pid_namespace(pid: int | None) -> str | None:
+def _cpu_of_pid(pid: int) -> float:
     try:
-        return os.readlink(f"/proc/{pid}/ns/pid") if pid else None
+        fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        return None
+        return 0.0
+    try:
+        return _cpu_seconds(fd)
+    finally:
+        os.close(fd)
 
 
-def _namespace_members(namespace: str) -> list[int]:
+def _namespace_members(namespace: tuple[int, int]) -> list[int]:
+    """Host PIDs of the processes in the PID namespace with this ``(st_dev, st_ino)``."""
     members = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
-                    members.append(int(entry))
+                st = os.stat(f"/proc/{entry}/ns/pid")
             except OSError:
                 continue
+            if (st.st_dev, st.st_ino) == namespace:
+                members.append(int(entry))
     return members
 
 
-def _reap_namespace(namespace: str | None, grace_s: float = 2.0) -> int:
+def _reap_namespace(namespace: tuple[int, int] | None, grace_s: float = 2.0) -> int:
     """Check that the run's PID namespace is empty once its PID 1 is dead (the kernel kills the rest); whatever is
-    still there after ``grace_s`` is killed here and counted (0 after every run so far: the check is the point)."""
+    still there after ``grace_s`` is killed here and counted (0 after every run so far: the check is the point).
+    The caller holds the namespace open, so its inode number cannot be reused by another run meanwhile."""
     if namespace is None:
         return 0
     deadline = time.monotonic() + grace_s
@@ -370,25 +472,49 @@ def _reap_namespace(namespace: str | None, grace_s: float = 2.0) -> int:
 
 
 class _Run:
-    """One program's child: where its outputs are, what CPU it used."""
+    """One program's child: where its outputs are, what CPU it used. The run's PID 1 is pinned by an open
+    ``/proc/<pid>`` directory and its PID namespace by an open ``ns/pid``: once the process is gone, reads through
+    them fail instead of reaching a process that reused the PID (another run's, say)."""
 
-    def __init__(self, proc: subprocess.Popen, run_dir: str, isolate_fs: bool, ack_fd: int):
-        self.proc, self.run_dir, self.isolate_fs, self.ack_fd = proc, run_dir, isolate_fs, ack_fd
+    def __init__(self, proc: subprocess.Popen, work_dir: str, isolate_fs: bool, ack_fd: int, one_process: bool):
+        self.proc, self.work_dir, self.isolate_fs, self.ack_fd = proc, work_dir, isolate_fs, ack_fd
+        self.one_process = one_process  # the seccomp filter refuses new processes: all CPU is PID 1's
         self.pid: int | None = None
-        self.namespace: str | None = None
+        self.proc_fd: int | None = None
+        self.ns_fd: int | None = None
+        self.namespace: tuple[int, int] | None = None
 
     def attach(self) -> None:
-        if self.pid is None:
-            self.pid = _child_pid(self.proc)
-            self.namespace = _pid_namespace(self.pid)
+        if self.pid is not None:
+            return
+        pid = _child_pid(self.proc)
+        if pid is None:
+            return
+        try:
+            self.proc_fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            if _child_pid(self.proc) != pid:  # it died and the PID went elsewhere between the two reads
+                raise ProcessLookupError(pid)
+            self.ns_fd = os.open("ns/pid", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_fd)
+            st = os.fstat(self.ns_fd)
+            self.namespace, self.pid = (st.st_dev, st.st_ino), pid
+        except OSError:
+            self.close()
 
-    def output_path(self, index: int) -> str:
+    def read_output(self, index: int, cap: int) -> bytes:
+        """This test's stdout file, read safely (see :func:`read_capped`)."""
         if self.isolate_fs:
-            return f"/proc/{self.pid}/root/work/out_{index}"
-        return str(Path(self.run_dir, f"out_{index}"))
+            if self.proc_fd is None:
+                raise OSError("the run's process is gone")
+            return read_capped(f"root/work/out_{index}", cap, dir_fd=self.proc_fd)
+        return read_capped(str(Path(self.work_dir, f"out_{index}")), cap)
 
     def cpu(self) -> float:
-        return _cpu_seconds(self.pid)
+        """PID 1's CPU time (threads and reaped children included); without the seccomp filter, plus that of every
+        other live process of the run's PID namespace."""
+        total = _cpu_seconds(self.proc_fd)
+        if not self.one_process and self.namespace is not None:
+            total += sum(_cpu_of_pid(p) for p in _namespace_members(self.namespace) if p != self.pid)
+        return total
 
     def next_test(self) -> None:
         """Let the child go on to its next test (it waits after each report)."""
@@ -396,6 +522,13 @@ class _Run:
             os.write(self.ack_fd, b"\n")
         except OSError:  # the child is gone: the control pipe says so next
             pass
+
+    def close(self) -> None:
+        for name in ("proc_fd", "ns_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
 
 
 def run_program(code: str, tests: Sequence[TestCase], *, func_name: str | None = None,
@@ -413,27 +546,29 @@ def run_program(code: str, tests: Sequence[TestCase], *, func_name: str | None =
     iso = require_isolation()
     start = time.perf_counter()
     run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-")  # 0700, the harness's: the program never sees it
+    work_dir = str(Path(run_dir, "work"))  # the working directory without a new root (weaker isolation only)
     proc, read_fd, ack_fd, run = None, -1, -1, None
     result = ProgramResult("sandbox_error", detail="the sandbox did not start")
     try:
         spec = {
             "mode": mode, "func_name": func_name, "n_tests": len(tests), "isolate_fs": iso.isolate_fs,
-            "root_dir": str(Path(run_dir, "root")), "ro_paths": _ro_paths(iso.python),
-            "disk_bytes": int(limits.disk_mb) << 20, "memory_bytes": int(limits.memory_mb) << 20,
+            "root_dir": str(Path(run_dir, "root")), "expose": list(iso.expose), "hide": list(iso.hide),
+            "seccomp": iso.seccomp, "disk_bytes": int(limits.disk_mb) << 20,
+            "memory_bytes": int(limits.memory_mb) << 20,
             "cpu_total_s": int(len(tests) * limits.timeout_s + _STARTUP_S) + 1,
             "max_file_bytes": int(limits.output_bytes), "max_open_files": int(limits.max_open_files),
-            "max_processes": int(limits.max_processes), "drop_uid": iso.drop_uid,
+            "max_processes": int(limits.max_processes), **_uid_spec(iso.drop_uid, iso.isolate_fs),
         }
         os.mkdir(Path(run_dir, "root"))
         Path(run_dir, "solution.py").write_text(code, encoding="utf-8")
         for i, t in enumerate(tests):
             Path(run_dir, f"in_{i}").write_text(t.input, encoding="utf-8")
-        if not iso.isolate_fs and iso.drop_uid is not None:  # weaker isolation, accepted by the user
-            os.chown(run_dir, iso.drop_uid, iso.drop_uid)
-            for name in os.listdir(run_dir):
-                os.chown(Path(run_dir, name), iso.drop_uid, iso.drop_uid, follow_symlinks=False)
+        if not iso.isolate_fs:  # weaker isolation, accepted by the user: an empty directory of the program's own
+            os.mkdir(work_dir, 0o700)  # inside the root-only run directory, so it cannot be moved or replaced
+            if iso.drop_uid is not None:
+                os.chown(work_dir, iso.drop_uid, iso.drop_uid, follow_symlinks=False)  # just made, still empty
         proc, read_fd, ack_fd = _start(iso.prefix, iso.python, run_dir, spec)
-        run = _Run(proc, run_dir, iso.isolate_fs, ack_fd)
+        run = _Run(proc, work_dir, iso.isolate_fs, ack_fd, iso.seccomp)
         result = _supervise(run, read_fd, tests, limits)
     except OSError as exc:
         result = ProgramResult("sandbox_error", detail=f"{type(exc).__name__}: {exc}")
@@ -456,6 +591,7 @@ def run_program(code: str, tests: Sequence[TestCase], *, func_name: str | None =
             _kill(proc)
         if run is not None:
             left = _reap_namespace(run.namespace)
+            run.close()
             if left:
                 result.detail = (result.detail + f"; {left} leftover process(es) killed").lstrip("; ")
         for fd in (read_fd, ack_fd):
@@ -478,13 +614,17 @@ def _remove_run_dir(run_dir: str) -> None:
 
 def _supervise(run: _Run, fd: int, tests: Sequence[TestCase], limits: SandboxLimits) -> ProgramResult:
     outcomes: list[TestOutcome] = []
-    buf = b""
+    buf, scanned = bytearray(), 0  # bytes received; how many of them hold no newline (each byte is scanned once)
     current, started, cpu_start = -1, time.perf_counter(), 0.0
     deadline = started + _STARTUP_S
-    ctl_cap = 1 << 20
+    ctl_cap = int(limits.output_bytes) + (64 << 10)  # a functional test's return value travels on this channel
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
+        while (newline := buf.find(b"\n", scanned)) >= 0:
+            line = bytes(buf[:newline])
+            del buf[:newline + 1]
+            scanned = 0
             parts = line.decode("utf-8", "replace").split(" ", 2)
             if parts[0] == "S" and len(parts) == 2 and parts[1] == str(current + 1):
                 run.attach()
@@ -507,25 +647,28 @@ def _supervise(run: _Run, fd: int, tests: Sequence[TestCase], limits: SandboxLim
             idx = max(current, 0)
             outcomes.append(TestOutcome(idx, "time_limit", f"wall-clock limit {limits.timeout_s} s", limits.timeout_s))
             return ProgramResult("time_limit", outcomes, f"test {idx}: wall-clock limit {limits.timeout_s} s")
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
+        if not poller.poll(max(1, int(remaining * 1000))):  # poll, not select: fd numbers may exceed 1023
             continue
         chunk = os.read(fd, 1 << 16)
-        if not chunk:  # the child is gone before finishing
-            run.proc.wait()
+        if not chunk:  # the child is gone before finishing (unshare, which holds the pipe too, has exited)
+            try:
+                run.proc.wait(timeout=max(0.1, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:  # it closed the pipe but lives on: run_program kills it
+                pass
             status, detail = _death_status(run.proc.returncode)
             idx = max(current, 0)
             outcomes.append(TestOutcome(idx, status, detail, time.perf_counter() - started))
             return ProgramResult(status, outcomes, f"test {idx}: {detail}")
+        scanned = len(buf)
         buf += chunk
         if len(buf) > ctl_cap:
             return ProgramResult("output_limit", outcomes, "control channel flooded")
 
 
-def read_capped(path: str, cap: int) -> bytes:
+def read_capped(path: str, cap: int, *, dir_fd: int | None = None) -> bytes:
     """At most ``cap`` + 1 bytes of a regular file, opened without following a link and without blocking (a FIFO,
     a device or a link planted by the program is an ``OSError``, never a hang or an unbounded read)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{os.path.basename(path)} is not a regular file")
@@ -553,19 +696,20 @@ def _grade(index: int, payload: str, test: TestCase, limits: SandboxLimits, run:
     except (ValueError, TypeError, RecursionError):
         return TestOutcome(index, "runtime_error", "malformed report", wall, cpu)
     if report.get("status") != "ok":
-        return TestOutcome(index, "runtime_error", str(report.get("error", ""))[:500], wall, cpu)
+        status = "output_limit" if report.get("limit") == "file size" else "runtime_error"
+        return TestOutcome(index, status, str(report.get("error", ""))[:500], wall, cpu)
     try:
         if test.testtype == "functional":
             ok = functional_matches(str(report.get("result", "")), test.output)
             return TestOutcome(index, "passed" if ok else "wrong_answer", "", wall, cpu)
-        data = read_capped(run.output_path(index), limits.output_bytes)
+        data = run.read_output(index, limits.output_bytes)
+        if len(data) > limits.output_bytes:
+            return TestOutcome(index, "output_limit", f"more than {limits.output_bytes} bytes of output", wall, cpu)
+        ok = stdout_matches(data.decode("utf-8", errors="replace"), test.output)
     except OSError as exc:
         return TestOutcome(index, "runtime_error", f"no readable output ({exc.strerror or exc})", wall, cpu)
-    except (RecursionError, MemoryError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - output the grader cannot handle is this program's failure
         return TestOutcome(index, "runtime_error", f"ungradable output ({type(exc).__name__})", wall, cpu)
-    if len(data) > limits.output_bytes:
-        return TestOutcome(index, "output_limit", f"more than {limits.output_bytes} bytes of output", wall, cpu)
-    ok = stdout_matches(data.decode("utf-8", errors="replace"), test.output)
     return TestOutcome(index, "passed" if ok else "wrong_answer", "", wall, cpu)
 
 
