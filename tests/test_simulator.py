@@ -49,6 +49,41 @@ def test_snapstream_deployment_reproduces_published_batches():
     assert full.prefill_compression_seconds == 0
 
 
+def test_static_graph_capacity_does_not_free_memory_at_shorter_prompts():
+    """Memory planned at compile time (prefill workspace, prefill KV slot) is sized for the compiled context, so
+    a shorter prompt only frees its own KV: the admitted batch scales with 1 / slot size, it does not double
+    again. A graph compiled for exactly the prompt frees the workspace too, and then the batch does double."""
+    def batch(prompt, budget=None, **kw):
+        return simulate_point("deepseek-r1", "sn40l-16", prompt, 1024, budget=budget, **kw).max_batch
+
+    assert (batch(131072), batch(131072, 32768)) == (16, 64)           # the published 128K deployment
+    assert (batch(32768), batch(32768, 8192)) == (64, 256)             # compiled for 128K
+    assert (batch(32768, compiled_context=32768), batch(32768, 8192, compiled_context=32768)) == (128, 512)
+    at_128k = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024)
+    at_32k = simulate_point("deepseek-r1", "sn40l-16", 32768, 1024)
+    assert at_32k.hbm.activations == at_128k.hbm.activations           # planned for 128K either way
+    own = simulate_point("deepseek-r1", "sn40l-16", 32768, 1024, compiled_context=32768)
+    assert own.hbm.activations < at_32k.hbm.activations / 3
+    # a prompt longer than the compiled context gets a graph that holds it
+    long = simulate_point("llama-3.1-8b-instruct", "sn40l", 4096, 16, compiled_context=1024)
+    assert long.hbm.activations == simulate_point("llama-3.1-8b-instruct", "sn40l", 4096, 16,
+                                                  compiled_context=4096).hbm.activations
+    # GPUs plan memory for the actual prompt (paged KV): no compiled context
+    assert get_hardware("h100").assumptions.compiled_context == 0
+
+
+def test_bucketed_kv_slots_round_full_caches_up_but_never_snapstream():
+    exact = simulate_point("deepseek-r1", "sn40l-16", 40000, 1024)
+    bucket = simulate_point("deepseek-r1", "sn40l-16", 40000, 1024, kv_slot="bucket")
+    assert exact.kv_bytes_per_seq == 41024 * 70272 and bucket.kv_bytes_per_seq == 65536 * 70272
+    assert bucket.max_batch <= exact.max_batch
+    snap = simulate_point("deepseek-r1", "sn40l-16", 40000, 1024, budget=8192, kv_slot="bucket")
+    assert snap.kv_bytes_per_seq == 8192 * 70272
+    with pytest.raises(SnapevalError, match="kv_slot") as err:
+        simulate_point("deepseek-r1", "sn40l-16", kv_slot="paged")
+    assert "exact" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_too_big_batch_and_model_that_fits_nowhere_are_clear():
     over = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=32)
     assert not over.fits and "largest batch that fits: 16" in over.reason and over.decode_tokens_per_s is None
@@ -62,6 +97,8 @@ def test_too_big_batch_and_model_that_fits_nowhere_are_clear():
     (dict(batch=0), "batch"), (dict(prompt_len=-5), "prompt_len"), (dict(gen_len=-1), "gen_len"),
     (dict(tp=3), "tp"), (dict(sockets=32), "sockets"), (dict(weight_dtype="fp4"), "weight_dtype"),
     (dict(placement="disk"), "placement"), (dict(mtp_factor=0.5), "mtp_factor"),
+    (dict(compiled_context=-1), "compiled_context"), (dict(moe_parallel="dp"), "moe_parallel"),
+    (dict(draft_acceptance=1.5), "draft_acceptance"), (dict(draft_tokens=-1), "draft_tokens"),
 ])
 def test_bad_deployment_values(kwargs, match):
     with pytest.raises(SnapevalError, match=match) as err:

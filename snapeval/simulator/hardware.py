@@ -69,6 +69,8 @@ class Assumptions:
     - ``collective_latency_s``: latency of one tensor-parallel all-reduce in decode (0 where the collectives are
       pipelined inside fused kernels).
     - ``kernels_per_layer_dense`` / ``kernels_per_layer_mla_moe``: kernel calls per decoder layer.
+    - ``compiled_context``: context the static graphs are compiled for, which sizes the memory planned at compile
+      time (prefill workspace, prefill KV slot); 0 = memory planned for the actual prompt (dynamic allocation).
     """
 
     bandwidth_efficiency: float = 0.9
@@ -82,6 +84,7 @@ class Assumptions:
     kernels_per_layer_dense: int = 10
     kernels_per_layer_mla_moe: int = 14
     supports_kernel_looping: bool = False
+    compiled_context: int = 0
 
     def validate(self, owner: str) -> None:
         for f in ("bandwidth_efficiency", "gemm_efficiency", "prefill_attention_efficiency",
@@ -91,6 +94,10 @@ class Assumptions:
                 raise SnapevalError(f"{owner}: assumptions.{f}={value} must be in (0, 1]")
         for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "cross_socket_sync_s", "collective_latency_s"):
             _positive(owner, f"assumptions.{f}", getattr(self, f), allow_zero=True)
+        if isinstance(self.compiled_context, bool) or not isinstance(self.compiled_context, int) \
+                or self.compiled_context < 0:
+            raise SnapevalError(f"{owner}: assumptions.compiled_context={self.compiled_context!r} must be an "
+                                "integer >= 0")
         for f in ("kernels_per_layer_dense", "kernels_per_layer_mla_moe"):
             value = getattr(self, f)
             if not isinstance(value, int) or value < 1:
