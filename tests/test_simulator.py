@@ -84,6 +84,37 @@ def test_bucketed_kv_slots_round_full_caches_up_but_never_snapstream():
     assert "exact" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_decode_step_mechanisms_of_the_snapstream_deployment():
+    """At max batch both published points hold 128K cached tokens per socket (DP16: 1 x 128K vs 4 x 32K) and,
+    with 3 query tokens per sequence (2 MTP drafts), expert parallelism makes nearly every socket stream all its
+    experts in both: the two steps are within a few percent, so the gain is close to the 4x batch ratio."""
+    full = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=16)
+    snap = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, budget=32768, batch=64)
+    assert abs(snap.decode_step_seconds / full.decode_step_seconds - 1) < 0.05
+    kernels = {k.name: k for k in full.decode_kernels}
+    assert kernels["attention (KV cache)"].bound == "compute"  # 128 heads x 3 query tokens on a shared latent
+    assert kernels["MoE FFN (router + experts)"].bound == "memory"
+    # 2.4x at 80% acceptance = 2 drafts (1 + 0.8 + 0.64); no drafts without MTP
+    no_mtp = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=16, mtp_factor=1.0)
+    assert no_mtp.decode_step_seconds < full.decode_step_seconds
+    one_draft = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=16, draft_tokens=1)
+    assert no_mtp.decode_step_seconds < one_draft.decode_step_seconds < full.decode_step_seconds
+    # expert parallelism: the busiest socket streams at most its own experts
+    tp = simulate_point("deepseek-r1", "sn40l-16", 4096, 16, batch=1, moe_parallel="tp")
+    ep = simulate_point("deepseek-r1", "sn40l-16", 4096, 16, batch=1, moe_parallel="ep")
+    assert ep.decode_step_seconds > tp.decode_step_seconds  # one token: the busiest socket holds whole experts
+    with pytest.raises(SnapevalError, match="moe_parallel"):
+        simulate_point("deepseek-r1", "sn40l-16", sockets=12, moe_parallel="ep")
+
+
+def test_collective_latency_grows_with_sockets():
+    """A small dense model gains much less than 2x from 8 to 16 sockets: its weight streaming halves, its two
+    all-reduces per layer cross twice as many links."""
+    s8 = simulate_point("llama-3.1-8b-instruct", "sn40l-8", 4096, 16)
+    s16 = simulate_point("llama-3.1-8b-instruct", "sn40l-16", 4096, 16)
+    assert 1.2 < s16.decode_tokens_per_s / s8.decode_tokens_per_s < 1.8
+
+
 def test_too_big_batch_and_model_that_fits_nowhere_are_clear():
     over = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=32)
     assert not over.fits and "largest batch that fits: 16" in over.reason and over.decode_tokens_per_s is None
@@ -162,8 +193,9 @@ def test_llama_roofline_row():
 def test_kernel_looping_mechanism():
     loop = simulate_point("llama-3.1-8b-instruct", "sn40l-16", 4096, 1, kernel_looping=True)
     plain = simulate_point("llama-3.1-8b-instruct", "sn40l-16", 4096, 1, kernel_looping=False)
-    assert loop.achieved_bandwidth_fraction > 0.9  # "over 90% of peak on 8 and 16 sockets"
     assert 2.0 < plain.decode_step_seconds / loop.decode_step_seconds < 3.0
+    big = simulate_point("deepseek-r1-distill-llama-70b", "sn40l-8", 4096, 1, kernel_looping=True)
+    assert big.achieved_bandwidth_fraction > 0.9  # "over 90% of peak on 8 and 16 sockets"
     gpu = simulate_point("deepseek-r1-distill-llama-70b", "dgx-h100", 4096, 1)
     assert 0.15 < gpu.achieved_bandwidth_fraction < 0.3  # "about 21%"
 

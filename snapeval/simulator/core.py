@@ -301,6 +301,21 @@ def _expected_distinct_experts(model: ModelPreset, tokens: int) -> float:
     return n * (1.0 - (1.0 - k / n) ** tokens)
 
 
+def _expected_max_local_experts(model: ModelPreset, tokens: int, sockets: int) -> float:
+    """Expert parallelism: expected largest number of distinct routed experts one socket must stream in one MoE
+    layer, when ``tokens`` tokens each pick ``experts_per_token`` of ``n`` experts uniformly and every socket
+    holds ``n / sockets`` of them (each local expert is touched with probability ``p``; the per-socket counts
+    are treated as independent binomials; E[max] = sum_k P(max >= k))."""
+    n, k = model.n_routed_experts, model.experts_per_token
+    local = n // sockets
+    p = 1.0 - (1.0 - k / n) ** tokens
+    cdf, acc = [], 0.0
+    for j in range(local + 1):
+        acc += math.comb(local, j) * p ** j * (1 - p) ** (local - j)
+        cdf.append(min(1.0, acc))
+    return sum(1.0 - cdf[j - 1] ** sockets for j in range(1, local + 1))
+
+
 @dataclass(frozen=True)
 class _Plan:
     sockets: int
@@ -451,11 +466,12 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
                                   "memory" if t_mem >= t_cmp else "compute"))
 
     h = model.hidden_size
-    # attention projections (TP GEMMs over the whole batch)
+    q_tok = batch * (1 + plan.draft_tokens)  # query tokens per step: every sequence verifies its drafts
+    # attention projections (TP GEMMs over every query token)
     attn_params = model.attention_params_per_layer()
-    add("attention projections", attn_params * lin_b / tp, 0.0, 2 * attn_params * batch / tp,
+    add("attention projections", attn_params * lin_b / tp, 0.0, 2 * attn_params * q_tok / tp,
         a.gemm_efficiency, model.num_layers)
-    # attention over the cache (per socket: its sequences, its share of the heads)
+    # attention over the cache (per socket: its sequences, its share of the heads, every query token)
     kv_values = model.kv_values_per_token_per_layer
     kv_bytes = local_seqs * context * kv_values * kv_b * share
     heads_local = model.num_attention_heads if plan.attention_parallel == "dp" else model.num_attention_heads / tp
@@ -464,21 +480,30 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
             + 2 * heads_local * model.kv_lora_rank
     else:
         flops_per_cached = 4 * heads_local * model.head_dim
-    add("attention (KV cache)", 0.0, kv_bytes, local_seqs * context * flops_per_cached,
+    add("attention (KV cache)", 0.0, kv_bytes, local_seqs * context * flops_per_cached * (1 + plan.draft_tokens),
         a.decode_attention_efficiency, model.num_layers, other_ddr=kv_ddr_fraction)
     # FFN
     if model.num_dense_layers:
         p = model.dense_ffn_params()
-        add("dense FFN", p * lin_b / tp, 0.0, 2 * p * batch / tp, a.gemm_efficiency, model.num_dense_layers)
+        add("dense FFN", p * lin_b / tp, 0.0, 2 * p * q_tok / tp, a.gemm_efficiency, model.num_dense_layers)
     if model.is_moe:
-        experts = _expected_distinct_experts(model, batch) + model.n_shared_experts
         active = model.experts_per_token + model.n_shared_experts
         p_e = model.expert_params()
-        add("MoE FFN (router + experts)", (experts * p_e + model.router_params()) * lin_b / tp, 0.0,
-            2 * (active * p_e + model.router_params()) * batch / tp, a.gemm_efficiency, model.num_moe_layers)
+        shared = model.n_shared_experts * p_e / plan.sockets  # the shared expert is sliced over every socket
+        if plan.moe_parallel == "ep":
+            experts = _expected_max_local_experts(model, q_tok, plan.sockets)
+            routed_tokens = q_tok * model.experts_per_token / plan.sockets  # expert rows per socket (balanced)
+            flops = 2 * p_e * (routed_tokens + model.n_shared_experts * q_tok / plan.sockets) \
+                + 2 * model.router_params() * q_tok / plan.sockets
+            add("MoE FFN (router + experts)", experts * p_e * lin_b + shared * lin_b
+                + model.router_params() * lin_b / plan.sockets, 0.0, flops, a.gemm_efficiency, model.num_moe_layers)
+        else:
+            experts = _expected_distinct_experts(model, q_tok) + model.n_shared_experts
+            add("MoE FFN (router + experts)", (experts * p_e + model.router_params()) * lin_b / tp, 0.0,
+                2 * (active * p_e + model.router_params()) * q_tok / tp, a.gemm_efficiency, model.num_moe_layers)
     # LM head (the embedding lookup reads only `batch` rows: negligible)
     lm = model.vocab_size * h
-    add("LM head", lm * emb_b / tp, 0.0, 2 * lm * batch / tp, a.gemm_efficiency, 1)
+    add("LM head", lm * emb_b / tp, 0.0, 2 * lm * q_tok / tp, a.gemm_efficiency, 1)
 
     work = sum(k.seconds for k in kernels)
     # call-boundary costs
@@ -493,8 +518,12 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
     else:
         layer_work = work - kernels[-1].seconds
         overhead = (layer_calls + 1) * barrier + a.call_fill_drain_fraction * layer_work
-    if multi and tp > 1:
-        overhead += 2 * model.num_layers * a.collective_latency_s  # two all-reduces per layer
+    if multi:
+        # cross-socket collectives: two per layer (after attention, after the FFN/MoE); their latency grows with
+        # the sockets a ring/all-to-all must pass through. Not hidden by pipelining: a layer needs the previous
+        # layer's reduced hidden state before it can start.
+        hops = 2 * (plan.sockets - 1)
+        overhead += 2 * model.num_layers * (a.collective_latency_s + hops * a.link_hop_latency_s)
     total_bytes = sum(k.bytes for k in kernels) * plan.sockets
     total_flops = sum(k.flops for k in kernels) * plan.sockets
     return work + overhead, kernels, total_bytes, total_flops
@@ -558,13 +587,27 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
     compress = 0.0
     if policy.budget is not None and L > policy.budget:
         w = min(policy.observation_length, L)
-        # SnapKV: scores of the last w queries against all keys, softmax, pooling and top-k over the key axis
-        score_bytes = (n / P) * w * L * 4.0
-        snapkv = t(k_local + (n / P) * w * qk_dim * act_b + 3 * score_bytes + 2 * (n / P) * L * 4.0,
-                   2 * (n / P) * qk_dim * w * L, a.prefill_attention_efficiency)
-        # ring buffer construction: gather the kept tokens (budget) of this socket's share into the fixed cache
+        hl = n / P                     # heads on this socket (prefill is TP over every socket)
+        fixed = a.aux_kernel_fixed_s   # launch + pipeline fill/drain of one small, unfused kernel
+        score_bytes = hl * w * L * 4.0  # fp32 scores of the window's queries against every key
+        row_bytes = hl * L * 4.0        # one fp32 score per key and head
+        # SnapKV (paper: a separate compression kernel): (1) recompute Q_obs K^T over the whole key range (the
+        # fused flash-attention kernel never materialises the probabilities), (2) softmax over the keys,
+        # (3) sum over the window and 1-D pooling over the keys, (4) top-k over the candidates, per head
+        snapkv_parts = [
+            t(k_local + hl * w * qk_dim * act_b + score_bytes, 2 * hl * qk_dim * w * L,
+              a.prefill_attention_efficiency),
+            t(2 * score_bytes, 5 * hl * w * L, a.gemm_efficiency),
+            t(score_bytes + 3 * row_bytes, hl * w * L + 2 * hl * L * 5, a.gemm_efficiency),
+            t(row_bytes + hl * policy.budget * 4.0, 0.0, 1.0),
+        ]
+        snapkv = sum(snapkv_parts) + len(snapkv_parts) * fixed
+        # ring-buffer construction: gather sinks, gather the recent window, gather the top-k entries, concatenate
+        # them into the fixed-shape slot (bytes: the kept latent of this socket's share, read and written)
         kv_layer = model.kv_values_per_token_per_layer * kv_b
-        ring = t(2 * policy.budget * kv_layer / P, 0.0, 1.0)
+        kept = min(policy.budget, L)
+        ring_parts = [t(2 * kept * kv_layer / P / 3, 0.0, 1.0) for _ in range(3)] + [t(2 * kept * kv_layer / P, 0.0, 1.0)]
+        ring = sum(ring_parts) + len(ring_parts) * fixed
         shares["SnapKV compression"] = snapkv
         shares["ring buffer"] = ring
         compress = (snapkv + ring) * model.num_layers
