@@ -37,6 +37,11 @@ def register(subparsers) -> None:
     loop.add_argument("--no-kernel-looping", dest="kernel_looping", action="store_false")
     p.add_argument("--placement", default="hbm", help="hbm | hbm+ddr")
     p.add_argument("--batch-granularity", default="pow2", help="pow2 | any")
+    p.add_argument("--compiled-context", type=_int, default=None,
+                   help="context the static graphs are compiled for (default: the hardware's; 0 = the prompt)")
+    p.add_argument("--kv-slot", default="exact", help="exact | bucket")
+    p.add_argument("--moe-parallel", default="auto", help="auto | ep | tp")
+    p.add_argument("--draft-tokens", type=_int, default=None, help="MTP/speculative drafts verified per step")
     p.add_argument("--observation-length", type=_int, default=32, help="SnapKV observation window (tokens)")
     p.add_argument("--sweep", help="NAME=V1,V2,... with NAME in batch, prompt_len, gen_len, budget (full allowed), "
                                    "sockets, tp")
@@ -71,7 +76,9 @@ def run(args) -> int:
     dep = Deployment(batch=args.batch, prompt_len=args.prompt_len, gen_len=args.gen_len, sockets=args.sockets,
                      tp=args.tp, attention_parallel=args.attention_parallel, weight_dtype=args.weight_dtype,
                      kv_dtype=args.kv_dtype, mtp_factor=args.mtp_factor, kernel_looping=args.kernel_looping,
-                     placement=args.placement, batch_granularity=args.batch_granularity)
+                     placement=args.placement, batch_granularity=args.batch_granularity,
+                     compiled_context=args.compiled_context, kv_slot=args.kv_slot, moe_parallel=args.moe_parallel,
+                     draft_tokens=args.draft_tokens)
     policy = KVPolicy.from_budget(args.budget, observation_length=args.observation_length)
 
     if args.sweep:

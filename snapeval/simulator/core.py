@@ -25,6 +25,8 @@ POLICIES = ("full", "snapstream")
 PLACEMENTS = ("hbm", "hbm+ddr")
 ATTENTION_PARALLEL = ("auto", "dp", "tp")
 BATCH_GRANULARITY = ("pow2", "any")
+KV_SLOTS = ("exact", "bucket")
+MOE_PARALLEL = ("auto", "ep", "tp")
 PAPER_MTP_FACTOR = 2.4  # SnapStream paper: DeepSeek-R1 throughputs x2.4 for multi-token prediction (80% acceptance)
 
 
@@ -50,8 +52,25 @@ class Deployment:
       what does not fit spill to DDR (read at DDR bandwidth).
     - ``batch_granularity``: ``pow2`` = static graphs compiled for power-of-two batches (the batches the paper
       reports); ``any`` = any batch size.
-    - ``prefill_activation_buffers``: hidden-state-sized buffers ([prompt_len, hidden]) the prefill graph keeps
+    - ``prefill_activation_buffers``: hidden-state-sized buffers ([context, hidden]) the prefill graph keeps
       live on every socket; ``prefill_chunk``: tokens per prefill chunk (``None`` = whole prompt at once).
+    - ``compiled_context``: the maximum context the static graphs are compiled for. Memory that a static-graph
+      deployment plans once, at graph compile time, is sized for it, not for the actual prompt: the prefill
+      workspace and the slot that receives the KV of the prompt being prefilled. ``None`` = the hardware's
+      ``assumptions.compiled_context`` (131072 on SN40L: the SnapStream deployment's "128k context length"; 0 on
+      GPUs: memory planned for the actual prompt, as paged-KV servers do), capped at the model's context; it never
+      falls below the prompt. Set it to the prompt length to model a graph compiled for exactly that prompt.
+    - ``kv_slot``: ``exact`` = a full-cache KV slot holds prompt + generated tokens; ``bucket`` = it is rounded up
+      to the next power-of-two sequence-length bucket (a decode graph compiled per bucket), capped at the
+      compiled context. A SnapStream slot is always its budget (a fixed shape).
+    - ``moe_parallel``: how routed experts are split over the sockets in decode: ``ep`` = expert parallel (each
+      socket holds ``n_experts / sockets`` whole experts; the socket that must stream the most distinct experts
+      sets the pace), ``tp`` = every expert sliced over the sockets; ``auto`` = ``ep`` when the sockets divide the
+      experts, else ``tp``.
+    - ``draft_tokens``: speculative (MTP) tokens verified per sequence per step (each adds a query token to every
+      kernel of the step); ``None`` = the fewest drafts whose expected accepted tokens
+      ``1 + a + a^2 + ... + a^k`` (``a`` = ``draft_acceptance``) reach ``mtp_factor``: 2 for the paper's 2.4x at
+      80% acceptance (1 + 0.8 + 0.64 = 2.44); 0 when ``mtp_factor`` is 1.
     """
 
     batch: int = 1
@@ -69,6 +88,11 @@ class Deployment:
     batch_granularity: str = "pow2"
     prefill_activation_buffers: int = 4
     prefill_chunk: int | None = None
+    compiled_context: int | None = None
+    kv_slot: str = "exact"
+    moe_parallel: str = "auto"
+    draft_tokens: int | None = None
+    draft_acceptance: float = 0.8
 
     def __post_init__(self) -> None:
         _int_field("batch", self.batch, 1)
@@ -81,6 +105,15 @@ class Deployment:
         _int_field("prefill_activation_buffers", self.prefill_activation_buffers, 0)
         if self.prefill_chunk is not None:
             _int_field("prefill_chunk", self.prefill_chunk, 1)
+        if self.compiled_context is not None:
+            _int_field("compiled_context", self.compiled_context, 0)
+        if self.draft_tokens is not None:
+            _int_field("draft_tokens", self.draft_tokens, 0)
+        if isinstance(self.draft_acceptance, bool) or not isinstance(self.draft_acceptance, (int, float)) \
+                or not 0 <= self.draft_acceptance < 1:
+            raise SnapevalError(f"draft_acceptance={self.draft_acceptance!r} must be a number in [0, 1)")
+        check_choice("kv_slot", self.kv_slot, KV_SLOTS)
+        check_choice("moe_parallel", self.moe_parallel, MOE_PARALLEL)
         check_choice("attention_parallel", self.attention_parallel, ATTENTION_PARALLEL)
         check_choice("weight_dtype", self.weight_dtype, ("auto", *DTYPE_BYTES))
         check_choice("kv_dtype", self.kv_dtype, DTYPE_BYTES)
@@ -268,6 +301,21 @@ def _expected_distinct_experts(model: ModelPreset, tokens: int) -> float:
     return n * (1.0 - (1.0 - k / n) ** tokens)
 
 
+def _expected_max_local_experts(model: ModelPreset, tokens: int, sockets: int) -> float:
+    """Expert parallelism: expected largest number of distinct routed experts one socket must stream in one MoE
+    layer, when ``tokens`` tokens each pick ``experts_per_token`` of ``n`` experts uniformly and every socket
+    holds ``n / sockets`` of them (each local expert is touched with probability ``p``; the per-socket counts
+    are treated as independent binomials; E[max] = sum_k P(max >= k))."""
+    n, k = model.n_routed_experts, model.experts_per_token
+    local = n // sockets
+    p = 1.0 - (1.0 - k / n) ** tokens
+    cdf, acc = [], 0.0
+    for j in range(local + 1):
+        acc += math.comb(local, j) * p ** j * (1 - p) ** (local - j)
+        cdf.append(min(1.0, acc))
+    return sum(1.0 - cdf[j - 1] ** sockets for j in range(1, local + 1))
+
+
 @dataclass(frozen=True)
 class _Plan:
     sockets: int
@@ -277,6 +325,19 @@ class _Plan:
     weight_dtype: str
     kernel_looping: bool
     mtp_factor: float
+    compiled_context: int   # context the memory plan is sized for (>= the prompt)
+    moe_parallel: str       # "ep" | "tp" ("tp" also for dense models)
+    draft_tokens: int       # speculative tokens verified per sequence per step
+
+
+def _draft_tokens_for(mtp_factor: float, acceptance: float) -> int:
+    """Fewest drafts k with 1 + a + ... + a^k >= mtp_factor (within 2%), capped at 16."""
+    if mtp_factor <= 1.0:
+        return 0
+    for k in range(1, 17):
+        if sum(acceptance ** i for i in range(k + 1)) >= mtp_factor * 0.98:
+            return k
+    return 16
 
 
 def _plan(hardware: HardwareSpec, model: ModelPreset, dep: Deployment) -> _Plan:
@@ -311,7 +372,18 @@ def _plan(hardware: HardwareSpec, model: ModelPreset, dep: Deployment) -> _Plan:
     mtp = dep.mtp_factor
     if mtp is None:
         mtp = PAPER_MTP_FACTOR if model.family == "deepseek_v3" else 1.0
-    return _Plan(sockets, tp, dp, attn, wdtype, looping, float(mtp))
+    compiled = dep.compiled_context
+    if compiled is None:
+        compiled = min(hardware.assumptions.compiled_context, model.max_context)
+    compiled = max(compiled, dep.prompt_len)  # a graph is never compiled for less than the prompt it serves
+    moe = dep.moe_parallel
+    if moe == "auto":
+        moe = "ep" if model.is_moe and sockets > 1 and model.n_routed_experts % sockets == 0 else "tp"
+    if moe == "ep" and model.is_moe and model.n_routed_experts % sockets:
+        raise SnapevalError(f"moe_parallel='ep' needs sockets={sockets} to divide the {model.n_routed_experts} "
+                            f"routed experts of {model.name}; use moe_parallel='tp'")
+    drafts = dep.draft_tokens if dep.draft_tokens is not None else _draft_tokens_for(mtp, dep.draft_acceptance)
+    return _Plan(sockets, tp, dp, attn, wdtype, looping, float(mtp), compiled, moe, drafts)
 
 
 def _weights_per_socket(model: ModelPreset, plan: _Plan) -> tuple[float, float]:
@@ -338,14 +410,29 @@ def _seqs_on_busiest_socket(batch: int, plan: _Plan) -> int:
 
 
 def _activation_bytes(model: ModelPreset, dep: Deployment, plan: _Plan, kv_per_token: float) -> float:
-    """Per-socket activation/buffer bytes: prefill workspace (the larger) or decode buffers, plus the transient
-    full KV of the prompt being prefilled (compressed right after prefill under SnapStream)."""
+    """Per-socket activation/buffer bytes: prefill workspace (the larger) or decode buffers, plus the slot that
+    receives the full KV of the prompt being prefilled (compressed right after prefill under SnapStream).
+
+    Both prefill terms are sized for ``plan.compiled_context``: a static-graph deployment plans them once, for
+    the longest prompt its graphs accept, so a shorter prompt frees none of it."""
     act_b = DTYPE_BYTES[dep.activation_dtype]
-    chunk = min(dep.prompt_len, dep.prefill_chunk or dep.prompt_len)
+    planned = plan.compiled_context
+    chunk = min(planned, dep.prefill_chunk or planned)
     prefill = dep.prefill_activation_buffers * chunk * model.hidden_size * act_b
-    decode = dep.batch * (4 * model.hidden_size + model.vocab_size / plan.tp) * 4.0
-    transient_prompt_kv = dep.prompt_len * kv_per_token / plan.sockets
+    decode = dep.batch * (1 + plan.draft_tokens) * (4 * model.hidden_size + model.vocab_size / plan.tp) * 4.0
+    transient_prompt_kv = planned * kv_per_token / plan.sockets
     return max(prefill, decode) + transient_prompt_kv
+
+
+def _slot_tokens(dep: Deployment, plan: _Plan, policy: "KVPolicy") -> int:
+    """Tokens one sequence's KV slot is allocated for (and the decode attention kernel reads with ``bucket``)."""
+    final = dep.prompt_len + dep.gen_len
+    if policy.budget is not None:
+        return min(final, policy.budget) if dep.kv_slot == "exact" else policy.budget
+    if dep.kv_slot == "exact":
+        return final
+    bucket = 1 << max(0, (final - 1).bit_length())
+    return max(final, min(bucket, plan.compiled_context))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -379,11 +466,12 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
                                   "memory" if t_mem >= t_cmp else "compute"))
 
     h = model.hidden_size
-    # attention projections (TP GEMMs over the whole batch)
+    q_tok = batch * (1 + plan.draft_tokens)  # query tokens per step: every sequence verifies its drafts
+    # attention projections (TP GEMMs over every query token)
     attn_params = model.attention_params_per_layer()
-    add("attention projections", attn_params * lin_b / tp, 0.0, 2 * attn_params * batch / tp,
+    add("attention projections", attn_params * lin_b / tp, 0.0, 2 * attn_params * q_tok / tp,
         a.gemm_efficiency, model.num_layers)
-    # attention over the cache (per socket: its sequences, its share of the heads)
+    # attention over the cache (per socket: its sequences, its share of the heads, every query token)
     kv_values = model.kv_values_per_token_per_layer
     kv_bytes = local_seqs * context * kv_values * kv_b * share
     heads_local = model.num_attention_heads if plan.attention_parallel == "dp" else model.num_attention_heads / tp
@@ -392,21 +480,30 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
             + 2 * heads_local * model.kv_lora_rank
     else:
         flops_per_cached = 4 * heads_local * model.head_dim
-    add("attention (KV cache)", 0.0, kv_bytes, local_seqs * context * flops_per_cached,
+    add("attention (KV cache)", 0.0, kv_bytes, local_seqs * context * flops_per_cached * (1 + plan.draft_tokens),
         a.decode_attention_efficiency, model.num_layers, other_ddr=kv_ddr_fraction)
     # FFN
     if model.num_dense_layers:
         p = model.dense_ffn_params()
-        add("dense FFN", p * lin_b / tp, 0.0, 2 * p * batch / tp, a.gemm_efficiency, model.num_dense_layers)
+        add("dense FFN", p * lin_b / tp, 0.0, 2 * p * q_tok / tp, a.gemm_efficiency, model.num_dense_layers)
     if model.is_moe:
-        experts = _expected_distinct_experts(model, batch) + model.n_shared_experts
         active = model.experts_per_token + model.n_shared_experts
         p_e = model.expert_params()
-        add("MoE FFN (router + experts)", (experts * p_e + model.router_params()) * lin_b / tp, 0.0,
-            2 * (active * p_e + model.router_params()) * batch / tp, a.gemm_efficiency, model.num_moe_layers)
+        shared = model.n_shared_experts * p_e / plan.sockets  # the shared expert is sliced over every socket
+        if plan.moe_parallel == "ep":
+            experts = _expected_max_local_experts(model, q_tok, plan.sockets)
+            routed_tokens = q_tok * model.experts_per_token / plan.sockets  # expert rows per socket (balanced)
+            flops = 2 * p_e * (routed_tokens + model.n_shared_experts * q_tok / plan.sockets) \
+                + 2 * model.router_params() * q_tok / plan.sockets
+            add("MoE FFN (router + experts)", experts * p_e * lin_b + shared * lin_b
+                + model.router_params() * lin_b / plan.sockets, 0.0, flops, a.gemm_efficiency, model.num_moe_layers)
+        else:
+            experts = _expected_distinct_experts(model, q_tok) + model.n_shared_experts
+            add("MoE FFN (router + experts)", (experts * p_e + model.router_params()) * lin_b / tp, 0.0,
+                2 * (active * p_e + model.router_params()) * q_tok / tp, a.gemm_efficiency, model.num_moe_layers)
     # LM head (the embedding lookup reads only `batch` rows: negligible)
     lm = model.vocab_size * h
-    add("LM head", lm * emb_b / tp, 0.0, 2 * lm * batch / tp, a.gemm_efficiency, 1)
+    add("LM head", lm * emb_b / tp, 0.0, 2 * lm * q_tok / tp, a.gemm_efficiency, 1)
 
     work = sum(k.seconds for k in kernels)
     # call-boundary costs
@@ -421,8 +518,12 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
     else:
         layer_work = work - kernels[-1].seconds
         overhead = (layer_calls + 1) * barrier + a.call_fill_drain_fraction * layer_work
-    if multi and tp > 1:
-        overhead += 2 * model.num_layers * a.collective_latency_s  # two all-reduces per layer
+    if multi:
+        # cross-socket collectives: two per layer (after attention, after the FFN/MoE); their latency grows with
+        # the sockets a ring/all-to-all must pass through. Not hidden by pipelining: a layer needs the previous
+        # layer's reduced hidden state before it can start.
+        hops = 2 * (plan.sockets - 1)
+        overhead += 2 * model.num_layers * (a.collective_latency_s + hops * a.link_hop_latency_s)
     total_bytes = sum(k.bytes for k in kernels) * plan.sockets
     total_flops = sum(k.flops for k in kernels) * plan.sockets
     return work + overhead, kernels, total_bytes, total_flops
@@ -486,13 +587,27 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
     compress = 0.0
     if policy.budget is not None and L > policy.budget:
         w = min(policy.observation_length, L)
-        # SnapKV: scores of the last w queries against all keys, softmax, pooling and top-k over the key axis
-        score_bytes = (n / P) * w * L * 4.0
-        snapkv = t(k_local + (n / P) * w * qk_dim * act_b + 3 * score_bytes + 2 * (n / P) * L * 4.0,
-                   2 * (n / P) * qk_dim * w * L, a.prefill_attention_efficiency)
-        # ring buffer construction: gather the kept tokens (budget) of this socket's share into the fixed cache
+        hl = n / P                     # heads on this socket (prefill is TP over every socket)
+        fixed = a.aux_kernel_fixed_s   # launch + pipeline fill/drain of one small, unfused kernel
+        score_bytes = hl * w * L * 4.0  # fp32 scores of the window's queries against every key
+        row_bytes = hl * L * 4.0        # one fp32 score per key and head
+        # SnapKV (paper: a separate compression kernel): (1) recompute Q_obs K^T over the whole key range (the
+        # fused flash-attention kernel never materialises the probabilities), (2) softmax over the keys,
+        # (3) sum over the window and 1-D pooling over the keys, (4) top-k over the candidates, per head
+        snapkv_parts = [
+            t(k_local + hl * w * qk_dim * act_b + score_bytes, 2 * hl * qk_dim * w * L,
+              a.prefill_attention_efficiency),
+            t(2 * score_bytes, 5 * hl * w * L, a.gemm_efficiency),
+            t(score_bytes + 3 * row_bytes, hl * w * L + 2 * hl * L * 5, a.gemm_efficiency),
+            t(row_bytes + hl * policy.budget * 4.0, 0.0, 1.0),
+        ]
+        snapkv = sum(snapkv_parts) + len(snapkv_parts) * fixed
+        # ring-buffer construction: gather sinks, gather the recent window, gather the top-k entries, concatenate
+        # them into the fixed-shape slot (bytes: the kept latent of this socket's share, read and written)
         kv_layer = model.kv_values_per_token_per_layer * kv_b
-        ring = t(2 * policy.budget * kv_layer / P, 0.0, 1.0)
+        kept = min(policy.budget, L)
+        ring_parts = [t(2 * kept * kv_layer / P / 3, 0.0, 1.0) for _ in range(3)] + [t(2 * kept * kv_layer / P, 0.0, 1.0)]
+        ring = sum(ring_parts) + len(ring_parts) * fixed
         shares["SnapKV compression"] = snapkv
         shares["ring buffer"] = ring
         compress = (snapkv + ring) * model.num_layers
@@ -527,7 +642,7 @@ def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment:
     kv_b = DTYPE_BYTES[dep.kv_dtype]
     kv_per_token = m.num_layers * m.kv_values_per_token_per_layer * kv_b
     final_context = dep.prompt_len + dep.gen_len
-    cached_final = pol.cached_tokens(final_context)
+    cached_final = _slot_tokens(dep, plan, pol)
     kv_seq = cached_final * kv_per_token
     share = _kv_share(m, plan)
     kv_seq_socket = kv_seq * share

@@ -66,9 +66,14 @@ class Assumptions:
     - ``call_fill_drain_fraction``: without kernel looping, a layer call cannot prefetch its weights before it
       starts and drains its pipeline before it returns; this adds this fraction of the call's streaming time.
     - ``cross_socket_sync_s``: extra barrier cost per call boundary when more than one socket runs the call.
-    - ``collective_latency_s``: latency of one tensor-parallel all-reduce in decode (0 where the collectives are
-      pipelined inside fused kernels).
+    - ``collective_latency_s``: fixed latency of one cross-socket collective in decode (two per layer);
+      ``link_hop_latency_s``: latency added per link traversal; a collective over S sockets makes 2 (S - 1)
+      traversals (ring all-reduce), so the collective term grows with the socket count.
+    - ``aux_kernel_fixed_s``: fixed cost of one small unfused prefill kernel (SnapStream's SnapKV and ring-buffer
+      kernels: gathers, concatenations, top-k), independent of its bytes.
     - ``kernels_per_layer_dense`` / ``kernels_per_layer_mla_moe``: kernel calls per decoder layer.
+    - ``compiled_context``: context the static graphs are compiled for, which sizes the memory planned at compile
+      time (prefill workspace, prefill KV slot); 0 = memory planned for the actual prompt (dynamic allocation).
     """
 
     bandwidth_efficiency: float = 0.9
@@ -79,9 +84,12 @@ class Assumptions:
     call_fill_drain_fraction: float = 0.0
     cross_socket_sync_s: float = 0.0
     collective_latency_s: float = 0.0
+    link_hop_latency_s: float = 0.0
+    aux_kernel_fixed_s: float = 0.0
     kernels_per_layer_dense: int = 10
     kernels_per_layer_mla_moe: int = 14
     supports_kernel_looping: bool = False
+    compiled_context: int = 0
 
     def validate(self, owner: str) -> None:
         for f in ("bandwidth_efficiency", "gemm_efficiency", "prefill_attention_efficiency",
@@ -89,8 +97,13 @@ class Assumptions:
             value = _positive(owner, f"assumptions.{f}", getattr(self, f))
             if value > 1:
                 raise SnapevalError(f"{owner}: assumptions.{f}={value} must be in (0, 1]")
-        for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "cross_socket_sync_s", "collective_latency_s"):
+        for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "cross_socket_sync_s", "collective_latency_s",
+                  "link_hop_latency_s", "aux_kernel_fixed_s"):
             _positive(owner, f"assumptions.{f}", getattr(self, f), allow_zero=True)
+        if isinstance(self.compiled_context, bool) or not isinstance(self.compiled_context, int) \
+                or self.compiled_context < 0:
+            raise SnapevalError(f"{owner}: assumptions.compiled_context={self.compiled_context!r} must be an "
+                                "integer >= 0")
         for f in ("kernels_per_layer_dense", "kernels_per_layer_mla_moe"):
             value = getattr(self, f)
             if not isinstance(value, int) or value < 1:
