@@ -1,4 +1,4 @@
-"""Speculative prefill where it pays: a small draft reads the prompt for a target about 8-13x its size.
+"""Speculative prefill where it pays: a small draft reads the prompt for a target 4-8x its size.
 
 The target is a random-weight model with the architecture of Llama-3.2-1B (16 layers, hidden 2048, 32 query and 8
 KV heads, FFN 8192; 1.07B parameters) and SmolLM2's 49,152-token vocabulary, so it shares SmolLM2's tokenizer:

@@ -115,6 +115,25 @@ def test_collective_latency_grows_with_sockets():
     assert 1.2 < s16.decode_tokens_per_s / s8.decode_tokens_per_s < 1.8
 
 
+def test_prefill_collectives_cost_the_kernels_that_wait_on_them():
+    """Sequence-parallel TP prefill moves one [L, hidden] activation per all-gather / reduce-scatter: slower links
+    raise the QKV, output-projection and router shares and the prefill time; one socket has no collectives."""
+    hw = get_hardware("sn40l-16")
+
+    def point(link):
+        spec = replace(hw, assumptions=replace(hw.assumptions, assumed_link_bandwidth=link))
+        return simulate_point("deepseek-r1", spec, 131072, 1024, budget=32768)
+
+    fast, slow, free = point(1.2e12), point(3e11), point(0.0)
+    for kernel in ("QKV projections", "output projection", "router"):
+        assert free.prefill_kernel_share[kernel] < fast.prefill_kernel_share[kernel] < slow.prefill_kernel_share[kernel]
+    assert free.prefill_seconds < fast.prefill_seconds < slow.prefill_seconds
+    one = get_hardware("sn40l")
+    single = [simulate_point("llama-3.1-8b-instruct", replace(one, assumptions=replace(one.assumptions,
+              assumed_link_bandwidth=link)), 8192, 16).prefill_seconds for link in (1e11, 1e12)]
+    assert single[0] == single[1]
+
+
 def test_too_big_batch_and_model_that_fits_nowhere_are_clear():
     over = simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, batch=32)
     assert not over.fits and "largest batch that fits: 16" in over.reason and over.decode_tokens_per_s is None

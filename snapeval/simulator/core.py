@@ -584,6 +584,20 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
         shares["MoE FFN"] = ffn
     else:
         shares["FFN"] = dense_ffn
+    # Sequence-parallel TP prefill: between kernels each socket holds 1/P of the tokens' hidden states; the
+    # normed input is all-gathered before the QKV projections and before the FFN block (the router reads it
+    # first), and the outputs of the output projection and of the FFN are reduce-scattered. Each moves
+    # (P - 1) / P of one [L, hidden] activation through a socket's links; it delays the kernel that waits on it.
+    link = hardware.link_bandwidth or a.assumed_link_bandwidth
+    collective = (P - 1) / P * hidden_bytes / link if P > 1 and link else 0.0
+    shares["QKV projections"] += collective
+    shares["output projection"] += collective
+    if model.is_moe:
+        shares["router"] += collective
+        shares["MoE FFN"] += collective
+    else:
+        shares["FFN"] += 2 * collective
+    dense_ffn += 2 * collective
     compress = 0.0
     if policy.budget is not None and L > policy.budget:
         w = min(policy.observation_length, L)

@@ -69,6 +69,8 @@ class Assumptions:
     - ``collective_latency_s``: fixed latency of one cross-socket collective in decode (two per layer);
       ``link_hop_latency_s``: latency added per link traversal; a collective over S sockets makes 2 (S - 1)
       traversals (ring all-reduce), so the collective term grows with the socket count.
+    - ``assumed_link_bandwidth``: bytes/s one socket moves through its links (per direction) in prefill's
+      collectives, used when the hardware's ``link_bandwidth`` is not published (SN40L); 0 = collectives free.
     - ``aux_kernel_fixed_s``: fixed cost of one small unfused prefill kernel (SnapStream's SnapKV and ring-buffer
       kernels: gathers, concatenations, top-k), independent of its bytes.
     - ``kernels_per_layer_dense`` / ``kernels_per_layer_mla_moe``: kernel calls per decoder layer.
@@ -86,6 +88,7 @@ class Assumptions:
     collective_latency_s: float = 0.0
     link_hop_latency_s: float = 0.0
     aux_kernel_fixed_s: float = 0.0
+    assumed_link_bandwidth: float = 0.0
     kernels_per_layer_dense: int = 10
     kernels_per_layer_mla_moe: int = 14
     supports_kernel_looping: bool = False
@@ -98,7 +101,7 @@ class Assumptions:
             if value > 1:
                 raise SnapevalError(f"{owner}: assumptions.{f}={value} must be in (0, 1]")
         for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "cross_socket_sync_s", "collective_latency_s",
-                  "link_hop_latency_s", "aux_kernel_fixed_s"):
+                  "link_hop_latency_s", "aux_kernel_fixed_s", "assumed_link_bandwidth"):
             _positive(owner, f"assumptions.{f}", getattr(self, f), allow_zero=True)
         if isinstance(self.compiled_context, bool) or not isinstance(self.compiled_context, int) \
                 or self.compiled_context < 0:
