@@ -110,16 +110,21 @@ def test_split_model_gives_the_same_tokens_and_scores(config, tiny_tokenizer):
 
 
 def test_load_model_with_a_device_map_and_lm_eval(tiny_dir, task_dir):
+    """model_args device_map loads through accelerate; the lm-eval model over a hook-dispatched split gives the same
+    generations and log-likelihoods (per-cell path: lm-eval's own batching, the cache's prefill and decode)."""
     from snapeval import load_model
     from snapeval.harness import evaluate
+    from snapeval.harness.lm_eval_model import SnapStreamLM
 
-    model, _ = load_model(str(tiny_dir), dtype="float64", device_map=CPU_SPLIT)
+    model, tokenizer = load_model(str(tiny_dir), dtype="float64", device_map=CPU_SPLIT)
     assert layer_devices(model) == [torch.device("cpu")] * 2
     args = {"pretrained": str(tiny_dir), "dtype": "float64", "batch_size": 2, "method": "snapstream", "budget": 48}
     plain = evaluate(args, ["tiny_gen", "tiny_mc"], include_path=task_dir, log_samples=True)
     mapped = evaluate({**args, "device_map": CPU_SPLIT}, ["tiny_gen", "tiny_mc"], include_path=task_dir,
                       log_samples=True)
+    split = SnapStreamLM(**args, device_map=CPU_SPLIT, loaded=(dispatched(model), tokenizer))
+    hooked = evaluate(args, ["tiny_gen", "tiny_mc"], include_path=task_dir, log_samples=True, lm=split)
     for task in ("tiny_gen", "tiny_mc"):
-        a = sorted(plain["samples"][task], key=lambda s: s["doc_id"])
-        b = sorted(mapped["samples"][task], key=lambda s: s["doc_id"])
-        assert [s["resps"] for s in a] == [s["resps"] for s in b]
+        a = [s["resps"] for s in sorted(plain["samples"][task], key=lambda s: s["doc_id"])]
+        for other in (mapped, hooked):
+            assert a == [s["resps"] for s in sorted(other["samples"][task], key=lambda s: s["doc_id"])]
