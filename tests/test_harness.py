@@ -72,6 +72,7 @@ def test_response_cache_is_namespaced_by_configuration(tiny_dir, task_dir, tmp_p
     (["run", "--task", "tiny_gen", "--method", "snapstream"], "needs a budget"),
     (["run", "--task", "tiny_gen", "--model", "no/such-model-xyz", "--budget", "64"], "no/such-model-xyz"),
     (["run", "--task", "tiny_gen", "--model", "deepseek-r1", "--budget", "64"], "simulator-only"),
+    (["run", "--task", "tiny_gen", "--budget", "64", "--device-map", "everywhere"], "device_map='everywhere'"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -27,6 +27,10 @@ def register(subparsers) -> None:
     p.add_argument("--press-arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument of a kvpress press (method kvpress:<Press>), repeatable")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | float64 (default: the preset's)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda or cuda:1 (default cpu)")
+    p.add_argument("--device-map", default=None,
+                   help="spread the layers over devices: auto | balanced | balanced_low_0 | sequential | a JSON "
+                        "{module: device} object (overrides --device)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--max-gen-toks", type=int, default=256)
     p.add_argument("--engine", default="auto", help="auto | true | false: generate with the continuous-batching "
@@ -84,7 +88,8 @@ def run(args) -> int:
     model_args = {
         "pretrained": args.model, "method": args.method, "budget": args.budget, "dtype": args.dtype,
         "batch_size": args.batch_size, "max_gen_toks": args.max_gen_toks, "engine": args.engine,
-        "engine_slots": args.engine_slots, **{f"press_{k}": v for k, v in press.items()},
+        "engine_slots": args.engine_slots, "device": args.device, "device_map": args.device_map,
+        **{f"press_{k}": v for k, v in press.items()},
         **{k: getattr(args, k) for k in ("sink", "recent", "topk", "observation", "kernel", "pooling")
            if getattr(args, k) is not None},
     }
