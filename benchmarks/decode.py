@@ -8,6 +8,7 @@ with like. Writes results/bench/decode.json and prints a table.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -70,11 +71,15 @@ def run_kvpress(model, tokenizer, prompt, press_name, budget, new_tokens):
     start = time.perf_counter()
     with press(model):
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, do_sample=False, logits_processor=[Clock()])
+                             min_new_tokens=new_tokens, do_sample=False, logits_processor=[Clock()],
+                             return_dict_in_generate=True)
+    cache = out.past_key_values  # kvpress keeps a DynamicCache: the kept prompt, then every decoded token appended
     return {
         "prefill_s": times[0] - start,
         "decode_tokens_per_s": (len(times) - 1) / (times[-1] - times[0]),
-        "generated_tokens": out.shape[1] - ids.shape[1],
+        "generated_tokens": out.sequences.shape[1] - ids.shape[1],
+        "kv_bytes": sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers),
+        "kv_bytes_constant_in_decode": False,
         "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -91,6 +96,7 @@ def main() -> None:
 
     from snapeval import load_model
 
+    started, load_start = time.perf_counter(), os.getloadavg()
     model, tokenizer = load_model("smollm2-135m-instruct", dtype="float32")
     long_prompt = real_prompt(tokenizer, args.prompt_len)
     short_prompt = real_prompt(tokenizer, args.short_prompt_len)
@@ -150,6 +156,9 @@ def main() -> None:
         "dtype": "float32",
         "new_tokens": args.new_tokens,
         "machine": machine(),
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "wall_seconds": time.perf_counter() - started,
         "note": kvpress_note,
         "runs": runs,
         "ratios": targets,
@@ -160,7 +169,7 @@ def main() -> None:
     for r in runs:
         print(f"{r['method']:<22}{str(r['budget'] or '-'):>7}{r['prompt_tokens']:>7}{r['prefill_s']:>10.2f}"
               f"{r.get('compress_s', float('nan')):>11.3f}{r['decode_tokens_per_s']:>13.2f}"
-              f"{r.get('kv_bytes', 0) / 2**20:>9.1f}{r['peak_rss_mib']:>13.0f}")
+              f"{r['kv_bytes'] / 2**20:>9.1f}{r['peak_rss_mib']:>13.0f}")
     for k, v in targets.items():
         print(f"{k}: {v:.3f} (goal {goals[k]})" if not isinstance(v, bool) else f"{k}: {v}")
     print(f"wrote {out}")
