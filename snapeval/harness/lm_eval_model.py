@@ -31,7 +31,7 @@ import snapeval
 from snapeval.cache import MethodConfig, method_info, resolve_method
 from snapeval.errors import SnapevalError, check_choice
 from snapeval.generation import generate_ids
-from snapeval.models.devices import input_device, parse_device_map
+from snapeval.models.devices import input_device, parse_device_map, usable_device
 from snapeval.models.loading import DTYPES, load_model
 
 SPLIT_FIELDS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
@@ -216,8 +216,7 @@ class SnapStreamLM(HFLM):
             raise SnapevalError(f"model_args: unknown argument {unknown[0]!r}; allowed: {allowed}")
         self.cache_config = cache_config
         self.pretrained_name = str(pretrained)
-        if str(device).startswith("cuda") and not torch.cuda.is_available():
-            device = "cpu"  # lm-eval's CLI defaults to cuda; like HFLM, fall back on machines without one
+        device = usable_device(device)
         if loaded is None:
             check_declared_architecture(self.pretrained_name, cache_config)  # before minutes of loading
             loaded = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device,

@@ -15,13 +15,11 @@ _LOADED: dict[tuple[str, str | None, str, str], Any] = {}
 
 def load_once(pretrained: str, dtype: str | None = None, device: str = "cpu", device_map=None):
     """``(model, tokenizer)`` of :func:`snapeval.load_model`, loaded on the first call for these arguments."""
-    import torch
-
+    from snapeval.models.devices import usable_device
     from snapeval.models.loading import load_model
 
     dtype = None if dtype in (None, "auto") else dtype
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        device = "cpu"  # a sweep declaring GPUs, run on a machine without one
+    device = usable_device(device)
     key = (str(pretrained), dtype, str(device), json.dumps(device_map, sort_keys=True))
     if key not in _LOADED:
         _LOADED[key] = load_model(str(pretrained), dtype=dtype, device=device, device_map=device_map)

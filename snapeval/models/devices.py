@@ -54,6 +54,12 @@ def parse_device_map(value: Any) -> str | dict[str, Any] | None:
     return out
 
 
+def usable_device(device: str) -> str:
+    """``device``, or ``cpu`` when it names CUDA on a machine without a GPU (lm-eval's CLI defaults to cuda, and a
+    sweep may declare GPUs it does not get: both fall back like lm-eval's Hugging Face model does)."""
+    return "cpu" if str(device).startswith("cuda") and not torch.cuda.is_available() else device
+
+
 def gpu_device_map(num_gpus: float) -> str | None:
     """The ``device_map`` a sweep model with ``resources.num_gpus`` gets when it names none: ``balanced`` over
     the GPUs it was given (Ray exposes exactly those) when it has more than one, else ``None`` (one device)."""
