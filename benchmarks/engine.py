@@ -10,7 +10,7 @@ eos (greedy; no forced lengths). Three runs over the same requests in one proces
   lm-eval's Hugging Face model batches ``generate_until`` requests), each batch decoding until its longest row stops;
 - ``one_at_a_time``: :func:`snapeval.generate` per request.
 
-``--random-llama-1b --device cuda``: the same three runs with a random-weight 1.2B Llama in bfloat16 at long context
+``--random-llama-1b --device cuda``: the same three runs with a random-weight 1.07B Llama in bfloat16 at long context
 (see ``random_llama_1b``; forced, evenly spread generation lengths, since random weights never stop).
 
 Reports generated tokens/s (generated tokens / wall time, prefill included), time to first token (from the start
@@ -131,51 +131,61 @@ def run_single(model, tokenizer, prompts, budget, limits):
 
 
 def random_llama_1b(tokenizer, dtype: str, device: str):
-    """A random-weight Llama of 1.2B parameters (Llama-3.2-1B's layer shapes: 16 layers, hidden 2,048, 32 query and
-    8 KV heads of 64, MLP 8,192) over SmolLM2's 49,152-token vocabulary, so prompts and stops stay real text."""
+    """A random-weight Llama with Llama-3.2-1B's architecture (16 layers, hidden 2,048, 32 query and 8 KV heads of
+    64, MLP 8,192, tied embeddings) over ``tokenizer``'s vocabulary: 1.07B parameters with SmolLM2's 49,152 tokens,
+    so prompts and stops stay real text. Seeded: the same weights on every call."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                          num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
-                         rope_theta=500000.0, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+                         rope_theta=500000.0, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(config).to(getattr(torch, dtype)).eval()
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
 
 
-def time_decode_step(model, tokenizer, budget, slots, steps=20, rounds=3) -> dict:
-    """Eager vs ``torch.compile`` decode step of ``slots`` slots (random cache contents, one slot partly empty).
+def time_decode_step(model, tokenizer, budget, slots, steps=20, rounds=3, *, mode=True, label="compiled",
+                     sync=lambda: None) -> dict:
+    """Eager vs ``torch.compile`` (``mode``: True or a compile mode such as ``"reduce-overhead"``, reported under
+    ``label``) decode step of ``slots`` slots (random cache contents, one slot partly empty).
 
     Both engines are built and warmed up first; then ``rounds`` timing rounds of ``steps`` steps alternate between
-    them, so a change of machine load hits both sides alike. Reports every round and the median.
+    them, so a change of machine load hits both sides alike. ``sync`` waits for the device (CUDA is asynchronous)
+    before each clock reading. Reports every round and the median.
     """
     from snapeval.engine import Engine
 
     engines, first_call = {}, {}
-    for name, compiled in (("eager", False), ("compiled", True)):
+    for name, compiled in (("eager", False), (label, mode)):
         engine = engines[name] = Engine(model, tokenizer, budget, num_slots=slots, compile=compiled)
-        for layer in engine.cache.layers:  # full slots, except the last 100 entries of slot 0: the masked path
+        for layer in engine.cache.layers:  # full slots, except the last entries of slot 0: the masked path
             layer.keys.normal_(), layer.values.normal_(), layer.positions.fill_(0)
-            layer.positions[0, :, -100:] = -1
+            layer.positions[0, :, -min(100, budget // 2):] = -1
         with torch.inference_mode():
+            sync()
             t0 = time.perf_counter()
             engine._decode()
+            sync()
             first_call[name] = time.perf_counter() - t0
             for _ in range(2):
                 engine._decode()
-    round_ms = {"eager": [], "compiled": []}
+    round_ms = {name: [] for name in engines}
     with torch.inference_mode():
         for _ in range(rounds):
             for name, engine in engines.items():
+                sync()
                 t0 = time.perf_counter()
                 for _ in range(steps):
                     engine._decode()
+                sync()
                 round_ms[name].append((time.perf_counter() - t0) / steps * 1e3)
     out = {name: {"step_ms": statistics.median(ms), "rounds_ms": ms, "first_call_s": first_call[name]}
            for name, ms in round_ms.items()}
-    out.update(slots=slots, steps_per_round=steps, rounds=rounds,
-               speedup=out["eager"]["step_ms"] / out["compiled"]["step_ms"], load_average=os.getloadavg())
+    out.update(slots=slots, budget=budget, steps_per_round=steps, rounds=rounds,
+               speedup=out["eager"]["step_ms"] / out[label]["step_ms"], load_average=os.getloadavg())
     return out
 
 
@@ -187,7 +197,7 @@ def main() -> None:
     parser.add_argument("--compile-only", action="store_true",
                         help="only time the decode step, eager vs torch.compile (writes engine_compile.json)")
     parser.add_argument("--random-llama-1b", action="store_true",
-                        help="a random-weight 1.2B Llama (for a GPU) at long context: prompts of 2,000..16,000 tokens; "
+                        help="a random-weight 1.07B Llama (for a GPU) at long context: prompts of 2,000..16,000 tokens; "
                              "random weights never stop, so request i generates a forced 16..512 tokens (evenly "
                              "spread); writes engine_random_llama_1b.json")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import BENCH_DIR, data_dir, machine
+from benchmarks.engine import time_decode_step
 
 MODELS = ("llama-3.1-8b-instruct", "deepseek-r1-distill-qwen-7b")
 SMOKE_SHAPE = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=256, num_attention_heads=4,
@@ -187,42 +188,6 @@ def decode_rates(model, tokenizer, prompts, budget, new_tokens, device) -> dict:
     return out
 
 
-def bench_compile(model, tokenizer, budget, slots, steps, rounds, device) -> dict:
-    """Median decode-step time of the engine, eager vs ``compile="reduce-overhead"`` (CUDA graphs on a GPU)."""
-    from snapeval.cache import SnapStreamConfig
-    from snapeval.engine import Engine
-
-    engines, first_call = {}, {}
-    for name, mode in (("eager", False), ("reduce-overhead", "reduce-overhead")):
-        engine = engines[name] = Engine(model, tokenizer, SnapStreamConfig.from_budget(budget), num_slots=slots,
-                                        compile=mode)
-        for layer in engine.cache.layers:  # every slot holds a token (random contents), part of slot 0 empty
-            layer.keys.normal_(), layer.values.normal_(), layer.positions.fill_(0)
-            layer.positions[0, :, -min(100, budget // 2):] = -1
-        with torch.inference_mode():
-            sync(device)
-            start = time.perf_counter()
-            engine._decode()
-            sync(device)
-            first_call[name] = time.perf_counter() - start
-            for _ in range(3):
-                engine._decode()
-    step_ms = {name: [] for name in engines}
-    with torch.inference_mode():
-        for _ in range(rounds):
-            for name, engine in engines.items():
-                sync(device)
-                start = time.perf_counter()
-                for _ in range(steps):
-                    engine._decode()
-                sync(device)
-                step_ms[name].append((time.perf_counter() - start) / steps * 1e3)
-    out = {name: {"step_ms": statistics.median(ms), "rounds_ms": ms, "first_call_s": first_call[name]}
-           for name, ms in step_ms.items()}
-    out.update(slots=slots, budget=budget, speedup=out["eager"]["step_ms"] / out["reduce-overhead"]["step_ms"])
-    return out
-
-
 def bench_agreement(model, tokenizer, prompts, budget, new_tokens) -> dict:
     """Greedy tokens of batched engine rows vs each prompt alone (same engine settings, one slot)."""
     from snapeval.cache import SnapStreamConfig
@@ -310,8 +275,9 @@ def run(args) -> dict:
                   f"(batch {point['decode']['engine']['batch']} vs {point['decode']['padded_full']['batch']})",
                   flush=True)
         agree_prompts = prompt_ids(tokenizer, args.agreement_length, args.agreement_prompts)
-        entry["compile"] = bench_compile(model, tokenizer, args.decode_budget, args.compile_slots, args.compile_steps,
-                                         args.repeats, device)
+        entry["compile"] = time_decode_step(model, tokenizer, args.decode_budget, args.compile_slots,
+                                            args.compile_steps, args.repeats, mode="reduce-overhead",
+                                            label="reduce-overhead", sync=lambda: sync(device))
         entry["agreement"] = bench_agreement(model, tokenizer, agree_prompts, args.agreement_budget, args.new_tokens)
         if preset == "llama-3.1-8b-instruct":
             entry["specprefill"] = bench_specprefill(model, tokenizer, prompt_ids(tokenizer, args.spec_length, 1)[0],

@@ -23,24 +23,16 @@ import time
 import torch
 
 from benchmarks.common import machine, write_json
+from benchmarks.engine import random_llama_1b
 from benchmarks.specprefill import MODELS, longbench_prompts
 
-TARGET_SHAPE = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                    num_key_value_heads=8, head_dim=64, tie_word_embeddings=True, rope_theta=500000.0)
+SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "head_dim", "tie_word_embeddings")
 
 
-def random_target(tokenizer, seed: int = 0):
-    """A random-weight Llama-3.2-1B-shaped model over ``tokenizer``'s vocabulary (float32, eval mode)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=16384, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **TARGET_SHAPE)
-    config._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
-
+def target_shape(config) -> dict:
+    """The architecture fields of the target recorded in the JSON."""
+    return {**{k: getattr(config, k) for k in SHAPE_FIELDS}, "rope_theta": config.rope_parameters["rope_theta"]}
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -58,7 +50,7 @@ def main(argv=None) -> None:
     started, load_start = time.perf_counter(), os.getloadavg()
     drafts = {name: load_model(MODELS[name]) for name in MODELS}
     tokenizer = drafts["smollm2"][1]
-    target = random_target(tokenizer)
+    target = random_llama_1b(tokenizer, "float32", "cpu")
     params = sum(p.numel() for p in target.parameters())
     items = []
     for n, length in enumerate(args.lengths):
@@ -109,7 +101,8 @@ def main(argv=None) -> None:
     payload = dict(
         benchmark="specprefill_target", machine=machine(), load_average_start=load_start,
         load_average_end=os.getloadavg(), wall_seconds=time.perf_counter() - started,
-        settings=dict(vars(args), drafts=MODELS, target=dict(shape=TARGET_SHAPE, vocab_size=len(tokenizer),
+        settings=dict(vars(args), drafts=MODELS, target=dict(
+            shape=target_shape(target.config), vocab_size=len(tokenizer),
                       parameters=params, weights="random", dtype="float32"), chunk=32, lookahead=8, pool_kernel=13),
         summary=summary, rows=rows,
     )
