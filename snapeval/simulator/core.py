@@ -427,10 +427,10 @@ def _activation_bytes(model: ModelPreset, dep: Deployment, plan: _Plan, kv_per_t
 def _slot_tokens(dep: Deployment, plan: _Plan, policy: "KVPolicy") -> int:
     """Tokens one sequence's KV slot is allocated for (and the decode attention kernel reads with ``bucket``)."""
     final = dep.prompt_len + dep.gen_len
-    if policy.budget is not None:
-        return min(final, policy.budget) if dep.kv_slot == "exact" else policy.budget
     if dep.kv_slot == "exact":
-        return final
+        return policy.cached_tokens(final)
+    if policy.budget is not None:
+        return policy.budget
     bucket = 1 << max(0, (final - 1).bit_length())
     return max(final, min(bucket, plan.compiled_context))
 
@@ -619,7 +619,7 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
         # ring-buffer construction: gather sinks, gather the recent window, gather the top-k entries, concatenate
         # them into the fixed-shape slot (bytes: the kept latent of this socket's share, read and written)
         kv_layer = model.kv_values_per_token_per_layer * kv_b
-        kept = min(policy.budget, L)
+        kept = policy.budget  # the prompt is longer than the budget here
         ring_parts = [t(2 * kept * kv_layer / P / 3, 0.0, 1.0) for _ in range(3)] + [t(2 * kept * kv_layer / P, 0.0, 1.0)]
         ring = sum(ring_parts) + len(ring_parts) * fixed
         shares["SnapKV compression"] = snapkv
