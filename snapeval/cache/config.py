@@ -60,14 +60,91 @@ def _default_sink(budget: int, sink: int | None, owner: str) -> int:
     return sink
 
 
+@dataclass(frozen=True)
+class PrefillWork:
+    """What a method computes at the end of one prefill beyond ordinary full attention, per layer and KV head: what
+    the simulator prices and the memory plan sizes (vLLM's ``KVCacheSpec`` answers memory the same way, per layer).
+    ``PrefillWork()`` (all zero) means nothing: the prompt is the cache.
+
+    Attributes:
+        window_queries: last prompt queries whose attention over the whole prompt is computed again to score the
+            tokens (SnapKV's observation window; 0: no attention-based scoring).
+        scored_tokens: prompt tokens given a score and ranked (pooling and top-k over them; 0: a positional choice).
+        score_inputs: what the scoring reads beyond the layer's keys and values: ``"queries"`` (the window's
+            queries, kept by the prefill), ``"hidden_states"`` (a press recomputing queries or statistics),
+            ``"attention_weights"`` (materialised attention).
+        gathered_tokens: tokens copied into the compressed cache (0: nothing moves).
+    """
+
+    window_queries: int = 0
+    scored_tokens: int = 0
+    score_inputs: tuple[str, ...] = ()
+    gathered_tokens: int = 0
+
+    @property
+    def none(self) -> bool:
+        return not (self.window_queries or self.scored_tokens or self.gathered_tokens)
+
+
+def _check_lengths(prompt, generated) -> None:
+    for name, value in (("prompt", prompt), ("generated", generated)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
+
+
 class MethodConfig:
-    """What every method's configuration offers (a mixin of the frozen dataclasses below)."""
+    """What every method's configuration offers (a mixin of the frozen dataclasses below).
+
+    Besides its identity, a configuration describes what its cache holds and costs, so that the simulator, the
+    memory plan and the report read the method instead of a list of names: :meth:`kept_tokens` (tokens held per
+    layer and KV head at any point of a request), :meth:`cache_slots` (what a static-row allocation reserves) and
+    :meth:`prefill_work` (the compression's own work at the end of prefill).
+    """
 
     method: ClassVar[str]
     #: Keyword arguments of :meth:`from_budget` besides the budget (what a sweep or the CLI may set).
     SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ()
+    #: The cache never grows while decoding: its rows have ``budget`` slots (a ring takes every decoded token).
+    FIXED_SIZE: ClassVar[bool] = False
 
     budget: Any  # a property or a field of every subclass: total slots per layer and KV head (None: unbounded)
+
+    def kept_tokens(self, prompt: int, generated: int = 0) -> int:
+        """Tokens the cache holds per layer and KV head after a ``prompt``-token prefill and ``generated`` decoded
+        tokens: the whole sequence for the full cache, ``min(budget, prompt + generated)`` for a fixed-size cache,
+        ``min(budget, prompt) + generated`` for one that compresses the prompt and then appends."""
+        _check_lengths(prompt, generated)
+        if self.budget is None:
+            return prompt + generated
+        if self.FIXED_SIZE:
+            return min(self.budget, prompt + generated)
+        return min(self.budget, prompt) + generated
+
+    def mean_kept_tokens(self, prompt: int, generated: int) -> float:
+        """Mean of :meth:`kept_tokens` over the ``generated`` decode steps (each step attends to the cache as it is
+        before its token is written): what a decode of that length streams on average."""
+        _check_lengths(prompt, generated)
+        start = self.kept_tokens(prompt, 0)
+        if generated == 0:
+            return float(start)
+        if self.FIXED_SIZE:  # grows until it holds `budget`, then stays (an arithmetic series, capped)
+            growing = min(generated, self.budget - start)
+            return (growing * start + growing * (growing - 1) / 2 + (generated - growing) * self.budget) / generated
+        return start + (generated - 1) / 2
+
+    def cache_slots(self, prompt: int, max_new_tokens: int) -> int:
+        """Slots per layer and KV head a static-row allocation reserves for one request: ``budget`` for a
+        fixed-size cache, the kept prompt plus every token to decode otherwise."""
+        _check_lengths(prompt, max_new_tokens)
+        if self.FIXED_SIZE:
+            return self.budget
+        return self.kept_tokens(prompt, max_new_tokens)
+
+    def prefill_work(self, prompt: int) -> PrefillWork:
+        """The compression's work at the end of a ``prompt``-token prefill (see :class:`PrefillWork`); nothing when
+        the prompt fits the budget."""
+        _check_lengths(prompt, 0)
+        return PrefillWork()
 
     def identity(self) -> dict[str, Any]:
         """``{"method": ..., "budget": ..., <every field>}``: what makes two configurations the same experiment."""
@@ -119,6 +196,7 @@ class SnapStreamConfig(MethodConfig):
 
     method: ClassVar[str] = "snapstream"
     SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ("sink", "recent", "recent_fraction", "topk", "observation", "kernel", "pooling")
+    FIXED_SIZE: ClassVar[bool] = True
 
     sink: int = DEFAULT_SINK
     recent: int = 508
@@ -144,6 +222,17 @@ class SnapStreamConfig(MethodConfig):
     def budget(self) -> int:
         """Total cache slots per layer and KV head: ``sink + recent + topk``."""
         return self.sink + self.recent + self.topk
+
+    def prefill_work(self, prompt: int) -> PrefillWork:
+        """A prompt longer than the budget: the last ``observation`` queries score the middle candidates (between
+        the sinks and the ring; none without top-k), and ``budget`` tokens are gathered into the layout."""
+        _check_lengths(prompt, 0)
+        if prompt <= self.budget:
+            return PrefillWork()
+        if self.topk == 0:
+            return PrefillWork(gathered_tokens=self.budget)
+        return PrefillWork(window_queries=min(self.observation, prompt), scored_tokens=prompt - self.sink - self.recent,
+                           score_inputs=("queries",), gathered_tokens=self.budget)
 
     @classmethod
     def from_budget(
@@ -197,6 +286,7 @@ class StreamingLLMConfig(MethodConfig):
 
     method: ClassVar[str] = "streamingllm"
     SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ("sink",)
+    FIXED_SIZE: ClassVar[bool] = True
     topk: ClassVar[int] = 0  # read by the shared sink/ring layer code
 
     sink: int = DEFAULT_SINK
@@ -209,6 +299,11 @@ class StreamingLLMConfig(MethodConfig):
     @property
     def budget(self) -> int:
         return self.sink + self.recent
+
+    def prefill_work(self, prompt: int) -> PrefillWork:
+        """Positional: no scoring; the sinks and the prompt's tail are gathered into the layout."""
+        _check_lengths(prompt, 0)
+        return PrefillWork(gathered_tokens=self.budget) if prompt > self.budget else PrefillWork()
 
     @classmethod
     def from_budget(cls, budget: int, *, sink: int | None = None) -> "StreamingLLMConfig":
@@ -238,6 +333,15 @@ class SnapKVConfig(MethodConfig):
                 f"SnapKVConfig.observation={self.observation} is invalid; allowed: 1..budget ({self.budget})"
             )
         _require_kernel_and_pooling(self.kernel, self.pooling, "SnapKVConfig")
+
+    def prefill_work(self, prompt: int) -> PrefillWork:
+        """A prompt longer than the budget: the last ``observation`` queries score every earlier token; ``budget``
+        tokens (the window included) are gathered."""
+        _check_lengths(prompt, 0)
+        if prompt <= self.budget:
+            return PrefillWork()
+        return PrefillWork(window_queries=min(self.observation, prompt), scored_tokens=prompt - self.observation,
+                           score_inputs=("queries",), gathered_tokens=self.budget)
 
     @classmethod
     def from_budget(cls, budget: int, *, observation: int | None = None, kernel: int = DEFAULT_KERNEL,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from snapeval.cache.attention import check_architecture
-from snapeval.cache.config import MAX_BUDGET, MIN_BUDGET, MethodConfig
+from snapeval.cache.config import MAX_BUDGET, MIN_BUDGET, MethodConfig, PrefillWork, _check_lengths
 from snapeval.cache.full import FullCache
 from snapeval.errors import SnapevalError
 
@@ -33,6 +33,11 @@ UNSUPPORTED = ("ComposedPress", "KeyRerotationPress", "PerLayerCompressionPress"
                "DMSPress", "KVzapPress", "QFilterPress", "ThinKPress", "DuoAttentionPress", "KVzipPress",
                "FastKVzipPress", "ExpectedAttentionStatsPress", "BlockPress", "CompressionRatioDecodingPress",
                "ObservedAttentionPress")  # the last needs eager attention weights
+
+#: Presses that choose tokens by position only (no score computed).
+POSITIONAL_PRESSES = ("StreamingLLMPress",)
+#: Presses that score with the attention of the last prompt query alone.
+LAST_QUERY_PRESSES = ("TOVAPress",)
 
 
 def _kvpress():
@@ -102,6 +107,21 @@ class KVPressConfig(MethodConfig):
     def identity(self) -> dict[str, Any]:
         return {"method": self.method, "budget": self.budget, **dict(self.press_args)}
 
+    def prefill_work(self, prompt: int) -> PrefillWork:
+        """A prompt longer than the budget: the press scores every prompt token from the layer's hidden states
+        (recomputing queries or statistics), over a window of its last queries when it has a ``window_size``
+        (SnapKVPress; TOVAPress reads the last query), or by position alone (StreamingLLMPress), then keeps
+        ``budget`` tokens. What each press reads is its own code's business; this is the shape of its work."""
+        _check_lengths(prompt, 0)
+        if prompt <= self.budget:
+            return PrefillWork()
+        if self.press_name in POSITIONAL_PRESSES:
+            return PrefillWork(gathered_tokens=self.budget)
+        press = press_class(self.press_name)(**dict(self.press_args))
+        window = int(getattr(press, "window_size", 1 if self.press_name in LAST_QUERY_PRESSES else 0) or 0)
+        return PrefillWork(window_queries=min(window, prompt), scored_tokens=prompt,
+                           score_inputs=("hidden_states",), gathered_tokens=self.budget)
+
     def make_press(self, prompt_length: int):
         """The press for one prompt of ``prompt_length`` tokens, set to keep ``budget`` of them."""
         ratio = 0.0
@@ -131,4 +151,4 @@ def resolve_family(name: str):
     from snapeval.cache.methods import MethodInfo
 
     return MethodInfo(name, "snapeval.cache.kvpress:KVPressConfig", "snapeval.cache.kvpress:KVPressCache",
-                      fixed_size=False, branches=False, summary="a kvpress press at the end of prefill; grows in decode")
+                      branches=False, summary="a kvpress press at the end of prefill; grows in decode")

@@ -33,7 +33,6 @@ class MethodInfo:
         name: what users write (``method=snapstream``).
         config: ``"module:Class"`` of its configuration (a :class:`~snapeval.cache.config.MethodConfig`).
         cache: ``"module:Class"`` of its cache, built as ``Cache(model, config)``.
-        fixed_size: the cache never grows while decoding (its rows have ``budget`` slots).
         branches: its cache can be built from a shared prefill (:mod:`snapeval.branching`).
         summary: one line for ``--help`` and the docs.
         static_cache: ``"module:Class"`` of the cache in the engine's static rows, when it differs from ``cache``
@@ -43,13 +42,17 @@ class MethodInfo:
     name: str
     config: str
     cache: str
-    fixed_size: bool
     branches: bool
     summary: str
     static_cache: str = ""
 
     def config_class(self) -> type[MethodConfig]:
         return load_object(self.config)
+
+    @property
+    def fixed_size(self) -> bool:
+        """The cache never grows while decoding (its rows have ``budget`` slots): the configuration class says."""
+        return self.config_class().FIXED_SIZE
 
     def cache_class(self) -> type:
         return load_object(self.cache)
@@ -103,15 +106,15 @@ class MethodTable:
 
 METHOD_TABLE = MethodTable()
 for _info in (
-    MethodInfo("full", "snapeval.cache.config:FullConfig", "snapeval.cache.full:FullCache", fixed_size=False,
+    MethodInfo("full", "snapeval.cache.config:FullConfig", "snapeval.cache.full:FullCache",
                branches=True, summary="every token (Hugging Face DynamicCache)",
                static_cache="snapeval.cache.full:StaticFullCache"),
     MethodInfo("snapstream", "snapeval.cache.config:SnapStreamConfig", "snapeval.cache.snapstream:SnapStreamCache",
-               fixed_size=True, branches=True, summary="[sink | ring | top-k], fixed size, written by index"),
+               branches=True, summary="[sink | ring | top-k], fixed size, written by index"),
     MethodInfo("streamingllm", "snapeval.cache.config:StreamingLLMConfig",
-               "snapeval.cache.streamingllm:StreamingLLMCache", fixed_size=True, branches=True,
+               "snapeval.cache.streamingllm:StreamingLLMCache", branches=True,
                summary="[sink | ring] in the same fixed layout (no pos-shift)"),
-    MethodInfo("snapkv", "snapeval.cache.config:SnapKVConfig", "snapeval.cache.snapkv:SnapKVCache", fixed_size=False,
+    MethodInfo("snapkv", "snapeval.cache.config:SnapKVConfig", "snapeval.cache.snapkv:SnapKVCache",
                branches=True, summary="SnapKV selection + observation window, grows during decoding"),
 ):
     METHOD_TABLE.register(_info)

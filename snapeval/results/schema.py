@@ -56,6 +56,10 @@ class SampleRecord:
     generations: tuple[str, ...]  # raw generated text, one per repeat; empty for log-likelihood tasks
     scores: dict[str, float]  # {"metric,filter": per-sample score}
     greedy: bool
+    #: Items that are not independent share a cluster (questions on one document, a problem's samples); the paired
+    #: statistics resample and permute whole clusters. Set by the task (its doc's ``cluster`` field); None: the item
+    #: is its own cluster.
+    cluster: str | None = None
 
 
 @dataclass
@@ -160,8 +164,11 @@ def _samples_of(task: str, rows: list[dict]) -> list[SampleRecord]:
     by_doc: dict[int, dict[str, Any]] = {}
     for row in rows:
         doc_id = int(row["doc_id"])
+        doc = row.get("doc") if isinstance(row.get("doc"), dict) else {}
+        cluster = doc.get("cluster")
         rec = by_doc.setdefault(doc_id, {"target": str(row.get("target", "")), "generations": (), "scores": {},
-                                         "greedy": True, "output_type": None})
+                                         "greedy": True, "output_type": None,
+                                         "cluster": None if cluster is None else str(cluster)})
         resps = row.get("resps") or []
         texts = [r[0] for r in resps if isinstance(r, (list, tuple)) and r and isinstance(r[0], str)]
         if texts and not rec["generations"]:
@@ -173,7 +180,7 @@ def _samples_of(task: str, rows: list[dict]) -> list[SampleRecord]:
             if score is not None:
                 rec["scores"][f"{metric},{filt}"] = score
     return [SampleRecord(subtask=task, doc_id=d, target=r["target"], generations=r["generations"], scores=r["scores"],
-                         greedy=r["greedy"]) for d, r in sorted(by_doc.items())]
+                         greedy=r["greedy"], cluster=r["cluster"]) for d, r in sorted(by_doc.items())]
 
 
 def metrics_of(out: dict[str, Any]) -> list[MetricValue]:
