@@ -107,6 +107,18 @@ class BranchSet:
         logits = self.model(input_ids=ids, past_key_values=capture, use_cache=True, logits_to_keep=1).logits[0, -1]
         return Prefilled(logits, capture, self.stats.count_prefill(len(prompt), start))
 
+    @torch.inference_mode()
+    def extend(self, prefix: Prefilled, suffix: Sequence[int]) -> Prefilled:
+        """Continue a prefilled prefix with ``suffix`` (token ids, at least one): only the suffix is computed, and the
+        result holds the whole prompt exactly as :meth:`prefill` of prefix + suffix would (up to float rounding)."""
+        if not suffix:
+            raise ValueError("extend needs at least one suffix token")
+        start = time.perf_counter()
+        capture = prefix.capture.continued(self.model)
+        ids = torch.tensor([list(suffix)], device=self.device)
+        logits = self.model(input_ids=ids, past_key_values=capture, use_cache=True, logits_to_keep=1).logits[0, -1]
+        return Prefilled(logits, capture, self.stats.count_prefill(len(suffix), start))
+
     def own_prefill(self, config: MethodConfig, prompt: Sequence[int]):
         """A configuration that cannot branch prefills ``prompt`` through its own cache (a press and its hooks);
         returns ``(logits [V], cache)``."""
@@ -133,28 +145,73 @@ class BranchSet:
         bar = tqdm(total=len(prompts), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
         for start in range(0, len(prompts), self.batch):
             chunk = list(range(start, min(start + self.batch, len(prompts))))
-            prefilled = [self.prefill(prompts[i]) if self.shares else None for i in chunk]
+            prefilled = {i: self.prefill(prompts[i]) if self.shares else None for i in chunk}
             for c, config in enumerate(self.configs):
-                if has_static_rows(config):  # decoded together in the engine's static rows
-                    engine = self._engine(config)
-                    done = engine.generate(
-                        [list(prompts[i]) for i in chunk], [sampling[i] for i in chunk],
-                        prefill=lambda j, _prompt, engine=engine, rows=prefilled: (
-                            rows[j].logits, rows[j].cache(self.model, engine.config, engine.cache_class)))
-                else:
-                    done = [self._decode_alone(config, prefilled[j], list(prompts[i]), sampling[i], i)
-                            for j, i in enumerate(chunk)]
-                for j, i in enumerate(chunk):
-                    self.stats.kv_bytes_per_row[config.label] = max(self.stats.kv_bytes_per_row.get(config.label, 0),
-                                                                    done[j].kv_bytes)
-                    done[j].index = i
-                    if prefilled[j] is not None:
-                        done[j].prefill_seconds = prefilled[j].seconds
-                    out[c][i] = done[j]
+                self._decode_chunk(c, chunk, prompts, sampling, prefilled.__getitem__, out)
             del prefilled
             bar.update(len(chunk))
         bar.close()
         return out
+
+    @torch.inference_mode()
+    def generate_each(self, prompts: Sequence[Sequence[Sequence[int]]], sampling: Sequence[SamplingParams]
+                      ) -> list[list[Completion]]:
+        """Every configuration generates from its own prompts: ``prompts[c][i]`` is configuration ``c``'s prompt of
+        item ``i`` (LongBench-v2's second pass: one question, each configuration's own first-pass reasoning), and
+        ``out[c][i]`` its completion.
+
+        The prompts of one item share a prefix (the longest common one, less a token so that every prompt keeps a
+        suffix): it is prefilled once per item, and each configuration computes only its own suffix on top of it
+        (:meth:`extend`), then compresses and decodes exactly as if it had prefilled its whole prompt alone.
+        """
+        if len(prompts) != len(self.configs) or any(len(row) != len(sampling) for row in prompts):
+            raise ValueError(f"prompts must be one list of {len(sampling)} prompts per configuration "
+                             f"({len(self.configs)})")
+        out: list[list[Completion | None]] = [[None] * len(sampling) for _ in self.configs]
+        for start in range(0, len(sampling), self.batch):
+            chunk = list(range(start, min(start + self.batch, len(sampling))))
+            shared = {i: shared_prefix([row[i] for row in prompts]) for i in chunk}
+            prefixes = {i: self.prefill(prompts[0][i][:shared[i]]) for i in chunk if shared[i] and self.shares}
+            for c in range(len(self.configs)):
+                def prefilled(i, own=prompts[c]):
+                    if i in prefixes:
+                        return self.extend(prefixes[i], own[i][shared[i]:])
+                    return self.prefill(own[i]) if self.shares else None
+
+                self._decode_chunk(c, chunk, prompts[c], sampling, prefilled, out)
+            del prefixes
+        return out
+
+    def _decode_chunk(self, c: int, chunk: list[int], prompts, sampling, prefilled, out) -> None:
+        """Configuration ``c`` decodes the items ``chunk`` of ``prompts``; ``prefilled(i)`` gives item ``i``'s shared
+        :class:`Prefilled` (called when the item is admitted, so a continuation lives only until its cache is built;
+        None for a configuration that prefills itself). Completions go to ``out[c][i]``."""
+        config = self.configs[c]
+        seconds: dict[int, float] = {}  # the shared prefill's time, reported as each completion's prefill time
+
+        def row_of(i):
+            row = prefilled(i) if method_info(config).branches else None  # a press prefills through its own hooks
+            if row is not None:
+                seconds[i] = row.seconds
+            return row
+
+        if has_static_rows(config):  # decoded together in the engine's static rows
+            engine = self._engine(config)
+
+            def engine_row(j, _prompt):
+                row = row_of(chunk[j])
+                return row.logits, row.cache(self.model, engine.config, engine.cache_class)
+
+            done = engine.generate([list(prompts[i]) for i in chunk], [sampling[i] for i in chunk], prefill=engine_row)
+        else:
+            done = [self._decode_alone(config, row_of(i), list(prompts[i]), sampling[i], i) for i in chunk]
+        for j, i in enumerate(chunk):
+            self.stats.kv_bytes_per_row[config.label] = max(self.stats.kv_bytes_per_row.get(config.label, 0),
+                                                            done[j].kv_bytes)
+            done[j].index = i
+            if i in seconds:
+                done[j].prefill_seconds = seconds[i]
+            out[c][i] = done[j]
 
     def _engine(self, config: MethodConfig):
         from snapeval.engine import Engine
@@ -219,6 +276,16 @@ def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tu
                 out[c][i] = (float(logprobs.gather(-1, wanted[:, None]).sum()),
                              bool((logprobs.argmax(-1) == wanted).all()))
     return out
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix of ``prompts`` (token ids), less one token when it covers the shortest
+    prompt, so that every prompt keeps a suffix to compute (its last position's logits)."""
+    shortest = min(len(p) for p in prompts)
+    length = 0
+    while length < shortest and all(p[length] == prompts[0][length] for p in prompts):
+        length += 1
+    return min(length, shortest - 1)
 
 
 class SharedBranches:
