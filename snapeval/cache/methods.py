@@ -37,6 +37,8 @@ class MethodInfo:
         summary: one line for ``--help`` and the docs.
         static_cache: ``"module:Class"`` of the cache in the engine's static rows, when it differs from ``cache``
             (a growing cache then gets rows of its kept prompt plus the tokens to decode); empty: ``cache``.
+        prefill_hooks: it compresses inside the prefill through hooks on the attention layers (kvpress's presses),
+            so plain ``generate`` cannot apply it: its prompts go through :class:`snapeval.branching.BranchSet`.
     """
 
     name: str
@@ -45,6 +47,7 @@ class MethodInfo:
     branches: bool
     summary: str
     static_cache: str = ""
+    prefill_hooks: bool = False
 
     def config_class(self) -> type[MethodConfig]:
         return load_object(self.config)

@@ -236,7 +236,7 @@ class SnapStreamLM(HFLM):
         self.engine_slots = max(int(args["batch_size"] or 1), 8) if slots is None else slots
         self._engine = None
         self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
-        if shared is None and not method_info(cache_config).branches:  # a kvpress press: its own prefill, decoded alone
+        if shared is None and method_info(cache_config).prefill_hooks:  # a kvpress press: its own prefill hooks
             from snapeval.branching import BranchSet, SharedBranches
 
             self.shared = SharedBranches(BranchSet(model, tokenizer, [cache_config], seed=0))
