@@ -57,6 +57,8 @@ def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = Fal
     """Build every cache of ``caches`` from ``capture`` one layer at a time (a layer kept in host memory comes back
     to its layer's device once); ``release``: free each captured layer as soon as every cache holds it, so the
     capture never lives beside a whole copy of itself."""
+    if not caches:  # nothing reads the capture (a set of presses only: their hooks already freed it)
+        return
     for index, layer in enumerate(capture.layers):
         prompt = capture.layer_prompt(index, layer.device)
         for cache in caches:
@@ -343,7 +345,8 @@ class BranchSet:
                             seed=self.seed)
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
-            del engine  # its rows go before the next configuration allocates its own
+            del engine
+            gc.collect()  # its rows go before the next configuration allocates its own (the engine refers to itself)
             for j, i in enumerate(part):
                 completions[j].index = i
                 completions[j].prefill_seconds = seconds[i]

@@ -245,3 +245,22 @@ def test_press_rows_are_filled_from_a_branch_only():
     engine = Engine(tiny_model("llama"), TinyTokenizer(), config, num_slots=2)
     with pytest.raises(SnapevalError, match="static rows are loaded from a shared prefill's branch"):
         engine.generate([random_prompt(30, seed=1)], SamplingParams(max_new_tokens=3))
+    from snapeval.harness.lm_eval_model import use_engine
+
+    with pytest.raises(SnapevalError, match="engine=true needs a method with a static-row layout"):
+        use_engine("true", config)  # the lm-eval model says so before anything loads
+
+
+def test_a_set_of_presses_only_frees_each_captured_layer_once_compressed():
+    from snapeval.branching import BranchSet
+
+    model = tiny_model("qwen2")
+    presses = [resolve_method("kvpress:SnapKVPress", 16, window_size=8), resolve_method("kvpress:TOVAPress", 20)]
+    branches = BranchSet(model, TinyTokenizer(), presses)
+    prompts = [random_prompt(n, seed=n) for n in (50, 33)]
+    assert branches.prefill(prompts[0]).capture.nbytes() == 0  # nothing else reads the capture
+    params = [SamplingParams(max_new_tokens=6)] * 2
+    out = branches.generate(prompts, params)
+    for c, press in enumerate(presses):
+        alone = BranchSet(model, TinyTokenizer(), [press]).generate(prompts, params)[0]
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in alone]

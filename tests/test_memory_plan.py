@@ -3,6 +3,8 @@ chunk without changing a token, an out-of-memory error halves the chunk and the 
 prediction (Llama-3.1-8B at 128k tokens on one 80 GB device) fits."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -164,3 +166,27 @@ def test_llama_8b_at_128k_fits_one_80gb_device(capsys):
     assert plan.decode_mode("full").decode == "alone"  # a 16 GiB row is decoded alone, straight from the capture
     assert 50 * 2**30 < plan.total_bytes <= plan.budget_bytes
     assert "fits" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_a_prefill_in_token_chunks_holds_the_prompt_of_one_forward(family):
+    """What the plan falls back to when one forward's activations do not fit: the capture continued piece by piece
+    holds the same prompt (up to float rounding), and a group prefilled that way generates the same tokens."""
+    model = tiny_model(family, heads=6, kv_heads=2)
+    branches = BranchSet(model, TinyTokenizer(), CONFIGS)
+    prompt = random_prompt(70, seed=4)
+    whole, pieces = branches.prefill(prompt), branches.prefill(prompt, tokens=16)
+    torch.testing.assert_close(pieces.logits, whole.logits, rtol=0, atol=1e-10)
+    assert pieces.capture.nbytes() == whole.capture.nbytes()
+    for a, b in zip(pieces.capture.prompts, whole.capture.prompts):
+        for name in ("keys", "values", "queries"):
+            torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=0, atol=1e-10)
+    prompts, params = _items_and_prompts(n=3, length=70)
+    reference = branches.generate(prompts, params)
+    plan = branches.plan([Item(len(p), s.max_new_tokens) for p, s in zip(prompts, params)])
+    forced = dataclasses.replace(plan, prefill_tokens=16)
+    branches.plan = lambda items, chunk=None: forced
+    out = branches.generate(prompts, params)
+    assert branches.plans[-1].prefill_tokens == 16
+    for c in range(len(CONFIGS)):
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], CONFIGS[c].label

@@ -141,7 +141,7 @@ def use_engine(engine, config: MethodConfig) -> bool:
         raise SnapevalError(f"engine={engine!r} is not allowed; choose one of: auto, true, false")
     if choice is None:
         return method_info(config).fixed_size
-    if choice and not has_static_rows(config):
+    if choice and (not has_static_rows(config) or method_info(config).prefill_hooks):  # a press prefills in its hooks
         raise SnapevalError(f"engine=true needs a method with a static-row layout; method={method!r} allowed: "
                             f"{', '.join(ENGINE_METHODS)}")
     return choice
