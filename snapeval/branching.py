@@ -21,7 +21,8 @@ branch (or a press alone in its set: kvpress's own hooks, the reference path) pr
   compressed context (:func:`score_contexts`).
 
 Greedy outputs do not depend on the chunk, and sampled ones neither: a request without its own seed samples from
-the set's seed plus its index in the call.
+the set's seed plus a number fixed by its prompt and its repeat (the how-many-th request of the call with that
+prompt), so a chunk, an engine row or an item shard of the call samples exactly what the whole call samples.
 
 Shapes: prompts are token-id lists; logits ``[V]``; caches hold one row per prompt.
 """
@@ -31,6 +32,7 @@ import copy
 import dataclasses
 import gc
 import time
+import zlib
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -279,7 +281,7 @@ class BranchSet:
         the chunk and redoes that chunk's items (finished chunks are kept)."""
         from tqdm import tqdm
 
-        sampling = [self._seeded(params, i) for i, params in enumerate(sampling)]
+        sampling = self._seeded([prompt_of(0, i) for i in range(len(items))], sampling)
         out: list[list[Completion | None]] = [[None] * len(items) for _ in self.configs]
         plan = self.plan(items)
         pending = list(range(len(items)))
@@ -363,12 +365,19 @@ class BranchSet:
             return prefilled.presses[config].cache(self.model, cache_class)
         return make_cache(self.model, config) if cache_class is None else cache_class(self.model, config)
 
-    def _seeded(self, params: SamplingParams, index: int) -> SamplingParams:
-        """A sampled request without its own seed samples from ``seed + index`` whatever chunk or engine row it is
-        decoded in."""
-        if params.do_sample and params.seed is None:
-            return dataclasses.replace(params, seed=self.seed + index)
-        return params
+    def _seeded(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]) -> list[SamplingParams]:
+        """Sampled requests without their own seed sample from ``seed`` plus a number fixed by the prompt's tokens
+        and its repeat (the how-many-th request of this call with that prompt), whatever chunk, row or shard decodes
+        them."""
+        seen: dict[bytes, int] = {}
+        out = []
+        for prompt, params in zip(prompts, sampling):
+            if params.do_sample and params.seed is None:
+                key = b",".join(str(t).encode() for t in prompt)
+                repeat = seen[key] = seen.get(key, -1) + 1
+                params = dataclasses.replace(params, seed=self.seed + (zlib.crc32(key) + repeat) % (1 << 31))
+            out.append(params)
+        return out
 
     def _count_kv(self, config: MethodConfig, completion: Completion) -> None:
         self.stats.kv_bytes_per_row[config.label] = max(self.stats.kv_bytes_per_row.get(config.label, 0),

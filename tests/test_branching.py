@@ -130,3 +130,22 @@ def test_shared_sweep_equals_per_cell_sweep(tiny_dir, task_dir, tmp_path):
         assert scores_a == scores_b
         for m_a, m_b in zip(a["metrics"], b["metrics"]):
             assert m_a["value"] == pytest.approx(m_b["value"], abs=1e-9)
+
+
+def test_a_sampled_request_samples_the_same_in_any_chunk_or_shard():
+    """Sampling seeds follow the prompt and its repeat, not the request's place in the call: a shard of the call (or
+    another chunk size) samples exactly what the whole call samples."""
+    from snapeval.engine import SamplingParams
+
+    model = tiny_model("llama")
+    prompts = [random_prompt(n, seed=n) for n in (30, 22, 30, 41)]  # the first prompt twice: two repeats
+    params = [SamplingParams(max_new_tokens=8, do_sample=True, temperature=1.5)] * 4
+    configs = [SnapStreamConfig.from_budget(16), FullConfig()]
+    whole = BranchSet(model, TinyTokenizer(), configs, batch=4, seed=3).generate(prompts, params)
+    for part in ([1, 3], [0, 2]):  # two shards of the call, one holding both repeats
+        shard = BranchSet(model, TinyTokenizer(), configs, batch=1, seed=3).generate(
+            [prompts[i] for i in part], [params[i] for i in part])
+        for c in range(len(configs)):
+            assert [d.token_ids for d in shard[c]] == [whole[c][i].token_ids for i in part]
+    for c in range(len(configs)):
+        assert whole[c][0].token_ids != whole[c][2].token_ids  # two repeats of one prompt draw differently

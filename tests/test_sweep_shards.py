@@ -7,17 +7,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+from fixtures.sweep_fakes import fake_evaluate, fake_simulate, start_sweep_process
 from snapeval.errors import SnapevalError
 from snapeval.results import ResultsStore
 from snapeval.sweep import expand_grid, parse_config, run_sweep
@@ -99,25 +95,9 @@ def test_merge_is_lm_evals_aggregation_in_document_order_and_refuses_what_it_can
 RAW = {"name": "unit", "models": ["llama-3.1-8b-instruct"], "shards": 3,
        "tasks": [{"name": "snapeval_passkey", "limit": 7}, {"name": "snapeval_kv_needle", "limit": 5}],
        "methods": ["full", {"method": "snapstream", "budgets": [128, 512]}]}
-KILL_SCRIPT = textwrap.dedent("""
-    import sys
-    sys.path[:0] = [{repo!r}, {tests!r}]
-    import yaml
-    from snapeval.sweep import parse_config, run_sweep
-    from fixtures.sweep_fakes import fake_evaluate, fake_simulate
-    run_sweep(parse_config(yaml.safe_load(open({cfg!r}))), {out!r}, evaluate=fake_evaluate, simulate=fake_simulate,
-              report=False)
-""")
-
-
 def test_kill_minus_9_during_a_sharded_sweep_resumes_only_unfinished_shards(tmp_path):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(RAW))
     killed, clean = tmp_path / "killed", tmp_path / "clean"
-    script = tmp_path / "run.py"
-    script.write_text(KILL_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"), cfg=str(cfg), out=str(killed)))
-    proc = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "SNAPEVAL_FAKE_DELAY": "0.4"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_sweep_process(RAW, killed, tmp_path, delay=0.4)
     store = ResultsStore(killed)
     cells = expand_grid(parse_config(RAW))
     deadline = time.monotonic() + 90
