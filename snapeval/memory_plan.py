@@ -13,9 +13,10 @@ that prefill. Items go through in *chunks* of ``chunk`` items:
    (``rows`` rows of :meth:`~snapeval.cache.config.MethodConfig.cache_slots` slots), which are freed after it.
 
 A growing cache that holds the whole prompt (the full cache, or SnapKV with a budget of at least the prompt) decodes
-in rows only while ``chunk`` of its rows and held branches stay below the weights' bytes (a decode step then still
-reads more weight bytes than KV bytes, so batching pays); beyond that it decodes alone, item by item, straight from
-the capture, holding one row as the per-cell path does (the capture's layers move into its cache one by one).
+in rows only while ``chunk`` of its rows hold fewer bytes than the weights (a decode step reads the weights once and
+every row's keys and values once: below that point it reads more weight bytes than KV bytes, so batching pays);
+beyond it, it decodes alone, item by item, straight from the capture, holding one row as the per-cell path does (the
+capture's layers move into its cache one by one).
 Fixed-size caches always decode in rows (``budget`` slots each, as their per-cell engine does).
 
 Every method's memory is read from the method (:meth:`~snapeval.cache.config.MethodConfig.kept_tokens`,
@@ -279,7 +280,7 @@ class GroupPlan:
 
     @property
     def held_bytes(self) -> int:
-        """Every configuration's branches of one chunk, held until its rows decode."""
+        """Every configuration's branches of a full chunk, held until its rows decode."""
         return self.chunk * sum(c.branch_bytes for c in self.configurations)
 
     def to_dict(self) -> dict:
@@ -323,8 +324,7 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
     for config in configs:
         in_rows = config.label not in alone and _static_rows(config)
         if in_rows and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):  # pays while below the weights
-            held = chunk * branch_bytes(shape, config, prompt) + engine_bytes(shape, config, chunk, prompt, max_new)
-            in_rows = held <= shape.weight_bytes
+            in_rows = engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes
         if in_rows:
             plans.append(ConfigurationPlan(config.label, "rows", chunk, branch_bytes(shape, config, prompt),
                                            engine_bytes(shape, config, chunk, prompt, max_new)))
@@ -335,11 +335,14 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
 
 
 def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[ConfigurationPlan, ...], chunk: int,
-            item: Item, prefill_tokens: int, window: int, alone: set[str], on_host: bool) -> dict[str, int]:
-    """The group's growth at the top of each phase of a chunk of the largest items (see the module's docstring)."""
+            item: Item, prefill_tokens: int, window: int, alone: set[str], on_host: bool,
+            flight: int | None = None) -> dict[str, int]:
+    """The group's growth at the top of each phase of a chunk of the largest items (see the module's docstring);
+    ``flight``: the items a chunk actually holds (fewer than ``chunk`` rows when the call has fewer items)."""
     by_label = {p.label: p for p in plans}
     held_one = sum(p.branch_bytes for p in plans)
-    earlier = (chunk - 1) * held_one  # the chunk's earlier items wait with their branches
+    flight = chunk if flight is None else min(chunk, flight)
+    earlier = (flight - 1) * held_one  # the chunk's earlier items wait with their branches
     capture = shape.capture_bytes(item.prompt, window)
     layer = capture // shape.layers
     on_device = layer if on_host else capture
@@ -357,11 +360,11 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
         growth = max(by_label[c.label].decode_bytes - (alone_cache_bytes(shape, c, item.prompt)
                                                         if c in shared_alone else 0)
                      + by_label[c.label].decode_bytes // shape.layers for c in decoded_alone)
-        phases["alone"] = (chunk * held_one + prefix + (built - held_one) + growth + shape.decode_step_bytes(1)
+        phases["alone"] = (flight * held_one + prefix + (built - held_one) + growth + shape.decode_step_bytes(1)
                            + (shape.activation_bytes(prefill_tokens, item.prompt) if alone else 0))
     in_rows = [p for p in plans if p.decode == "rows"]
     if in_rows:
-        phases["decode"] = chunk * held_one + max(p.decode_bytes for p in in_rows) + shape.decode_step_bytes(chunk)
+        phases["decode"] = flight * held_one + max(p.decode_bytes for p in in_rows) + shape.decode_step_bytes(chunk)
     return phases
 
 
@@ -380,13 +383,12 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
     largest = Item(max(i.prompt for i in items), max(i.max_new for i in items), max(i.prefix for i in items))
     presses = any(_is_press(c) and c.label not in alone for c in configs)
     reasons: list[str] = []
-    asked = chunk
-    chunk = min(chunk, len(items))
+    asked = chunk  # rows per engine: as asked even for fewer items (the decode batch, so its numerics, stays the same)
     whole = largest.prompt
 
     def build(n: int, tokens: int, on_host: bool) -> GroupPlan:
         plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone)
-        phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host)
+        phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items))
         return GroupPlan(device=device, budget_bytes=budget, in_use_bytes=in_use, weights_bytes=shape.weight_bytes,
                          chunk=n, prefill_tokens=tokens, capture_on_host=on_host, prompt_tokens=largest.prompt,
                          max_new_tokens=largest.max_new, capture_bytes=shape.capture_bytes(largest.prompt, window),
