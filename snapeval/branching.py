@@ -292,24 +292,42 @@ class SharedBranches:
     """What every configuration's lm-eval model asks, answered from one shared computation.
 
     The models of one sweep group (one per configuration) receive the same requests; the first to ask computes the
-    answers of all configurations (:class:`BranchSet`), the others read theirs. Only the latest request list is
-    kept (a group evaluates one task at a time).
+    answers of all configurations (:class:`BranchSet`), the others read theirs. The answers of the last few request
+    lists are kept (a task may send its single-pass and its two-pass requests as two lists).
     """
+
+    KEPT = 4
 
     def __init__(self, branches: BranchSet):
         self.branches = branches
         self._index = {config: i for i, config in enumerate(branches.configs)}
-        self._key = None
-        self._answers = None
+        self._answers: dict = {}
 
     def _answer(self, key, compute):
-        if key != self._key:
-            self._key, self._answers = key, compute()
-        return self._answers
+        if key not in self._answers:
+            if len(self._answers) >= self.KEPT:
+                del self._answers[next(iter(self._answers))]  # the oldest
+            self._answers[key] = compute()
+        return self._answers[key]
 
     def generate(self, config: MethodConfig, prompts, params) -> list[Completion]:
         key = ("generate_until", tuple(map(tuple, prompts)), tuple(params))
         return self._answer(key, lambda: self.branches.generate(prompts, params))[self._index[config]]
+
+    def generate_two_pass(self, config: MethodConfig, prompts, params, second, key) -> list[tuple[Completion, Completion]]:
+        """Both passes of two-pass requests (LongBench-v2's official chain of thought), for every configuration: the
+        first from one shared prefill per item; the second, ``second(i, first_completion) -> (prompt ids, params)``,
+        from each configuration's own first answer, the prompts' common prefix prefilled once per item
+        (:meth:`BranchSet.generate_each`). ``key`` identifies how second prompts are built. Returns ``(first,
+        second)`` completions of ``config``, one pair per request."""
+        def compute():
+            first = self.branches.generate(prompts, params)
+            built = [[second(i, done) for i, done in enumerate(row)] for row in first]
+            answers = self.branches.generate_each([[ids for ids, _ in row] for row in built], [p for _, p in built[0]])
+            return [list(zip(a, b)) for a, b in zip(first, answers)]
+
+        full_key = ("two_pass", tuple(map(tuple, prompts)), tuple(params), key)
+        return self._answer(full_key, compute)[self._index[config]]
 
     def describe(self) -> dict:
         """What the group computed so far: its configurations and the prefills they shared (provenance)."""

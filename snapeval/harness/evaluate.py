@@ -47,6 +47,7 @@ def evaluate(
         loaded = load_once(model_args.get("pretrained", "smollm2-135m-instruct"), model_args.get("dtype"),
                            model_args.get("device", "cpu"), model_args.get("device_map"))
         lm = SnapStreamLM(**model_args, loaded=loaded)
+    lm.seed = seed  # the base of every request's sampling seed
     meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name),
             **(metadata or {})}
     if chat is None:

@@ -53,7 +53,7 @@ class SampleRecord:
     subtask: str
     doc_id: int
     target: str
-    generations: tuple[str, ...]  # raw generated text, one per repeat; empty for log-likelihood tasks
+    generations: tuple[str, ...]  # raw generated text, one per sample (a task's repeats); empty for log-likelihood
     scores: dict[str, float]  # {"metric,filter": per-sample score}
     greedy: bool
     #: Items that are not independent share a cluster (questions on one document, a problem's samples); the paired
@@ -170,7 +170,8 @@ def _samples_of(task: str, rows: list[dict]) -> list[SampleRecord]:
                                          "greedy": True, "output_type": None,
                                          "cluster": None if cluster is None else str(cluster)})
         resps = row.get("resps") or []
-        texts = [r[0] for r in resps if isinstance(r, (list, tuple)) and r and isinstance(r[0], str)]
+        # one list per request instance; a task's `repeats` samples are all in it (every one is kept)
+        texts = [t for r in resps if isinstance(r, (list, tuple)) for t in r if isinstance(t, str)]
         if texts and not rec["generations"]:
             rec["generations"] = tuple(texts)
         rec["greedy"] = rec["greedy"] and _is_greedy(row.get("arguments"))
@@ -183,8 +184,15 @@ def _samples_of(task: str, rows: list[dict]) -> list[SampleRecord]:
                          greedy=r["greedy"], cluster=r["cluster"]) for d, r in sorted(by_doc.items())]
 
 
+def _declared_order(out: dict[str, Any], task: str) -> dict[str, int]:
+    """The position of each metric in the task's ``metric_list`` (its first is the headline)."""
+    declared = ((out.get("configs") or {}).get(task) or {}).get("metric_list") or []
+    return {m["metric"]: i for i, m in enumerate(declared) if isinstance(m, dict) and "metric" in m}
+
+
 def metrics_of(out: dict[str, Any]) -> list[MetricValue]:
-    """Every ``metric,filter`` value of every (sub)task in an lm-eval results dict, with stderr and n."""
+    """Every ``metric,filter`` value of every (sub)task in an lm-eval results dict, with stderr and n, in the order
+    the task declares its metrics (lm-eval reports them in the order its scorer returned them)."""
     metrics = []
     higher = out.get("higher_is_better") or {}
     n_samples = out.get("n-samples") or {}
@@ -192,15 +200,18 @@ def metrics_of(out: dict[str, Any]) -> list[MetricValue]:
         n = n_samples.get(task, {}).get("effective")
         if n is None:
             n = values.get("sample_len", 0)
+        found = []
         for key, value in values.items():
             if "," not in key or "_stderr," in key:
                 continue
             metric, filt = key.split(",", 1)
-            metrics.append(MetricValue(
+            found.append(MetricValue(
                 subtask=task, metric=metric, filter=filt, value=_number(value),
                 stderr=_number(values.get(f"{metric}_stderr,{filt}")), n=int(n or 0),
                 higher_is_better=bool(higher.get(task, {}).get(metric, True)),
             ))
+        order = _declared_order(out, task)
+        metrics += sorted(found, key=lambda m: order.get(m.metric, len(order)))  # stable: filters keep their order
     return metrics
 
 
