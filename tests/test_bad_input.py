@@ -159,7 +159,7 @@ def test_read_only_disk_is_one_line_and_keeps_finished_cells(tmp_path, capsys, m
     monkeypatch.setattr(store, "atomic_write_text", full_disk)
     monkeypatch.setattr("snapeval.sweep.runner.harness_evaluate", fake_evaluate)
     monkeypatch.setattr("snapeval.sweep.runner.harness_group_models", None)
-    monkeypatch.setattr("snapeval.results.table._default_simulate", lambda: fake_simulate)
+    monkeypatch.setattr("snapeval.simulator.pricing.default_simulate", lambda: fake_simulate)
     err = one_line_exit_2(capsys, ["sweep", str(config), "--out", str(out), "--no-report"], "No space left on device",
                           "finished results are kept")
     assert "cannot read or write" in err

@@ -12,7 +12,8 @@ from fixtures.sweep_fakes import fake_evaluate, fake_simulate
 from snapeval.cache import FullConfig
 from snapeval.errors import SnapevalError
 from snapeval.results import CellResult, ResultsStore, atomic_write_text, from_lm_eval, load_table
-from snapeval.results.table import COLUMNS, TYPICAL_LENGTHS, build_table
+from snapeval.results.table import COLUMNS, build_table
+from snapeval.tasks.families import TYPICAL_LENGTHS
 from snapeval.sweep import expand_grid, parse_config, run_sweep
 
 
@@ -215,7 +216,7 @@ def test_load_table_rebuilds_from_cells_without_parquet(table, tmp_path):
 
 
 def test_fit_context():
-    from snapeval.results.table import fit_context
+    from snapeval.simulator.pricing import fit_context
 
     assert fit_context(84_762, 1_296, 8192) == (6_896, 1_296, True)
     assert fit_context(140, 15_424, 8192) == (140, 8_052, True)
