@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from snapeval.errors import SnapevalError
+from snapeval.sandbox import ProgramJob, SandboxLimits, isolation, run_program, run_programs
 from snapeval.tasks import livecodebench
-from snapeval.tasks.sandbox import (
-    ProgramJob, SandboxLimits, TestCase, isolation, run_program, run_programs, stdout_matches,
-)
+from snapeval.tasks.livecodebench import TestCase, stdout_matches
 
 DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 FAST = SandboxLimits(timeout_s=2.0, memory_mb=512, output_bytes=1 << 20)
@@ -44,7 +43,7 @@ def problems():
 
 def _job(doc, code):
     tests = livecodebench.tests_of(doc)
-    return ProgramJob(code, tests.cases, tests.func_name)
+    return ProgramJob(code, [c.input for c in tests.cases], tests.mode, livecodebench.judge(tests), tests.func_name)
 
 
 def test_real_problems_correct_pass_wrong_fail(problems):
@@ -67,8 +66,17 @@ def test_evaluate_extracts_code_from_responses(problems):
                        "pass@2": pytest.approx(2 / 3)}
 
 
-STDIN = [TestCase("2 3\n", "5\n", "stdin")]
+STDIN = ["2 3\n"]
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def wants(*outputs):
+    """A judge expecting these standard outputs (the official line rules)."""
+    return lambda index, output: stdout_matches(output, outputs[index])
+
+
+def run_stdin(code, inputs=STDIN, outputs=("5\n",), **kw):
+    return run_program(code, inputs, mode="stdin", judge=wants(*outputs), limits=kw.pop("limits", FAST), **kw)
 
 
 @pytest.mark.parametrize("name, code, statuses", [
@@ -94,9 +102,9 @@ ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 ])
 def test_hostile_programs_fail_the_problem_only(name, code, statuses, tmp_path, monkeypatch):
     monkeypatch.setenv("SNAPEVAL_TEST_SECRET", "hunter2-secret")
-    result = run_program(code, STDIN, limits=FAST)
+    result = run_stdin(code)
     assert result.status in statuses, (name, result)
-    assert run_program(ADD, STDIN, limits=FAST).passed  # the harness carries on
+    assert run_stdin(ADD).passed  # the harness carries on
 
 
 def test_writes_outside_the_working_dir_change_nothing(tmp_path):
@@ -105,35 +113,40 @@ def test_writes_outside_the_working_dir_change_nothing(tmp_path):
     for code in (f"open({str(target)!r}, 'w').write('x')\nprint(5)\n",
                  f"import os\nos.remove({str(Path(__file__).resolve())!r})\nprint(5)\n",
                  f"import shutil\nshutil.rmtree({str(tmp_path)!r})\nprint(5)\n"):
-        assert run_program(code, STDIN, limits=FAST).status == "runtime_error"
+        assert run_stdin(code).status == "runtime_error"
     assert not target.exists() and tmp_path.is_dir() and Path(__file__).is_file()
 
 
 def test_environment_secrets_do_not_reach_the_program(monkeypatch):
     monkeypatch.setenv("SNAPEVAL_TEST_SECRET", "hunter2-secret")
     probe = "import os\nprint('hunter2-secret' in str(dict(os.environ)) and 5 or 6)\n"
-    assert run_program(probe, STDIN, limits=FAST).status == "wrong_answer"  # printed 6: no secret seen
+    assert run_stdin(probe).status == "wrong_answer"  # printed 6: no secret seen
     proc = "import os\nprint(5 if not any('hunter2' in open(f'/proc/{p}/environ').read() for p in os.listdir('/proc') if p.isdigit()) else 6)\n"
-    assert run_program(proc, STDIN, limits=FAST).status in ("passed", "runtime_error")
+    assert run_stdin(proc).status in ("passed", "runtime_error")
 
 
 def test_hostile_and_good_programs_in_parallel():
-    jobs = [ProgramJob("while True: pass\n", STDIN), ProgramJob(ADD, STDIN),
-            ProgramJob("import os\nos.kill(-1, 9)\n", STDIN), ProgramJob(ADD, STDIN)]
+    jobs = [ProgramJob(code, STDIN, "stdin", wants("5\n"))
+            for code in ("while True: pass\n", ADD, "import os\nos.kill(-1, 9)\n", ADD)]
     statuses = [r.status for r in run_programs(jobs, limits=SandboxLimits(timeout_s=1.0), workers=2)]
     assert statuses == ["time_limit", "passed", "runtime_error", "passed"]
 
 
 def test_functional_mode_and_grading():
-    tests = [TestCase("[1, 2]\n3", "[4, 5]", "functional")]
+    tests = livecodebench.Tests((TestCase("[1, 2]\n3", "[4, 5]", "functional"),), "f", False)
     ok = "class Solution:\n    def f(self, a, k):\n        return tuple(x + k for x in a)\n"
-    assert run_program(ok, tests, func_name="f", limits=FAST).passed
-    assert run_program(ok, tests, limits=FAST).status == "sandbox_error"
+    judge = livecodebench.judge(tests)
+    assert run_program(ok, ["[1, 2]\n3"], mode="functional", judge=judge, func_name="f", limits=FAST).passed
+    assert run_program(ok, ["[1, 2]\n3"], mode="functional", judge=judge, limits=FAST).status == "sandbox_error"
     assert stdout_matches("1.50 2\n\n", "1.5 2") and not stdout_matches("1 2", "1 2\n3")
     with pytest.raises(SnapevalError, match="testtype='file'"):
         TestCase("", "", "file")
-    with pytest.raises(SnapevalError, match="timeout_s=0"):
-        SandboxLimits(timeout_s=0)
+    with pytest.raises(SnapevalError, match="mode='file' is not allowed; choose one of: stdin, functional"):
+        run_program(ok, ["1"], mode="file", judge=judge)
+    for field, value in (("timeout_s", 0), ("memory_mb", -1), ("output_bytes", 1.5), ("program_output_bytes", True)):
+        with pytest.raises(SnapevalError, match=f"{field}={value!r} is not allowed") as err:
+            SandboxLimits(**{field: value})
+        assert "\n" not in str(err.value)
 
 
 def test_isolation_report_is_honest():
