@@ -178,3 +178,77 @@ def test_malformed_test_cases_fail_when_the_data_loads(tmp_path):
     path.write_bytes(first.encode() + b"\n\n" + first.encode()[:40] + b"\xc3\x28" + first.encode()[40:] + b"\n")
     with pytest.raises(SnapevalError, match=r"code_generation_lite.jsonl:3: not UTF-8 text"):
         livecodebench.load(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------- kernel accounting
+V2_HOST = """\
+24 1 0:21 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate
+"""
+HYBRID = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+def test_cgroup_candidates_from_mountinfo():
+    """Where run cgroups go: below this process's own cgroup first, then the v2 root; v1 needs memory and pids."""
+    from snapeval.sandbox.cgroups import candidate_parents, parse_mountinfo, parse_proc_cgroup
+
+    own = parse_proc_cgroup("0::/user.slice/session-3.scope\n")
+    assert candidate_parents(parse_mountinfo(V2_HOST), own) == [
+        (2, {"unified": "/sys/fs/cgroup/user.slice/session-3.scope"}), (2, {"unified": "/sys/fs/cgroup"})]
+    own = parse_proc_cgroup("4:memory:/jobs/a\n2:cpu,cpuacct:/\n8:pids:/\n9:name=systemd:/\n0::/\n")
+    assert candidate_parents(parse_mountinfo(HYBRID), own) == [
+        (2, {"unified": "/sys/fs/cgroup/unified"}),
+        (1, {"memory": "/sys/fs/cgroup/memory/jobs/a", "pids": "/sys/fs/cgroup/pids",
+             "cpuacct": "/sys/fs/cgroup/cpu,cpuacct"})]
+    assert candidate_parents(parse_mountinfo(HYBRID.replace("rw,pids", "rw,freezer")), own)[1:] == []
+
+
+def test_cgroup_v2_run_writes_its_limits_and_reads_the_kernel(tmp_path, monkeypatch):
+    """A v2 run on a stand-in file tree: the base enables memory and pids for its children, the run gets memory.max,
+    pids.max (and swap 0 / OOM as a group where the kernel has them), and CPU, OOM kills and emptiness are read
+    from cpu.stat, memory.events and cgroup.events."""
+    from snapeval.sandbox import cgroups
+    from snapeval.sandbox.cgroups import make_tree
+
+    monkeypatch.setattr(cgroups, "_write", lambda path, value: Path(path).write_text(value))  # the kernel's files
+
+    parent = tmp_path / "cg"
+    parent.mkdir()
+    (parent / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (parent / "cgroup.subtree_control").write_text("")
+    tree = make_tree(2, {"unified": str(parent)}, 4242)
+    base = parent / "snapeval-sandbox-4242"
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids"
+    run = tree.new_run(256 << 20, 16)
+    d = base / "run-0"
+    assert (d / "memory.max").read_text() == str(256 << 20) and (d / "pids.max").read_text() == "16"
+    assert run.procs_files == [str(d / "cgroup.procs")]
+    (d / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    (d / "cgroup.events").write_text("populated 0\nfrozen 0\n")
+    (d / "cgroup.procs").write_text("")
+    assert (run.cpu_seconds(), run.oom_kills(), run.empty(), run.members()) == (1.5, 1, True, set())
+    for name in ("cpu.stat", "memory.events", "cgroup.events", "cgroup.procs", "memory.max", "pids.max"):
+        (d / name).unlink()
+    assert run.remove() and not d.exists()
+    (base / "cgroup.subtree_control").unlink()  # a real cgroup's files go with its directory
+    tree.cleanup()
+    assert not base.exists()
+    (parent / "cgroup.controllers").write_text("cpu io\n")
+    with pytest.raises(OSError, match="no memory and pids controllers"):
+        make_tree(2, {"unified": str(parent)}, 4243)
+
+
+def test_this_machine_accounts_runs_in_a_cgroup_when_it_can():
+    """As root on a machine with a cgroup file system (this one, CI), runs are accounted in a cgroup; the mode is
+    reported either way."""
+    report = isolation().describe()
+    assert report["accounting"].startswith(("cgroup v2", "cgroup v1", "rlimits"))
+    if os.geteuid() == 0 and report["new_root"] and Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists():
+        assert report["accounting"].startswith("cgroup")

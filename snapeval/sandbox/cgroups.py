@@ -22,6 +22,7 @@ import atexit
 import itertools
 import os
 import signal
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Sequence
@@ -318,10 +319,19 @@ def make_tree(version: int, parents: dict[str, str], pid: int) -> CgroupTree:
     return CgroupTree(version, bases)
 
 
-@lru_cache(maxsize=1)
+_PROBED = threading.Lock()
+
+
 def kernel_accounting() -> CgroupTree | None:
-    """The cgroup tree this process can make runs in (probed once per process; ``None`` when there is none).
-    The driver still has to join a run's cgroup: the isolation probe checks that it can."""
+    """The cgroup tree this process can make runs in (probed once per process, parallel first calls waiting for
+    one probe; ``None`` when there is none). The driver still has to join a run's cgroup: the isolation probe checks
+    that it can."""
+    with _PROBED:
+        return _find_tree()
+
+
+@lru_cache(maxsize=1)
+def _find_tree() -> CgroupTree | None:
     try:
         mounts = parse_mountinfo(_read("/proc/self/mountinfo"))
         own = parse_proc_cgroup(_read("/proc/self/cgroup"))

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -228,9 +229,18 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-@lru_cache(maxsize=1)
+_PROBED = threading.Lock()
+
+
 def isolation() -> Isolation:
-    """Probe once per process which layers work here (no root assumed; CI is root)."""
+    """Probe once per process which layers work here (no root assumed; CI is root). Parallel first calls (the
+    workers of :func:`~snapeval.sandbox.run_programs`) wait for one probe."""
+    with _PROBED:
+        return _probe_layers()
+
+
+@lru_cache(maxsize=1)
+def _probe_layers() -> Isolation:
     python = os.path.realpath(sys.executable)  # the real interpreter: no virtual environment inside the sandbox
     unshare = shutil.which("unshare")
     if not unshare:
