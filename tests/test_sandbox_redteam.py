@@ -294,22 +294,28 @@ def test_gil_free_cpu_burn_is_a_time_limit():
     assert result.outcomes[-1].cpu_s > 1.5 > result.outcomes[-1].wall_s
 
 
-REPEAT = PIPES + """
+def rereport(output: str, pause: float) -> str:
+    """A program that prints ``output`` for test 0 and then, from a thread, re-sends the old protocol's report of
+    test 0 on every pipe every ``pause`` seconds while its main thread never returns."""
+    return PIPES + f"""
 import sys, threading, time
 a, b = map(int, input().split())
-print(a + b)
+print({output})
 sys.stdout.flush()
 def again():
     while True:
         for fd in _pipes():
             try:
-                os.write(fd, b'D 0 {"status": "ok"}\\n')
+                os.write(fd, b'D 0 {{"status": "ok"}}\\n')
             except OSError:
                 pass
-        time.sleep(0.3)
+        time.sleep({pause})
 threading.Thread(target=again, daemon=True).start()
 time.sleep(60)
 """
+
+
+REPEAT = rereport("a + b", 0.3)
 
 
 def test_repeated_reports_never_extend_the_run():
@@ -358,21 +364,7 @@ AMPLIFY = """
 a, b = map(int, input().split())
 print('0' * ((30 << 20) - 8) + str(a + b))
 """
-RESEND = PIPES + """
-import sys, threading, time
-a, b = map(int, input().split())
-print('0' * ((30 << 20) - 8) + str(a + b))
-sys.stdout.flush()
-def again():
-    while True:
-        for fd in _pipes():
-            try:
-                os.write(fd, b'D 0 {"status": "ok"}\\n')
-            except OSError:
-                pass
-threading.Thread(target=again, daemon=True).start()
-time.sleep(60)
-"""
+RESEND = rereport("'0' * ((30 << 20) - 8) + str(a + b)", 0)
 
 
 def test_the_harness_spends_a_bounded_share_of_cpu_per_program():
