@@ -124,10 +124,12 @@ def test_pass_at_k():
 
 
 def test_livecodebench_code_extraction():
-    assert livecodebench.extract_code("```python\nprint(1)\n```\ntext\n```python\nprint(2)\n```") == "print(2)\n"
-    assert livecodebench.extract_code("<think>```python\nprint(1)\n```</think>no code") is None
-    assert livecodebench.extract_code("<think>```python\nx\n```") is None  # cut off while thinking
-    assert livecodebench.extract_code("```\nprint(3)\n```") == "print(3)\n"
+    """The official ``extract_code``: the lines between the last two lines holding a fence, thinking included."""
+    assert livecodebench.extract_code("```python\nprint(1)\n```\ntext\n```python\nprint(2)\n```") == "print(2)"
+    assert livecodebench.extract_code("<think>```python\nprint(1)\n```</think>no code") == "print(1)"
+    assert livecodebench.extract_code("<think>```python\nx\n```") == "x"  # cut off while thinking: graded there too
+    assert livecodebench.extract_code("```\nprint(3)\n```") == "print(3)"
+    assert livecodebench.extract_code("one fence ```python\nprint(4)") is None
     assert livecodebench.extract_code("no code") is None
 
 

@@ -10,7 +10,8 @@ Dataset hooks follow lm-eval's RULER convention: ``custom_dataset`` receives the
 - ``max_input_tokens`` or ``max_length`` (the model's context): LongBench-v2 middle truncation;
 - ``release_version``, ``start_date``, ``end_date``, ``sandbox_timeout_s``, ``sandbox_memory_mb``: LiveCodeBench;
 - ``reasoning``: the model writes a thinking section opened by its chat template (a cut-off generation without
-  ``</think>`` is then unfinished thinking).
+  ``</think>`` is then unfinished thinking); not LiveCodeBench, whose official code extraction reads the whole
+  response.
 
 Unknown keys (model arguments such as ``batch_size``) are ignored.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from snapeval.errors import SnapevalError
 from snapeval.tasks import aime, livecodebench, longbench, synthetic
 from snapeval.tasks.metrics import mean_present
-from snapeval.tasks.sandbox import ProgramResult, SandboxLimits
+from snapeval.sandbox import ProgramResult, SandboxLimits
 
 log = logging.getLogger(__name__)
 
@@ -178,13 +179,17 @@ def aime24_process_results(doc: dict, results: list) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------------ LiveCodeBench
 
 def livecodebench_dataset(**md: Any) -> dict[str, Any]:
+    """The selected problems; every doc carries the data's provenance, the release version and the contest-date
+    window (also in the data records of the run), its sandbox limits, and its problem as ``cluster`` (the samples of
+    one problem are not independent)."""
     data = livecodebench.load(md.get("data_dir"), release_version=str(md.get("release_version", "release_latest")),
                               start_date=md.get("start_date"), end_date=md.get("end_date"))
     limits = SandboxLimits(timeout_s=float(md.get("sandbox_timeout_s", 6.0)),
                            memory_mb=_int(md, "sandbox_memory_mb", 2048))
-    extra = {"reasoning": _flag(md, "reasoning"), "sandbox_timeout_s": limits.timeout_s,
-             "sandbox_memory_mb": limits.memory_mb, **_provenance(data)}
-    return _as_dataset([{**row, **extra} for row in data.rows])
+    window = {k: data.notes[k] for k in ("release_version", "start_date", "end_date")}
+    extra = {"sandbox_timeout_s": limits.timeout_s, "sandbox_memory_mb": limits.memory_mb, **window,
+             **_provenance(data)}
+    return _as_dataset([{**row, **extra, "cluster": row["question_id"]} for row in data.rows])
 
 
 def livecodebench_doc_to_text(doc: dict) -> str:
@@ -193,11 +198,12 @@ def livecodebench_doc_to_text(doc: dict) -> str:
 
 def livecodebench_execute(resps: list[list[str]], docs: list[dict]) -> list[list[str]]:
     """lm-eval filter: run every sample's program, all problems in parallel; each response becomes the JSON verdict
-    (status, detail, whether code was found) that :func:`livecodebench_process_results` scores."""
+    (status, detail, tests run) that :func:`livecodebench_process_results` scores. Every sample is kept (this
+    filter replaces lm-eval's default ``take_first``)."""
     if not docs:
         return []
     limits = SandboxLimits(timeout_s=float(docs[0]["sandbox_timeout_s"]), memory_mb=int(docs[0]["sandbox_memory_mb"]))
-    results = livecodebench.evaluate(docs, resps, limits=limits, assume_thinking=bool(docs[0]["reasoning"]))
+    results = livecodebench.evaluate(docs, resps, limits=limits)
     return [[_verdict(r) for r in per_doc] for per_doc in results]
 
 
@@ -208,8 +214,11 @@ def _verdict(result: ProgramResult | None) -> str:
                        "tests_run": len(result.outcomes), "wall_s": round(result.wall_s, 4)})
 
 
-def livecodebench_process_results(doc: dict, results: list[str]) -> dict[str, float]:
-    verdicts = [json.loads(r) for r in results]
+def livecodebench_process_results(doc: dict, results: list[list[str]]) -> dict[str, float]:
+    """``results``: one entry per request of this doc (one: ``generate_until`` makes one request per doc and
+    repeats it), the filter's list of the doc's sample verdicts."""
+    (verdicts,) = results
+    verdicts = [json.loads(v) for v in verdicts]
     programs = [None if v["status"] == "no_code" else ProgramResult(v["status"], detail=v.get("detail", ""))
                 for v in verdicts]
     return livecodebench.score(doc, programs)
