@@ -262,6 +262,31 @@ def prefill_table(window: int) -> list[dict]:
     return out
 
 
+def prefill_scan() -> dict:
+    """Every (observation window, small-kernel cost) pair on a grid: which keep both published 128K shares (SnapKV
+    2.52%, ring buffer 0.32%) within 10%, which give 2-5% overhead at 128K, 64K and 32K, and the lowest 32K
+    overhead among the pairs that keep the shares: whether one window and one kernel cost can do both."""
+    points = []
+    for window in range(32, 1025, 32):
+        for fixed_us in range(0, 245, 5):
+            hw = _hw("sn40l-16", aux_kernel_fixed_s=fixed_us * 1e-6)
+            shares = simulate_point("deepseek-r1", hw, R1_PROMPT, R1_GEN, budget=32768,
+                                    split={"observation": window}).prefill_kernel_share
+            overhead = [simulate_point("deepseek-r1", hw, prompt, R1_GEN, budget=prompt // 4,
+                                       split={"observation": window}).prefill_overhead_fraction * 100
+                        for prompt in CONTEXTS]
+            points.append({"window": window, "aux_kernel_fixed_us": fixed_us,
+                           "snapkv_share": shares["scoring"] * 100, "ring_share": shares["gather"] * 100,
+                           "overhead_128k_64k_32k": overhead})
+    keeps = [p for p in points if abs(p["snapkv_share"] / 2.52 - 1) <= TOLERANCE
+             and abs(p["ring_share"] / 0.32 - 1) <= TOLERANCE]
+    in_range = [p for p in points if all(2.0 <= o <= 5.0 for o in p["overhead_128k_64k_32k"])]
+    lowest = min(keeps, key=lambda p: p["overhead_128k_64k_32k"][2])
+    return {"pairs": len(points), "keeping_both_shares": len(keeps), "giving_2_to_5_percent_everywhere": len(in_range),
+            "both": sum(p in in_range for p in keeps), "lowest_32k_overhead_keeping_the_shares": lowest,
+            "in_range_example": min(in_range, key=lambda p: abs(p["snapkv_share"] - 2.52)) if in_range else None}
+
+
 def speculation_table() -> list[dict]:
     out = []
     r1_cloud = simulate_point("deepseek-r1", "sn40l-16", **CLOUD)
@@ -298,12 +323,16 @@ def methods_table() -> list[dict]:
         method = resolve_method(name, None if name == "full" else 32768)
         first = simulate_point("deepseek-r1", "sn40l-16", R1_PROMPT, R1_GEN, method=method)
         r = simulate_point("deepseek-r1", "sn40l-16", R1_PROMPT, R1_GEN, method=method, batch=max(1, first.max_batch))
-        out.append({"prediction": f"R1 128K, {method.label}: max batch / throughput / prefill overhead",
+        work = method.prefill_work(R1_PROMPT)
+        computes = "nothing" if work.none else (
+            (f"scores {work.scored_tokens} tokens with a {work.window_queries}-query window, " if work.scored_tokens
+             else "no score, ") + f"gathers {work.gathered_tokens} tokens in {work.gathered_segments} piece(s)")
+        out.append({"prediction": f"R1 128K, {method.label}: throughput at its max batch",
                     "value": r.decode_tokens_per_s, "unit": "tokens/s", "published": None, "max_batch": r.max_batch,
                     "prefill_overhead_percent": r.prefill_overhead_fraction * 100,
-                    "mechanism": f"slot {r.kv_bytes_per_seq / 70272:.0f} tokens, {r.kept_tokens:.0f} kept on average "
-                    f"over the decode, max batch {r.max_batch}, prefill work {r.prefill_overhead_fraction * 100:.2f}% "
-                    f"({method.prefill_work(R1_PROMPT)})"})
+                    "mechanism": f"slot {r.kv_bytes_per_seq / r.kv_bytes_per_token:.0f} tokens -> max batch "
+                    f"{r.max_batch}; decode reads {r.kept_tokens:.0f} kept tokens on average; prefill {computes}: "
+                    f"{r.prefill_overhead_fraction * 100:.2f}% of prefill"})
     return out
 
 
@@ -535,6 +564,7 @@ def main() -> dict:
         "speculative decoding (one draft, one acceptance, the fastest lookahead)": speculation_table(),
         "methods priced by what they hold and compute": methods_table(),
     }
+    scan = prefill_scan()
     plots, sens = sensitivity(window)
     within = sum(r["within_tolerance"] for r in rows)
     out = {
@@ -545,6 +575,7 @@ def main() -> dict:
         "snapkv_observation_length_reproducing_published_share": window,
         "aux_kernel_fixed_s_note": "set from the ring-buffer share: 4 gather/concat kernels = 0.32% of the layer",
         "held_out": tables,
+        "prefill_scan": scan,
         "sensitivity": sens,
         "sensitivity_plots": plots,
         "seconds_per_point": timing(),
@@ -565,6 +596,14 @@ def main() -> dict:
         for p in table:
             print(f"| {p['prediction']} | {p['value']:.4g} {p['unit']} | {_fmt_pub(p['published'])} | "
                   f"{_status(p['value'], p['published'])} | {p['mechanism']} |")
+    low, example = scan["lowest_32k_overhead_keeping_the_shares"], scan["in_range_example"]
+    print(f"\nPrefill scan over {scan['pairs']} (window, kernel cost) pairs: {scan['keeping_both_shares']} keep both "
+          f"128K shares within 10%, {scan['giving_2_to_5_percent_everywhere']} give 2-5% at 128K, 64K and 32K, "
+          f"{scan['both']} do both. Lowest 32K overhead keeping the shares: {low['overhead_128k_64k_32k'][2]:.2f}% "
+          f"(window {low['window']}, {low['aux_kernel_fixed_us']} us)."
+          + (f" A pair in range: window {example['window']}, {example['aux_kernel_fixed_us']} us -> shares "
+             f"{example['snapkv_share']:.2f}% / {example['ring_share']:.2f}%, overhead "
+             + " / ".join(f"{o:.2f}%" for o in example["overhead_128k_64k_32k"]) + "." if example else ""))
     sp = out["seconds_per_point"]
     print(f"\n{within}/{len(rows)} figures within 10%. One point: {sp['deepseek-r1 sn40l-16'] * 1e6:.0f} us (R1), "
           f"{sp['llama-3.1-8b sn40l-8 (batch sweep)'] * 1e6:.0f} us (Llama batch sweep). SnapKV window reproducing "

@@ -14,8 +14,10 @@ def _int(text: str) -> int:
 
 
 def register(subparsers) -> None:
+    from snapeval.cache import METHOD_TABLE
+
     p = subparsers.add_parser(
-        "simulate", help="SN40L memory and throughput of a (model, context, budget, batch, sockets) point",
+        "simulate", help="SN40L memory and throughput of a (model, context, method, batch, sockets) point",
         description="Simulate memory per socket and tier, the largest batch that fits, decode throughput and "
                     "prefill time. Assumptions and their sources: docs/simulator.md.")
     p.add_argument("--model", default="deepseek-r1", help="preset name (snapeval models) or a config.json/dir")
@@ -25,8 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--prompt-len", type=_int, default=4096)
     p.add_argument("--gen-len", type=_int, default=1024)
     p.add_argument("--method", default=None,
-                   help="cache method: full, snapstream, streamingllm, snapkv or kvpress:<Press> (default: snapstream "
-                        "with --budget, else full); priced by what it holds and computes (docs/simulator.md)")
+                   help=f"cache method: {METHOD_TABLE.allowed()} (default: snapstream with --budget, else full); "
+                        "priced by what it holds and computes (docs/simulator.md)")
     p.add_argument("--budget", type=_int, default=None, help="cache budget in tokens per layer and KV head")
     p.add_argument("--split", action="append", default=[], metavar="KEY=VALUE",
                    help="a split field or press argument of the method (sink=4, recent=512, kernel=7, window_size=64, "
