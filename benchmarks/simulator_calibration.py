@@ -15,7 +15,6 @@ import json
 import math
 import platform
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from snapeval.models.presets import get_preset, with_overrides
@@ -59,12 +58,7 @@ def row(figure: str, predicted: float, published, unit: str, points: str, kind: 
 
 
 def _hw(name, socket: dict | None = None, **assumptions):
-    hw = get_hardware(name)
-    if assumptions:
-        hw = replace(hw, assumptions=replace(hw.assumptions, **assumptions))
-    if socket:
-        hw = replace(hw, socket=replace(hw.socket, **socket))
-    return hw
+    return get_hardware(name).changed(socket, **assumptions)
 
 
 def llama_shape(name: str, **changes):
@@ -197,7 +191,8 @@ def calibration(window: int) -> list[dict]:
             if r.fits and gpu[m].fits:
                 over[f"{m}@{hw}"] = gpu[m].decode_step_seconds / r.decode_step_seconds
     rows.append(row("SN40L speedup over DGX H100 (max)", max(over.values()), 3.7, "x",
-                    "batch 1, context 4096, kernel looping on", note=json.dumps({k: round(v, 2) for k, v in over.items()})))
+                    "batch 1, context 4096, kernel looping on",
+                    note=json.dumps({k: round(v, 2) for k, v in over.items()})))
     return rows
 
 
@@ -300,15 +295,15 @@ def speculation_table() -> list[dict]:
             plain, how = cloud(model, sockets)
             spec, _ = cloud(model, sockets, speculate=True)
             pub = CLOUD_PUBLISHED.get((name, sockets))
+            drafting = spec.draft_seconds_per_step or 0.0
             out.append({"prediction": f"{name} per-user speed, {sockets} sockets, BF16, batch 1, speculative "
                         f"(draft {DRAFT}, acceptance {ACCEPTANCE})", "value": spec.decode_tokens_per_s,
                         "unit": "tokens/s", "published": pub, "without_speculation": plain.decode_tokens_per_s,
                         "lookahead": spec.draft_tokens,
                         "mechanism": f"{how}lookahead {spec.draft_tokens}: {spec.tokens_per_step:.2f} tokens per "
                         f"step of {spec.decode_step_seconds * 1e3:.2f} ms (target verifies "
-                        f"{spec.draft_tokens + 1} tokens in {(spec.decode_step_seconds - (spec.draft_seconds_per_step or 0)) * 1e3:.2f} ms, "
-                        f"draft {(spec.draft_seconds_per_step or 0) * 1e3:.2f} ms); without: "
-                        f"{plain.decode_tokens_per_s:.0f} tok/s"
+                        f"{spec.draft_tokens + 1} tokens in {(spec.decode_step_seconds - drafting) * 1e3:.2f} ms, "
+                        f"draft {drafting * 1e3:.2f} ms); without: {plain.decode_tokens_per_s:.0f} tok/s"
                         + (" (the draft is the target: speculation never pays)" if name == DRAFT else "")})
     return out
 

@@ -108,15 +108,6 @@ def test_decode_step_mechanisms_of_the_snapstream_deployment():
         simulate_point("deepseek-r1", "sn40l-16", sockets=12, moe_parallel="ep")
 
 
-def _with(hardware: str, socket: dict | None = None, **assumptions):
-    hw = get_hardware(hardware)
-    if assumptions:
-        hw = replace(hw, assumptions=replace(hw.assumptions, **assumptions))
-    if socket:
-        hw = replace(hw, socket=replace(hw.socket, **socket))
-    return hw
-
-
 def test_decode_attention_is_tiled_over_the_socket_compute_units():
     """Fewer sequences than PCUs: a sequence's attention is tiled over many of them; the tiling never beats the
     whole socket's compute and costs little over it. At constant resident tokens per socket (1 x 128K, 4 x 32K,
@@ -133,16 +124,15 @@ def test_decode_attention_is_tiled_over_the_socket_compute_units():
         times.append(kernel.seconds)
     assert max(times) / min(times) < 1.02
     # without compute units in the spec, the work is spread over the whole socket (the former model, exactly)
-    plain = simulate_point("deepseek-r1", _with("sn40l-16", socket={"compute_units": 0}), 4096, 16)
+    rack = get_hardware("sn40l-16")
+    plain = simulate_point("deepseek-r1", rack.changed(socket={"compute_units": 0}), 4096, 16)
     kernel = attention(plain)
-    hw = get_hardware("sn40l-16")
-    assert plain.attention_units == 1
-    assert kernel.seconds == pytest.approx(max(kernel.bytes / (hw.socket.hbm_bandwidth * hw.assumptions.bandwidth_efficiency),
-                                               kernel.flops / (hw.socket.peak_flops
-                                                               * hw.assumptions.decode_attention_efficiency)))
+    memory = kernel.bytes / (rack.socket.hbm_bandwidth * rack.assumptions.bandwidth_efficiency)
+    compute = kernel.flops / (rack.socket.peak_flops * rack.assumptions.decode_attention_efficiency)
+    assert plain.attention_units == 1 and kernel.seconds == pytest.approx(max(memory, compute))
     # one short sequence: tiling it costs a merge, yet beats leaving it on one PCU
     short = simulate_point("deepseek-r1", "sn40l-16", 4096, 16)
-    slow_merge = simulate_point("deepseek-r1", _with("sn40l-16", socket={"sram_bandwidth": 1e12}), 4096, 16)
+    slow_merge = simulate_point("deepseek-r1", rack.changed(socket={"sram_bandwidth": 1e12}), 4096, 16)
     assert attention(kernel_free := plain).seconds <= attention(short).seconds < attention(slow_merge).seconds
     assert slow_merge.attention_units < short.attention_units  # a slow merge makes fewer, larger pieces pay
     assert kernel_free.decode_step_seconds <= short.decode_step_seconds
@@ -169,7 +159,8 @@ def test_each_method_is_priced_by_what_it_holds_and_computes():
     assert r["snapstream"].prefill_kernel_share["scoring"] > 0
     # the fixed cost of a small kernel counts each method's own kernels: SnapStream 4 scoring + 3 gathers +
     # 1 concatenation, StreamingLLM 2 gathers + 1 concatenation, SnapKV 4 + 2 + 1
-    free, costly = _with("sn40l-16", aux_kernel_fixed_s=0.0), _with("sn40l-16", aux_kernel_fixed_s=1e-3)
+    rack = get_hardware("sn40l-16")
+    free, costly = rack.changed(aux_kernel_fixed_s=0.0), rack.changed(aux_kernel_fixed_s=1e-3)
     for name, kernels in (("snapstream", 8), ("streamingllm", 3), ("snapkv", 7)):
         extra = simulate_point("deepseek-r1", costly, prompt, gen, method=methods[name]).prefill_compression_seconds \
             - simulate_point("deepseek-r1", free, prompt, gen, method=methods[name]).prefill_compression_seconds
@@ -211,6 +202,41 @@ def test_a_new_method_is_priced_from_its_own_description():
     assert r.prefill_kernel_share["scoring"] == 0 < r.prefill_kernel_share["gather"]
     with pytest.raises(SnapevalError, match="not a method configuration"):
         simulate("sn40l-8", "llama-3.1-8b-instruct", Deployment(), "snapstream")
+
+
+def test_what_a_method_reads_to_score_is_priced():
+    """A press scores from the layer's hidden states: on top of SnapKV's window scores it pays a pass over the
+    hidden states and the window queries' projection; a positional press scores nothing; scoring from materialised
+    attention weights costs quadratically in the prompt."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from snapeval.cache.config import MethodConfig, PrefillWork
+
+    def scoring(method, prompt=65536):
+        return simulate_point("llama-3.1-8b-instruct", "sn40l-8", prompt, 64,
+                              method=method).prefill_kernel_share["scoring"]
+
+    pytest.importorskip("kvpress")
+    press = resolve_method("kvpress:SnapKVPress", 4096, window_size=32)
+    assert scoring(press) > scoring(resolve_method("snapkv", 4096)) > 0
+    assert scoring(resolve_method("kvpress:StreamingLLMPress", 4096)) == 0
+
+    @dataclass(frozen=True)
+    class FromWeights(MethodConfig):
+        method: ClassVar[str] = "from-weights"
+        budget: int = 4096
+
+        def prefill_work(self, prompt: int) -> PrefillWork:
+            return PrefillWork(scored_tokens=prompt, score_inputs=("attention_weights",), gathered_tokens=self.budget,
+                               gathered_segments=1)
+
+    node = get_hardware("sn40l-8").changed(aux_kernel_fixed_s=0.0)
+
+    def seconds(prompt):
+        return simulate_point("llama-3.1-8b-instruct", node, prompt, 64, method=FromWeights()).prefill_compression_seconds
+
+    assert 3.5 < seconds(32768) / seconds(16384) < 4.5  # reading L^2 / 2 weights
 
 
 def test_speculative_decoding_costs_draft_and_target_with_the_step_model():
@@ -317,6 +343,10 @@ def test_bad_hardware_specs(tmp_path):
         hardware_from_dict({**base, "assumptions": {**base["assumptions"], "bandwidth_efficiency": 1.5}})
     with pytest.raises(SnapevalError, match="unknown key"):
         hardware_from_dict({**base, "hbm": 3})
+    with pytest.raises(SnapevalError, match="bandwidth_efficiency"):  # a what-if copy is validated again
+        get_hardware("sn40l").changed(bandwidth_efficiency=1.5)
+    with pytest.raises(SnapevalError, match="compute_units"):
+        get_hardware("sn40l").changed(socket={"compute_units": -3})
     (tmp_path / "broken.yaml").write_text("name: [unclosed\n")
     with pytest.raises(SnapevalError, match="not valid"):
         load_hardware_file(tmp_path / "broken.yaml")

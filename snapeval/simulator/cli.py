@@ -118,7 +118,7 @@ def run(args) -> int:
     from snapeval.errors import SnapevalError
     from snapeval.simulator.core import Deployment, simulate
     from snapeval.simulator.hardware import get_hardware, load_hardware_file
-    from snapeval.simulator.sweep import COLUMNS, parse_sweep, plot_sweep, row, run_sweep
+    from snapeval.simulator.sweep import parse_sweep, plot_sweep, row, run_sweep
 
     if args.plot and not args.sweep:
         raise SnapevalError("--plot needs --sweep NAME=V1,V2,...")

@@ -664,7 +664,6 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
     L = dep.prompt_len
     lin_b, emb_b = _weight_bytes(model, plan.weight_dtype)
     act_b = DTYPE_BYTES[dep.activation_dtype]
-    kv_b = DTYPE_BYTES[dep.kv_dtype]
     bw = s.hbm_bandwidth * a.bandwidth_efficiency
     h, n = model.hidden_size, model.num_attention_heads
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -143,6 +143,16 @@ class HardwareSpec:
             raise SnapevalError(f"{owner}: sockets={self.sockets!r} must be an integer >= 1")
         self.socket.validate(owner)
         self.assumptions.validate(owner)
+
+    def changed(self, socket: Mapping[str, Any] | None = None, **assumptions: Any) -> "HardwareSpec":
+        """A copy with some ``assumptions`` (and ``socket`` fields) changed, validated again: what a sensitivity
+        study or a what-if varies (``get_hardware("sn40l-16").changed(aux_kernel_fixed_s=0.0)``)."""
+        spec = self
+        if assumptions:
+            spec = replace(spec, assumptions=replace(spec.assumptions, **assumptions))
+        if socket:
+            spec = replace(spec, socket=replace(spec.socket, **socket))
+        return spec
 
     @property
     def total_hbm_bytes(self) -> float:
