@@ -318,3 +318,15 @@ def test_a_cells_method_is_rebuilt_from_its_identity():
         method_from_identity({**configs[1].identity(), "recent": 7})
     with pytest.raises(SnapevalError, match="names no method"):
         method_from_identity({"budget": 3})
+
+
+def test_a_cell_without_a_policy_identity_is_priced_from_its_view():
+    """Results written before identities carried the policy: the view's method, budget and split fields give the
+    same configuration, hence the same columns."""
+    from snapeval.simulator.pricing import CellPricing
+
+    cells = expand_grid(parse_config({**RAW, "models": ["llama-3.1-8b-instruct"], "tasks": RAW["tasks"][2:]}))
+    pricing = CellPricing({}, simulate=fake_simulate)
+    for cell in cells:
+        view = cell.view().to_dict()
+        assert pricing.columns(view, None) == pricing.columns(view, None, cell.identity()["policy"])
