@@ -96,7 +96,7 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
             prefill_tokens_per_s=result.prefill_tokens_per_s, prompt_tokens=result.prompt_tokens,
             generated_tokens=result.generated_tokens, wall_s=result.wall_s, deterministic=result.deterministic,
             generations_sha256=result.generations_sha256,
-            **sim.columns(view, lengths.get((view["model"], view["task"]))),
+            **sim.columns(view, lengths.get((view["model"], view["task"])), result.identity.get("policy")),
             group_id=view.get("group_id"),
         )
         for m in result.metrics:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -36,7 +36,12 @@ def _number(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class SocketSpec:
-    """One accelerator socket (an RDU or a GPU). Bytes and bytes/s, FLOP/s (BF16 dense)."""
+    """One accelerator socket (an RDU or a GPU). Bytes and bytes/s, FLOP/s (BF16 dense).
+
+    ``compute_units``: the independent compute units that share the socket's work (SN40L: 1040 PCUs; H100: 132
+    SMs); 0 = not given. With ``sram_bandwidth`` (aggregate on-chip bandwidth) it sets how decode attention spreads
+    one sequence over the units and what merging their partial results costs (docs/simulator.md).
+    """
 
     peak_flops: float
     hbm_bytes: float
@@ -45,12 +50,17 @@ class SocketSpec:
     sram_bandwidth: float | None = None
     ddr_bytes: float = 0.0
     ddr_bandwidth: float = 0.0
+    compute_units: int = 0
 
     def validate(self, owner: str) -> None:
         for f in ("peak_flops", "hbm_bytes", "hbm_bandwidth"):
             _positive(owner, f"socket.{f}", getattr(self, f))
         for f in ("sram_bytes", "ddr_bytes", "ddr_bandwidth"):
             _positive(owner, f"socket.{f}", getattr(self, f), allow_zero=True)
+        if self.sram_bandwidth is not None:
+            _positive(owner, "socket.sram_bandwidth", self.sram_bandwidth)
+        if isinstance(self.compute_units, bool) or not isinstance(self.compute_units, int) or self.compute_units < 0:
+            raise SnapevalError(f"{owner}: socket.compute_units={self.compute_units!r} must be an integer >= 0")
         if self.ddr_bytes > 0 and self.ddr_bandwidth <= 0:
             raise SnapevalError(f"{owner}: socket.ddr_bandwidth must be > 0 when ddr_bytes > 0")
 
@@ -133,6 +143,16 @@ class HardwareSpec:
             raise SnapevalError(f"{owner}: sockets={self.sockets!r} must be an integer >= 1")
         self.socket.validate(owner)
         self.assumptions.validate(owner)
+
+    def changed(self, socket: Mapping[str, Any] | None = None, **assumptions: Any) -> "HardwareSpec":
+        """A copy with some ``assumptions`` (and ``socket`` fields) changed, validated again: what a sensitivity
+        study or a what-if varies (``get_hardware("sn40l-16").changed(aux_kernel_fixed_s=0.0)``)."""
+        spec = self
+        if assumptions:
+            spec = replace(spec, assumptions=replace(spec.assumptions, **assumptions))
+        if socket:
+            spec = replace(spec, socket=replace(spec.socket, **socket))
+        return spec
 
     @property
     def total_hbm_bytes(self) -> float:

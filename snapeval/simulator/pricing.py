@@ -5,6 +5,12 @@ at its real size (``simulate_as``), the task's typical prompt and output lengths
 configured hardware, at the largest batch that fits (capped) or a fixed batch. The ``sim_full_*`` columns price the
 same deployment with a full cache, so that every row carries its own memory reduction and throughput gain.
 
+The method is the cell's own resolved configuration (rebuilt from its identity, :func:`method_from_identity`), and
+the simulator prices what that configuration says it holds and computes: its KV slots, its mean kept tokens over
+the decode (a cache that grows while decoding is priced at its mean, as the full cache is), its prefill work. A
+budget that holds the whole prompt is priced as what the method then does (a fixed-size cache still reserves its
+budget) and the row's ``sim_note`` says that nothing was compressed.
+
 Typical lengths, in order of precedence: the task's ``sim`` entry in the config; the benchmark family's typical
 lengths (:data:`snapeval.tasks.families.TYPICAL_LENGTHS`, the SnapStream paper's own run); otherwise the run's
 measured mean prompt and generated tokens per sample (synthetic tasks, whose lengths are set by the config). Lengths
@@ -17,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from snapeval.cache import MethodConfig, method_info, resolve_method
+from snapeval.errors import SnapevalError
 from snapeval.tasks.families import typical_lengths
 
 SimulateFn = Callable[..., Any]
@@ -94,19 +102,37 @@ def sim_lengths(view: Mapping[str, Any], measured: tuple[int, int] | None) -> tu
     return None, None, "unknown"
 
 
-def sim_budget(method: str | None, budget: int | None, gen_len: int) -> int | None:
-    """The simulator's cache cap for a policy: fixed-size caches (SnapStream, StreamingLLM) stop at the budget; the
-    others (SnapKV, kvpress presses) compress the prompt only and keep every generated token, so their cache ends at
-    ``budget + gen_len`` (the method table says which is which)."""
-    from snapeval.cache import method_info
+def method_from_identity(policy: Mapping[str, Any]) -> MethodConfig:
+    """The resolved configuration a cell ran, rebuilt from its identity's ``policy`` (``config.identity()``:
+    ``{"method": ..., "budget": ..., <fields>}``). The fields go through :func:`snapeval.cache.resolve_method`, the
+    one place a configuration is built; fields the method derives from its budget (StreamingLLM's ``recent``) are
+    left to it, and the rebuilt configuration must have exactly the identity it came from."""
+    fields = dict(policy)
+    name, budget = fields.pop("method", None), fields.pop("budget", None)
+    if not isinstance(name, str):
+        raise SnapevalError(f"a cell's policy {dict(policy)!r} names no method")
+    try:
+        config = resolve_method(name, budget, **fields)
+    except SnapevalError:
+        allowed = method_info(name).config_class().SPLIT_FIELDS
+        config = resolve_method(name, budget, **{k: v for k, v in fields.items() if k in allowed})
+    if config.identity() != dict(policy):
+        raise SnapevalError(f"a cell's policy {dict(policy)!r} does not rebuild into the same configuration "
+                            f"({config.identity()!r})")
+    return config
 
-    if budget is None:
-        return None
-    return budget if method_info(method).fixed_size else budget + gen_len
+
+def view_method(view: Mapping[str, Any]) -> MethodConfig:
+    """The configuration of a cell from its flat view (``method``, ``budget`` and the split fields it lists), for
+    cells whose result carries no policy identity."""
+    name = view["method"]
+    allowed = method_info(name).config_class().SPLIT_FIELDS
+    split = {k: view[k] for k in allowed if view.get(k) is not None}
+    return resolve_method(name, view.get("budget"), **split)
 
 
 class CellPricing:
-    """Memoized SN40L pricing of (model, prompt, gen, budget) points, with the batch policy of the sweep.
+    """Memoized SN40L pricing of (model, prompt, gen, method) points, with the batch policy of the sweep.
 
     ``settings``: the sweep's ``simulate`` section (``hardware``, ``batch`` = ``"max"`` or a number, ``batch_cap``,
     ``enabled``). ``simulate``: a function with :func:`snapeval.simulator.simulate_point`'s signature; ``"default"``
@@ -123,11 +149,11 @@ class CellPricing:
         self.max_context = max_context
         self._memo: dict[tuple, dict[str, Any]] = {}
 
-    def _point(self, model: str, prompt: int, gen: int, budget: int | None) -> dict[str, Any]:
-        key = (model, prompt, gen, budget)
+    def _point(self, model: str, prompt: int, gen: int, method: MethodConfig | None) -> dict[str, Any]:
+        key = (model, prompt, gen, method)
         if key in self._memo:
             return self._memo[key]
-        one = self.simulate(model, hardware=self.hardware, prompt_len=prompt, gen_len=gen, budget=budget, batch=1)
+        one = self.simulate(model, hardware=self.hardware, prompt_len=prompt, gen_len=gen, method=method, batch=1)
         # per sequence: the cache's logical size (the simulator's kv_bytes_total also counts replicas across sockets)
         per_seq = getattr(one, "kv_bytes_per_seq", one.kv_bytes_total)
         out: dict[str, Any] = {"fits": bool(one.fits), "kv_per_seq": per_seq,
@@ -137,7 +163,7 @@ class CellPricing:
                        reason=getattr(one, "reason", "does not fit"))
         else:
             batch = min(out["max_batch"], self.batch_cap) if self.batch == "max" else int(self.batch)
-            run = self.simulate(model, hardware=self.hardware, prompt_len=prompt, gen_len=gen, budget=budget,
+            run = self.simulate(model, hardware=self.hardware, prompt_len=prompt, gen_len=gen, method=method,
                                 batch=max(batch, 1))
             fits = bool(run.fits)
             out.update(batch=batch, kv_total=run.kv_bytes_total if fits else None,
@@ -149,8 +175,10 @@ class CellPricing:
         self._memo[key] = out
         return out
 
-    def columns(self, view: Mapping[str, Any], measured: tuple[int, int] | None) -> dict[str, Any]:
-        """The ``sim_*`` columns of one cell (its flat view; ``measured``: its task's measured mean lengths)."""
+    def columns(self, view: Mapping[str, Any], measured: tuple[int, int] | None,
+                policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ``sim_*`` columns of one cell: its flat view, its task's measured mean lengths and its method's
+        identity (``result.identity["policy"]``; None: the method is read from the view)."""
         cols: dict[str, Any] = {"sim_hardware": self.hardware}
         model = view.get("simulate_as") or view["model"]
         prompt, gen, source = sim_lengths(view, measured)
@@ -167,17 +195,21 @@ class CellPricing:
         if prompt is None:
             return {**cols, "sim_note": "no prompt/output lengths for this task (set tasks[].sim in the config)"}
         try:
-            point = self._point(model, prompt, gen, sim_budget(view.get("method"), view.get("budget"), gen))
-            full = self._point(model, prompt, gen, None)
+            method = method_from_identity(policy) if policy is not None else view_method(view)
+            point = self._point(model, prompt, gen, method)
+            full = self._point(model, prompt, gen, resolve_method("full"))
         except Exception as exc:  # a model that is not a preset, a length past its context: say so in the row
             return {**cols, "sim_note": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        notes = [point["reason"] or (f"full cache: {full['reason']}" if full["reason"] else "")]
+        if method.budget is not None and method.prefill_work(prompt).none:
+            notes.append(f"the {method.budget}-token budget holds the whole {prompt}-token prompt: nothing is "
+                         "compressed at these lengths")
         cols.update(
             sim_fits=point["fits"], sim_kv_bytes_per_seq=point["kv_per_seq"], sim_batch=point["batch"],
             sim_max_batch=point["max_batch"], sim_kv_bytes_total=point["kv_total"],
             sim_decode_tokens_per_s=point["tps"], sim_decode_tokens_per_s_per_seq=point["tps_seq"],
             sim_prefill_seconds=point["prefill"], sim_full_kv_bytes_per_seq=full["kv_per_seq"],
             sim_full_max_batch=full["max_batch"], sim_full_decode_tokens_per_s=full["tps"],
-            sim_hbm_bytes_per_socket=point["hbm"],
-            sim_note=point["reason"] or (f"full cache: {full['reason']}" if full["reason"] else ""),
+            sim_hbm_bytes_per_socket=point["hbm"], sim_note="; ".join(n for n in notes if n),
         )
         return cols
