@@ -130,7 +130,7 @@ class CellResult:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SnapevalError(f"cell result is not valid JSON (truncated or edited?): {exc}") from None
+            raise SnapevalError(f"not valid JSON (truncated or edited?): {exc}") from None
         return cls.from_dict(data)
 
 
