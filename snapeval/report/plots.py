@@ -78,12 +78,12 @@ def _offsets(methods: list[str]) -> dict[str, float]:
 
 
 def _figure(n_panels: int, title: str, legend_rows: int):
-    """Panels in a row (up to 3), a title wrapped to the figure's width, room on the right for one legend."""
+    """Panels in a row (up to 3), a title wrapped to the figure's width, room below for one legend."""
     plt = _plt()
     ncols = min(3, n_panels)
     nrows = math.ceil(n_panels / ncols)
-    width = 4.8 * ncols + 3.4
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 3.9 * nrows + 0.25 * max(0, legend_rows - 14) / ncols),
+    width = max(7.5, 4.8 * ncols + 0.6)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 3.9 * nrows + 0.22 * math.ceil(legend_rows / 3) + 0.6),
                              squeeze=False, layout="constrained")
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
@@ -92,21 +92,21 @@ def _figure(n_panels: int, title: str, legend_rows: int):
 
 
 def _legend(fig, axes, note: str) -> None:
-    """One legend for the figure, outside the panels on the right, with ``note`` (what the bars are) as its title."""
+    """One legend for the figure, below the panels, with ``note`` (what the error bars are) as its title."""
     handles, labels = {}, {}
     for ax in axes:
         for h, l in zip(*ax.get_legend_handles_labels()):
             if l not in labels and not l.startswith("_"):
                 labels[l] = l
                 handles[l] = h
-    fig.legend(list(handles.values()), list(labels), loc="outside right upper", fontsize=8,
-               title="\n".join(textwrap.wrap(note, 34)), title_fontsize=8, frameon=False)
+    fig.legend(list(handles.values()), list(labels), loc="outside lower center", fontsize=8, ncols=3,
+               title=note, title_fontsize=8, frameon=False)
 
 
 def _panels(frame: pd.DataFrame, title: str, draw, note: str):
     """One panel per task (in the sweep's order): ``draw(ax, task, rows)`` plots and sets title and x label."""
     tasks = list(dict.fromkeys(frame["task"]))
-    fig, axes = _figure(len(tasks), title, legend_rows=frame["method"].nunique())
+    fig, axes = _figure(len(tasks), title, legend_rows=frame["method"].nunique() + 6)
     for ax, task in zip(axes, tasks):
         sub = frame[frame["task"] == task].reset_index(drop=True)
         draw(ax, task, sub)
@@ -293,12 +293,17 @@ _LABEL_OFFSETS = [(5, 4), (5, -11), (-22, 4), (-22, -11), (5, 13), (-22, 13), (5
 
 
 def place_labels(ax, points: list[tuple[float, float, str]]) -> list:
-    """Annotate ``(x, y, text)`` points so that no two labels overlap: each label takes the first offset in
-    :data:`_LABEL_OFFSETS` whose box collides with no label placed before it (the last one if all collide).
-    Returns the annotations."""
+    """Annotate ``(x, y, text)`` points so that no label overlaps another label or a point: each label takes the
+    first offset in :data:`_LABEL_OFFSETS` whose box collides with nothing placed before it (the first offset if
+    every one collides). Returns the annotations."""
+    from matplotlib.transforms import Bbox
+
     fig = ax.figure
     renderer = fig.canvas.get_renderer()
-    placed, boxes = [], []
+    placed = []
+    radius = 4.0  # pixels around each point that a label must not cover
+    boxes = [Bbox.from_bounds(px - radius, py - radius, 2 * radius, 2 * radius)
+             for px, py in ax.transData.transform([(x, y) for x, y, _ in points])] if points else []
     for x, y, text in points:
         chosen = None
         for dx, dy in _LABEL_OFFSETS:
