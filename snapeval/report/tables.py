@@ -177,8 +177,9 @@ def paired_markdown(pair: pd.DataFrame) -> dict[tuple[str, str], str]:
                              f"n/a | | | | | | | | | | {r.paired_note} |")
                 continue
             ci = f"[{r.paired_ci_low:+.3f}, {r.paired_ci_high:+.3f}]"
-            sig = ("**yes**" if bool(r.paired_significant) else
-                   f"no (detectable: {_drop(r.paired_mdd)})")
+            detectable = ("none at this n" if not pd.isna(r.paired_mdd) and math.isinf(r.paired_mdd)
+                          else _drop(r.paired_mdd))
+            sig = "**yes**" if bool(r.paired_significant) else f"no (detectable: {detectable})"
             ni = "**yes**" if bool(r.non_inferior) else f"no (needs {_items(r.ni_items_needed)} items)"
             length = "" if pd.isna(r.paired_length_change) else f"{r.paired_length_change:+.1f}"
             lines.append(f"| {r.method} | {budget_label(r.method, r.budget)} | {r.seed} | {r.value:.3f} | "
