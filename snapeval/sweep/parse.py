@@ -10,6 +10,7 @@ A config is plain YAML (see ``configs/quickstart.yaml`` for a commented example)
       - full
       - {method: snapstream, budgets: [256, 512], sink: 4, recent: 0.5}
     seeds: [0]
+    decision: {margin: 0.02, alpha: 0.05}       # the report's non-inferiority margin and test level (the defaults)
 
 Every mistake (an unknown key, a wrong type, a value out of range) raises :class:`~snapeval.errors.SnapevalError`
 with one line that names the field by its path in the file (``methods[1].recent``) and what is allowed.
