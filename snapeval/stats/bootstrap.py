@@ -5,7 +5,8 @@ every item of a drawn cluster comes along (Davison & Hinkley, "Bootstrap Methods
 1997, section 3.8: resampling the top level of a hierarchy); a replicate's statistic is the mean over its items.
 
 The plain percentile interval is too narrow with few clusters: it ignores the ``k / (k - 1)`` variance factor and
-uses normal instead of t tails, and on null data of 30 problems x 8 samples it covered 92.7% at a nominal 95%.
+uses normal instead of t tails (issue #21 measured 7.3% false positives at a nominal 5% with it, on null data of 30
+problems x 8 samples).
 The interval here is Hesterberg's *expanded percentile* interval (Hesterberg, "What Teachers Should Know About the
 Bootstrap", The American Statistician 69(4):371-386, 2015, section 4.3): the percentile interval taken at the
 level ``alpha'`` with ``z_(1 - alpha'/2) = sqrt(k / (k - 1)) t_(1 - alpha/2, k - 1)``, which restores both factors.
