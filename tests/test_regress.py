@@ -280,3 +280,32 @@ def test_below_the_n_that_can_reject_the_tolerance_rule_applies_too(tmp_path, ca
     assert code == 1
     assert "the paired test cannot reject at n=3 (smallest possible p 0.0625 >= alpha 0.05)" in text
     assert "tolerance rule applies too: drop +1.0000 vs tolerance 0.0200" in text
+
+
+def test_the_committed_baseline_guards_at_the_ci_size(tmp_path, capsys):
+    """results/regression/baseline.json itself: an identical copy passes; a planted 10-point drop on one cell (7 of
+    its 64 solved items scored 0, texts unchanged) fails, named item by item; so does one changed text."""
+    import copy
+
+    baseline = REPO / "results" / "regression" / "baseline.json"
+    _, entries = load_entries(baseline)
+    assert {len(e.result.samples) for e in entries} == {64}
+    assert regress(capsys, baseline, _results_dir(tmp_path, "same", entries))[0] == 0
+    target = max(entries, key=lambda e: sum(s.scores["score,none"] for s in e.result.samples))
+    solved = [s for s in target.result.samples if s.scores["score,none"] == 1.0]
+    assert len(solved) >= 7
+    planted = copy.deepcopy(target.result)
+    broken = {s.doc_id for s in solved[:7]}
+    for s in planted.samples:
+        if s.doc_id in broken:
+            s.scores.update({k: 0.0 for k in s.scores if k.startswith("score")})
+    current = [Entry(e.view, planted) if e is target else e for e in entries]
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "drop", current))
+    assert code == 1 and "7 of 64 items changed" in text
+    assert all(f"doc {d}: score score,none 1 -> 0" in text for d in broken)
+    edited = copy.deepcopy(target.result)
+    first = edited.samples[0]
+    edited.samples[0] = dataclasses.replace(first, generations=(first.generations[0] + " ",))
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "text", [Entry(e.view, edited) if e is target
+                                                                               else e for e in entries]))
+    assert code == 1 and "1 of 64 items changed" in text and "text changed" in text
