@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from snapeval.results.schema import CellResult, group_id_of
 from snapeval.errors import SnapevalError
+from snapeval.results.schema import CellResult, group_id_of
 from snapeval.simulator.pricing import CellPricing, SimulateFn, measured_lengths
+from snapeval.stats.decision import DecisionRule
 
 #: Column order of the table (``sim_*``: simulated on the configured hardware; the rest measured here).
 COLUMNS = [
@@ -23,19 +24,24 @@ COLUMNS = [
     "sim_kv_bytes_per_seq", "sim_batch", "sim_max_batch", "sim_kv_bytes_total", "sim_decode_tokens_per_s",
     "sim_decode_tokens_per_s_per_seq", "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_max_batch",
     "sim_full_decode_tokens_per_s", "sim_hbm_bytes_per_socket", "sim_note",
-    "group_id", "paired_ref_cell", "paired_n", "paired_diff", "paired_ci_low", "paired_ci_high", "paired_significant",
-    "mcnemar_p", "flips_broke", "flips_fixed", "paired_length_change", "paired_unpaired", "paired_note",
+    "group_id", "paired_ref_cell", "paired_n", "paired_clusters", "paired_unpaired", "paired_diff", "paired_ci_low",
+    "paired_ci_high", "paired_interval", "paired_test", "paired_p", "paired_p_holm", "paired_significant",
+    "items_worse", "items_better", "paired_length_change", "paired_mdd", "ni_margin", "ni_alpha", "ni_p",
+    "ni_drop_bound", "non_inferior", "ni_items_needed", "smallest_ni_budget", "paired_note",
 ]
 
-#: Paired columns (filled on each compressed cell's primary metric against the full-cache cell of its group).
+#: Paired columns (filled on each compressed cell's primary metric against the full-cache cell of its group; see
+#: :func:`snapeval.stats.compare_cells`) and the decision columns derived from them over a family: ``paired_p_holm``
+#: and ``paired_significant`` (Holm within each (model, task)), ``smallest_ni_budget`` (fixed-sequence walk down each
+#: (model, task, method)'s budgets; NA: none in the grid).
 PAIRED_COLUMNS = COLUMNS[COLUMNS.index("paired_ref_cell"):]
 
 
 def paired_columns(view: dict[str, Any], result: CellResult, metric: str, reference: tuple[str, CellResult] | None,
-                   ) -> dict[str, Any]:
+                   rule: DecisionRule, higher_is_better: bool = True) -> dict[str, Any]:
     """The paired comparison of one compressed cell's ``metric`` with the full-cache cell of its group, or a note
     saying why there is none (no full-cache cell in the group; no shared item)."""
-    from snapeval.results.paired import compare_cells
+    from snapeval.stats import compare_cells
 
     if view.get("method") == "full":
         return {}
@@ -43,14 +49,42 @@ def paired_columns(view: dict[str, Any], result: CellResult, metric: str, refere
         return {"paired_note": "no full-cache reference cell answered the same items (same model, task, seed, limit)"}
     ref_id, ref_result = reference
     try:
-        cmp = compare_cells(ref_result, result, metric)
+        cmp = compare_cells(ref_result, result, metric, rule=rule, higher_is_better=higher_is_better)
     except SnapevalError as exc:
         return {"paired_ref_cell": ref_id, "paired_note": str(exc)}
-    note = f"{cmp.unpaired} items in only one of the two cells were left unpaired" if cmp.unpaired else ""
-    return {"paired_ref_cell": ref_id, "paired_n": cmp.n, "paired_diff": cmp.mean_diff, "paired_ci_low": cmp.ci_low,
-            "paired_ci_high": cmp.ci_high, "paired_significant": cmp.significant, "mcnemar_p": cmp.mcnemar_p,
-            "flips_broke": cmp.broke if cmp.binary else None, "flips_fixed": cmp.fixed if cmp.binary else None,
-            "paired_length_change": cmp.length_change, "paired_unpaired": cmp.unpaired, "paired_note": note}
+    notes = []
+    if cmp.unpaired:
+        notes.append(f"{cmp.unpaired} items in only one of the two cells were left unpaired")
+    if cmp.few_clusters:
+        notes.append(f"only {cmp.clusters} clusters: the bootstrap interval is too narrow below 10")
+    return {"paired_ref_cell": ref_id, "paired_n": cmp.n, "paired_clusters": cmp.clusters,
+            "paired_unpaired": cmp.unpaired, "paired_diff": cmp.mean_diff, "paired_ci_low": cmp.ci_low,
+            "paired_ci_high": cmp.ci_high, "paired_interval": cmp.interval, "paired_test": cmp.test,
+            "paired_p": cmp.p_value, "items_worse": cmp.worse, "items_better": cmp.better,
+            "paired_length_change": cmp.length_change, "paired_mdd": cmp.mdd, "ni_margin": rule.margin,
+            "ni_alpha": rule.alpha, "ni_p": cmp.ni_p, "ni_drop_bound": cmp.drop_bound,
+            "non_inferior": cmp.non_inferior, "ni_items_needed": cmp.n_for_margin, "paired_note": "; ".join(notes)}
+
+
+def add_decisions(table, rule: DecisionRule) -> None:
+    """Fill the family-level decision columns in place: Holm-adjusted p-values and significance within each
+    (model, task), and each (model, task, method)'s smallest non-inferior budget (every seed of a budget must be
+    non-inferior; budgets walked from the largest down, stopping at the first that is not: fixed-sequence)."""
+    import pandas as pd
+
+    from snapeval.stats import fixed_sequence, holm
+
+    tested = table["primary"] & table["paired_p"].notna()
+    for _, rows in table[tested].groupby(["model", "task"], sort=False):
+        adjusted = holm(rows["paired_p"].tolist())
+        table.loc[rows.index, "paired_p_holm"] = adjusted
+        table.loc[rows.index, "paired_significant"] = [p < rule.alpha for p in adjusted]
+    decided = tested & table["budget"].notna()
+    for _, rows in table[decided].groupby(["model", "task", "method"], sort=False):
+        passed = {int(b): bool(group["non_inferior"].astype(bool).all()) for b, group in rows.groupby("budget")}
+        smallest = fixed_sequence(passed)
+        table.loc[rows.index, "smallest_ni_budget"] = pd.NA if smallest is None else smallest
+
 
 
 def _primary_keys(view: dict[str, Any], result: CellResult) -> tuple[str, str]:
@@ -67,12 +101,15 @@ def _primary_keys(view: dict[str, Any], result: CellResult) -> tuple[str, str]:
 
 
 def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], simulate_settings: dict[str, Any],
-                simulate: SimulateFn | None | str = "default"):
+                simulate: SimulateFn | None | str = "default", decision: DecisionRule | None = None):
     """The tidy table of the finished cells among ``views`` (manifest entries, grid order), as a DataFrame.
 
     ``simulate``: the simulator function (``simulate_point``'s signature); "default" imports snapeval's; None
     leaves the ``sim_*`` columns empty with a note (see :class:`~snapeval.simulator.pricing.CellPricing`).
+    ``decision``: the margin and alpha of the paired and decision columns (default
+    :class:`~snapeval.stats.DecisionRule`'s).
     """
+    rule = decision if decision is not None else DecisionRule()
     import pandas as pd
 
     views = [v.to_dict() if hasattr(v, "to_dict") else v for v in views]  # CellView objects or manifest dicts
@@ -101,24 +138,29 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
         )
         for m in result.metrics:
             is_primary = (m.subtask, m.key) == primary
-            paired = paired_columns(view, result, m.key, references.get(view.get("group_id"))) if is_primary else {}
+            paired = paired_columns(view, result, m.key, references.get(view.get("group_id")), rule,
+                                    m.higher_is_better) if is_primary else {}
             rows.append({**cell_cols, **paired, "subtask": m.subtask, "metric": m.metric, "filter": m.filter,
                          "primary": (m.subtask, m.key) == primary, "higher_is_better": m.higher_is_better,
                          "value": m.value, "stderr": m.stderr, "n_samples": m.n})
     table = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("budget", "sink", "recent", "topk", "observation", "kernel", "limit", "kv_cache_bytes",
                 "prompt_tokens", "generated_tokens", "sim_prompt_len", "sim_gen_len", "sim_batch", "sim_max_batch",
-                "sim_full_max_batch", "n_samples", "seed", "paired_n", "flips_broke", "flips_fixed", "paired_unpaired"):
+                "sim_full_max_batch", "n_samples", "seed", "paired_n", "paired_clusters", "items_worse", "items_better",
+                "paired_unpaired", "smallest_ni_budget"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     for col in ("value", "stderr", "decode_tokens_per_s", "prefill_tokens_per_s", "wall_s", "sim_kv_bytes_per_seq",
                 "sim_kv_bytes_total", "sim_decode_tokens_per_s", "sim_decode_tokens_per_s_per_seq",
                 "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_decode_tokens_per_s",
-                "sim_hbm_bytes_per_socket", "paired_diff", "paired_ci_low", "paired_ci_high", "mcnemar_p",
-                "paired_length_change"):
+                "sim_hbm_bytes_per_socket", "paired_diff", "paired_ci_low", "paired_ci_high", "paired_p",
+                "paired_p_holm", "paired_length_change", "paired_mdd", "ni_margin", "ni_alpha", "ni_p", "ni_drop_bound",
+                "ni_items_needed"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("primary", "higher_is_better", "deterministic"):
         table[col] = table[col].astype("bool")
     table["sim_fits"] = table["sim_fits"].astype("boolean")
     table["paired_significant"] = table["paired_significant"].astype("boolean")
+    table["non_inferior"] = table["non_inferior"].astype("boolean")
+    add_decisions(table, rule)
     return table
 

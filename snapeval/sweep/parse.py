@@ -10,6 +10,7 @@ A config is plain YAML (see ``configs/quickstart.yaml`` for a commented example)
       - full
       - {method: snapstream, budgets: [256, 512], sink: 4, recent: 0.5}
     seeds: [0]
+    decision: {margin: 0.02, alpha: 0.05}       # the report's non-inferiority margin and test level (the defaults)
 
 Every mistake (an unknown key, a wrong type, a value out of range) raises :class:`~snapeval.errors.SnapevalError`
 with one line that names the field by its path in the file (``methods[1].recent``) and what is allowed.
@@ -132,7 +133,7 @@ def _is_json_value(value: Any) -> bool:
 # parsing
 
 _TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models", "tasks", "methods", "budgets",
-             "seeds", "limit", "generation", "resources", "simulate")
+             "seeds", "limit", "generation", "resources", "simulate", "decision")
 _MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine",
                "share_prefill", "device_map")
 _TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
@@ -299,6 +300,20 @@ def _parse_simulate(ctx: _Ctx, raw: Any) -> SimulateSpec:
     )
 
 
+def _parse_decision(ctx: _Ctx, raw: Any):
+    """``decision: {margin, alpha}``: the report's non-inferiority margin and test level (defaults: 0.02, 0.05)."""
+    from snapeval.stats.decision import KEYS, DecisionRule
+
+    if raw is None:
+        return DecisionRule()
+    raw = ctx.mapping(raw, "decision", KEYS)
+    try:
+        return DecisionRule(**raw)
+    except SnapevalError as exc:
+        field, _, rest = str(exc).partition("=")
+        raise ctx.fail(field, rest) from None
+
+
 def _hardware_names() -> list[str]:
     from snapeval.simulator.hardware import list_hardware
 
@@ -350,7 +365,8 @@ def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
     return SweepConfig(
         name=name, models=models, tasks=tasks, methods=methods, seeds=seeds,
         description=str(raw.get("description") or ""), out=raw.get("out"), data_dir=raw.get("data_dir"),
-        include_path=raw.get("include_path"), simulate=_parse_simulate(ctx, raw.get("simulate")), source=source,
+        include_path=raw.get("include_path"), simulate=_parse_simulate(ctx, raw.get("simulate")),
+        decision=_parse_decision(ctx, raw.get("decision")), source=source,
     )
 
 
