@@ -40,7 +40,9 @@ class SocketSpec:
 
     ``compute_units``: the independent compute units that share the socket's work (SN40L: 1040 PCUs; H100: 132
     SMs); 0 = not given. With ``sram_bandwidth`` (aggregate on-chip bandwidth) it sets how decode attention spreads
-    one sequence over the units and what merging their partial results costs (docs/simulator.md).
+    one sequence over the units and what merging their partial results costs, and with ``sram_bytes`` (on-chip
+    memory; a unit's share must hold its query rows and their partial results) which tilings fit
+    (docs/simulator.md). ``sram_bytes`` is never KV-cache capacity.
     """
 
     peak_flops: float
