@@ -169,6 +169,9 @@ def test_decode_attention_tiling_fits_each_unit_on_chip_memory():
     assert tight.attention_units == 64 * 16 and attention(tight) >= attention(auto)
     with pytest.raises(SnapevalError, match="attention_tiling='auto' does not fit"):
         simulate_point("deepseek-r1", rack.changed(socket={"sram_bytes": 1040 * 3000}), 131072, 1024, batch=16)
+    # a socket of 2 units: no row group per unit fits, so each unit takes several 96-row groups in turn
+    two = rack.changed(socket={"compute_units": 2, "sram_bytes": 2 * 500e3})
+    assert simulate_point("deepseek-r1", two, 131072, 1024, batch=16).attention_units == 2
     # without a memory figure (sram_bytes 0) every tiling fits
     assert simulate_point("deepseek-r1", rack.changed(socket={"sram_bytes": 0}), 131072, 1024, batch=16,
                           attention_tiling="keys").attention_units == 1024
