@@ -20,9 +20,10 @@ branch (or a press alone in its set: kvpress's own hooks, the reference path) pr
 - ``loglikelihood``: one prefill per unique context; every continuation is scored against a copy of each branch's
   compressed context (:func:`score_contexts`).
 
-Greedy outputs do not depend on the chunk, and sampled ones neither: a request without its own seed samples from
-the set's seed plus a number fixed by its prompt and its repeat (the how-many-th request of the call with that
-prompt), so a chunk, an engine row or an item shard of the call samples exactly what the whole call samples.
+Greedy outputs do not depend on the chunk, and sampled ones neither: a request samples from its own seed (the lm-eval
+model gives every request one derived from its identity: task, document, request and repeat,
+:func:`snapeval.harness.lm_eval_model.request_seeds`, so an item shard samples what the whole run samples), or
+without one from the set's seed plus its index in the call, whatever chunk or engine row decodes it.
 
 Shapes: prompts are token-id lists; logits ``[V]``; caches hold one row per prompt.
 """
@@ -32,7 +33,6 @@ import copy
 import dataclasses
 import gc
 import time
-import zlib
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -161,10 +161,11 @@ class BranchSet:
             self._shape = ModelShape.of(self.model)
         return self._shape
 
-    def plan(self, items: Sequence[Item], chunk: int | None = None) -> GroupPlan:
+    def plan(self, items: Sequence[Item], chunk: int | None = None, own: Sequence[int] = ()) -> GroupPlan:
         """The memory plan of these items (:func:`snapeval.memory_plan.plan_group`) on this model's device, within
-        ``max_memory``, for at most ``chunk`` items in flight (default: ``batch``)."""
-        alone = {c.label for c, b in zip(self.configs, self._branches) if not b}
+        ``max_memory``, for at most ``chunk`` items in flight (default: ``batch``); ``own``: configurations (indices)
+        that prefill themselves in this call besides those that never branch."""
+        alone = {c.label for i, (c, b) in enumerate(zip(self.configs, self._branches)) if not b or i in own}
         return plan_group(self.shape, self.configs, items, chunk=chunk or self.batch, window=self.window,
                           budget=device_budget(self.device, self.max_memory), in_use=bytes_in_use(self.device),
                           device=str(self.device), alone=alone)
@@ -273,17 +274,19 @@ class BranchSet:
                 else:
                     yield self.prefill(prompts[c][i], presses=False, store=_store(plan)), [c]
 
-        return self._run(items, lambda c, i: list(prompts[c][i]), sampling, sources)
+        own = [c for c in range(len(self.configs)) if c not in extended]  # presses: their own prompts' prefill
+        return self._run(items, lambda c, i: list(prompts[c][i]), sampling, sources, own)
 
-    def _run(self, items: Sequence[Item], prompt_of, sampling: Sequence[SamplingParams], sources: Sources
-             ) -> list[list[Completion]]:
-        """Every item under every configuration, chunk by chunk as the memory plan says; an out-of-memory error halves
-        the chunk and redoes that chunk's items (finished chunks are kept)."""
+    def _run(self, items: Sequence[Item], prompt_of, sampling: Sequence[SamplingParams], sources: Sources,
+             own: Sequence[int] = ()) -> list[list[Completion]]:
+        """Every item under every configuration, chunk by chunk as the memory plan says (``own``: configurations
+        that prefill themselves in this call); an out-of-memory error halves the chunk and redoes that chunk's items
+        (finished chunks are kept)."""
         from tqdm import tqdm
 
-        sampling = self._seeded([prompt_of(0, i) for i in range(len(items))], sampling)
+        sampling = [self._seeded(params, i) for i, params in enumerate(sampling)]
         out: list[list[Completion | None]] = [[None] * len(items) for _ in self.configs]
-        plan = self.plan(items)
+        plan = self.plan(items, own=own)
         pending = list(range(len(items)))
         bar = tqdm(total=len(items), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
         with PeakMeter(self.device) as meter:
@@ -305,7 +308,7 @@ class BranchSet:
                 gc.collect()  # the failed chunk's tensors (the exception no longer holds its frames)
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()
-                plan = dataclasses.replace(self.plan(items, chunk=halved), reasons=(
+                plan = dataclasses.replace(self.plan(items, chunk=halved, own=own), reasons=(
                     f"out of memory at chunk {halved * 2}: halved to {halved}",))
         bar.close()
         self.plans.append(plan)
@@ -364,19 +367,12 @@ class BranchSet:
             return prefilled.presses[config].cache(self.model, cache_class)
         return make_cache(self.model, config) if cache_class is None else cache_class(self.model, config)
 
-    def _seeded(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]) -> list[SamplingParams]:
-        """Sampled requests without their own seed sample from ``seed`` plus a number fixed by the prompt's tokens
-        and its repeat (the how-many-th request of this call with that prompt), whatever chunk, row or shard decodes
-        them."""
-        seen: dict[bytes, int] = {}
-        out = []
-        for prompt, params in zip(prompts, sampling):
-            if params.do_sample and params.seed is None:
-                key = b",".join(str(t).encode() for t in prompt)
-                repeat = seen[key] = seen.get(key, -1) + 1
-                params = dataclasses.replace(params, seed=self.seed + (zlib.crc32(key) + repeat) % (1 << 31))
-            out.append(params)
-        return out
+    def _seeded(self, params: SamplingParams, index: int) -> SamplingParams:
+        """A sampled request without its own seed samples from ``seed + index`` (its index in the call, as
+        :func:`~snapeval.engine.sampling.request_generator` would seed it) whatever chunk or engine row decodes it."""
+        if params.do_sample and params.seed is None:
+            return dataclasses.replace(params, seed=self.seed + index)
+        return params
 
     def _count_kv(self, config: MethodConfig, completion: Completion) -> None:
         self.stats.kv_bytes_per_row[config.label] = max(self.stats.kv_bytes_per_row.get(config.label, 0),
@@ -464,34 +460,52 @@ class SharedBranches:
     """What every configuration's lm-eval model asks, answered from one shared computation.
 
     The models of one sweep group (one per configuration) receive the same requests; the first to ask computes the
-    answers of all configurations (:class:`BranchSet`), the others read theirs. Only the latest request list is
-    kept (a group evaluates one task at a time).
+    answers of all configurations (:class:`BranchSet`), the others read theirs. The answers of the last few request
+    lists are kept (a task may send its single-pass and its two-pass requests as two lists).
     """
+
+    KEPT = 4
 
     def __init__(self, branches: BranchSet):
         self.branches = branches
         self._index = {config: i for i, config in enumerate(branches.configs)}
-        self._key = None
-        self._answers = None
+        self._answers: dict = {}
 
     def _answer(self, key, compute):
-        if key != self._key:
-            self._key, self._answers = key, compute()
-        return self._answers
+        if key not in self._answers:
+            if len(self._answers) >= self.KEPT:
+                del self._answers[next(iter(self._answers))]  # the oldest
+            self._answers[key] = compute()
+        return self._answers[key]
 
     def generate(self, config: MethodConfig, prompts, params) -> list[Completion]:
         key = ("generate_until", tuple(map(tuple, prompts)), tuple(params))
         return self._answer(key, lambda: self.branches.generate(prompts, params))[self._index[config]]
 
+    def generate_two_pass(self, config: MethodConfig, prompts, params, second, key) -> list[tuple[Completion, Completion]]:
+        """Both passes of two-pass requests (LongBench-v2's official chain of thought), for every configuration: the
+        first from one shared prefill per item; the second, ``second(i, first_completion) -> (prompt ids, params)``,
+        from each configuration's own first answer, the prompts' common prefix prefilled once per item
+        (:meth:`BranchSet.generate_each`). ``key`` identifies how second prompts are built. Returns ``(first,
+        second)`` completions of ``config``, one pair per request."""
+        def compute():
+            first = self.branches.generate(prompts, params)
+            built = [[second(i, done) for i, done in enumerate(row)] for row in first]
+            answers = self.branches.generate_each([[ids for ids, _ in row] for row in built], [p for _, p in built[0]])
+            return [list(zip(a, b)) for a, b in zip(first, answers)]
+
+        full_key = ("two_pass", tuple(map(tuple, prompts)), tuple(params), key)
+        return self._answer(full_key, compute)[self._index[config]]
+
     def describe(self) -> dict:
-        """What the group computed so far: its configurations, the prefills they shared, the memory plan of its last
-        generation, its measured peak and any out-of-memory halving (provenance)."""
+        """What the group computed so far: its configurations, the prefills they shared, the memory plan and the
+        measured peak of each generation call in order (a two-pass task: the first pass's, then the second's) and
+        any out-of-memory halving (provenance)."""
         branches = self.branches
         stats = branches.stats
         return {"configurations": len(branches.configs), "prefills": stats.prefills,
                 "prefill_tokens": stats.prefill_tokens, "prefill_seconds": round(stats.prefill_seconds, 3),
-                "memory_plan": branches.plans[-1].to_dict() if branches.plans else None,
-                "measured_peak": branches.peaks[-1] if branches.peaks else None,
+                "memory_plans": [plan.to_dict() for plan in branches.plans], "measured_peaks": list(branches.peaks),
                 "chunk_halvings": list(stats.chunk_halvings)}
 
     def score(self, config: MethodConfig, contexts, continuations):

@@ -17,7 +17,7 @@ COMMAND_MODULES = [
     "snapeval.sweep.cli",         # sweep: a grid of lm-eval runs over budgets (the main job)
     "snapeval.harness.cli",       # run: one lm-eval run through the snapstream model
     "snapeval.report.cli",        # report: tables and plots from a results directory
-    "snapeval.regress",           # regress: accuracy regression check against a baseline
+    "snapeval.stats.regress",     # regress: accuracy regression check against a baseline
     "snapeval.simulator.cli",     # simulate: SN40L memory and throughput
     "snapeval.models.cli",        # models: list the presets
     "snapeval.demo",              # demo: long-document QA, full cache vs SnapStream

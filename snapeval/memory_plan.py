@@ -287,6 +287,7 @@ class GroupPlan:
         out = asdict(self)
         out["configurations"] = [asdict(c) for c in self.configurations]
         out["total_bytes"] = self.total_bytes
+        out["fits"] = self.fits
         out["total_gib"] = gib(self.total_bytes)
         out["peak_gib"] = gib(self.peak_bytes)
         out["budget_gib"] = None if self.budget_bytes is None else gib(self.budget_bytes)

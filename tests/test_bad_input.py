@@ -159,7 +159,7 @@ def test_read_only_disk_is_one_line_and_keeps_finished_cells(tmp_path, capsys, m
     monkeypatch.setattr(store, "atomic_write_text", full_disk)
     monkeypatch.setattr("snapeval.sweep.runner.harness_evaluate", fake_evaluate)
     monkeypatch.setattr("snapeval.sweep.runner.harness_group_models", None)
-    monkeypatch.setattr("snapeval.results.table._default_simulate", lambda: fake_simulate)
+    monkeypatch.setattr("snapeval.simulator.pricing.default_simulate", lambda: fake_simulate)
     err = one_line_exit_2(capsys, ["sweep", str(config), "--out", str(out), "--no-report"], "No space left on device",
                           "finished results are kept")
     assert "cannot read or write" in err
@@ -177,3 +177,142 @@ def test_report_names_cells_of_another_configuration(tmp_path):
               report=False)
     paths = build_report(tmp_path, tmp_path / "r")
     assert len(paths.foreign_cells) == 1 and "## Cells not in this report" in paths.markdown.read_text()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #26: damaged or mismatched results directories and baselines: one clear line, never a silent pass
+
+REMEDY = "re-run the sweep with --out {root} to recompute this cell (a sweep redoes every cell whose file it cannot read)"
+
+
+@pytest.fixture
+def swept(tmp_path):
+    """A finished results directory (full + snapstream@64 on 2 passkey items) and the snapstream cell's file."""
+    from snapeval.sweep import parse_config, run_sweep
+
+    out = tmp_path / "res"
+    run_sweep(parse_config(BASE), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+              report=False)
+    views = json.loads((out / "manifest.json").read_text())["cells"]
+    cell = next(v["cell_id"] for v in views if v["method"] == "snapstream")
+    return out, out / "cells" / f"{cell}.json", cell
+
+
+LABEL = "(smollm2-135m-instruct | snapeval_passkey | snapstream@64 | seed 0)"
+
+
+def _edit(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))  # json writes NaN as NaN, as a careless script would
+
+
+def _both_commands_say(capsys, out, line):
+    """`report` and `regress` (as current and as baseline) print exactly ``line`` and exit 2."""
+    for argv in (["report", str(out), "--out", str(out.parent / "rep")],
+                 ["regress", "--baseline", str(out), "--current", str(out)]):
+        assert cli(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err and err.splitlines()[-1] == line, err
+
+
+def test_nan_scores_are_an_error_not_na(swept, capsys):
+    out, path, cell = swept
+    _edit(path, lambda d: d["samples"][0]["scores"].update({"exact_match,strict": float("nan")}))
+    _both_commands_say(capsys, out, f"snapeval: error: {path}: cell {cell} {LABEL}: "
+                                    f"samples[0].scores['exact_match,strict']=nan is invalid; allowed: a finite number; "
+                                    + REMEDY.format(root=out))
+
+
+def test_string_scores_are_an_error_not_a_traceback(swept, capsys):
+    out, path, cell = swept
+    _edit(path, lambda d: d["samples"][1]["scores"].update({"exact_match,flexible": "1.0"}))
+    _both_commands_say(capsys, out, f"snapeval: error: {path}: cell {cell} {LABEL}: "
+                                    f"samples[1].scores['exact_match,flexible']='1.0' is invalid; allowed: a finite "
+                                    f"number; " + REMEDY.format(root=out))
+
+
+def test_duplicate_item_ids_are_an_error(swept, capsys):
+    out, path, cell = swept
+    _edit(path, lambda d: d["samples"][1].update({"doc_id": 0}))
+    _both_commands_say(capsys, out, f"snapeval: error: {path}: cell {cell} {LABEL}: samples[1].doc_id=0 is a "
+                                    f"duplicate of samples[0] in subtask 'snapeval_passkey'; allowed: one record per "
+                                    f"item; " + REMEDY.format(root=out))
+
+
+def test_truncated_cell_file_names_the_cell_and_the_remedy(swept, capsys):
+    out, path, cell = swept
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    try:
+        json.loads(text[: len(text) // 2])
+    except json.JSONDecodeError as exc:
+        why = str(exc)
+    _both_commands_say(capsys, out, f"snapeval: error: {path}: cell {cell}: not valid JSON "
+                                    f"(truncated or edited?): {why}; " + REMEDY.format(root=out))
+
+
+def test_missing_manifest_names_the_remedy(swept, capsys):
+    out, _, _ = swept
+    (out / "manifest.json").unlink()
+    _both_commands_say(capsys, out, f"snapeval: error: {out / 'manifest.json'} is missing; re-run `snapeval sweep "
+                                    f"CONFIG --out {out}` with the config that wrote it (it rewrites the manifest and "
+                                    f"keeps every finished cell)")
+
+
+def test_write_baseline_into_a_missing_directory(swept, capsys):
+    out, _, _ = swept
+    target = out.parent / "no" / "such" / "baseline.json"
+    assert cli(["regress", "--current", str(out), "--baseline", str(target), "--write-baseline"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"snapeval: error: --baseline {target}: directory {target.parent} does not exist; create it first "
+        f"(mkdir -p {target.parent}) or give another path")
+    assert not (out.parent / "no").exists()  # nothing created silently
+
+
+def _cell_dir(tmp_path, name, docs, solved, greedy):
+    """A results directory with one cell over items ``docs``, the first ``solved`` of them correct."""
+    from snapeval.results import CellResult, MetricValue, ResultsStore, SampleRecord
+
+    samples = [SampleRecord("t", d, str(d), (f"answer {d}" if i < solved else "no",),
+                            {"acc,none": 1.0 if i < solved else 0.0}, greedy) for i, d in enumerate(docs)]
+    value = solved / len(docs)
+    se = (value * (1 - value) / (len(docs) - 1)) ** 0.5
+    identity = {"model": {}, "seed": 0, "task": {"limit": None, "generation": {}, "metadata": {}, "data": {}}}
+    store = ResultsStore(tmp_path / name)
+    store.write_manifest(name, [{"cell_id": "c", "model": "m", "task": "t", "method": "full", "seed": 0}], {})
+    store.write(CellResult("c", identity, [MetricValue("t", "acc", "none", value, se, len(docs))], samples))
+    return store.root
+
+
+def test_baseline_over_different_items_is_reported_unpaired(tmp_path, capsys):
+    base = _cell_dir(tmp_path, "base", range(10), 8, greedy=False)
+    other = _cell_dir(tmp_path, "other", range(5, 15), 8, greedy=False)
+    assert cli(["regress", "--baseline", str(base), "--current", str(other)]) == 0
+    text = capsys.readouterr().out
+    assert ("unpaired    m | t | full | seed 0: 10 items in only one of the two runs (5 baseline-only, 5 "
+            "current-only) are left unpaired") in text.splitlines()
+    assert "paired over 5 items in 5 clusters" in text  # only the shared items are paired
+    greedy_base = _cell_dir(tmp_path, "gbase", range(10), 8, greedy=True)
+    greedy_other = _cell_dir(tmp_path, "gother", range(5, 15), 8, greedy=True)
+    assert cli(["regress", "--baseline", str(greedy_base), "--current", str(greedy_other)]) == 1
+    text = capsys.readouterr().out
+    # 10 items on one side only, and docs 8-9 (solved in the other run, not in the baseline): never more than exist
+    assert "CHANGED     m | t | full | seed 0: 12 of 15 items changed (greedy decoding reproduces every item)" in text
+    assert "  t doc 0: missing from the current run" in text and "  t doc 14: not in the baseline" in text
+
+
+def test_real_drop_with_zero_standard_error_on_one_side_fails(tmp_path, capsys):
+    base = _cell_dir(tmp_path, "b3", range(3), 3, greedy=False)  # 1.0, stderr 0
+    cur = _cell_dir(tmp_path, "c3", range(3), 0, greedy=False)  # 0.0, stderr 0
+    assert cli(["regress", "--baseline", str(base), "--current", str(cur)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert ("REGRESSION  m | t | full | seed 0: acc,none: 1.0000 -> 0.0000 (paired over 3 items in 3 clusters: "
+            "-1.0000, 3 worse, 0 better; McNemar mid-p, one-sided p=0.0625; power 0% against a 10-point drop); the "
+            "paired test cannot reject at n=3 (smallest possible p 0.0625 >= alpha 0.05), so the tolerance rule "
+            "applies too: drop +1.0000 vs tolerance 0.0200") in lines
+    base4 = _cell_dir(tmp_path, "b4", range(4), 4, greedy=False)
+    cur4 = _cell_dir(tmp_path, "c4", range(4), 1, greedy=False)  # 1.0 (se 0) -> 0.25
+    assert cli(["regress", "--baseline", str(base4), "--current", str(cur4)]) == 0  # 3 of 4: p = 0.0625, honest
+    none4 = _cell_dir(tmp_path, "n4", range(4), 0, greedy=False)
+    assert cli(["regress", "--baseline", str(base4), "--current", str(none4)]) == 1  # 4 of 4: p = 0.031

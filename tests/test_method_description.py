@@ -44,11 +44,28 @@ def test_prefill_work_is_what_each_method_computes():
     snap = resolve_method("snapstream", 64)  # sink 4, recent 32, topk 28, observation 32
     assert snap.prefill_work(64) == PrefillWork()  # the prompt fits: nothing to do
     assert snap.prefill_work(1000) == PrefillWork(window_queries=32, scored_tokens=1000 - 4 - 32,
-                                                  score_inputs=("queries",), gathered_tokens=64)
-    assert resolve_method("streamingllm", 64).prefill_work(1000) == PrefillWork(gathered_tokens=64)
+                                                  score_inputs=("queries",), gathered_tokens=64, gathered_segments=3)
+    # [sink | ring]: two pieces; without sinks the ring alone
+    assert resolve_method("streamingllm", 64).prefill_work(1000) == PrefillWork(gathered_tokens=64,
+                                                                               gathered_segments=2)
+    assert resolve_method("streamingllm", 64, sink=0).prefill_work(1000).gathered_segments == 1
+    assert resolve_method("snapstream", 64, topk=0, recent=60).prefill_work(1000) == PrefillWork(
+        gathered_tokens=64, gathered_segments=2)  # no top-k: positional, nothing scored
     snapkv = resolve_method("snapkv", 64)
     assert snapkv.prefill_work(1000).window_queries == 32 and snapkv.prefill_work(1000).scored_tokens == 968
+    assert snapkv.prefill_work(1000).gathered_segments == 2  # the selected tokens and the window
     assert resolve_method("full").prefill_work(10_000).none
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(window_queries=-1), "window_queries"), (dict(scored_tokens=1.5), "scored_tokens"),
+    (dict(gathered_tokens=8), "gathered_segments"), (dict(gathered_segments=2), "gathered_segments"),
+    (dict(score_inputs=("logits",)), "score_inputs"),
+])
+def test_prefill_work_rejects_what_cannot_be_priced(fields, match):
+    with pytest.raises(ValueError, match=match) as err:
+        PrefillWork(**fields)
+    assert "\n" not in str(err.value) and "allowed" in str(err.value)
 
 
 def test_fixed_size_comes_from_the_configuration():
@@ -66,8 +83,10 @@ def test_presses_describe_their_scoring():
     pytest.importorskip("kvpress")
     snapkv = resolve_method("kvpress:SnapKVPress", 64, window_size=16)
     assert snapkv.prefill_work(1000) == PrefillWork(window_queries=16, scored_tokens=1000,
-                                                    score_inputs=("hidden_states",), gathered_tokens=64)
+                                                    score_inputs=("hidden_states",), gathered_tokens=64,
+                                                    gathered_segments=1)
     assert resolve_method("kvpress:TOVAPress", 64).prefill_work(1000).window_queries == 1
-    assert resolve_method("kvpress:StreamingLLMPress", 64).prefill_work(1000) == PrefillWork(gathered_tokens=64)
+    assert resolve_method("kvpress:StreamingLLMPress", 64).prefill_work(1000) == PrefillWork(gathered_tokens=64,
+                                                                                           gathered_segments=1)
     assert resolve_method("kvpress:KnormPress", 64).prefill_work(50).none
     assert resolve_method("kvpress:KnormPress", 64).kept_tokens(1000, 10) == 74

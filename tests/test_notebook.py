@@ -26,4 +26,6 @@ def test_analysis_notebook_executes(monkeypatch):
     pngs = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
     assert len(pngs) >= 3  # accuracy vs budget, vs simulated memory, Pareto front
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
-    assert "snapstream" in html and "kv_reduction_sim" in html
+    assert "snapstream" in html and "kv_reduction_sim" in html and "paired_p_holm" in html
+    markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+    assert "smallest non-inferior budget" in markdown and "none in the grid" in markdown  # 4 items: nothing shown

@@ -1,58 +1,95 @@
-"""Paired statistics against hand computations: McNemar exact, a paired bootstrap with a fixed seed, clusters."""
+"""Paired comparisons of two cells (snapeval.stats.paired): which test and interval each kind of metric gets, the
+orientation of lower-is-better metrics, clusters, unpaired items, and the regress drop check."""
 from __future__ import annotations
 
+import math
 
 import numpy as np
 import pytest
 
 from snapeval.errors import SnapevalError
-from snapeval.results.paired import compare_cells, mcnemar_exact, paired_bootstrap_ci
 from snapeval.results.schema import CellResult, SampleRecord
+from snapeval.stats import DecisionRule, compare_cells, drop_check
+from snapeval.stats.binary import mcnemar_midp, tango_interval, tango_noninferiority
+from snapeval.stats.power import noninferiority_items
 
 
-def test_mcnemar_exact_on_known_tables():
-    # b=1, c=9: 2 * P[X <= 1], X ~ Bin(10, 1/2) = 2 * 11/1024
-    assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
-    assert mcnemar_exact(9, 1) == pytest.approx(22 / 1024)
-    assert mcnemar_exact(0, 0) == 1.0
-    assert mcnemar_exact(3, 3) == 1.0  # capped at 1
-    assert mcnemar_exact(0, 5) == pytest.approx(2 / 32)
-
-
-def test_bootstrap_matches_a_hand_rolled_resampler():
-    diffs = np.array([-1, 0, 0, -1, 1, 0, -1, 0, 0, -1], dtype=float)
-    low, high = paired_bootstrap_ci(diffs, iterations=4000, seed=7)
-    rng = np.random.default_rng(7)  # the same draws, item by item
-    counts = rng.multinomial(10, np.full(10, 0.1), size=4000)
-    means = counts @ diffs / 10
-    assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])))
-    assert low < diffs.mean() < high
-
-
-def test_clusters_resample_whole_documents():
-    # two documents with 5 questions each, perfectly correlated inside a document: the cluster CI is wider
-    diffs = np.array([-1] * 5 + [0] * 5, dtype=float)
-    items = paired_bootstrap_ci(diffs, iterations=4000, seed=0)
-    docs = paired_bootstrap_ci(diffs, ["a"] * 5 + ["b"] * 5, iterations=4000, seed=0)
-    assert docs[1] - docs[0] > items[1] - items[0]
-    assert docs == pytest.approx((-1.0, 0.0))  # resampling 2 documents: all of a, half, or none of it
-
-
-def _cell(scores: dict[int, float], texts: dict[int, str] | None = None) -> CellResult:
-    samples = [SampleRecord("t", d, "x", ((texts or {}).get(d, "ab"),), {"acc,none": v}, True) for d, v in scores.items()]
+def _cell(scores: dict[int, float], texts: dict[int, str] | None = None, clusters=None) -> CellResult:
+    samples = [SampleRecord("t", d, "x", ((texts or {}).get(d, "ab"),), {"acc,none": float(v)}, True,
+                            None if clusters is None else str(clusters[d])) for d, v in scores.items()]
     return CellResult("c", {}, [], samples)
 
 
-def test_compare_cells_flips_lengths_and_unpaired_items():
-    ref = _cell({0: 1, 1: 1, 2: 1, 3: 0, 4: 1, 5: 1})
-    cand = _cell({0: 0, 1: 0, 2: 1, 3: 1, 4: 0, 6: 1}, texts={0: "abcd", 1: "abcd"})
-    cmp = compare_cells(ref, cand, "acc,none", iterations=2000)
-    assert cmp.n == 5 and cmp.unpaired == 2  # docs 5 and 6 are never paired
-    assert (cmp.broke, cmp.fixed) == (3, 1) and cmp.binary
-    assert cmp.mcnemar_p == pytest.approx(mcnemar_exact(3, 1))
-    assert cmp.mean_diff == pytest.approx((-1 - 1 + 0 + 1 - 1) / 5)
-    assert cmp.length_change == pytest.approx((2 + 2) / 5)
-    assert not cmp.significant  # 3 vs 1 discordant items prove nothing
+def test_binary_single_items_use_mcnemar_midp_and_tango():
+    ref = _cell({i: 1 for i in range(40)})
+    cand = _cell({i: (0 if i < 2 else 1) for i in range(40)})
+    cmp = compare_cells(ref, cand, "acc,none")
+    assert (cmp.worse, cmp.better, cmp.n, cmp.clusters, cmp.unpaired) == (2, 0, 40, 40, 0)
+    assert cmp.test == "McNemar mid-p" and cmp.p_value == pytest.approx(mcnemar_midp(2, 0))
+    assert (cmp.ci_low, cmp.ci_high) == pytest.approx(tango_interval(2, 0, 40))
+    assert cmp.interval == "Tango score"
+    assert (cmp.ni_p, cmp.drop_bound) == pytest.approx(tango_noninferiority(2, 0, 40, 0.02, 0.05))
+    assert not cmp.non_inferior and cmp.n_for_margin == noninferiority_items(0.02, 0.05, 2 / 40)
+    loose = compare_cells(ref, cand, "acc,none", rule=DecisionRule(margin=0.2))
+    assert loose.non_inferior and loose.drop_bound < 0.2
+
+
+def test_no_discordant_item_keeps_a_real_interval():
+    ref = _cell({i: 1 for i in range(40)})
+    cmp = compare_cells(ref, ref, "acc,none")
+    assert cmp.ci_low < -0.08 and cmp.ci_high > 0.08  # issue #21: the old bootstrap gave [0, 0]
+    assert cmp.p_value == 1.0 and cmp.drop_bound == pytest.approx(0.0634, abs=1e-3)
+
+
+def test_lower_is_better_metrics_are_oriented():
+    ref = _cell({i: 0 for i in range(30)})
+    cand = _cell({i: (1 if i < 6 else 0) for i in range(30)})  # the error rate rose: worse
+    up = compare_cells(ref, cand, "acc,none", higher_is_better=False)
+    assert up.worse == 6 and up.better == 0 and up.mean_diff == pytest.approx(0.2)
+    assert up.ci_low > 0 and up.drop_bound > 0.2 > 0.02
+    assert drop_check(ref, cand, "acc,none", alpha=0.05, higher_is_better=False).p_value < 0.05
+    assert drop_check(ref, cand, "acc,none", alpha=0.05).p_value > 0.95
+
+
+def test_clusters_and_unpaired_items():
+    clusters = [i // 5 for i in range(40)]
+    ref = _cell({i: 1 for i in range(40)}, clusters=clusters)
+    cand = _cell({i: (0 if i < 10 else 1) for i in range(40)}, clusters=clusters)  # two whole documents broke
+    cmp = compare_cells(ref, cand, "acc,none")
+    assert cmp.clusters == 8 and cmp.test.startswith("sign-flip over 8 clusters") and cmp.design_effect > 1
+    singles = compare_cells(_cell({i: 1 for i in range(40)}), _cell({i: (0 if i < 10 else 1) for i in range(40)}),
+                            "acc,none")
+    assert cmp.p_value > singles.p_value and cmp.ci_low < singles.ci_low  # clustering removes information
+    ref2 = _cell({0: 1, 1: 1, 2: 1, 3: 0, 4: 1, 5: 1})
+    cand2 = _cell({0: 0, 1: 0, 2: 1, 3: 1, 4: 0, 6: 1}, texts={0: "abcd", 1: "abcd"})
+    cmp2 = compare_cells(ref2, cand2, "acc,none")
+    assert cmp2.n == 5 and cmp2.unpaired == 2 and (cmp2.worse, cmp2.better) == (3, 1)
+    assert cmp2.length_change == pytest.approx((2 + 2) / 5)
+
+
+def test_continuous_scores_use_the_sign_flip_test_and_the_bootstrap():
+    rng = np.random.default_rng(0)
+    ref = _cell({i: v for i, v in enumerate(rng.integers(0, 9, 30) / 8)})
+    cand = _cell({i: v for i, v in enumerate(rng.integers(0, 9, 30) / 8)})
+    cmp = compare_cells(ref, cand, "acc,none")
+    assert not cmp.binary and cmp.test.startswith("sign-flip over 30 clusters")
+    assert cmp.interval == "cluster bootstrap, expanded percentile" and cmp.ci_low < cmp.mean_diff < cmp.ci_high
+    assert math.isfinite(cmp.mdd) and cmp.mdd > 0 and cmp.n_for_margin > 30
+    few = compare_cells(_cell({i: i / 8 for i in range(4)}), _cell({i: (i + 1) / 8 for i in range(4)}), "acc,none")
+    assert few.few_clusters and "only 4 clusters" in few.interval and few.drop_bound == pytest.approx(-0.125)
+    three = compare_cells(_cell({i: i / 8 for i in range(3)}), _cell({i: (i + 1) / 8 for i in range(3)}), "acc,none")
+    assert three.drop_bound == math.inf and not three.non_inferior  # 3 clusters can never show non-inferiority
+
+
+def test_drop_check_and_the_smallest_p():
+    ref = _cell({i: 1 for i in range(4)})
+    cand = _cell({i: 0 for i in range(4)})
+    check = drop_check(ref, cand, "acc,none", alpha=0.05)
+    assert check.p_value == pytest.approx(0.5 / 16) and check.smallest_p == pytest.approx(0.5 / 16)
+    three = drop_check(_cell({i: 1 for i in range(3)}), _cell({i: 0 for i in range(3)}), "acc,none", alpha=0.05)
+    assert three.smallest_p == pytest.approx(0.0625) and three.p_value >= 0.05  # 3 items cannot reject at 5%
+    big = drop_check(_cell({i: 1 for i in range(64)}), _cell({i: 1 for i in range(64)}), "acc,none", alpha=0.05)
+    assert big.power == pytest.approx(0.894, abs=1e-3)  # configs/regression.yaml's size
 
 
 def test_no_shared_item_is_a_one_line_error():
@@ -64,5 +101,5 @@ def test_no_shared_item_is_a_one_line_error():
 def test_missing_reference_cell_is_explained_in_the_table():
     from snapeval.results.table import paired_columns
 
-    cols = paired_columns({"method": "snapstream"}, _cell({0: 1}), "acc,none", None)
+    cols = paired_columns({"method": "snapstream"}, _cell({0: 1}), "acc,none", None, DecisionRule())
     assert cols == {"paired_note": "no full-cache reference cell answered the same items (same model, task, seed, limit)"}

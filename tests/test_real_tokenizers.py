@@ -75,9 +75,10 @@ def test_answer_is_extracted_after_the_thinking_section(r1):
     decoded = r1.decode(r1(response, add_special_tokens=False).input_ids, skip_special_tokens=True)
     thinking, answer, cut = split_thinking(decoded)
     assert not cut and "\\boxed{40}" in thinking and "\\boxed{40}" not in answer
-    assert aime.extract_answer(decoded)[0] == 42
+    assert aime.extract_answer(decoded) == "42"  # read after "\n</think>\n\n", which decoding keeps
     unfinished = r1.decode(r1("<think>\nStill at \\boxed{40}", add_special_tokens=False).input_ids)
-    assert aime.extract_answer(unfinished)[0] is None  # cut off while thinking: no answer
+    scored = aime.score({"ID": "x", "Answer": "42"}, [unfinished], assume_thinking=True)
+    assert aime.extract_answer(unfinished) == "40" and scored["truncated_in_thinking"] == 1.0  # read, and flagged
 
 
 @pytest.mark.parametrize("which", ["llama3", "r1"])

@@ -5,15 +5,17 @@ import dataclasses
 import io
 import json
 import random
+from pathlib import Path
 
 import pytest
 
 from fixtures.sweep_fakes import fake_evaluate, fake_simulate
 from snapeval.cli import main as cli
-from snapeval.regress import Entry, compare, load_entries, tolerance, write_baseline
 from snapeval.results.schema import CellResult, MetricValue
+from snapeval.stats.regress import Entry, compare, load_entries, tolerance, write_baseline
 from snapeval.sweep import parse_config, run_sweep
 
+REPO = Path(__file__).resolve().parents[1]
 GREEDY = {
     "name": "reg",
     "models": ["llama-3.1-8b-instruct"],
@@ -53,8 +55,8 @@ def test_identical_results_pass(greedy_base, capsys):
     out, baseline = greedy_base
     code, text, _ = regress(capsys, baseline, out)
     assert code == 0
-    assert "PASS: 6 baseline cells; 0 accuracy regressions, 0 cells with changed text" in text
-    assert text.count("greedy generations identical") == 6
+    assert "PASS: 6 baseline cells; 0 accuracy regressions, 0 greedy cells with changed items" in text
+    assert text.count("greedy: all 12 items have identical scores and texts") == 6
     assert regress(capsys, out, out)[0] == 0  # a results directory works as a baseline too
 
 
@@ -63,8 +65,9 @@ def test_changed_greedy_text_fails_even_when_accuracy_is_unchanged(greedy_base, 
     current = sweep(GREEDY, tmp_path / "cur", monkeypatch, SNAPEVAL_FAKE_TEXT_EDIT="1")
     code, text, _ = regress(capsys, baseline, current)
     assert code == 1
-    assert "REGRESSION" not in text and text.count("TEXT CHANGED") == 6
-    assert "1/12 greedy generations changed" in text
+    assert "REGRESSION" not in text and text.count("CHANGED") == 6
+    assert "1 of 12 items changed (greedy decoding reproduces every item)" in text
+    assert "  snapeval_passkey doc 0: text changed" in text
     assert "- The answer is 0.\n" in text and "+ The answer is 0. (edited)" in text  # a readable diff
     assert "FAIL:" in text
 
@@ -74,10 +77,11 @@ def test_planted_regression_is_caught(tmp_path, capsys, monkeypatch):
     current = sweep(SAMPLED, tmp_path / "cur", monkeypatch, SNAPEVAL_FAKE_DRIFT="-0.6")
     code, text, _ = regress(capsys, base, current)
     assert code == 1
-    assert "REGRESSION" in text and "TEXT CHANGED" not in text  # sampled cells: text is not compared
+    assert "REGRESSION" in text and "CHANGED" not in text  # sampled cells: text is not compared
     line = next(l for l in text.splitlines() if l.startswith("REGRESSION"))
     assert "exact_match,strict" in line or "exact_match,flexible" in line
-    assert "paired over 12 items" in line and "McNemar p=" in line  # same items on both sides: the paired test
+    assert "paired over 12 items in 12 clusters" in line and "McNemar mid-p, one-sided p=" in line
+    assert "against a 10-point drop" in line  # its power is printed
 
 
 def test_paired_test_catches_a_drop_the_unpaired_rule_misses(tmp_path, capsys, monkeypatch):
@@ -103,7 +107,7 @@ def test_paired_test_catches_a_drop_the_unpaired_rule_misses(tmp_path, capsys, m
              for b, c in zip(load_entries(base)[1], load_entries(current)[1])]
     assert any(d > 0 and d < tolerance(se, se, 3.0, 0.02) for d, se in drops)  # the unpaired rule would pass these
     code, text, _ = regress(capsys, base, current)
-    assert code == 1 and "paired over" in text and "6 broke, 0 fixed" in text
+    assert code == 1 and "paired over" in text and "6 worse, 0 better" in text
 
 
 def test_noise_within_tolerance_passes(tmp_path, capsys, monkeypatch):
@@ -115,7 +119,7 @@ def test_noise_within_tolerance_passes(tmp_path, capsys, monkeypatch):
     code, text, _ = regress(capsys, base, current)
     assert code == 0, text
     # but a tight tolerance flags the same move
-    assert regress(capsys, base, current, "--z", "0.01", "--floor", "0", "--unpaired")[0] == 1
+    assert regress(capsys, base, current, "--z", "0.01", "--margin", "0", "--unpaired")[0] == 1
 
 
 def test_tolerance_rule():
@@ -170,6 +174,8 @@ def test_unusable_input_exits_2(greedy_base, tmp_path, capsys):
     other_limit = sweep({**GREEDY, "tasks": [{"name": "snapeval_passkey", "limit": 5}]}, tmp_path / "lim")
     code, _, err = regress(capsys, baseline, other_limit)
     assert code == 2 and "cannot compare: sample limit differ" in err and err.count("\n") == 1
+    code, _, err = regress(capsys, baseline, out, "--alpha", "0.7")
+    assert code == 2 and "--alpha=0.7 is invalid; allowed: a number in (0, 0.5)" in err
     other_model = sweep({**GREEDY, "models": ["other"]}, tmp_path / "other")
     code, _, err = regress(capsys, baseline, other_model)
     assert code == 2 and "no cell of the baseline is in the current results" in err
@@ -191,3 +197,115 @@ def test_baseline_round_trips(greedy_base):
     from_file = {e.key: e.result for e in load_entries(baseline)[1]}
     assert from_dir == from_file
     assert all(dataclasses.asdict(r) for r in from_file.values())
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #21: real power at the CI size, and greedy runs checked item by item
+
+
+def _results_dir(tmp_path, name, entries):
+    """A results directory holding ``entries`` (what `snapeval sweep` would have written)."""
+    from snapeval.results.store import ResultsStore
+
+    store = ResultsStore(tmp_path / name)
+    store.write_manifest(name, [e.view for e in entries], {})
+    for e in entries:
+        store.write(e.result)
+    return store.root
+
+
+def _greedy_entries(n, solved, *, greedy=True, seed=0):
+    """One cell of ``n`` items, the first ``solved`` of them correct."""
+    from snapeval.results.schema import SampleRecord
+
+    samples = [SampleRecord("t", d, str(d), (f" The answer is {d}." if d < solved else " no.",),
+                            {"acc,none": 1.0 if d < solved else 0.0}, greedy) for d in range(n)]
+    value = solved / n
+    metric = MetricValue("t", "acc", "none", value, (value * (1 - value) / max(1, n - 1)) ** 0.5, n)
+    identity = {"task": {"limit": None, "generation": {}, "metadata": {}, "data": {}}, "model": {}, "seed": seed}
+    result = CellResult(f"c{seed}", identity, [metric], samples)
+    return Entry({"cell_id": f"c{seed}", "model": "m", "task": "t", "method": "full", "seed": seed}, result)
+
+
+def _plant(entry, broken):
+    """The same cell with the first ``broken`` solved items now wrong (texts unchanged: a scoring change)."""
+    import copy
+
+    result = copy.deepcopy(entry.result)
+    for s in result.samples[:broken]:
+        s.scores["acc,none"] = 0.0
+    value = sum(s.scores["acc,none"] for s in result.samples) / len(result.samples)
+    result.metrics = [dataclasses.replace(result.metrics[0], value=value)]
+    return Entry(entry.view, result)
+
+
+def test_ci_size_catches_a_ten_point_drop_with_80_percent_power():
+    """configs/regression.yaml's items per cell give the one-sided paired test >= 80% power against a 10-point drop
+    (6.4 of 64 items broken, none fixed), where the old 4 items could not reject at all."""
+    import yaml
+
+    from snapeval.stats.power import REGRESSION_DROP, mcnemar_power
+
+    config = yaml.safe_load((REPO / "configs" / "regression.yaml").read_text())
+    sizes = {t["metadata"]["num_samples"] for t in config["tasks"]}
+    assert sizes == {64}
+    assert mcnemar_power(64, REGRESSION_DROP, 0.0, 0.05, "less") >= 0.80
+    assert mcnemar_power(4, REGRESSION_DROP, 0.0, 0.05, "less") < 0.01
+
+
+def test_greedy_run_fails_on_any_per_item_change_and_passes_an_identical_copy(tmp_path, capsys):
+    base = _greedy_entries(64, 60)
+    baseline = _results_dir(tmp_path, "base", [base])
+    assert regress(capsys, baseline, _results_dir(tmp_path, "same", [base]))[0] == 0
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "drop", [_plant(base, 7)]))  # ~10 points
+    assert code == 1 and "CHANGED" in text and "7 of 64 items changed" in text
+    assert "  t doc 0: score acc,none 1 -> 0" in text and "  t doc 6: score acc,none 1 -> 0" in text
+    assert "metrics acc,none 0.9375 -> 0.828125" in text
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "one", [_plant(base, 1)]))
+    assert code == 1 and "1 of 64 items changed" in text and "t doc 0: score acc,none 1 -> 0" in text
+
+
+def test_sampled_run_catches_a_planted_ten_point_drop_at_the_ci_size(tmp_path, capsys):
+    base = _greedy_entries(64, 64, greedy=False)
+    baseline = _results_dir(tmp_path, "base", [base])
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "same", [base]))
+    assert code == 0 and "power 89% against a 10-point drop" in text
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "drop", [_plant(base, 7)]))
+    assert code == 1 and "REGRESSION" in text and "7 worse, 0 better" in text
+
+
+def test_below_the_n_that_can_reject_the_tolerance_rule_applies_too(tmp_path, capsys):
+    base = _greedy_entries(3, 3, greedy=False)
+    code, text, _ = regress(capsys, _results_dir(tmp_path, "b", [base]), _results_dir(tmp_path, "c", [_plant(base, 3)]))
+    assert code == 1
+    assert "the paired test cannot reject at n=3 (smallest possible p 0.0625 >= alpha 0.05)" in text
+    assert "tolerance rule applies too: drop +1.0000 vs tolerance 0.0200" in text
+
+
+def test_the_committed_baseline_guards_at_the_ci_size(tmp_path, capsys):
+    """results/regression/baseline.json itself: an identical copy passes; a planted 10-point drop on one cell (7 of
+    its 64 solved items scored 0, texts unchanged) fails, named item by item; so does one changed text."""
+    import copy
+
+    baseline = REPO / "results" / "regression" / "baseline.json"
+    _, entries = load_entries(baseline)
+    assert {len(e.result.samples) for e in entries} == {64}
+    assert regress(capsys, baseline, _results_dir(tmp_path, "same", entries))[0] == 0
+    target = max(entries, key=lambda e: sum(s.scores["score,none"] for s in e.result.samples))
+    solved = [s for s in target.result.samples if s.scores["score,none"] == 1.0]
+    assert len(solved) >= 7
+    planted = copy.deepcopy(target.result)
+    broken = {s.doc_id for s in solved[:7]}
+    for s in planted.samples:
+        if s.doc_id in broken:
+            s.scores.update({k: 0.0 for k in s.scores if k.startswith("score")})
+    current = [Entry(e.view, planted) if e is target else e for e in entries]
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "drop", current))
+    assert code == 1 and "7 of 64 items changed" in text
+    assert all(f"doc {d}: score score,none 1 -> 0" in text for d in broken)
+    edited = copy.deepcopy(target.result)
+    first = edited.samples[0]
+    edited.samples[0] = dataclasses.replace(first, generations=(first.generations[0] + " ",))
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "text", [Entry(e.view, edited) if e is target
+                                                                               else e for e in entries]))
+    assert code == 1 and "1 of 64 items changed" in text and "text changed" in text

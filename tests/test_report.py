@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 from fixtures.sweep_fakes import fake_evaluate, fake_simulate  # noqa: E402
 from snapeval.cli import main as cli  # noqa: E402
 from snapeval.report import build_report, tables  # noqa: E402
-from snapeval.report.plots import PLOTS, pareto_front  # noqa: E402
+from snapeval.report.plots import PLOTS, paired_difference_vs_budget, pareto_front, place_labels  # noqa: E402
 from snapeval.results import load_table  # noqa: E402
 from snapeval.sweep import parse_config, run_sweep  # noqa: E402
 
@@ -75,21 +75,72 @@ def test_report_files_and_markdown(results, tmp_path):
     assert {"delta", "kv_reduction_sim", "throughput_gain_sim"} <= set(comp.columns)
     assert sorted(p.name for p in paths.plots) == sorted([f"{name}.png" for name in PLOTS] +
                                                          ["paired_difference_vs_budget.png"])
+    assert md.index("## Which budget can I deploy?") < md.index("## What the numbers are")  # the report opens with it
+    assert "| llama-3.1-8b-instruct | snapeval_passkey | snapstream |" in md and "items needed for δ" in md
     for png in paths.plots:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 def test_plots_have_titles_axes_legends_and_error_bars(results):
-    pts = tables.comparison(load_table(results))
-    for name, draw in PLOTS.items():
-        fig = draw(pts, "llama-3.1-8b-instruct")
+    table = load_table(results)
+    pts, pair = tables.comparison(table), tables.paired(table)
+    figures = {name: draw(pts, "llama-3.1-8b-instruct", pair) for name, draw in PLOTS.items()}
+    figures["paired"] = paired_difference_vs_budget(pair, "llama-3.1-8b-instruct")
+    for name, fig in figures.items():
         assert fig._suptitle is not None and fig._suptitle.get_text()
+        assert len(fig.legends) == 1, f"{name}: one legend per figure, outside the panels"
+        legend = fig.legends[0]
+        assert "error bars:" in legend.get_title().get_text()  # the bars say what they are
         for ax in [a for a in fig.axes if a.get_visible()]:
             assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
             assert "(" in ax.get_xlabel()  # units
-            assert ax.get_legend() is not None
             assert ax.containers, f"{name}: no error bars"
         matplotlib.pyplot.close(fig)
+
+
+def test_budget_plots_offset_methods_mark_decisions_and_name_the_smallest_budget(results):
+    table = load_table(results)
+    pair = tables.paired(table)
+    fig = paired_difference_vs_budget(pair, "llama-3.1-8b-instruct")
+    ax = fig.axes[0]
+    xs = {}
+    for container in ax.containers:
+        xs[container.get_label()] = list(container.lines[0].get_xdata())
+    assert xs["snapstream"][0] != xs["streamingllm"][0]  # the same budget, offset per method
+    assert xs["snapstream"][0] == pytest.approx(128, rel=0.1)
+    assert "smallest non-inferior budget (δ = 0.02): snapstream" in " ".join(ax.get_xlabel().split())  # wrapped
+    labels = fig.legends[0].get_texts()
+    assert {"ringed: non-inferior at δ", "filled: differs significantly (Holm)"} <= {t.get_text() for t in labels}
+    assert any("margin" in t.get_text() for t in labels)
+    matplotlib.pyplot.close(fig)
+
+
+def test_every_method_keeps_its_own_style():
+    from snapeval.report.style import register_style, styles_for
+
+    presses = ["full", "snapstream", "kvpress:SnapKVPress", "kvpress:StreamingLLMPress", "kvpress:TOVAPress",
+               "kvpress:ExpectedAttentionPress", "kvpress:SomeNewPress", "another"]
+    styles = styles_for(presses)
+    assert len({s.color for s in styles.values()}) == len(presses)
+    assert len({s.marker for s in styles.values()}) == len(presses)
+    assert styles["kvpress:ExpectedAttentionPress"] != styles["snapstream"]  # issue #21
+    assert styles_for(presses) == styles  # deterministic
+    assert styles_for(["snapstream"])["snapstream"] == styles["snapstream"]  # the same in every figure
+    register_style("kvpress:SomeNewPress", "#123456", "*")
+    assert styles_for(["kvpress:SomeNewPress"])["kvpress:SomeNewPress"].color == "#123456"
+
+
+def test_pareto_labels_do_not_collide():
+    plt = matplotlib.pyplot
+    fig, ax = plt.subplots(figsize=(4, 3))
+    points = [(1.0, 0.5, "128"), (1.0, 0.5, "256"), (1.01, 0.5, "512"), (1.02, 0.51, "1024")]
+    ax.plot([p[0] for p in points], [p[1] for p in points], "o")
+    fig.canvas.draw()
+    placed = place_labels(ax, points)
+    renderer = fig.canvas.get_renderer()
+    boxes = [a.get_window_extent(renderer) for a in placed]
+    assert not any(boxes[i].overlaps(boxes[j]) for i in range(4) for j in range(i + 1, 4))
+    plt.close(fig)
 
 
 def test_pareto_front():
@@ -110,7 +161,7 @@ def test_paired_section_matches_the_cells(results, tmp_path):
     """Every compressed cell is paired with the full-cache cell of its (model, task, seed); the report says which
     differences are significant, with the numbers of the paired computation."""
     from snapeval.results import ResultsStore
-    from snapeval.results.paired import compare_cells
+    from snapeval.stats import DecisionRule, compare_cells, holm
 
     paths = build_report(results, tmp_path / "r")
     pair = pd.read_csv(tmp_path / "r" / "paired.csv")
@@ -121,9 +172,41 @@ def test_paired_section_matches_the_cells(results, tmp_path):
                 & (table["task"] == "snapeval_passkey") & (table["seed"] == 1)].iloc[0]
     ref = store.read(row["paired_ref_cell"])
     assert ref.identity["policy"]["method"] == "full" and ref.identity["seed"] == 1
-    cmp = compare_cells(ref, store.read(row["cell_id"]), f"{row['metric']},{row['filter']}")
+    cmp = compare_cells(ref, store.read(row["cell_id"]), f"{row['metric']},{row['filter']}", rule=DecisionRule())
     assert row["paired_diff"] == pytest.approx(cmp.mean_diff) and row["paired_ci_low"] == pytest.approx(cmp.ci_low)
-    assert row["flips_broke"] == cmp.broke and row["flips_fixed"] == cmp.fixed
+    assert row["items_worse"] == cmp.worse and row["items_better"] == cmp.better
+    assert row["paired_p"] == pytest.approx(cmp.p_value) and row["ni_drop_bound"] == pytest.approx(cmp.drop_bound)
     md = paths.markdown.read_text()
     assert "## Which differences are significant" in md and "Paired difference vs the full cache:" in md
     assert f"[{cmp.ci_low:+.3f}, {cmp.ci_high:+.3f}]" in md
+    assert "**Family**: the compressed cells of one (model, task)" in md
+    # Holm within each (model, task): the table's adjusted p-values are Holm's over that family's raw p-values
+    family = table[table["primary"] & (table["method"] != "full") & (table["task"] == "snapeval_passkey")]
+    assert family["paired_p_holm"].tolist() == pytest.approx(holm(family["paired_p"].tolist()))
+    assert (family["paired_significant"] == (family["paired_p_holm"] < 0.05)).all()
+    assert "Items: 12 paired items per cell in 12 clusters; 0 unpaired items in all." in md
+
+
+def test_margin_and_alpha_from_the_sweep_and_the_cli(tmp_path, capsys):
+    raw = {**RAW, "seeds": [0], "decision": {"margin": 0.5, "alpha": 0.1}}
+    out = tmp_path / "dec"
+    run_sweep(parse_config(raw), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+              report=False)
+    table = load_table(out)
+    assert set(table["ni_margin"].dropna()) == {0.5} and set(table["ni_alpha"].dropna()) == {0.1}
+    pair = tables.paired(table)
+    decided = tables.decisions(pair)
+    # the smallest non-inferior budget is the fixed-sequence walk of the cells' own verdicts
+    for r in decided.itertuples():
+        cells = pair[(pair["task"] == r.task) & (pair["method"] == r.method)].sort_values("budget", ascending=False)
+        walk = None
+        for c in cells.itertuples():
+            if not c.non_inferior:
+                break
+            walk = int(c.budget)
+        assert (None if pd.isna(r.smallest_ni_budget) else int(r.smallest_ni_budget)) == walk
+    assert cli(["report", str(out), "--margin", "0.02"]) == 0
+    assert "δ = 0.02" in (out / "report" / "report.md").read_text() and "α = 0.1" in (out / "report" / "report.md").read_text()
+    capsys.readouterr()
+    assert cli(["report", str(out), "--margin", "2"]) == 2
+    assert "--margin=2.0 is invalid; allowed: a number in [0, 1)" in capsys.readouterr().err

@@ -12,7 +12,8 @@ from fixtures.sweep_fakes import fake_evaluate, fake_simulate
 from snapeval.cache import FullConfig
 from snapeval.errors import SnapevalError
 from snapeval.results import CellResult, ResultsStore, atomic_write_text, from_lm_eval, load_table
-from snapeval.results.table import COLUMNS, TYPICAL_LENGTHS, build_table
+from snapeval.results.table import COLUMNS, build_table
+from snapeval.tasks.families import TYPICAL_LENGTHS
 from snapeval.sweep import expand_grid, parse_config, run_sweep
 
 
@@ -102,9 +103,9 @@ def test_unusable_evaluation_output(bad, message):
 def test_malformed_result_files(tmp_path):
     with pytest.raises(SnapevalError, match="not valid JSON"):
         CellResult.from_json("{")
-    with pytest.raises(SnapevalError, match="schema 7"):
+    with pytest.raises(SnapevalError, match=r"schema=7 is not supported; allowed: 1"):
         CellResult.from_json(json.dumps({"schema": 7}))
-    with pytest.raises(SnapevalError, match="malformed"):
+    with pytest.raises(SnapevalError, match=r"^cell x \(\? \| \? \| \? \| seed \?\): field 'identity' is missing$"):
         CellResult.from_json(json.dumps({"schema": 1, "cell_id": "x"}))
 
 
@@ -215,7 +216,7 @@ def test_load_table_rebuilds_from_cells_without_parquet(table, tmp_path):
 
 
 def test_fit_context():
-    from snapeval.results.table import fit_context
+    from snapeval.simulator.pricing import fit_context
 
     assert fit_context(84_762, 1_296, 8192) == (6_896, 1_296, True)
     assert fit_context(140, 15_424, 8192) == (140, 8_052, True)
@@ -266,3 +267,66 @@ def test_every_method_of_a_task_is_priced_at_the_full_cache_lengths():
     no_full = [c for c in cells if c.policy.method != "full"]
     frame = build_table([c.view() for c in no_full], results, {}, simulate=fake_simulate)
     assert set(frame["sim_gen_len"]) == {40}  # without a full-cache cell: the mean over the task's cells
+
+
+def test_pricing_reads_each_cells_own_method():
+    """Every method of the table is priced by what its configuration holds and computes: at LongBench-v2's
+    84,762-token prompt SnapStream and StreamingLLM hold their 256-slot budget, SnapKV its budget plus the output;
+    StreamingLLM scores nothing, so its prefill is the cheapest compression; a budget that holds AIME's 140-token
+    prompt compresses nothing, and the row says so."""
+    pytest.importorskip("snapeval.simulator")
+    from snapeval.cache import METHOD_TABLE
+
+    methods = ["full", *({"method": name, "budgets": [256]} for name in METHOD_TABLE.names() if name != "full")]
+    raw = {**RAW, "models": ["llama-3.1-8b-instruct"], "methods": methods,
+           "tasks": [{"name": "longbench_v2", "data_files": [], "limit": 2},
+                     {"name": "aime24_snapeval", "data_files": [], "limit": 2}]}
+    cells = expand_grid(parse_config(raw))
+    results = {c.cell_id: from_lm_eval(c.cell_id, c.identity(), fake_evaluate(**c.evaluate_kwargs())) for c in cells}
+    frame = build_table([c.view() for c in cells], results, {"hardware": "sn40l-16"})
+    prim = frame[frame["primary"]].set_index(["task", "method"])
+    lb = {m: prim.loc[("longbench_v2", m)] for m in METHOD_TABLE.names()}
+    assert lb["snapstream"]["sim_kv_bytes_per_seq"] == lb["streamingllm"]["sim_kv_bytes_per_seq"] == 131_072 * 256
+    assert lb["snapkv"]["sim_kv_bytes_per_seq"] == 131_072 * (256 + 1_296)
+    assert lb["full"]["sim_kv_bytes_per_seq"] == 131_072 * (84_762 + 1_296)
+    assert lb["streamingllm"]["sim_prefill_seconds"] < lb["snapkv"]["sim_prefill_seconds"]
+    assert lb["streamingllm"]["sim_prefill_seconds"] < lb["snapstream"]["sim_prefill_seconds"]
+    assert lb["full"]["sim_prefill_seconds"] < lb["streamingllm"]["sim_prefill_seconds"]
+    assert all(lb[m]["sim_note"] == "" for m in lb)
+    aime = prim.loc[("aime24_snapeval", "snapkv")]
+    assert "holds the whole 140-token prompt: nothing is compressed" in aime["sim_note"]
+    assert aime["sim_decode_tokens_per_s"] == prim.loc[("aime24_snapeval", "full")]["sim_decode_tokens_per_s"]
+
+
+def test_a_cells_method_is_rebuilt_from_its_identity():
+    from snapeval.cache import METHOD_TABLE, resolve_method
+    from snapeval.simulator.pricing import method_from_identity
+
+    configs = [resolve_method(name, None if name == "full" else 300) for name in METHOD_TABLE.names()]
+    configs += [resolve_method("snapstream", 300, sink=0, recent=100), resolve_method("streamingllm", 64, sink=2),
+                resolve_method("snapkv", 300, observation=16, kernel=7, pooling="max")]
+    try:
+        import kvpress  # noqa: F401
+        configs.append(resolve_method("kvpress:SnapKVPress", 300, window_size=16))
+    except ImportError:
+        pass
+    for config in configs:
+        assert method_from_identity(config.identity()) == config
+    with pytest.raises(SnapevalError, match="does not rebuild"):  # StreamingLLM's ring is what its budget leaves
+        method_from_identity({"method": "streamingllm", "budget": 64, "sink": 4, "recent": 7})
+    with pytest.raises(SnapevalError, match="does not add up"):
+        method_from_identity({**configs[1].identity(), "recent": 7})
+    with pytest.raises(SnapevalError, match="names no method"):
+        method_from_identity({"budget": 3})
+
+
+def test_a_cell_without_a_policy_identity_is_priced_from_its_view():
+    """Results written before identities carried the policy: the view's method, budget and split fields give the
+    same configuration, hence the same columns."""
+    from snapeval.simulator.pricing import CellPricing
+
+    cells = expand_grid(parse_config({**RAW, "models": ["llama-3.1-8b-instruct"], "tasks": RAW["tasks"][2:]}))
+    pricing = CellPricing({}, simulate=fake_simulate)
+    for cell in cells:
+        view = cell.view().to_dict()
+        assert pricing.columns(view, None) == pricing.columns(view, None, cell.identity()["policy"])

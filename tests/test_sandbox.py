@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from snapeval.errors import SnapevalError
+from snapeval.sandbox import ProgramJob, SandboxLimits, isolation, run_program, run_programs
 from snapeval.tasks import livecodebench
-from snapeval.tasks.sandbox import (
-    ProgramJob, SandboxLimits, TestCase, isolation, run_program, run_programs, stdout_matches,
-)
+from snapeval.tasks.livecodebench import TestCase, stdout_matches
 
 DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 FAST = SandboxLimits(timeout_s=2.0, memory_mb=512, output_bytes=1 << 20)
@@ -44,7 +43,7 @@ def problems():
 
 def _job(doc, code):
     tests = livecodebench.tests_of(doc)
-    return ProgramJob(code, tests.cases, tests.func_name)
+    return ProgramJob(code, [c.input for c in tests.cases], tests.mode, livecodebench.judge(tests), tests.func_name)
 
 
 def test_real_problems_correct_pass_wrong_fail(problems):
@@ -67,8 +66,17 @@ def test_evaluate_extracts_code_from_responses(problems):
                        "pass@2": pytest.approx(2 / 3)}
 
 
-STDIN = [TestCase("2 3\n", "5\n", "stdin")]
+STDIN = ["2 3\n"]
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def wants(*outputs):
+    """A judge expecting these standard outputs (the official line rules)."""
+    return lambda index, output: stdout_matches(output, outputs[index])
+
+
+def run_stdin(code, inputs=STDIN, outputs=("5\n",), **kw):
+    return run_program(code, inputs, mode="stdin", judge=wants(*outputs), limits=kw.pop("limits", FAST), **kw)
 
 
 @pytest.mark.parametrize("name, code, statuses", [
@@ -94,9 +102,9 @@ ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 ])
 def test_hostile_programs_fail_the_problem_only(name, code, statuses, tmp_path, monkeypatch):
     monkeypatch.setenv("SNAPEVAL_TEST_SECRET", "hunter2-secret")
-    result = run_program(code, STDIN, limits=FAST)
+    result = run_stdin(code)
     assert result.status in statuses, (name, result)
-    assert run_program(ADD, STDIN, limits=FAST).passed  # the harness carries on
+    assert run_stdin(ADD).passed  # the harness carries on
 
 
 def test_writes_outside_the_working_dir_change_nothing(tmp_path):
@@ -105,35 +113,40 @@ def test_writes_outside_the_working_dir_change_nothing(tmp_path):
     for code in (f"open({str(target)!r}, 'w').write('x')\nprint(5)\n",
                  f"import os\nos.remove({str(Path(__file__).resolve())!r})\nprint(5)\n",
                  f"import shutil\nshutil.rmtree({str(tmp_path)!r})\nprint(5)\n"):
-        assert run_program(code, STDIN, limits=FAST).status == "runtime_error"
+        assert run_stdin(code).status == "runtime_error"
     assert not target.exists() and tmp_path.is_dir() and Path(__file__).is_file()
 
 
 def test_environment_secrets_do_not_reach_the_program(monkeypatch):
     monkeypatch.setenv("SNAPEVAL_TEST_SECRET", "hunter2-secret")
     probe = "import os\nprint('hunter2-secret' in str(dict(os.environ)) and 5 or 6)\n"
-    assert run_program(probe, STDIN, limits=FAST).status == "wrong_answer"  # printed 6: no secret seen
+    assert run_stdin(probe).status == "wrong_answer"  # printed 6: no secret seen
     proc = "import os\nprint(5 if not any('hunter2' in open(f'/proc/{p}/environ').read() for p in os.listdir('/proc') if p.isdigit()) else 6)\n"
-    assert run_program(proc, STDIN, limits=FAST).status in ("passed", "runtime_error")
+    assert run_stdin(proc).status in ("passed", "runtime_error")
 
 
 def test_hostile_and_good_programs_in_parallel():
-    jobs = [ProgramJob("while True: pass\n", STDIN), ProgramJob(ADD, STDIN),
-            ProgramJob("import os\nos.kill(-1, 9)\n", STDIN), ProgramJob(ADD, STDIN)]
+    jobs = [ProgramJob(code, STDIN, "stdin", wants("5\n"))
+            for code in ("while True: pass\n", ADD, "import os\nos.kill(-1, 9)\n", ADD)]
     statuses = [r.status for r in run_programs(jobs, limits=SandboxLimits(timeout_s=1.0), workers=2)]
     assert statuses == ["time_limit", "passed", "runtime_error", "passed"]
 
 
 def test_functional_mode_and_grading():
-    tests = [TestCase("[1, 2]\n3", "[4, 5]", "functional")]
+    tests = livecodebench.Tests((TestCase("[1, 2]\n3", "[4, 5]", "functional"),), "f", False)
     ok = "class Solution:\n    def f(self, a, k):\n        return tuple(x + k for x in a)\n"
-    assert run_program(ok, tests, func_name="f", limits=FAST).passed
-    assert run_program(ok, tests, limits=FAST).status == "sandbox_error"
+    judge = livecodebench.judge(tests)
+    assert run_program(ok, ["[1, 2]\n3"], mode="functional", judge=judge, func_name="f", limits=FAST).passed
+    assert run_program(ok, ["[1, 2]\n3"], mode="functional", judge=judge, limits=FAST).status == "sandbox_error"
     assert stdout_matches("1.50 2\n\n", "1.5 2") and not stdout_matches("1 2", "1 2\n3")
     with pytest.raises(SnapevalError, match="testtype='file'"):
         TestCase("", "", "file")
-    with pytest.raises(SnapevalError, match="timeout_s=0"):
-        SandboxLimits(timeout_s=0)
+    with pytest.raises(SnapevalError, match="mode='file' is not allowed; choose one of: stdin, functional"):
+        run_program(ok, ["1"], mode="file", judge=judge)
+    for field, value in (("timeout_s", 0), ("memory_mb", -1), ("output_bytes", 1.5), ("program_output_bytes", True)):
+        with pytest.raises(SnapevalError, match=f"{field}={value!r} is not allowed") as err:
+            SandboxLimits(**{field: value})
+        assert "\n" not in str(err.value)
 
 
 def test_isolation_report_is_honest():
@@ -165,3 +178,77 @@ def test_malformed_test_cases_fail_when_the_data_loads(tmp_path):
     path.write_bytes(first.encode() + b"\n\n" + first.encode()[:40] + b"\xc3\x28" + first.encode()[40:] + b"\n")
     with pytest.raises(SnapevalError, match=r"code_generation_lite.jsonl:3: not UTF-8 text"):
         livecodebench.load(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------- kernel accounting
+V2_HOST = """\
+24 1 0:21 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate
+"""
+HYBRID = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+def test_cgroup_candidates_from_mountinfo():
+    """Where run cgroups go: below this process's own cgroup first, then the v2 root; v1 needs memory and pids."""
+    from snapeval.sandbox.cgroups import candidate_parents, parse_mountinfo, parse_proc_cgroup
+
+    own = parse_proc_cgroup("0::/user.slice/session-3.scope\n")
+    assert candidate_parents(parse_mountinfo(V2_HOST), own) == [
+        (2, {"unified": "/sys/fs/cgroup/user.slice/session-3.scope"}), (2, {"unified": "/sys/fs/cgroup"})]
+    own = parse_proc_cgroup("4:memory:/jobs/a\n2:cpu,cpuacct:/\n8:pids:/\n9:name=systemd:/\n0::/\n")
+    assert candidate_parents(parse_mountinfo(HYBRID), own) == [
+        (2, {"unified": "/sys/fs/cgroup/unified"}),
+        (1, {"memory": "/sys/fs/cgroup/memory/jobs/a", "pids": "/sys/fs/cgroup/pids",
+             "cpuacct": "/sys/fs/cgroup/cpu,cpuacct"})]
+    assert candidate_parents(parse_mountinfo(HYBRID.replace("rw,pids", "rw,freezer")), own)[1:] == []
+
+
+def test_cgroup_v2_run_writes_its_limits_and_reads_the_kernel(tmp_path, monkeypatch):
+    """A v2 run on a stand-in file tree: the base enables memory and pids for its children, the run gets memory.max,
+    pids.max (and swap 0 / OOM as a group where the kernel has them), and CPU, OOM kills and emptiness are read
+    from cpu.stat, memory.events and cgroup.events."""
+    from snapeval.sandbox import cgroups
+    from snapeval.sandbox.cgroups import make_tree
+
+    monkeypatch.setattr(cgroups, "_write", lambda path, value: Path(path).write_text(value))  # the kernel's files
+
+    parent = tmp_path / "cg"
+    parent.mkdir()
+    (parent / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (parent / "cgroup.subtree_control").write_text("")
+    tree = make_tree(2, {"unified": str(parent)}, 4242)
+    base = parent / "snapeval-sandbox-4242"
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids"
+    run = tree.new_run(256 << 20, 16)
+    d = base / "run-0"
+    assert (d / "memory.max").read_text() == str(256 << 20) and (d / "pids.max").read_text() == "16"
+    assert run.procs_files == [str(d / "cgroup.procs")]
+    (d / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    (d / "cgroup.events").write_text("populated 0\nfrozen 0\n")
+    (d / "cgroup.procs").write_text("")
+    assert (run.cpu_seconds(), run.oom_kills(), run.empty(), run.members()) == (1.5, 1, True, set())
+    for name in ("cpu.stat", "memory.events", "cgroup.events", "cgroup.procs", "memory.max", "pids.max"):
+        (d / name).unlink()
+    assert run.remove() and not d.exists()
+    (base / "cgroup.subtree_control").unlink()  # a real cgroup's files go with its directory
+    tree.cleanup()
+    assert not base.exists()
+    (parent / "cgroup.controllers").write_text("cpu io\n")
+    with pytest.raises(OSError, match="no memory and pids controllers"):
+        make_tree(2, {"unified": str(parent)}, 4243)
+
+
+def test_this_machine_accounts_runs_in_a_cgroup_when_it_can():
+    """As root on a machine with a cgroup file system (this one, CI), runs are accounted in a cgroup; the mode is
+    reported either way."""
+    report = isolation().describe()
+    assert report["accounting"].startswith(("cgroup v2", "cgroup v1", "rlimits"))
+    if os.geteuid() == 0 and report["new_root"] and Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists():
+        assert report["accounting"].startswith("cgroup")

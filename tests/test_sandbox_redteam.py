@@ -1,6 +1,10 @@
-"""Hostile programs by class (issue: a sandbox that holds against a red team). Every attack also runs with the
-audit hook switched off first: the kernel layers (mount/PID/network namespaces, the new root, the privilege drop,
-rlimits, the harness's own measurements) must hold without it."""
+"""Hostile programs by class. Every attack runs with the Python-level layers switched off first (the audit hook, and
+the official runner's guard that sets ``os.fork`` and friends to ``None``): the kernel layers (namespaces, the new
+root, the privilege drop, seccomp, rlimits, the cgroup) and the harness's own protocol must hold without them.
+
+Issue #25's classes (the harness drives the tests, not the program) come first. Each is written as a program that
+passed, or hung the harness, on the sandbox before it (where the test says so); ``docs/sandbox.md`` lists them.
+"""
 from __future__ import annotations
 
 import base64
@@ -11,6 +15,7 @@ import pickle
 import shutil
 import socket
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -18,41 +23,78 @@ from pathlib import Path
 import pytest
 
 from snapeval.errors import SnapevalError
-from snapeval.tasks import livecodebench, sandbox
-from snapeval.tasks.sandbox import (
-    ProgramJob, SandboxLimits, TestCase, isolation, read_capped, run_program, run_programs,
-)
+from snapeval.sandbox import ProgramJob, SandboxLimits, isolation, probe, run_program, run_programs
+from snapeval.tasks import livecodebench
+from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
 
 FAST = SandboxLimits(timeout_s=2.0, memory_mb=512, output_bytes=1 << 20, disk_mb=8)
-STDIN = [TestCase("2 3\n", "5\n", "stdin")]
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+MUL = "a, b = map(int, input().split())\nprint(a * b)\n"  # right only when a * b == a + b
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or REPO.parent / "shared" / "data")
 
-# Switch the audit hook off first, as a red-team program did: rebind the hook's closure cells (its path checks) to
-# functions that allow everything and empty the driver's block lists. What is tested after this is the kernel.
+# Switch the Python-level layers off first, as a red-team program did: rebind the audit hook's closure cells (its
+# path checks) to functions that allow everything, empty the driver's block lists, and undo the official runner's
+# guard (os functions back from posix, hidden modules back, shutil reloaded). What is tested after this is the kernel
+# and the harness.
 NO_HOOK = """
-import gc, sys
-for _f in gc.get_objects():
-    if type(_f).__name__ == 'function' and _f.__code__.co_name == 'hook' and _f.__closure__:
-        for _cell in _f.__closure__:
-            if callable(_cell.cell_contents):
-                _cell.cell_contents = lambda *a, **k: True
-for _mod in list(sys.modules.values()):
-    for _attr in ('BLOCKED_EVENTS', 'BLOCKED_IMPORTS', 'PATH_EVENTS'):
-        if isinstance(getattr(_mod, _attr, None), frozenset):
-            setattr(_mod, _attr, frozenset())
+import sys
+if not getattr(sys, '_python_layers_off', False):
+    sys._python_layers_off = True
+    import gc, os, posix
+    for _f in gc.get_objects():
+        if type(_f).__name__ == 'function' and _f.__code__.co_name == 'hook' and _f.__closure__:
+            for _cell in _f.__closure__:
+                if callable(_cell.cell_contents):
+                    _cell.cell_contents = lambda *a, **k: True
+    for _mod in list(sys.modules.values()):
+        for _attr in ('BLOCKED_EVENTS', 'BLOCKED_IMPORTS', 'PATH_EVENTS'):
+            if isinstance(getattr(_mod, _attr, None), frozenset):
+                setattr(_mod, _attr, frozenset())
+    for _name in dir(posix):
+        if getattr(os, _name, 0) is None:
+            setattr(os, _name, getattr(posix, _name))
+    for _name in [_n for _n, _m in sys.modules.items() if _m is None]:
+        del sys.modules[_name]
+    try:
+        import importlib, shutil
+        importlib.reload(shutil)
+    except ImportError:  # weaker isolation, as nobody: the interpreter's files may be unreadable
+        pass
+"""
+
+
+def hostile(code: str) -> str:
+    """``code`` run after the Python-level layers are off (a stdin program's top-level imports run before its body,
+    as the official runner hoists them: the attack is executed as a whole once :data:`NO_HOOK` has run)."""
+    return NO_HOOK + f"exec(compile({code!r}, '<attack>', 'exec'), globals())\n"
+
+
+# The driver's pipes, found as a program finds them: every descriptor it holds that is a pipe.
+PIPES = """
+import os, stat
+def _pipes():
+    out = []
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                out.append(fd)
+        except OSError:
+            pass
+    return out
 """
 
 pytestmark = pytest.mark.skipif(not isolation().isolate_fs, reason="no mount namespace here: execution is refused")
 
 
-def run(code: str, tests=STDIN, **kw):
-    return run_program(NO_HOOK + code, tests, limits=kw.pop("limits", FAST), **kw)
+def judge_stdout(*outputs):
+    return lambda index, output: stdout_matches(output, outputs[index])
 
 
-def test_the_hook_really_is_off():
-    assert run("import socket, subprocess, os\nopen('/tmp/x', 'w').write('x')\nprint(5)\n").passed
+def run(code: str, inputs=("2 3\n",), outputs=("5\n",), *, mode="stdin", func_name=None, limits=FAST):
+    judge = judge_stdout(*outputs) if mode == "stdin" else \
+        (lambda index, value: functional_matches(value, load_json(outputs[index])))
+    return run_program(hostile(code), list(inputs), mode=mode, judge=judge, func_name=func_name, limits=limits)
 
 
 def _sandbox_processes() -> list[int]:
@@ -61,13 +103,423 @@ def _sandbox_processes() -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.stat(f"/proc/{entry}").st_uid >= sandbox.SANDBOX_UID_BASE:
+                if os.stat(f"/proc/{entry}").st_uid >= probe.SANDBOX_UID_BASE:
                     pids.append(int(entry))
             except OSError:
                 continue
     return pids
 
 
+def _run_cgroups() -> list[str]:
+    """The run cgroups that exist now (each run makes one and removes it before returning)."""
+    tree = isolation().cgroups
+    if tree is None:
+        return []
+    return [os.path.join(base, entry) for base in set(tree.bases.values()) for entry in os.listdir(base)
+            if entry.startswith("run-")]
+
+
+def test_the_python_layers_really_are_off():
+    code = "import socket, subprocess, os\nopen('/tmp/x', 'w').write('x')\nos.getcwd()\nprint(5)\n"
+    assert run(code).passed
+
+
+# ------------------------------------------------------------------ issue #25: the harness drives the tests
+THREE = (["2 3\n", "1 4\n", "2 2\n"], ["5\n", "5\n", "4\n"])  # a * b is right on the last test only
+
+FORGE = PIPES + """
+import json
+# the old protocol: announce the later tests early and report only the last one, whose answer is computable here
+for fd in _pipes():
+    try:
+        a, b = map(int, open('/work/in_2').read().split())
+        open('/work/out_2', 'w').write(str(a * b) + '\\n')
+    except OSError:
+        pass
+    for forged in (b'S 1\\nS 2\\nD 2 {"status": "ok"}\\n',
+                   # the new one: a frame for this test, then frames for tests that have not started
+                   b'{"status": "ok", "bytes": 2}\\n4\\n' * 3):
+        try:
+            os.write(fd, forged)
+        except OSError:
+            pass
+import time
+time.sleep(3)
+"""
+
+
+def test_forged_control_lines_never_grade_a_test():
+    """Forged and reordered control lines on every pipe the program holds (on the old harness: only test 2 graded,
+    pass@1 = 1.0 for a wrong program). Now the first frame is test 0's output, and the extra ones are a runtime
+    error; a well-formed forged frame is just this test's output."""
+    result = run(FORGE, *THREE)
+    assert result.status == "runtime_error" and [o.index for o in result.outcomes] == [0], result
+
+
+def test_functional_forgery_never_grades_a_test():
+    forge = PIPES + """
+import json
+class Solution:
+    def f(self, a, b):
+        for fd in _pipes():
+            try:
+                os.write(fd, ('S 1\\nS 2\\nD 2 ' + json.dumps({"status": "ok", "result": "4"}) + '\\n').encode())
+                os.write(fd, b'{"status": "ok", "bytes": 1}\\n4')
+            except OSError:
+                pass
+        return a * b
+"""
+    result = run(forge, ["2\n3", "1\n4", "2\n2"], ["5", "5", "4"], mode="functional", func_name="f")
+    assert not result.passed and result.outcomes[0].index == 0, result
+
+
+def test_rewritten_reports_never_skip_a_test():
+    """The program rewrites what the driver writes (on the old harness: test 0's report became the start of test 1,
+    so test 0 was never graded and a program wrong on it passed). Now every frame it can write is the output of the
+    test in progress; a frame withheld leaves the test without an answer until its deadline."""
+    rewrite = """
+import os, sys
+if not hasattr(sys, '_patched'):
+    sys._patched = True
+    _w, _r = os.write, os.read
+    state = {'fake_ack': False, 'frames': 0}
+    def w(fd, data):
+        data = bytes(data)
+        if data.startswith(b'D 0 '):  # the old protocol: test 0's report becomes the start of test 1
+            state['fake_ack'] = True
+            return _w(fd, b'S 1\\n')
+        if data == b'S 1\\n':
+            return len(data)
+        if data.startswith(b'{"status"'):  # the new one: withhold test 0's (wrong) result
+            state['frames'] += 1
+            if state['frames'] == 1:
+                return len(data)
+        return _w(fd, data)
+    def r(fd, n):
+        if state['fake_ack']:
+            state['fake_ack'] = False
+            return b'\\n'
+        return _r(fd, n)
+    os.write, os.read = w, r
+a, b = map(int, input().split())
+print(a * b)
+"""
+    start = time.perf_counter()
+    result = run(rewrite, ["2 3\n", "2 2\n", "0 0\n"], ["5\n", "4\n", "0\n"])
+    assert result.status == "time_limit" and [o.index for o in result.outcomes] == [0], result
+    assert time.perf_counter() - start < FAST.timeout_s + 5
+
+
+def test_time_shifting_is_impossible():
+    """Work for a later test before its clock starts (on the old harness: 1.5 s of CPU per test against a 1 s
+    limit, passed, by computing while the driver was about to announce the test). Now a test's input exists only
+    once its clock runs."""
+    shift = """
+import os, sys, time
+def work(a, b):
+    end = time.process_time() + 1.5
+    while time.process_time() < end:
+        pass
+    return a + b
+if not hasattr(sys, '_shift'):
+    sys._shift = {}
+    _w = os.write
+    def w(fd, data):
+        data = bytes(data)
+        if data.startswith(b'S '):  # the old driver announces a test: do its work first, off the clock
+            try:
+                a, b = map(int, open('/work/in_%d' % int(data.split()[1])).read().split())
+                sys._shift[(a, b)] = work(a, b)
+            except OSError:
+                pass
+        return _w(fd, data)
+    os.write = w
+a, b = map(int, input().split())
+print(5 if (a, b) == (2, 3) else sys._shift[(a, b)] if (a, b) in sys._shift else work(a, b))
+"""
+    result = run(shift, ["2 3\n", "1 4\n", "2 6\n"], ["5\n", "5\n", "8\n"],
+                 limits=SandboxLimits(timeout_s=1.0, memory_mb=512))
+    assert result.status == "time_limit" and [o.status for o in result.outcomes] == ["passed", "time_limit"], result
+
+
+def test_cpu_of_every_thread_between_and_during_tests_is_counted():
+    """GIL-free threads started in test 0 keep burning while later tests run and between them; the kernel counts
+    their CPU for the run, and the harness charges everything from the ready byte to the last result to the tests:
+    the per-test CPU adds up to at least what the process itself used."""
+    burn = """
+import hashlib, os, sys, threading
+if not hasattr(sys, '_burners'):
+    sys._start = os.times()
+    block = b'x' * (1 << 20)
+    def spin():
+        for _ in range(500):
+            hashlib.sha256(block).digest()
+    sys._burners = [threading.Thread(target=spin) for _ in range(2)]
+    [t.start() for t in sys._burners]
+a, b = map(int, input().split())
+if a == 0:
+    [t.join() for t in sys._burners]
+    now = os.times()
+    print(now.user + now.system - sys._start.user - sys._start.system)
+else:
+    print(a + b)
+"""
+    seen = {}
+
+    def judge(index, output):
+        seen[index] = output
+        return True
+
+    result = run_program(hostile(burn), ["2 3\n", "1 1\n", "0 0\n"], mode="stdin", judge=judge,
+                         limits=SandboxLimits(timeout_s=5.0, memory_mb=512))
+    assert result.passed, result
+    own = float(seen[2])
+    assert own > 0.2 and sum(o.cpu_s for o in result.outcomes) >= own - 0.05, (own, result.outcomes)
+
+
+def test_gil_free_cpu_burn_is_a_time_limit():
+    """Threads that release the GIL burn CPU faster than the wall clock runs; the program fakes its own
+    accounting. The limit is on the kernel's count of the run's CPU time, checked while the test runs."""
+    burner = ("import hashlib, resource, threading, time\n"
+              "resource.getrusage = lambda who: type('R', (), {'ru_utime': 0.0, 'ru_stime': 0.0})()\n"
+              "time.process_time = lambda: 0.0\nblock = b'x' * (4 << 20)\n"
+              "def burn():\n    end = time.perf_counter() + 1.3\n    while time.perf_counter() < end:\n"
+              "        hashlib.sha256(block).digest()\n"
+              "ts = [threading.Thread(target=burn) for _ in range(2)]\n[t.start() for t in ts]\n"
+              "[t.join() for t in ts]\nprint(5)\n")
+    if len(os.sched_getaffinity(0)) < 2 or os.getloadavg()[0] > 1.0:
+        pytest.skip("needs two idle cores to burn CPU faster than the wall clock")
+    result = run(burner, limits=SandboxLimits(timeout_s=1.5, memory_mb=1024, output_bytes=1 << 20))
+    assert result.status == "time_limit" and "CPU limit" in result.detail, result
+    assert result.outcomes[-1].cpu_s > 1.5 > result.outcomes[-1].wall_s
+
+
+def rereport(output: str, pause: float) -> str:
+    """A program that prints ``output`` for test 0 and then, from a thread, re-sends the old protocol's report of
+    test 0 on every pipe every ``pause`` seconds while its main thread never returns."""
+    return PIPES + f"""
+import sys, threading, time
+a, b = map(int, input().split())
+print({output})
+sys.stdout.flush()
+def again():
+    while True:
+        for fd in _pipes():
+            try:
+                os.write(fd, b'D 0 {{"status": "ok"}}\\n')
+            except OSError:
+                pass
+        time.sleep({pause})
+threading.Thread(target=again, daemon=True).start()
+time.sleep(60)
+"""
+
+
+REPEAT = rereport("a + b", 0.3)
+
+
+def test_repeated_reports_never_extend_the_run():
+    """Re-sending a report every 0.3 s (on the old harness: test 0 re-graded forever, the deadline pushed each time,
+    the harness hung at ~0 CPU). Now one frame per test, one deadline per test and per program."""
+    start = time.perf_counter()
+    result = run(REPEAT, ["2 3\n", "1 4\n"], ["5\n", "5\n"])
+    assert result.status == "runtime_error", result  # a second frame, bytes before an input, or a malformed one
+    assert time.perf_counter() - start < FAST.timeout_s + 5
+
+
+def test_pipe_size_tricks_never_block_the_harness():
+    """Shrink every pipe to one page and flood reports (on the old harness: a blocking write of an acknowledgement
+    deadlocked the harness); and shrink them and leave a 1 MiB input unread. Every write of the harness is
+    non-blocking, every wait bounded: garbage is a runtime error at once, an unread input a time limit."""
+    flood = PIPES + """
+import fcntl, sys, time
+a, b = map(int, input().split())
+print(a + b)
+sys.stdout.flush()
+for fd in _pipes():
+    try:
+        fcntl.fcntl(fd, 1031, 4096)  # F_SETPIPE_SZ: one page
+    except OSError:
+        pass
+for _ in range(100000):
+    for fd in _pipes():
+        try:
+            os.write(fd, b'D 0 {"status": "ok"}\\n')
+        except OSError:
+            pass
+time.sleep(60)
+"""
+    start = time.perf_counter()
+    result = run(flood, ["2 3\n", "1 4\n"], ["5\n", "5\n"])
+    assert result.status == "runtime_error", result
+    assert time.perf_counter() - start < FAST.timeout_s + 5
+    quiet = PIPES + "import fcntl, time\nfor fd in _pipes():\n    fcntl.fcntl(fd, 1031, 4096)\ntime.sleep(60)\n"
+    start = time.perf_counter()
+    result = run(quiet, ["1 " * (1 << 19) + "\n"], ["5\n"])
+    assert result.status == "time_limit", result
+    assert time.perf_counter() - start < FAST.timeout_s + 5
+
+
+AMPLIFY = """
+a, b = map(int, input().split())
+print('0' * ((30 << 20) - 8) + str(a + b))
+"""
+RESEND = rereport("'0' * ((30 << 20) - 8) + str(a + b)", 0)
+
+
+def test_the_harness_spends_a_bounded_share_of_cpu_per_program():
+    """32 MiB of zero-padded correct output per test, and the same re-sent in a loop (on the old harness: 20 s of
+    the harness's own CPU on one program, re-grading each copy). Each output is read once, capped and compared in
+    linear time; a copy beyond the first is a runtime error."""
+    limits = SandboxLimits(timeout_s=5.0, memory_mb=1024)
+    for code, inputs, passes in ((AMPLIFY, ["2 3\n", "1 4\n", "2 2\n"], True), (RESEND, ["2 3\n", "1 4\n"], False)):
+        start = time.thread_time()  # run_program works in this thread
+        result = run_program(hostile(code), inputs, mode="stdin", judge=judge_stdout("5\n", "5\n", "4\n"),
+                             limits=limits)
+        spent = time.thread_time() - start
+        assert result.passed == passes, result  # Decimal('000...05') == 5: the official compares so too
+        assert spent < 4.0, spent
+
+
+# memory the rlimits do not count: SysV shared memory, memfd files, SysV message queues (each over 256 MiB)
+SHM = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+held = 0
+for _ in range(12):
+    sid = libc.shmget(0, 64 << 20, 0o1600)
+    if sid < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    addr = libc.shmat(sid, None, 0)
+    ctypes.memset(addr, 1, 64 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+    held += 64
+print(5 if held >= 640 else held)
+"""
+MEMFD = """
+import mmap, os
+fds = []
+for _ in range(24):
+    fd = os.memfd_create('x')
+    os.ftruncate(fd, (32 << 20) - 1)
+    m = mmap.mmap(fd, (32 << 20) - 1)
+    m.write(b'x' * ((32 << 20) - 1))
+    m.close()
+    fds.append(fd)
+print(5)
+"""
+MSGQ = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+class Msg(ctypes.Structure):
+    _fields_ = [('mtype', ctypes.c_long), ('mtext', ctypes.c_char * 8192)]
+m = Msg(1, b'x' * 8192)
+held = 0
+while held < (400 << 20):
+    qid = libc.msgget(0, 0o1600)
+    if qid < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    for _ in range(2):
+        if libc.msgsnd(qid, ctypes.byref(m), 8192, 0o4000) != 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        held += 8192
+print(5)
+"""
+MEMORY_ATTACKS = [("SysV shared memory", SHM), ("memfd", MEMFD), ("SysV message queues", MSGQ)]
+LOW_MEMORY = SandboxLimits(timeout_s=10.0, memory_mb=256, disk_mb=8)
+
+
+@pytest.mark.parametrize("name, code", MEMORY_ATTACKS)
+def test_memory_outside_the_rlimits_is_refused(name, code):
+    """640-768 MiB held under a 256 MiB limit on the old sandbox. The seccomp filter refuses SysV IPC, memfd and
+    POSIX message queues (no program needs them), in every mode."""
+    if not isolation().seccomp:
+        pytest.skip("no seccomp filter here (the cgroup counts them instead: see the next test)")
+    result = run(code, limits=LOW_MEMORY)
+    assert result.status == "runtime_error" and "Operation not permitted" in result.detail + str(
+        [o.detail for o in result.outcomes]), result
+
+
+@pytest.mark.parametrize("name, code", MEMORY_ATTACKS)
+def test_memory_outside_the_rlimits_is_counted_by_the_cgroup(name, code, monkeypatch):
+    """With the seccomp filter off, the run's cgroup counts the same memory: the kernel stops the run at its
+    limit (memory.max / memory.limit_in_bytes count shared memory, memfd pages and kernel memory)."""
+    if isolation().cgroups is None:
+        pytest.skip("no usable cgroup here (the seccomp filter refuses these instead)")
+    monkeypatch.setattr(probe, "isolation", lambda: dataclasses.replace(isolation(), seccomp=False))
+    result = run(code, limits=LOW_MEMORY)
+    assert result.status == "runtime_error" and not result.passed, result
+    assert "memory limit" in result.detail or "Cannot allocate" in result.detail or "No space" in result.detail, result
+
+
+def test_fd_exhaustion_never_changes_a_verdict():
+    """A program that exhausts its file descriptors after the first test: later tests are still given their input
+    and graded on their own output (the harness needs no new descriptor in the sandbox, the driver none either)."""
+    exhaust = """
+import os
+a, b = map(int, input().split())
+print(a * b if (a, b) != (2, 3) else 5)
+try:
+    while True:
+        os.open('/dev/null', os.O_RDONLY)
+except OSError:
+    pass
+"""
+    result = run(exhaust, *THREE)
+    assert result.status == "wrong_answer" and [o.status for o in result.outcomes] == ["passed", "wrong_answer"]
+    result = run(exhaust.replace("a * b if", "a + b if"), ["2 3\n", "1 4\n"], ["5\n", "5\n"])
+    assert result.passed, result
+
+
+def test_no_thread_outlives_the_reported_run():
+    """A thread that keeps running (and writing) after the last test: the result comes back only once every thread
+    and process of the run is gone and its cgroup removed."""
+    late = PIPES + """
+import threading, time
+def tail():
+    time.sleep(0.2)
+    while True:
+        open('/work/late', 'a').write('x')
+        for fd in _pipes():
+            try:
+                os.write(fd, b'late')
+            except OSError:
+                pass
+threading.Thread(target=tail).start()
+print(5)
+"""
+    for _ in range(3):
+        result = run(late)
+        assert result.passed, result
+        assert _sandbox_processes() == [] and _run_cgroups() == []
+
+
+def test_parallel_runs_cannot_signal_each_other_through_locks():
+    """A lock on a file every run sees read-only (the interpreter, /dev/null): on the old sandbox one run's flock
+    was visible to a parallel run. flock and inotify are refused."""
+    holder = ("import fcntl, os, time\nfor path in (os.__file__, '/dev/null'):\n    fd = os.open(path, os.O_RDONLY)\n"
+              "    try:\n        fcntl.flock(fd, fcntl.LOCK_EX)\n    except OSError:\n        pass\ntime.sleep(1.5)\n"
+              "print(5)\n")
+    prober = ("import fcntl, os, time\ntime.sleep(0.5)\nseen = []\nfor path in (os.__file__, '/dev/null'):\n"
+              "    fd = os.open(path, os.O_RDONLY)\n    try:\n        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+              "    except BlockingIOError:\n        seen.append(path)\n    except OSError:\n        pass\n"
+              "print(5 if seen else 6)\n")
+    judge = judge_stdout("5\n")
+    limits = SandboxLimits(timeout_s=5.0, memory_mb=512)
+    results = run_programs([ProgramJob(hostile(holder), ["x\n"], "stdin", judge),
+                            ProgramJob(hostile(prober), ["x\n"], "stdin", judge)], limits=limits, workers=2)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+    refused = ("import ctypes, fcntl, os\nlibc = ctypes.CDLL(None, use_errno=True)\nworked = []\n"
+               "try:\n    fcntl.flock(os.open('/dev/null', os.O_RDONLY), fcntl.LOCK_SH)\n    worked.append('flock')\n"
+               "except OSError:\n    pass\n"
+               "if libc.inotify_init1(0) >= 0:\n    worked.append('inotify')\n"
+               "print(5 if not worked else worked)\n")
+    if isolation().seccomp:
+        assert run(refused).passed
+
+
+# ------------------------------------------------------------------------------- the earlier red team, still held
 def test_the_file_system_holds_only_the_interpreter(tmp_path):
     iso = isolation()
     for path in iso.expose:  # nothing of the checkout, the data, the virtual environment or the home directory
@@ -77,16 +529,16 @@ def test_the_file_system_holds_only_the_interpreter(tmp_path):
     hidden = [str(DATA / "livecodebench"), str(DATA), str(REPO / "README.md"), str(REPO), sys.prefix,
               str(Path(sys.prefix, "lib")), str(host_tmp), "/etc/passwd", "/etc/shadow", "/home", "/var", "/run",
               "/root/.bashrc", "/root/.cache", "/usr/bin", "/bin/sh", "/usr/share", "/usr/local", "/sys", "/mnt"]
-    probe = (f"import os, sys\nseen = [p for p in {hidden!r} if os.path.lexists(p)]\n"
-             f"seen += [(p, os.listdir(p)) for p in {list(iso.hide)!r} if os.listdir(p)]\n"
-             "import decimal, fractions, hashlib, zlib, bz2, lzma, sqlite3, ctypes, json, heapq\n"  # stdlib works
-             "for name in ('numpy', 'yaml', 'snapeval', 'torch', 'pytest'):\n"
-             "    try:\n        __import__(name)\n        seen.append(name)\n    except ImportError:\n        pass\n"
-             "seen += [p for p in os.listdir('/proc') if p.isdigit() and p != '1']\n"  # only the run's own process
-             "seen += os.listdir('/tmp') + sorted(set(os.listdir('/work')) - {'in_0', 'out_0'})\n"
-             "print(5 if not seen else seen)\n")
+    probe_code = (f"import os, sys\nseen = [p for p in {hidden!r} if os.path.lexists(p)]\n"
+                  f"seen += [(p, os.listdir(p)) for p in {list(iso.hide)!r} if os.listdir(p)]\n"
+                  "import decimal, fractions, hashlib, zlib, bz2, lzma, sqlite3, ctypes, json, heapq\n"  # stdlib works
+                  "for name in ('numpy', 'yaml', 'snapeval', 'torch', 'pytest'):\n"
+                  "    try:\n        __import__(name)\n        seen.append(name)\n    except ImportError:\n        pass\n"
+                  "seen += [p for p in os.listdir('/proc') if p.isdigit() and p != '1']\n"  # only the run's process
+                  "seen += os.listdir('/tmp') + os.listdir('/work')\n"  # no input of any test, no other run's file
+                  "print(5 if not seen else seen)\n")
     try:
-        result = run(probe)
+        result = run(probe_code)
     finally:
         host_tmp.unlink()
     assert result.passed, result
@@ -104,7 +556,9 @@ def test_looking_up_the_expected_output_in_the_data_fails():
              "print('not found')\n")
     rows = {r["question_id"]: r for r in livecodebench.load(DATA).rows}
     tests = livecodebench.tests_of(rows["1873_A"])
-    assert run_program(NO_HOOK + cheat, tests.cases, limits=FAST).status == "wrong_answer"
+    result = run_program(hostile(cheat), [c.input for c in tests.cases], mode="stdin", judge=livecodebench.judge(tests),
+                         limits=FAST)
+    assert result.status == "wrong_answer", result
 
 
 def test_the_kernel_refuses_what_a_program_never_needs():
@@ -172,32 +626,27 @@ def test_no_process_outlives_its_run():
     survivor = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\nprint(5)\n")
     result = run(survivor)
     assert result.status == "runtime_error" and "not permitted" in result.detail, result
-    assert _sandbox_processes() == []
+    assert _sandbox_processes() == [] and _run_cgroups() == []
 
 
 def test_no_process_outlives_its_run_without_seccomp(monkeypatch, tmp_path):
-    """The PID namespace alone: when the run's PID 1 ends, the kernel kills the setsid + double-forked survivor
-    before it can touch anything, and the harness finds no process of the run left."""
-    monkeypatch.setattr(sandbox, "isolation", lambda: dataclasses.replace(isolation(), seccomp=False))
-    marker = tmp_path / "survivor"
-    os.chmod(tmp_path, 0o777)
+    """The PID namespace (and the cgroup) alone: when the run's PID 1 ends, the kernel kills the setsid +
+    double-forked survivor before it can touch anything, and the harness finds nothing of the run left."""
+    monkeypatch.setattr(probe, "isolation", lambda: dataclasses.replace(isolation(), seccomp=False))
     survivor = ("import os, time\n"
                 "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-                "        time.sleep(1.5)\n"
-                f"        open({str(marker)!r}, 'w').write('alive')\n        open('/work/out_0', 'w').write('6')\n"
+                "        time.sleep(1.5)\n        open('/work/late', 'w').write('alive')\n"
                 "    os._exit(0)\n"
                 "print(5)\n")
     result = run(survivor)
     assert result.status == "passed" and "leftover" not in result.detail, result
-    assert _sandbox_processes() == []
-    later = run(ADD, [TestCase("2 3\n", "5\n", "stdin"), TestCase("1 1\n", "2\n", "stdin")])
-    time.sleep(1.6)
-    assert later.passed and not marker.exists()
+    assert _sandbox_processes() == [] and _run_cgroups() == []
+    assert run(ADD, ["2 3\n", "1 1\n"], ["5\n", "2\n"]).passed
 
 
 def test_samples_cannot_read_each_other_or_starve_each_other():
-    """Private /tmp and /work per run; a uid per run, so one run's threads do not count against another's
-    RLIMIT_NPROC (a thread bomb in one sample leaves a parallel sample's threads alone)."""
+    """Private /tmp and /work per run; a uid (and a cgroup) per run, so one run's threads do not count against
+    another's limits (a thread bomb in one sample leaves a parallel sample's threads alone)."""
     writer = "import time\nopen('/tmp/answer', 'w').write('5')\nopen('/work/answer', 'w').write('5')\ntime.sleep(1)\nprint(5)\n"
     reader = ("import os, time\ntime.sleep(0.5)\n"
               "print(open('/tmp/answer').read() if os.path.exists('/tmp/answer') else 6)\n")
@@ -207,66 +656,52 @@ def test_samples_cannot_read_each_other_or_starve_each_other():
     worker = ("import threading, time\ntime.sleep(0.4)\nr = []\n"
               "ts = [threading.Thread(target=r.append, args=(1,)) for _ in range(8)]\n"
               "[t.start() for t in ts]\n[t.join() for t in ts]\nprint(len(r) - 3)\n")
+    judge = judge_stdout("5\n")
+    jobs = [ProgramJob(hostile(code), ["x\n"], "stdin", judge) for code in (writer, reader)]
+    assert [r.status for r in run_programs(jobs, limits=FAST, workers=2)] == ["passed", "wrong_answer"]
     limits = SandboxLimits(timeout_s=3.0, memory_mb=1024, output_bytes=1 << 20, disk_mb=8, max_processes=16)
-    results = run_programs([ProgramJob(NO_HOOK + writer, STDIN), ProgramJob(NO_HOOK + reader, STDIN)], limits=FAST,
-                           workers=2)
-    assert [r.status for r in results] == ["passed", "wrong_answer"]
-    results = run_programs([ProgramJob(NO_HOOK + hog, STDIN), ProgramJob(NO_HOOK + worker, STDIN)], limits=limits,
-                           workers=2)
+    jobs = [ProgramJob(hostile(code), ["x\n"], "stdin", judge) for code in (hog, worker)]
+    results = run_programs(jobs, limits=limits, workers=2)
     assert [r.status for r in results] == ["passed", "passed"], results
 
 
 @pytest.mark.parametrize("attack", [
-    "os.symlink('/etc/shadow', '/work/out_0')",  # a link where the output should be
-    "os.mkfifo('/work/out_0')",  # a FIFO: a blocking open would hang the grader
-    "os.symlink('/dev/zero', '/work/out_0')",  # an endless read
-    "os.mkdir('/work/out_0')",
-    "os.link('/work/in_0', '/work/out_0')",  # a hard link is a regular file: graded as output (wrong)
+    "os.symlink('/etc/shadow', '/work/out_0')",  # where the old harness read outputs: a link,
+    "os.mkfifo('/work/out_0')",  # a FIFO (a blocking open would hang a grader that read files),
+    "os.symlink('/dev/zero', '/work/out_0')",  # an endless read,
+    "os.mkdir('/work/out_0')",  # a directory
 ])
-def test_planted_files_never_hurt_the_grader(attack):
+def test_planted_files_are_never_read(attack):
+    """Outputs travel on a pipe: whatever the program plants in its working directory, only what it prints counts."""
     start = time.perf_counter()
-    result = run(f"import os\nos.close(1)\nos.remove('/work/out_0')\n{attack}\n")
-    assert result.status in ("runtime_error", "wrong_answer"), (attack, result)
+    result = run(f"import os\n{attack}\nprint(5)\n")
+    assert result.passed, (attack, result)
     assert time.perf_counter() - start < 5
 
 
-@pytest.mark.parametrize("name, code, tests, statuses", [
+@pytest.mark.parametrize("name, code, mode, statuses", [
     ("nested functional result", "class Solution:\n    def f(self, x):\n        v = []\n        for _ in range(200000):\n"
-     "            v = [v]\n        return v\n", [TestCase("0", "[]", "functional")], {"runtime_error", "wrong_answer"}),
-    ("nested stdout", "print('[' * 100000 + ']' * 100000)\n", STDIN, {"wrong_answer"}),
-    ("signaling NaN", "print('sNaN')\n", STDIN, {"wrong_answer"}),
-    ("huge exponent", "print('1e999999999999999999')\n", STDIN, {"wrong_answer"}),
-    ("forged control line", "import os\nfor fd in range(3, 4096):\n    try:\n        os.write(fd, b'X 0\\n')\n"
-     "    except OSError:\n        pass\nimport time\ntime.sleep(0.5)\nprint(5)\n", STDIN, {"runtime_error"}),
-    ("flooded control channel", "import os\nfor fd in range(3, 4096):\n    try:\n"
-     "        os.write(fd, b'D 0 ' + b'x' * (3 << 20))\n    except OSError:\n        pass\nprint(5)\n", STDIN,
-     {"output_limit", "runtime_error"}),
-    ("closed control channel, then sleep", "import os, time\nos.closerange(3, 4096)\ntime.sleep(30)\n", STDIN,
-     {"time_limit", "runtime_error"}),
-    ("output past the cap", "import sys\nsys.stdout.write('5' * (2 << 20))\n", STDIN, {"output_limit"}),
+     "            v = [v]\n        return v\n", "functional", {"runtime_error"}),
+    ("nested stdout", "print('[' * 100000 + ']' * 100000)\n", "stdin", {"wrong_answer"}),
+    ("signaling NaN", "print('sNaN')\n", "stdin", {"runtime_error"}),  # the official comparison raises too
+    ("huge exponent", "print('1e999999999999999999')\n", "stdin", {"wrong_answer"}),
+    ("garbage on every pipe", PIPES + "for fd in _pipes():\n    try:\n        os.write(fd, b'X 0\\n')\n"
+     "    except OSError:\n        pass\nimport time\ntime.sleep(0.5)\nprint(5)\n", "stdin", {"runtime_error"}),
+    ("a flood on every pipe", PIPES + "for fd in _pipes():\n    try:\n"
+     "        os.write(fd, b'D 0 ' + b'x' * (3 << 20))\n    except OSError:\n        pass\nprint(5)\n", "stdin",
+     {"runtime_error"}),
+    ("a frame larger than the cap", PIPES + "for fd in _pipes():\n    try:\n"
+     "        os.write(fd, b'{\"status\": \"ok\", \"bytes\": 99999999999}\\n')\n    except OSError:\n        pass\n"
+     "import time\ntime.sleep(1)\n", "stdin", {"output_limit"}),
+    ("pipes closed, then sleep", "import os, time\nos.closerange(3, 4096)\ntime.sleep(30)\n", "stdin", {"time_limit"}),
+    ("output past the cap", "import sys\nsys.stdout.write('5' * (2 << 20))\n", "stdin", {"output_limit"}),
 ])
-def test_the_grader_cannot_be_crashed_or_hung(name, code, tests, statuses):
+def test_the_grader_cannot_be_crashed_or_hung(name, code, mode, statuses):
     start = time.perf_counter()
-    result = run(code, tests, func_name="f" if tests[0].testtype == "functional" else None)
+    result = run(code, ["0"] if mode == "functional" else ["2 3\n"], ["[]"] if mode == "functional" else ["5\n"],
+                 mode=mode, func_name="f" if mode == "functional" else None)
     assert result.status in statuses, (name, result)
     assert time.perf_counter() - start < FAST.timeout_s + 3, name
-
-
-def test_cpu_time_is_measured_by_the_harness():
-    """Two threads that release the GIL burn CPU faster than the wall clock runs; the program fakes its own
-    accounting. The harness reads the run's CPU time from /proc itself: over the limit, whatever the program says."""
-    burner = ("import hashlib, resource, threading, time\n"
-              "resource.getrusage = lambda who: type('R', (), {'ru_utime': 0.0, 'ru_stime': 0.0})()\n"
-              "time.process_time = lambda: 0.0\nblock = b'x' * (4 << 20)\n"
-              "def burn():\n    end = time.perf_counter() + 1.3\n    while time.perf_counter() < end:\n"
-              "        hashlib.sha256(block).digest()\n"
-              "ts = [threading.Thread(target=burn) for _ in range(2)]\n[t.start() for t in ts]\n[t.join() for t in ts]\n"
-              "print(5)\n")
-    result = run(burner, limits=SandboxLimits(timeout_s=1.5, memory_mb=1024, output_bytes=1 << 20))
-    if len(os.sched_getaffinity(0)) < 2 or os.getloadavg()[0] > 1.0:
-        pytest.skip("needs two idle cores to burn CPU faster than the wall clock")
-    assert result.status == "time_limit" and "CPU limit" in result.detail, result
-    assert result.outcomes[-1].cpu_s > 1.5 > result.outcomes[-1].wall_s
 
 
 def test_disk_writes_are_capped():
@@ -294,15 +729,15 @@ def test_weaker_isolation_only_when_accepted(monkeypatch, tmp_path):
     """Without a mount namespace, execution is refused unless SNAPEVAL_ALLOW_UNSAFE_CODE=1; accepted, programs run
     in a directory of their own inside a root-only one, and root still never follows what they plant."""
     unshare = shutil.which("unshare")
-    prefix = (unshare, "--net", "--pid", "--fork", "--kill-child", "--mount-proc")
-    drop = sandbox.NOBODY_UID if os.geteuid() == 0 else None
-    weak = sandbox.Isolation(prefix, False, drop, isolation().python, "a private mount namespace (test)",
-                             seccomp=isolation().seccomp)
-    monkeypatch.setattr(sandbox, "isolation", lambda: weak)
-    monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
+    prefix = (unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
+    drop = probe.NOBODY_UID if os.geteuid() == 0 else None
+    weak = probe.Isolation(prefix, False, drop, isolation().python, "a private mount namespace (test)",
+                           seccomp=isolation().seccomp)
+    monkeypatch.setattr(probe, "isolation", lambda: weak)
+    monkeypatch.delenv(probe.UNSAFE_ENV, raising=False)
     with pytest.raises(SnapevalError, match="refusing to execute generated code: this machine lacks a private mount"):
         run(ADD)
-    monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")
+    monkeypatch.setenv(probe.UNSAFE_ENV, "1")
     assert run(ADD).passed
     if drop is not None:  # as root: the program runs as nobody, never as root
         assert run(f"import os\nprint(5 if os.getuid() == {drop} else os.getuid())\n").passed
@@ -320,23 +755,21 @@ def test_hostile_responses_through_the_real_lm_eval_path():
     from snapeval.tasks import lm_eval_hooks
 
     rows = {r["question_id"]: r for r in livecodebench.load(DATA).rows}
-    extra = {"sandbox_timeout_s": 2.0, "sandbox_memory_mb": 512, "reasoning": False}
+    extra = {"sandbox_timeout_s": 2.0, "sandbox_memory_mb": 512}
     docs = [{**rows["1873_A"], **extra}, {**rows["2727"], **extra}]
     fence = "```python\n{}```".format
     stdin_ok = ("t = int(input())\nfor _ in range(t):\n    s = input().strip()\n"
                 "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) <= 2 else 'NO')\n")
     func_ok = ("class Solution:\n    def countSeniors(self, details: List[str]) -> int:\n"
                "        return sum(int(d[11:13]) > 60 for d in details)\n")
-    snoop = NO_HOOK + f"import os\nprint(os.listdir({str(DATA)!r}))\n"
-    nested = NO_HOOK + "class Solution:\n    def countSeniors(self, details):\n        v = []\n" \
-                       "        for _ in range(100000):\n            v = [v]\n        return v\n"
+    snoop = hostile(f"import os\nprint(os.listdir({str(DATA)!r}))\n")
+    nested = hostile("class Solution:\n    def countSeniors(self, details):\n        v = []\n"
+                     "        for _ in range(100000):\n            v = [v]\n        return v\n")
     verdicts = lm_eval_hooks.livecodebench_execute(
-        [[fence(stdin_ok), fence(snoop), fence(NO_HOOK + "import os\nos.fork()\n")],
+        [[fence(stdin_ok), fence(snoop), fence(hostile("import os\nos.fork()\n"))],
          [fence(func_ok), fence(nested), "no code"]], docs)
     statuses = [[json.loads(v)["status"] for v in per_doc] for per_doc in verdicts]
-    assert statuses[0] == ["passed", "runtime_error", "runtime_error"], verdicts
-    assert statuses[1][0] == "passed" and statuses[1][1] in ("runtime_error", "wrong_answer") and \
-        statuses[1][2] == "no_code", verdicts
+    assert statuses == [["passed", "runtime_error", "runtime_error"], ["passed", "runtime_error", "no_code"]], verdicts
 
 
 def test_malicious_private_tests_never_run_code_in_the_harness(tmp_path):
@@ -354,26 +787,14 @@ def test_malicious_private_tests_never_run_code_in_the_harness(tmp_path):
     assert livecodebench.decode_private(good) == [{"input": "1", "output": "2", "testtype": "stdin"}]
 
 
-def test_read_capped_refuses_fifos_links_and_devices(tmp_path):
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    link = tmp_path / "link"
-    link.symlink_to("/dev/zero")
-    for path in (fifo, link, Path("/dev/zero")):
-        with pytest.raises(OSError):
-            read_capped(str(path), 10)
-    big = tmp_path / "big"
-    big.write_bytes(b"x" * 100)
-    assert len(read_capped(str(big), 10)) == 11
-
-
 def test_unsafe_execution_is_refused_without_isolation(monkeypatch):
-    from snapeval.tasks import sandbox
-
-    weak = sandbox.Isolation((), False, None, "/usr/bin/python3", "the unshare command (util-linux)")
-    monkeypatch.setattr(sandbox, "isolation", lambda: weak)
-    monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
-    with pytest.raises(SnapevalError, match="refusing to execute generated code: this machine lacks the unshare "
-                                            "command.*SNAPEVAL_ALLOW_UNSAFE_CODE=1") as err:
-        run_program(ADD, STDIN, limits=FAST)
-    assert "\n" not in str(err.value)
+    for weak, lacks in [(probe.Isolation((), False, None, "/usr/bin/python3", "the unshare command (util-linux)"),
+                         "the unshare command"),
+                        (probe.Isolation(("unshare",), True, None, "/usr/bin/python3", seccomp=False),
+                         "a cgroup or a seccomp filter")]:
+        monkeypatch.setattr(probe, "isolation", lambda: weak)
+        monkeypatch.delenv(probe.UNSAFE_ENV, raising=False)
+        with pytest.raises(SnapevalError, match=f"refusing to execute generated code: this machine lacks {lacks}"
+                                                ".*SNAPEVAL_ALLOW_UNSAFE_CODE=1") as err:
+            run_program(ADD, ["2 3\n"], mode="stdin", judge=judge_stdout("5\n"), limits=FAST)
+        assert "\n" not in str(err.value)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from snapeval.errors import SnapevalError
 from snapeval.models import get_preset
-from snapeval.simulator import Deployment, KVPolicy, get_hardware, list_hardware, simulate, simulate_point
+from snapeval.cache import resolve_method
+from snapeval.simulator import Deployment, get_hardware, list_hardware, simulate, simulate_point
 from snapeval.simulator.hardware import hardware_from_dict, load_hardware_file
 
 MODELS = ["smollm2-135m-instruct", "llama-3.1-8b-instruct", "deepseek-r1-distill-qwen-7b", "deepseek-r1"]
@@ -107,6 +108,255 @@ def test_decode_step_mechanisms_of_the_snapstream_deployment():
         simulate_point("deepseek-r1", "sn40l-16", sockets=12, moe_parallel="ep")
 
 
+def test_decode_attention_is_tiled_over_the_socket_compute_units():
+    """Fewer sequences than PCUs: a sequence's attention is tiled over many of them; the tiling never beats the
+    whole socket's compute and costs little over it. At constant resident tokens per socket (1 x 128K, 4 x 32K,
+    16 x 8K) the work and the parallelism are the same, so attention costs the same however it is tiled."""
+    def attention(result):
+        return next(k for k in result.decode_kernels if k.name == "attention (KV cache)")
+
+    times = []
+    for prompt, budget, batch, units in ((131072, None, 16, 1040), (131072, 32768, 64, 256), (32768, 8192, 256, 64)):
+        r = simulate_point("deepseek-r1", "sn40l-16", prompt, 0, budget=budget, batch=batch)
+        kernel = attention(r)
+        whole_socket = kernel.flops / (638e12 * get_hardware("sn40l-16").assumptions.decode_attention_efficiency)
+        assert r.attention_units == units and whole_socket <= kernel.seconds < 1.02 * whole_socket
+        times.append(kernel.seconds)
+    assert max(times) / min(times) < 1.02
+    # without compute units in the spec, the work is spread over the whole socket (the former model, exactly)
+    rack = get_hardware("sn40l-16")
+    plain = simulate_point("deepseek-r1", rack.changed(socket={"compute_units": 0}), 4096, 16)
+    kernel = attention(plain)
+    memory = kernel.bytes / (rack.socket.hbm_bandwidth * rack.assumptions.bandwidth_efficiency)
+    compute = kernel.flops / (rack.socket.peak_flops * rack.assumptions.decode_attention_efficiency)
+    assert plain.attention_units == 1 and kernel.seconds == pytest.approx(max(memory, compute))
+    # one short sequence: tiling it costs a merge, yet beats leaving it on one PCU
+    short = simulate_point("deepseek-r1", "sn40l-16", 4096, 16)
+    slow_merge = simulate_point("deepseek-r1", rack.changed(socket={"sram_bandwidth": 1e12}), 4096, 16)
+    assert attention(kernel_free := plain).seconds <= attention(short).seconds < attention(slow_merge).seconds
+    assert slow_merge.attention_units < short.attention_units  # a slow merge makes fewer, larger pieces pay
+    assert kernel_free.decode_step_seconds <= short.decode_step_seconds
+
+
+def test_decode_attention_tiling_fits_each_unit_on_chip_memory():
+    """A unit holds its query rows and their fp32 partial results in its share of on-chip memory (SN40L: 520 MB /
+    1040 PCUs = 500 KB). R1's stream has 384 rows (128 heads x 3 query tokens), 3,208 B each (a 576-value bf16
+    query, 512 + 2 fp32 partials): all of them on one unit need 1.23 MB, so splitting only the key axis does not fit
+    and is refused with the bytes; with 4x the on-chip memory it fits and every unit takes all rows. Splitting only
+    the rows leaves one sequence per socket on at most 256 units (rows go in power-of-two groups), 4x slower."""
+    def attention(result):
+        return next(k for k in result.decode_kernels if k.name == "attention (KV cache)").seconds
+
+    rack = get_hardware("sn40l-16")
+    with pytest.raises(SnapevalError, match=r"attention_tiling='keys' does not fit sn40l-16: .* 384 query rows .* "
+                                            r"1232 KB .* 500 KB") as err:
+        simulate_point("deepseek-r1", rack, 131072, 1024, batch=16, attention_tiling="keys")
+    assert "\n" not in str(err.value)
+    roomy = rack.changed(socket={"sram_bytes": 4 * 520e6})
+    keys = simulate_point("deepseek-r1", roomy, 131072, 1024, batch=16, attention_tiling="keys")
+    assert keys.attention_units == 1024 and attention(keys) > attention(simulate_point(
+        "deepseek-r1", roomy, 131072, 1024, batch=16))  # fits now, but pays a 10-level merge of 790 KB partials
+    auto = simulate_point("deepseek-r1", rack, 131072, 1024, batch=16)
+    rows = simulate_point("deepseek-r1", rack, 131072, 1024, batch=16, attention_tiling="rows")
+    assert rows.attention_units == 256 and attention(rows) == pytest.approx(attention(auto) * 1024 / 256, rel=0.02)
+    four = simulate_point("deepseek-r1", rack, 131072, 1024, budget=32768, batch=64, attention_tiling="rows")
+    assert attention(four) == pytest.approx(attention(simulate_point("deepseek-r1", rack, 131072, 1024,
+                                                                     budget=32768, batch=64)), rel=0.02)
+    # the cheapest tiling always fits: with room for only 8 rows per unit it takes 64 row groups of 6 rows (x 16 key
+    # pieces) and is no faster; with less than one row's bytes per unit nothing fits
+    tight = simulate_point("deepseek-r1", rack.changed(socket={"sram_bytes": 1040 * 8 * 3208}), 131072, 1024,
+                           batch=16)
+    assert tight.attention_units == 64 * 16 and attention(tight) >= attention(auto)
+    with pytest.raises(SnapevalError, match="attention_tiling='auto' does not fit"):
+        simulate_point("deepseek-r1", rack.changed(socket={"sram_bytes": 1040 * 3000}), 131072, 1024, batch=16)
+    # a socket of 2 units: no row group per unit fits, so each unit takes several 96-row groups in turn
+    two = rack.changed(socket={"compute_units": 2, "sram_bytes": 2 * 500e3})
+    assert simulate_point("deepseek-r1", two, 131072, 1024, batch=16).attention_units == 2
+    # without a memory figure (sram_bytes 0) every tiling fits
+    assert simulate_point("deepseek-r1", rack.changed(socket={"sram_bytes": 0}), 131072, 1024, batch=16,
+                          attention_tiling="keys").attention_units == 1024
+
+
+def test_gathers_scan_the_prompts_kv_so_the_ring_buffer_share_follows_from_bytes():
+    """A static-shape graph gathers the kept tokens by a masked select over the prompt, not by moving only them: each
+    piece's kernel streams the prompt's KV as a socket holds it in TP prefill (MLA: the whole 576-value latent,
+    which every socket keeps to up-project its heads; GQA: its KV heads, at least one) and writes its piece, and a
+    concatenation reads and writes the kept tokens; every kernel pays one call boundary, as every prefill kernel.
+    At 128K that is the published ring-buffer share (0.32% of a MoE layer) with no cost of its own, and it grows
+    with the prompt, not with the budget."""
+    rack = get_hardware("sn40l-16")
+    a = rack.assumptions
+    bandwidth = rack.socket.hbm_bandwidth * a.bandwidth_efficiency
+    call = a.kernel_call_sync_s + a.cross_socket_sync_s
+
+    def gather_seconds(model, hardware, prompt, budget):  # StreamingLLM: gathers only, no scoring
+        r = simulate_point(model, hardware, prompt, 64, method="streamingllm", budget=budget)
+        return r.prefill_compression_seconds / get_preset(model).num_layers
+
+    latent = 576 * 2
+    expected = (2 * (131072 + 16384) * latent + 2 * 32768 * latent) / bandwidth + 3 * call
+    assert gather_seconds("deepseek-r1", rack, 131072, 32768) == pytest.approx(expected)
+    # Llama-3.1-8B: 8 KV heads on 16 sockets -> each holds one (K and V, 128 values, bf16); one socket holds all 8
+    one = get_hardware("sn40l")
+    per_token = {rack: 2 * 1 * 128 * 2, one: 2 * 8 * 128 * 2}
+    for hardware, token in per_token.items():
+        boundary = hardware.assumptions.kernel_call_sync_s + (a.cross_socket_sync_s if hardware.sockets > 1 else 0)
+        assert gather_seconds("llama-3.1-8b-instruct", hardware, 65536, 4096) == pytest.approx(
+            (2 * (65536 + 2048) * token + 2 * 4096 * token) / bandwidth + 3 * boundary)
+    snap = simulate_point("deepseek-r1", rack, 131072, 1024, budget=32768)
+    assert abs(snap.prefill_kernel_share["gather"] * 100 / 0.32 - 1) < 0.10
+    half = gather_seconds("deepseek-r1", rack, 65536, 32768) - 3 * call
+    assert half / (gather_seconds("deepseek-r1", rack, 131072, 32768) - 3 * call) < 0.7  # the prompt sets it
+    assert gather_seconds("deepseek-r1", rack, 131072, 8192) / gather_seconds("deepseek-r1", rack, 131072, 32768) > 0.8
+
+
+def test_prefill_overhead_with_one_window_across_contexts():
+    """With the window that reproduces the SnapKV share at 128K (320 queries) and the call boundary as the only
+    per-kernel cost, the overhead is within the paper's 2-5% at 128K and 64K; at 32K it is above 5%, as it must be
+    for any compression cost growing at most linearly with the prompt: it is at least its 128K cost / 4 over a
+    prefill that falls faster (attention is quadratic)."""
+    def overhead(prompt):
+        r = simulate_point("deepseek-r1", "sn40l-16", prompt, 1024, budget=prompt // 4, split={"observation": 320})
+        return r, r.prefill_overhead_fraction * 100
+
+    at_128k, share_128k = overhead(131072)
+    assert abs(at_128k.prefill_kernel_share["scoring"] * 100 / 2.52 - 1) < 0.10
+    assert 2 <= share_128k <= 5 and 2 <= overhead(65536)[1] <= 5
+    at_32k, share_32k = overhead(32768)
+    full_32k = simulate_point("deepseek-r1", "sn40l-16", 32768, 1024).prefill_seconds
+    assert at_32k.prefill_compression_seconds >= at_128k.prefill_compression_seconds / 4
+    assert share_32k >= 100 * at_128k.prefill_compression_seconds / 4 / full_32k > 5
+
+
+def test_each_method_is_priced_by_what_it_holds_and_computes():
+    """Budget 32K at a 128K prompt: SnapStream and StreamingLLM hold 32K slots, SnapKV 32K + the output (its mean
+    over the decode), the full cache everything; StreamingLLM computes no score, only its gathers."""
+    prompt, gen, per_token = 131072, 1024, 70272
+    methods = {name: resolve_method(name, None if name == "full" else 32768)
+               for name in ("full", "snapstream", "streamingllm", "snapkv")}
+    r = {name: simulate_point("deepseek-r1", "sn40l-16", prompt, gen, method=m, batch=16)
+         for name, m in methods.items()}
+    assert r["snapstream"].kv_bytes_per_seq == r["streamingllm"].kv_bytes_per_seq == 32768 * per_token
+    assert r["snapkv"].kv_bytes_per_seq == (32768 + gen) * per_token
+    assert r["full"].kv_bytes_per_seq == (prompt + gen) * per_token
+    for name, m in methods.items():
+        assert r[name].kept_tokens == m.mean_kept_tokens(prompt, gen) and r[name].method == m.label
+    assert r["snapkv"].kept_tokens == 32768 + (gen - 1) / 2  # its mean, not its final size
+    steps = {name: x.decode_step_seconds for name, x in r.items()}
+    assert steps["snapstream"] == steps["streamingllm"] < steps["snapkv"] < steps["full"]
+    assert r["full"].prefill_compression_seconds == 0 and "scoring" not in r["full"].prefill_kernel_share
+    assert r["streamingllm"].prefill_kernel_share["scoring"] == 0 < r["streamingllm"].prefill_compression_seconds
+    assert r["snapstream"].prefill_kernel_share["scoring"] > 0
+    # every kernel of a method's compression pays one call boundary: SnapStream 4 scoring + 3 gathers +
+    # 1 concatenation, StreamingLLM 2 gathers + 1 concatenation, SnapKV 4 + 2 + 1
+    rack = get_hardware("sn40l-16")
+    free, costly = rack.changed(kernel_call_sync_s=0.0), rack.changed(kernel_call_sync_s=1e-3)
+    for name, kernels in (("snapstream", 8), ("streamingllm", 3), ("snapkv", 7)):
+        extra = simulate_point("deepseek-r1", costly, prompt, gen, method=methods[name]).prefill_compression_seconds \
+            - simulate_point("deepseek-r1", free, prompt, gen, method=methods[name]).prefill_compression_seconds
+        assert extra == pytest.approx(kernels * 1e-3 * 61)
+
+
+def test_a_budget_that_holds_the_request_is_priced_as_the_method_does():
+    """Never silently as the full cache: SnapKV with a budget above the prompt keeps everything (it is the full
+    cache at these lengths); SnapStream's fixed slot still reserves its whole budget; neither compresses."""
+    full = simulate_point("llama-3.1-8b-instruct", "sn40l-8", 2000, 500, batch=4)
+    snapkv = simulate_point("llama-3.1-8b-instruct", "sn40l-8", 2000, 500, method="snapkv", budget=4096, batch=4)
+    snap = simulate_point("llama-3.1-8b-instruct", "sn40l-8", 2000, 500, budget=4096, batch=4)
+    assert snapkv.kv_bytes_per_seq == full.kv_bytes_per_seq and snapkv.decode_step_seconds == full.decode_step_seconds
+    assert snap.kv_bytes_per_seq == 4096 * full.kv_bytes_per_token > full.kv_bytes_per_seq
+    assert snap.kept_tokens == full.kept_tokens and snap.max_batch <= full.max_batch
+    assert snapkv.prefill_compression_seconds == snap.prefill_compression_seconds == 0
+
+
+def test_a_new_method_is_priced_from_its_own_description():
+    """The simulator reads a configuration, never a name: a method unknown to every table is priced by what it
+    says it holds (a fixed half-budget slot) and computes (one gather, no score)."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from snapeval.cache.config import MethodConfig, PrefillWork
+
+    @dataclass(frozen=True)
+    class KeepHead(MethodConfig):
+        method: ClassVar[str] = "keep-head"
+        FIXED_SIZE: ClassVar[bool] = True
+        budget: int = 1024
+
+        def prefill_work(self, prompt: int) -> PrefillWork:
+            return PrefillWork(gathered_tokens=self.budget, gathered_segments=1) if prompt > self.budget \
+                else PrefillWork()
+
+    r = simulate("sn40l-8", "llama-3.1-8b-instruct", Deployment(prompt_len=8192, gen_len=64), KeepHead())
+    assert r.method == "keep-head@1024" and r.kv_bytes_per_seq == 1024 * r.kv_bytes_per_token
+    assert r.prefill_kernel_share["scoring"] == 0 < r.prefill_kernel_share["gather"]
+    with pytest.raises(SnapevalError, match="not a method configuration"):
+        simulate("sn40l-8", "llama-3.1-8b-instruct", Deployment(), "snapstream")
+
+
+def test_what_a_method_reads_to_score_is_priced():
+    """A press scores from the layer's hidden states: on top of SnapKV's window scores it pays a pass over the
+    hidden states and the window queries' projection; a positional press scores nothing; scoring from materialised
+    attention weights costs quadratically in the prompt."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from snapeval.cache.config import MethodConfig, PrefillWork
+
+    def scoring(method, prompt=65536):
+        return simulate_point("llama-3.1-8b-instruct", "sn40l-8", prompt, 64,
+                              method=method).prefill_kernel_share["scoring"]
+
+    pytest.importorskip("kvpress")
+    press = resolve_method("kvpress:SnapKVPress", 4096, window_size=32)
+    assert scoring(press) > scoring(resolve_method("snapkv", 4096)) > 0
+    assert scoring(resolve_method("kvpress:StreamingLLMPress", 4096)) == 0
+
+    @dataclass(frozen=True)
+    class FromWeights(MethodConfig):
+        method: ClassVar[str] = "from-weights"
+        budget: int = 4096
+
+        def prefill_work(self, prompt: int) -> PrefillWork:
+            return PrefillWork(scored_tokens=prompt, score_inputs=("attention_weights",), gathered_tokens=self.budget,
+                               gathered_segments=1)
+
+    node = get_hardware("sn40l-8").changed(kernel_call_sync_s=0.0, cross_socket_sync_s=0.0)
+
+    def seconds(prompt):
+        return simulate_point("llama-3.1-8b-instruct", node, prompt, 64, method=FromWeights()).prefill_compression_seconds
+
+    assert 3.5 < seconds(32768) / seconds(16384) < 4.5  # reading L^2 / 2 weights
+
+
+def test_speculative_decoding_costs_draft_and_target_with_the_step_model():
+    """A step = the target verifying k drafts + k draft steps, each the simulator's own step of that model on the
+    same sockets; it yields 1 + a + ... + a^k tokens on average (a geometric series: (1 - a^(k+1)) / (1 - a))."""
+    cloud = dict(prompt_len=4096, gen_len=1024, compiled_context=8192)
+    target, draft = "deepseek-r1-distill-llama-70b", "llama-3.1-8b-instruct"
+    for k, a in ((1, 0.8), (4, 0.8), (6, 0.6)):
+        spec = simulate_point(target, "sn40l-16", draft_model=draft, draft_tokens=k, draft_acceptance=a, **cloud)
+        verify = simulate_point(target, "sn40l-16", draft_tokens=k, **cloud).decode_step_seconds
+        one_draft = simulate_point(draft, "sn40l-16", **cloud).decode_step_seconds
+        assert spec.tokens_per_step == pytest.approx((1 - a ** (k + 1)) / (1 - a))
+        assert spec.draft_seconds_per_step == pytest.approx(k * one_draft)
+        assert spec.decode_step_seconds == pytest.approx(verify + k * one_draft)
+        assert spec.decode_tokens_per_s == pytest.approx(spec.tokens_per_step / spec.decode_step_seconds)
+        assert not spec.includes_mtp and spec.draft_model == draft
+    best = simulate_point(target, "sn40l-16", draft_model=draft, **cloud)
+    for k in (0, 1, 3, 8, 16):
+        other = simulate_point(target, "sn40l-16", draft_model=draft, draft_tokens=k, **cloud)
+        assert best.decode_tokens_per_s >= other.decode_tokens_per_s
+    plain = simulate_point(target, "sn40l-16", **cloud)
+    assert best.decode_tokens_per_s > 2 * plain.decode_tokens_per_s and best.draft_tokens > 0
+    # the draft's weights and cache take HBM on every socket
+    assert best.hbm.weights > plain.hbm.weights and best.hbm.kv_cache > plain.hbm.kv_cache
+    # drafting with the target itself never pays: the fastest lookahead is plain decoding
+    itself = simulate_point(draft, "sn40l-16", draft_model=draft, **cloud)
+    assert itself.draft_tokens == 0 and itself.tokens_per_step == 1
+    assert itself.decode_step_seconds == pytest.approx(simulate_point(draft, "sn40l-16", **cloud).decode_step_seconds)
+
+
 def test_collective_latency_grows_with_sockets():
     """A small dense model gains much less than 2x from 8 to 16 sockets: its weight streaming halves, its two
     all-reduces per layer cross twice as many links."""
@@ -149,6 +399,9 @@ def test_too_big_batch_and_model_that_fits_nowhere_are_clear():
     (dict(placement="disk"), "placement"), (dict(mtp_factor=0.5), "mtp_factor"),
     (dict(compiled_context=-1), "compiled_context"), (dict(moe_parallel="dp"), "moe_parallel"),
     (dict(draft_acceptance=1.5), "draft_acceptance"), (dict(draft_tokens=-1), "draft_tokens"),
+    (dict(draft_model=""), "draft_model"), (dict(draft_model="llama-3.1-8b-instruct", mtp_factor=2.0), "mtp_factor"),
+    (dict(draft_model="llama-3.1-8b-instruct", draft_tokens=17), "draft_tokens"),
+    (dict(draft_model="no-such-model"), "no-such-model"), (dict(attention_tiling="heads"), "attention_tiling"),
 ])
 def test_bad_deployment_values(kwargs, match):
     with pytest.raises(SnapevalError, match=match) as err:
@@ -162,7 +415,7 @@ def test_tp_must_divide_heads_and_kv_heads():
     with pytest.raises(SnapevalError, match="KV heads"):
         simulate_point("deepseek-r1-distill-qwen-7b", "sn40l-16", sockets=14, tp=14)  # 28 heads, 4 KV heads
     with pytest.raises(SnapevalError, match="budget"):
-        KVPolicy(method="snapstream")
+        simulate_point("deepseek-r1", method="snapstream")
     with pytest.raises(SnapevalError, match="budget"):
         simulate_point("deepseek-r1", budget=0)
     with pytest.raises(SnapevalError, match="kernel_looping"):
@@ -180,6 +433,10 @@ def test_bad_hardware_specs(tmp_path):
         hardware_from_dict({**base, "assumptions": {**base["assumptions"], "bandwidth_efficiency": 1.5}})
     with pytest.raises(SnapevalError, match="unknown key"):
         hardware_from_dict({**base, "hbm": 3})
+    with pytest.raises(SnapevalError, match="bandwidth_efficiency"):  # a what-if copy is validated again
+        get_hardware("sn40l").changed(bandwidth_efficiency=1.5)
+    with pytest.raises(SnapevalError, match="compute_units"):
+        get_hardware("sn40l").changed(socket={"compute_units": -3})
     (tmp_path / "broken.yaml").write_text("name: [unclosed\n")
     with pytest.raises(SnapevalError, match="not valid"):
         load_hardware_file(tmp_path / "broken.yaml")
@@ -254,9 +511,15 @@ def test_memory_grows_with_batch_and_context_until_the_budget_caps_it(p, extra_b
 
 @settings(max_examples=150, deadline=None)
 @given(points)
-def test_a_budget_never_increases_memory_or_lowers_throughput_or_max_batch(p):
+def test_a_budget_below_the_request_never_increases_memory_or_lowers_throughput_or_max_batch(p):
+    """SnapStream's slot is its budget (a fixed shape): below prompt + output it saves memory and time; at or above
+    it the slot reserves the whole budget, more than the full cache needs, and nothing is compressed."""
     budgeted = _sim(p)
     full = _sim(p, budget=None)
+    if p["budget"] is not None and p["budget"] >= p["prompt_len"] + p["gen_len"]:
+        assert budgeted.kv_bytes_per_seq == p["budget"] * budgeted.kv_bytes_per_token >= full.kv_bytes_per_seq
+        assert budgeted.prefill_compression_seconds == 0 and budgeted.kept_tokens == full.kept_tokens
+        return
     assert budgeted.kv_bytes_total <= full.kv_bytes_total
     assert budgeted.memory_per_socket <= full.memory_per_socket
     assert budgeted.max_batch >= full.max_batch
@@ -335,13 +598,27 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
                  "--prompt-len", "131072"]) == 0
     sweep = json.loads(capsys.readouterr().out)
     assert [p["fits"] for p in sweep["points"]] == [True, True, False]
+    # any method of the table, its split, a budget sweep of that method, a draft model
+    assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
+                 "--method", "snapkv", "--budget", "2048", "--split", "kernel=7", "--json"]) == 0
+    point = json.loads(capsys.readouterr().out)
+    assert point["method"] == "snapkv@2048" and point["kv_bytes_per_seq"] == (2048 + 1024) * 131072
+    assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
+                 "--method", "streamingllm", "--sweep", "budget=full,4096", "--json"]) == 0
+    assert [p["method"] for p in json.loads(capsys.readouterr().out)["points"]] == ["full", "streamingllm@4096"]
+    assert main(["simulate", "--model", "deepseek-r1-distill-llama-70b", "--prompt-len", "4096",
+                 "--draft-model", "llama-3.1-8b-instruct"]) == 0
+    assert "speculative decoding: draft llama-3.1-8b-instruct" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, match", [
     (["--model", "nope"], "model"), (["--hardware", "tpu"], "hardware"), (["--batch", "0"], "batch"),
     (["--tp", "3"], "tp"), (["--sweep", "color=1,2"], "sweep"), (["--sweep", "batch=a"], "integer"),
     (["--plot", "x.png"], "--sweep"), (["--hardware-file", "/nonexistent.yaml"], "not found"),
-    (["--placement", "disk"], "placement"),
+    (["--placement", "disk"], "placement"), (["--method", "h2o", "--budget", "64"], "method"),
+    (["--budget", "64", "--split", "sink"], "KEY=VALUE"), (["--budget", "64", "--split", "colour=red"], "colour"),
+    (["--draft-model", "nope"], "nope"), (["--attention-tiling", "heads"], "attention_tiling"),
+    (["--prompt-len", "128k", "--attention-tiling", "keys"], "does not fit"),
 ])
 def test_cli_bad_values_exit_2_with_one_line(capsys, argv, match):
     from snapeval.cli import main

@@ -33,10 +33,11 @@ def _stable(cell: dict) -> dict:
 
 
 def test_sharded_and_unsharded_sweeps_give_identical_cells(tiny_dir, task_dir, tmp_path):
-    """The real harness on a tiny model: a generative task, a multiple-choice one, a task whose metric lm-eval
+    """The real harness on a tiny model: a generative task, a multiple-choice one, a sampled task whose metric lm-eval
     bootstraps (median) and a synthetic one with its own aggregation and NaN breakdowns; 3 shards vs none."""
     (tmp_path / "tasks").mkdir()
     text = (task_dir / "tiny_gen.yaml").read_text().replace("task: tiny_gen", "task: tiny_median")
+    text = text.replace("do_sample: false", "do_sample: true\n  temperature: 1.5")  # sampled: seeds by document
     (tmp_path / "tasks" / "tiny_median.yaml").write_text(text.replace("  - metric: exact_match\n",
                                                                       "  - metric: exact_match\n    aggregation: median\n"))
     for name in ("tiny_gen", "tiny_mc"):

@@ -95,21 +95,24 @@ AIME_DOC = {"ID": "x", "Problem": "Find it.", "Solution": "", "Answer": "25"}
     ("\\boxed{025}", 1.0, 0.0, 0.0),
     ("first \\boxed{3}, no wait: \\boxed{25}", 1.0, 0.0, 0.0),
     ("\\boxed{24}", 0.0, 0.0, 0.0),
-    ("\\boxed{\\frac{1}{2}}", 0.0, 1.0, 0.0),
-    ("the answer is 25", 0.0, 1.0, 0.0),
-    ("<think>maybe \\boxed{25}</think>Final: \\boxed{7}", 0.0, 0.0, 0.0),
-    ("<think>so far \\boxed{25} but", 0.0, 1.0, 1.0),
-    ("<think>ok</think>\\boxed{25", 0.0, 1.0, 0.0),
+    ("\\boxed{\\frac{1}{2}}", 0.0, 0.0, 0.0),
+    ("the answer is 25", 1.0, 0.0, 0.0),  # QwQ's grader reads "the answer is" when nothing is boxed
+    ("<think>\nmaybe \\boxed{25}\n</think>\n\nFinal: \\boxed{7}", 0.0, 0.0, 0.0),
+    ("<think>so far \\boxed{25} but", 1.0, 0.0, 1.0),  # cut off while thinking: read anyway, and counted as cut
+    ("no number at all", 0.0, 1.0, 0.0),
 ])
 def test_aime_scoring(response, em, unparsable, cut):
     m = aime.score(AIME_DOC, [response])
     assert (m["exact_match"], m["unparsable"], m["truncated_in_thinking"]) == (em, unparsable, cut)
 
 
-def test_aime_averaged_pass_at_1_and_prompt():
-    m = aime.score(AIME_DOC, ["\\boxed{25}", "\\boxed{1}", "none", "\\boxed{ 25 }"], k=2)
-    assert m["exact_match"] == 1.0 and m["pass@1_avg"] == 0.5 and m["unparsable"] == 0.25
-    assert m["pass@2"] == pytest.approx(pass_at_k(4, 2, 2)) == pytest.approx(5 / 6)
+def test_aime_sampled_metrics_and_prompt():
+    m = aime.score(AIME_DOC, ["\\boxed{25}", "\\boxed{1}", "none", "\\boxed{ 25 }"])
+    assert m["exact_match"] == 1.0 and m["pass@1"] == 0.5 and m["unparsable"] == 0.25
+    assert m["pass@2"] == pytest.approx(pass_at_k(4, 2, 2)) == pytest.approx(5 / 6) and m["pass@4"] == 1.0
+    assert m["cons@4"] == 1.0 and set(m) == {"exact_match", "pass@1", "pass@2", "pass@4", "cons@4", "unparsable",
+                                            "truncated_in_thinking"}
+    assert set(aime.score(AIME_DOC, ["\\boxed{25}"])) == {"exact_match", "pass@1", "unparsable", "truncated_in_thinking"}
     assert aime.build_prompt(AIME_DOC) == "Find it.\nPlease reason step by step, and put your final answer within \\boxed{}."
 
 
@@ -121,10 +124,12 @@ def test_pass_at_k():
 
 
 def test_livecodebench_code_extraction():
-    assert livecodebench.extract_code("```python\nprint(1)\n```\ntext\n```python\nprint(2)\n```") == "print(2)\n"
-    assert livecodebench.extract_code("<think>```python\nprint(1)\n```</think>no code") is None
-    assert livecodebench.extract_code("<think>```python\nx\n```") is None  # cut off while thinking
-    assert livecodebench.extract_code("```\nprint(3)\n```") == "print(3)\n"
+    """The official ``extract_code``: the lines between the last two lines holding a fence, thinking included."""
+    assert livecodebench.extract_code("```python\nprint(1)\n```\ntext\n```python\nprint(2)\n```") == "print(2)"
+    assert livecodebench.extract_code("<think>```python\nprint(1)\n```</think>no code") == "print(1)"
+    assert livecodebench.extract_code("<think>```python\nx\n```") == "x"  # cut off while thinking: graded there too
+    assert livecodebench.extract_code("```\nprint(3)\n```") == "print(3)"
+    assert livecodebench.extract_code("one fence ```python\nprint(4)") is None
     assert livecodebench.extract_code("no code") is None
 
 

@@ -60,6 +60,10 @@ def _default_sink(budget: int, sink: int | None, owner: str) -> int:
     return sink
 
 
+#: What a method's scoring may read besides the layer's keys and values (:attr:`PrefillWork.score_inputs`).
+SCORE_INPUTS = ("queries", "hidden_states", "attention_weights")
+
+
 @dataclass(frozen=True)
 class PrefillWork:
     """What a method computes at the end of one prefill beyond ordinary full attention, per layer and KV head: what
@@ -74,12 +78,28 @@ class PrefillWork:
             queries, kept by the prefill), ``"hidden_states"`` (a press recomputing queries or statistics),
             ``"attention_weights"`` (materialised attention).
         gathered_tokens: tokens copied into the compressed cache (0: nothing moves).
+        gathered_segments: contiguous pieces the kept tokens are gathered from and laid out as (SnapStream's
+            ``[sink | ring | top-k]``: 3, concatenated into one slot; one index list: 1). Each piece is one gather
+            kernel and more than one needs a concatenation: the simulator prices a kernel's fixed cost per piece.
     """
 
     window_queries: int = 0
     scored_tokens: int = 0
     score_inputs: tuple[str, ...] = ()
     gathered_tokens: int = 0
+    gathered_segments: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("window_queries", "scored_tokens", "gathered_tokens", "gathered_segments"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"PrefillWork.{name}={value!r} is invalid; allowed: an integer >= 0")
+        unknown = sorted(set(self.score_inputs) - set(SCORE_INPUTS))
+        if unknown:
+            raise ValueError(f"PrefillWork.score_inputs has {unknown[0]!r}; allowed: {', '.join(SCORE_INPUTS)}")
+        if bool(self.gathered_tokens) != bool(self.gathered_segments):
+            raise ValueError(f"PrefillWork.gathered_segments={self.gathered_segments} is invalid with "
+                             f"gathered_tokens={self.gathered_tokens}; allowed: both 0 or both > 0")
 
     @property
     def none(self) -> bool:
@@ -229,10 +249,11 @@ class SnapStreamConfig(MethodConfig):
         _check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
+        pieces = (self.sink > 0) + 1 + (self.topk > 0)  # [sink | ring | top-k]
         if self.topk == 0:
-            return PrefillWork(gathered_tokens=self.budget)
+            return PrefillWork(gathered_tokens=self.budget, gathered_segments=pieces)
         return PrefillWork(window_queries=min(self.observation, prompt), scored_tokens=prompt - self.sink - self.recent,
-                           score_inputs=("queries",), gathered_tokens=self.budget)
+                           score_inputs=("queries",), gathered_tokens=self.budget, gathered_segments=pieces)
 
     @classmethod
     def from_budget(
@@ -303,7 +324,9 @@ class StreamingLLMConfig(MethodConfig):
     def prefill_work(self, prompt: int) -> PrefillWork:
         """Positional: no scoring; the sinks and the prompt's tail are gathered into the layout."""
         _check_lengths(prompt, 0)
-        return PrefillWork(gathered_tokens=self.budget) if prompt > self.budget else PrefillWork()
+        if prompt <= self.budget:
+            return PrefillWork()
+        return PrefillWork(gathered_tokens=self.budget, gathered_segments=(self.sink > 0) + 1)
 
     @classmethod
     def from_budget(cls, budget: int, *, sink: int | None = None) -> "StreamingLLMConfig":
@@ -336,12 +359,12 @@ class SnapKVConfig(MethodConfig):
 
     def prefill_work(self, prompt: int) -> PrefillWork:
         """A prompt longer than the budget: the last ``observation`` queries score every earlier token; ``budget``
-        tokens (the window included) are gathered."""
+        tokens are gathered, as two pieces (the selected tokens and the window)."""
         _check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         return PrefillWork(window_queries=min(self.observation, prompt), scored_tokens=prompt - self.observation,
-                           score_inputs=("queries",), gathered_tokens=self.budget)
+                           score_inputs=("queries",), gathered_tokens=self.budget, gathered_segments=2)
 
     @classmethod
     def from_budget(cls, budget: int, *, observation: int | None = None, kernel: int = DEFAULT_KERNEL,

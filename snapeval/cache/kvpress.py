@@ -127,16 +127,17 @@ class KVPressConfig(MethodConfig):
         """A prompt longer than the budget: the press scores every prompt token from the layer's hidden states
         (recomputing queries or statistics), over a window of its last queries when it has a ``window_size``
         (SnapKVPress; TOVAPress reads the last query), or by position alone (StreamingLLMPress), then keeps
-        ``budget`` tokens. What each press reads is its own code's business; this is the shape of its work."""
+        ``budget`` tokens with one index list (kvpress gathers the kept indices in one pass). What each press reads is
+        its own code's business; this is the shape of its work."""
         _check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         if self.press_name in POSITIONAL_PRESSES:
-            return PrefillWork(gathered_tokens=self.budget)
+            return PrefillWork(gathered_tokens=self.budget, gathered_segments=1)
         press = press_class(self.press_name)(**dict(self.press_args))
         window = int(getattr(press, "window_size", 1 if self.press_name in LAST_QUERY_PRESSES else 0) or 0)
         return PrefillWork(window_queries=min(window, prompt), scored_tokens=prompt,
-                           score_inputs=("hidden_states",), gathered_tokens=self.budget)
+                           score_inputs=("hidden_states",), gathered_tokens=self.budget, gathered_segments=1)
 
     def make_press(self, prompt_length: int):
         """The press for one prompt of ``prompt_length`` tokens, set to keep ``budget`` of them."""

@@ -54,6 +54,7 @@ def evaluate(
         loaded = load_once(model_args.get("pretrained", "smollm2-135m-instruct"), model_args.get("dtype"),
                            model_args.get("device", "cpu"), model_args.get("device_map"))
         lm = SnapStreamLM(**model_args, loaded=loaded)
+    lm.seed = seed  # the base of every request's sampling seed
     meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name),
             **(metadata or {})}
     if chat is None:
@@ -67,8 +68,10 @@ def evaluate(
     if unknown:
         raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include}`")
     samples, shard_record = None, None
+    lm.documents = None
     if shard is not None:
         tasks, samples, shard_record = _shard_of(manager, tasks, limit, shard)
+        lm.documents = samples  # a request's sampling seed names its document as the whole task numbers it
         limit = None
         if not any(samples.values()):  # more shards than documents: nothing to evaluate here
             return {"snapeval": {"shard": shard_record, "config": lm.describe()}}

@@ -31,6 +31,7 @@ import snapeval
 from snapeval.cache import MethodConfig, method_info, resolve_method
 from snapeval.errors import SnapevalError, check_choice
 from snapeval.generation import generate_ids
+from snapeval.harness.followup import Followup, two_pass_response
 from snapeval.models.devices import input_device, parse_device_map, usable_device
 from snapeval.models.loading import DTYPES, load_model
 
@@ -73,6 +74,45 @@ class RunStats:
         kept = self.specprefill_kept_tokens / self.specprefill_full_tokens if self.specprefill_full_tokens else None
         return {**asdict(self), "decode_tokens_per_s": self.decode_tokens_per_s,
                 "prefill_tokens_per_s": self.prefill_tokens_per_s, "specprefill_kept_fraction": kept}
+
+
+def derived_seed(*parts) -> int:
+    """A 63-bit seed from any JSON-able parts (stable across processes and machines)."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def request_seeds(requests, base_seed: int, documents: dict[str, list[int]] | None = None) -> list[int]:
+    """One sampling seed per ``generate_until`` request, from its identity: (task, document, request index, which of
+    its repeats). A sampled answer then does not depend on batching, chunking, sharding or the order of requests,
+    and every method and budget draws the same random numbers for the same item (common random numbers: their paired
+    comparison compares like with like). ``documents``: per task, the task's own index of each evaluated document (an
+    item shard's documents, which lm-eval numbers from 0 again); the identity holds that index. Requests without
+    lm-eval metadata fall back to their position."""
+    occurrences: dict[tuple, int] = {}
+    seeds = []
+    for position, request in enumerate(requests):
+        metadata = getattr(request, "metadata", None)
+        if not metadata or metadata[1] is None:
+            seeds.append(base_seed + position)
+            continue
+        document = metadata[1]
+        if documents is not None and metadata[0] in documents:
+            document = documents[metadata[0]][document]
+        identity = (metadata[0], document, getattr(request, "idx", 0))
+        repeat = occurrences.get(identity, 0)
+        occurrences[identity] = repeat + 1
+        seeds.append(derived_seed(base_seed, *identity, repeat))
+    return seeds
+
+
+def _with_args(request, arguments):
+    """A copy of an lm-eval request with other ``(context, gen_kwargs)``."""
+    import copy
+
+    out = copy.copy(request)
+    out.arguments = arguments
+    return out
 
 
 def _coerce(name: str, value):
@@ -231,6 +271,12 @@ class SnapStreamLM(HFLM):
             max_length=args["max_length"], device=device, **kwargs,
         )
         self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
+        #: Base of the per-request sampling seeds (:func:`request_seeds`); :func:`snapeval.harness.evaluate` sets the
+        #: run's seed.
+        self.seed = 0
+        #: Per task, the task's own index of each document lm-eval evaluates (set for an item shard, whose documents
+        #: lm-eval renumbers from 0; None: lm-eval's numbering is the task's).
+        self.documents: dict[str, list[int]] | None = None
         self.stats = RunStats()
         self.use_engine = engine_on
         self.engine_slots = max(int(args["batch_size"] or 1), 8) if slots is None else slots
@@ -299,35 +345,93 @@ class SnapStreamLM(HFLM):
     # --- generation -----------------------------------------------------------------------------------------
     def generate_until(self, requests, disable_tqdm: bool = False):
         """With speculative prefill, each prompt is first compressed by the draft model (question and chat
-        scaffolding kept whole), then generated exactly like an uncompressed one."""
+        scaffolding kept whole), then generated exactly like an uncompressed one. A request whose generation_kwargs
+        hold a ``followup`` runs two passes (:mod:`snapeval.harness.followup`)."""
+        contexts = [request.args[0] for request in requests]  # as lm-eval built them (a second pass is wrapped alike)
         if self.specprefill is not None:
-            from snapeval.specprefill import compress_prompt
+            self._compress_by_draft(requests)
+        followups = [Followup.parse(r.args[1]["followup"]) if "followup" in r.args[1] else None for r in requests]
+        seeds = request_seeds(requests, self.seed, self.documents)
+        single = [i for i, f in enumerate(followups) if f is None]
+        double = [i for i, f in enumerate(followups) if f is not None]
+        out: list[str | None] = [None] * len(requests)
+        if single:
+            texts = self._generate_texts([requests[i] for i in single], [seeds[i] for i in single], disable_tqdm)
+            for i, text in zip(single, texts):
+                out[i] = text
+        if double:
+            texts = self._generate_two_pass([requests[i] for i in double], [followups[i] for i in double],
+                                            [contexts[i] for i in double], [seeds[i] for i in double])
+            for i, text in zip(double, texts):
+                out[i] = text
+                self.cache_hook.add_partial("generate_until", requests[i].args, text)
+        return out
 
-            for request in requests:
-                context, gen_kwargs = request.args
-                compressed = compress_prompt(context, self.tokenizer, self.specprefill)
-                s = self.stats
-                s.specprefill_prompts += 1
-                s.specprefill_draft_seconds += compressed.draft_seconds
-                s.specprefill_full_tokens += compressed.full_target_tokens
-                s.specprefill_kept_tokens += len(compressed.target_ids)
-                request.arguments = (compressed.text, gen_kwargs)
+    def _compress_by_draft(self, requests) -> None:
+        from snapeval.specprefill import compress_prompt
+
+        for request in requests:
+            context, gen_kwargs = request.args
+            compressed = compress_prompt(context, self.tokenizer, self.specprefill)
+            s = self.stats
+            s.specprefill_prompts += 1
+            s.specprefill_draft_seconds += compressed.draft_seconds
+            s.specprefill_full_tokens += compressed.full_target_tokens
+            s.specprefill_kept_tokens += len(compressed.target_ids)
+            request.arguments = (compressed.text, gen_kwargs)
+
+    def _generate_texts(self, requests, seeds: list[int], disable_tqdm: bool = False) -> list[str]:
+        """One pass over ``requests``: the shared branches, the engine or lm-eval's padded batches."""
         if self.shared is not None:
-            prompts, params = self._engine_inputs(requests)
+            prompts, params = self._engine_inputs(requests, seeds)
             return self._finish_generations(requests, self.shared.generate(self.cache_config, prompts, params))
         if self.use_engine:
-            return self._generate_with_engine(requests)
+            return self._generate_with_engine(requests, seeds)
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
-    def _engine_inputs(self, requests):
-        """Token ids and :class:`SamplingParams` of ``generate_until`` requests, as the engine and branches take them."""
+    def _generate_two_pass(self, requests, followups: list[Followup], contexts: list[str], seeds: list[int]) -> list[str]:
+        """Both passes of two-pass requests; each answer is :func:`~snapeval.harness.followup.two_pass_response`.
+        In a shared-prefill group every configuration's second prompt (its own reasoning) is computed on top of one
+        prefill per item of the prompts' common prefix (:meth:`~snapeval.branching.SharedBranches.generate_two_pass`)."""
+        firsts = [_with_args(r, (r.args[0], {k: v for k, v in r.args[1].items() if k != "followup"})) for r in requests]
+        second_seeds = [derived_seed(seed, "second pass") for seed in seeds]
+
+        def second_request(i: int, first_text: str):
+            context = followups[i].second_context(requests[i].doc, contexts[i], first_text)
+            return _with_args(requests[i], (context, {"until": [], **followups[i].gen_kwargs}))
+
+        if self.shared is not None:
+            prompts, params = self._engine_inputs(firsts, seeds)
+
+            def second(i, first_done):
+                ids, params2 = self._engine_inputs([second_request(i, first_done.text)], [second_seeds[i]])
+                return ids[0], params2[0]
+
+            key = tuple(f.identity() for f in followups)
+            pairs = self.shared.generate_two_pass(self.cache_config, prompts, params, second, key)
+            for first_done, second_done in pairs:
+                self._record_completion(first_done)
+                self._record_completion(second_done)
+            first_texts, second_texts = [a.text for a, _ in pairs], [b.text for _, b in pairs]
+        else:
+            first_texts = self._generate_texts(firsts, seeds)
+            second_texts = self._generate_texts([second_request(i, t) for i, t in enumerate(first_texts)], second_seeds)
+        return [two_pass_response(a, b, self._count_tokens(a), self._count_tokens(b))
+                for a, b in zip(first_texts, second_texts)]
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def _engine_inputs(self, requests, seeds: list[int]):
+        """Token ids and :class:`SamplingParams` of ``generate_until`` requests, as the engine and branches take them
+        (``seeds``: one per request, see :func:`request_seeds`)."""
         from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
         from snapeval.engine import SamplingParams
 
         eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         prompts, params = [], []
-        for request in requests:
+        for request, seed in zip(requests, seeds):
             context, gen_kwargs = request.args
             kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
@@ -338,17 +442,17 @@ class SnapStreamLM(HFLM):
             params.append(SamplingParams(
                 max_new_tokens=max_new, stop=tuple(u for u in until if u != eos), do_sample=sample,
                 temperature=temperature if sample else 1.0, top_p=float(kwargs.get("top_p", 1.0) or 1.0),
-                top_k=int(kwargs.get("top_k", 0) or 0)))
+                top_k=int(kwargs.get("top_k", 0) or 0), seed=seed))
             prompts.append(ids)
         return prompts, params
 
-    def _generate_with_engine(self, requests):
+    def _generate_with_engine(self, requests, seeds: list[int]):
         """All requests through one continuous-batching engine (static slots, per-request stops and sampling)."""
         from snapeval.engine import Engine
 
         if self._engine is None:
             self._engine = Engine(self.model, self.tokenizer, self.cache_config, num_slots=self.engine_slots)
-        prompts, params = self._engine_inputs(requests)
+        prompts, params = self._engine_inputs(requests, seeds)
         return self._finish_generations(requests, self._engine.generate(prompts, params))
 
     def _finish_generations(self, requests, completions):
@@ -356,10 +460,13 @@ class SnapStreamLM(HFLM):
         for request, done in zip(requests, completions):
             out.append(done.text)
             self.cache_hook.add_partial("generate_until", request.args, done.text)
-            decode_s = max(done.finished_at - done.time_to_first_token, 0.0)
-            self._record(1, done.prompt_tokens, len(done.token_ids), done.prefill_seconds, 0.0, decode_s,
-                         max(len(done.token_ids) - 1, 0), done.kv_bytes)
+            self._record_completion(done)
         return out
+
+    def _record_completion(self, done) -> None:
+        decode_s = max(done.finished_at - done.time_to_first_token, 0.0)
+        self._record(1, done.prompt_tokens, len(done.token_ids), done.prefill_seconds, 0.0, decode_s,
+                     max(len(done.token_ids) - 1, 0), done.kv_bytes)
 
     def _kv_bytes_per_slot(self) -> int:
         cfg = self.model.config

@@ -19,17 +19,20 @@ class ReportPaths:
 
 
 def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
-                 rebuild: bool = True) -> ReportPaths:
-    """Write ``report.md``, ``comparison.csv``, ``accuracy_vs_budget.csv``, ``paired.csv`` and the PNG plots.
+                 rebuild: bool = True, decision=None) -> ReportPaths:
+    """Write ``report.md``, ``comparison.csv``, ``accuracy_vs_budget.csv``, ``paired.csv``, ``decisions.csv`` and the
+    PNG plots.
 
     ``out_dir`` defaults to ``<results_dir>/report``. With ``rebuild`` the tidy table is first re-derived from the
-    cell files (so the current simulator prices them) and saved; otherwise ``results.parquet`` is used as is.
+    cell files (so the current simulator and statistics compute it) and saved; otherwise ``results.parquet`` is used
+    as is. ``decision``: a :class:`~snapeval.stats.DecisionRule` replacing the sweep's own margin and alpha (the
+    table is then rebuilt with it).
     """
     from snapeval.report import plots, tables
     from snapeval.results.store import ResultsStore, atomic_write_text
 
     store = ResultsStore(results_dir)
-    table = store.rebuild_table() if rebuild else store.load_table()
+    table = store.rebuild_table(decision=decision) if rebuild or decision is not None else store.load_table()
     if table.empty or not table["primary"].any():
         raise SnapevalError(f"{results_dir}: no finished cells to report on")
     out = Path(out_dir) if out_dir is not None else store.root / "report"
@@ -46,30 +49,33 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
     pair = tables.paired(table)
     pair_csv = out / "paired.csv"
     atomic_write_text(pair_csv, pair.to_csv(index=False))
+    decision_csv = out / "decisions.csv"
+    atomic_write_text(decision_csv, tables.decisions(pair).to_csv(index=False))
     pngs = plots.write_plots(comp, out, pair)
 
     name = store.read_manifest().get("sweep", store.root.name) if store.manifest_path.is_file() else store.root.name
-    md = [f"# snapeval report: {name}", "",
+    md = [f"# snapeval report: {name}", ""]
+    deploy = tables.decision_markdown(pair)
+    if deploy:
+        md += ["## Which budget can I deploy?", ""] + deploy + [""]
+    md += ["## What the numbers are", "",
           f"Results: `{store.root}` ({table['cell_id'].nunique()} cells, {len(table)} metric rows). Accuracy is each "
           "task's headline metric ± its stderr (lm-eval). `sim` columns are the SN40L simulation of the matching "
           "full-size deployment (the model preset at its real size, the task's typical prompt/output lengths, "
           "the budget); measured KV bytes are this run's cache. Reductions are full / compressed; gains are "
-          "compressed / full.", "",
-          "Paired differences: every compressed cell is compared item by item with the full-cache cell that "
-          "answered the same items (same model, task, seed, limit): the mean per-item difference with a paired "
-          "bootstrap 95% CI (items sharing a document resampled together), the exact McNemar test for 0/1 metrics "
-          "and the flips (items the full cache solved that the budget broke / the reverse). A difference is "
-          "called significant when the CI excludes zero and McNemar agrees (p < 0.05).", ""]
+          "compressed / full.", ""]
     summary = tables.significance_summary(pair)
     if summary:
-        md += ["## Which differences are significant", ""] + summary + [""]
+        md += ["## Which differences are significant", ""] + tables.paired_legend(pair) + [""] + summary + [""]
     paired_md = tables.paired_markdown(pair)
+    items = tables.items_summary(pair)
     sims = comp.drop_duplicates(["model", "task"])
     for (model, task), text in tables.comparison_markdown(comp).items():
         pivot = pivots[(model, task)]
         md += [f"## {model} — {task}", "", "Accuracy vs budget:", "", _pivot_markdown(pivot), "", "Delta vs full cache, memory and simulated throughput:", "", text, ""]
         if (model, task) in paired_md:
-            md += ["Paired difference vs the full cache:", "", paired_md[(model, task)], ""]
+            md += ["Paired difference vs the full cache:", "", items.get((model, task), ""), "",
+                   paired_md[(model, task)], ""]
         row = sims[(sims["model"] == model) & (sims["task"] == task)].iloc[0]
         if not _isna(row["sim_model"]) and not _isna(row["sim_prompt_len"]):
             md += [f"Simulated deployment: `{row['sim_model']}` on `{row['sim_hardware']}`, "
@@ -88,7 +94,8 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
         md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
     md_path = out / "report.md"
     atomic_write_text(md_path, "\n".join(md))
-    return ReportPaths(markdown=md_path, csvs=[comp_csv, acc_csv, pair_csv], plots=pngs, foreign_cells=foreign)
+    return ReportPaths(markdown=md_path, csvs=[comp_csv, acc_csv, pair_csv, decision_csv], plots=pngs,
+                       foreign_cells=foreign)
 
 
 def _isna(value) -> bool:

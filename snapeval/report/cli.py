@@ -3,23 +3,40 @@ from __future__ import annotations
 
 import argparse
 
+from snapeval.stats.decision import DEFAULT_ALPHA, DEFAULT_MARGIN
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="tables and plots from a results directory",
-        description="Write report.md, comparison.csv, accuracy_vs_budget.csv and PNG plots (accuracy vs budget, "
-                    "accuracy vs simulated KV memory, accuracy/simulated-throughput Pareto front).")
+        description="Write report.md (first: the smallest budget per method that is non-inferior to the full cache at "
+                    "the margin), comparison.csv, accuracy_vs_budget.csv, paired.csv, decisions.csv and PNG plots "
+                    "(accuracy vs budget, paired difference vs budget, accuracy vs simulated KV memory, "
+                    "accuracy/simulated-throughput Pareto front). Rebuilds RESULTS_DIR/results.{parquet,csv}.")
     p.add_argument("results_dir", help="a directory written by `snapeval sweep`")
     p.add_argument("--out", help="where to write the report (default: RESULTS_DIR/report)")
+    p.add_argument("--margin", type=float, default=None,
+                   help=f"non-inferiority margin in the headline metric's units (default: the sweep's "
+                        f"decision.margin, else {DEFAULT_MARGIN})")
+    p.add_argument("--alpha", type=float, default=None,
+                   help=f"level of every test (default: the sweep's decision.alpha, else {DEFAULT_ALPHA})")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    from snapeval.report import build_report
-
     import sys
 
-    paths = build_report(args.results_dir, args.out)
+    from snapeval.errors import SnapevalError
+    from snapeval.report import build_report
+    from snapeval.results.store import ResultsStore
+
+    decision = None
+    if args.margin is not None or args.alpha is not None:
+        try:
+            decision = ResultsStore(args.results_dir).decision().with_overrides(margin=args.margin, alpha=args.alpha)
+        except SnapevalError as exc:
+            raise SnapevalError(str(exc).replace("decision.", "--", 1)) from None
+    paths = build_report(args.results_dir, args.out, decision=decision)
     if paths.foreign_cells:
         print(f"snapeval report: {len(paths.foreign_cells)} cell file(s) in {args.results_dir} belong to another "
               "configuration and are not in this report (listed in the report)", file=sys.stderr)

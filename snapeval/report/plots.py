@@ -1,34 +1,132 @@
-"""PNG plots of a sweep: accuracy vs budget, accuracy vs simulated KV memory, accuracy / throughput Pareto front.
+"""PNG plots of a sweep: accuracy vs budget, paired difference vs budget, accuracy vs simulated KV memory, and the
+accuracy / simulated-throughput Pareto front.
 
-One figure per model and plot kind, one panel per task; error bars are the headline metric's stderr. Figures are
-drawn with matplotlib's Agg backend (no display needed) and returned so notebooks can show them inline.
+One figure per model and plot kind, one panel per task, one legend per figure (beside the panels, never over the
+data). Every method keeps one colour and marker (:mod:`snapeval.report.style`); methods sharing a budget are offset
+a little along the budget axis so their bars do not overlap; every error bar says in the figure what it is. On the
+budget plots a ringed point is non-inferior to the full cache at the report's margin, a filled one differs
+significantly (Holm), a hollow one does not, and each panel names every method's smallest non-inferior budget
+under its axis.
+Figures are drawn with matplotlib's Agg backend (no display needed) and returned so notebooks can show them inline.
 """
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import pandas as pd
 
-from snapeval.report.tables import METHOD_ORDER, budget_label
+from snapeval.report.style import method_rank, styles_for
+from snapeval.report.tables import budget_label
 
-COLORS = {"full": "black", "snapstream": "tab:blue", "snapkv": "tab:green", "streamingllm": "tab:orange"}
-MARKERS = {"full": "s", "snapstream": "o", "snapkv": "^", "streamingllm": "v"}
+OFFSET = 0.045  # log2 units between neighbouring methods at one budget
+SE_BARS = "error bars: ±1 standard error (lm-eval)"
 
 
-def _figure(n_panels: int):
+def _plt():
     import matplotlib
 
     if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _methods(frame: pd.DataFrame) -> list[str]:
+    return sorted(frame["method"].unique(), key=lambda m: (method_rank(m), m))
+
+
+def _metric_label(frame: pd.DataFrame) -> str:
+    return f"accuracy ({frame['metric'].iloc[0].replace(',none', '')})"
+
+
+def _label(method: str) -> str:
+    return "full cache" if method == "full" else method
+
+
+def _decision_line(pair: pd.DataFrame | None, model: str, task: str, methods: list[str]) -> str:
+    """"smallest non-inferior budget (δ = 0.02): snapstream 512, snapkv none, ..." for one panel ("" without a
+    paired table)."""
+    if pair is None or pair.empty:
+        return ""
+    scored = pair[(pair["model"] == model) & (pair["task"] == task) & pair["paired_diff"].notna()]
+    if scored.empty:
+        return ""
+    parts = []
+    for method in methods:
+        best = scored[scored["method"] == method]["smallest_ni_budget"].dropna()
+        if method != "full" and (scored["method"] == method).any():
+            parts.append(f"{method} {int(best.iloc[0]) if not best.empty else 'none'}")
+    margin = float(scored["ni_margin"].dropna().iloc[0])
+    return f"smallest non-inferior budget (δ = {margin:g}): " + ", ".join(parts)
+
+
+def _budget_xlabel(ax, pair, model: str, task: str, methods: list[str]) -> None:
+    line = _decision_line(pair, model, task, methods)
+    width = int(ax.figure.get_figwidth() * 9.5 / max(1, len(ax.figure.axes)))
+    text = "KV budget (tokens per layer and KV head)"
+    ax.set_xlabel(text + ("\n" + "\n".join(textwrap.wrap(line, max(40, width))) if line else ""), fontsize=9)
+
+
+def _offsets(methods: list[str]) -> dict[str, float]:
+    """Multiplicative x offsets (log2 axis) that spread the methods of one budget symmetrically."""
+    compressed = [m for m in methods if m != "full"]
+    mid = (len(compressed) - 1) / 2
+    return {m: 2 ** ((i - mid) * OFFSET) for i, m in enumerate(compressed)}
+
+
+def _figure(n_panels: int, title: str, legend_rows: int):
+    """Panels in a row (up to 3), a title wrapped to the figure's width, room below for one legend."""
+    plt = _plt()
     ncols = min(3, n_panels)
     nrows = math.ceil(n_panels / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.0 * nrows), squeeze=False)
+    width = max(7.5, 4.8 * ncols + 0.6)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 3.9 * nrows + 0.22 * math.ceil(legend_rows / 3) + 0.6),
+                             squeeze=False, layout="constrained")
     for ax in axes.flat[n_panels:]:
         ax.set_visible(False)
+    fig.suptitle("\n".join(textwrap.wrap(title, width=int(width * 9.5))), fontsize=11)
     return fig, list(axes.flat[:n_panels])
+
+
+def _legend(fig, axes, note: str) -> None:
+    """One legend for the figure, below the panels, with ``note`` (what the error bars are) as its title."""
+    handles, labels = {}, {}
+    for ax in axes:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            if l not in labels and not l.startswith("_"):
+                labels[l] = l
+                handles[l] = h
+    fig.legend(list(handles.values()), list(labels), loc="outside lower center", fontsize=8, ncols=3,
+               title=note, title_fontsize=8, frameon=False)
+
+
+def _panels(frame: pd.DataFrame, title: str, draw, note: str):
+    """One panel per task (in the sweep's order): ``draw(ax, task, rows)`` plots and sets title and x label."""
+    tasks = list(dict.fromkeys(frame["task"]))
+    fig, axes = _figure(len(tasks), title, legend_rows=frame["method"].nunique() + 6)
+    for ax, task in zip(axes, tasks):
+        sub = frame[frame["task"] == task].reset_index(drop=True)
+        draw(ax, task, sub)
+        if not ax.get_ylabel():
+            ax.set_ylabel(_metric_label(sub))
+        ax.grid(alpha=0.3)
+    _legend(fig, axes, note)
+    return fig
+
+
+def _budget_axis(ax, budgets) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted({float(b) for b in pd.Series(budgets).dropna() if b > 0})
+    if ticks:
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlim(ticks[0] / 2 ** 0.4, ticks[-1] * 2 ** 0.4)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
 
 
 def _plain_x_axis(ax, values) -> None:
@@ -39,80 +137,143 @@ def _plain_x_axis(ax, values) -> None:
     if values and max(values) / min(values) > 10:
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.3g}"))
+    ax.xaxis.set_major_formatter(FuncFormatter(_plain_number))
 
 
-def _methods(frame: pd.DataFrame) -> list[str]:
-    return sorted(frame["method"].unique(), key=lambda m: METHOD_ORDER.get(m, 9))
+def _plain_number(value: float, _=None) -> str:
+    """500000 -> "500k", 1.5e6 -> "1.5M", 12.5 -> "12.5": tick labels without exponents."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:,.3g}{suffix}"
+    return f"{value:,.3g}"
 
 
-def _yerr(frame: pd.DataFrame):
-    return frame["stderr"].fillna(0).to_numpy()
+def _status(pair: pd.DataFrame | None, model: str) -> dict[tuple[str, str, float], tuple[bool, bool]]:
+    """``{(task, method, budget): (significant, non_inferior)}`` of every paired cell (seeds: all must agree)."""
+    if pair is None or pair.empty:
+        return {}
+    out = {}
+    scored = pair[(pair["model"] == model) & pair["paired_diff"].notna()]
+    for (task, method, budget), rows in scored.groupby(["task", "method", "budget"], sort=False):
+        out[(task, method, float(budget))] = (bool(rows["paired_significant"].fillna(False).astype(bool).all()),
+                                              bool(rows["non_inferior"].fillna(False).astype(bool).all()))
+    return out
 
 
-def _metric_label(frame: pd.DataFrame) -> str:
-    return f"accuracy ({frame['metric'].iloc[0].replace(',none', '')})"
+def _mark(ax, xs, ys, status_of, style, size=7) -> None:
+    """Overlay the decision markers: filled = significant difference, hollow = not, ring = non-inferior."""
+    for x, y, key in zip(xs, ys, status_of):
+        if key is None:
+            continue
+        significant, non_inferior = key
+        ax.plot([x], [y], marker=style.marker, ms=size, ls="none", color=style.color,
+                markerfacecolor=style.color if significant else "white", markeredgewidth=1.4, zorder=4)
+        if non_inferior:
+            ax.plot([x], [y], marker="o", ms=size + 8, ls="none", markerfacecolor="none", markeredgecolor="0.25",
+                    markeredgewidth=1.2, zorder=5)
 
 
-def _panels(frame: pd.DataFrame, suptitle: str, draw):
-    """One panel per task (in the sweep's order): ``draw(ax, task, rows)`` plots and sets title and x label."""
-    tasks = list(dict.fromkeys(frame["task"]))
-    fig, axes = _figure(len(tasks))
-    for ax, task in zip(axes, tasks):
-        sub = frame[frame["task"] == task].reset_index(drop=True)
-        draw(ax, task, sub)
-        ax.set_ylabel(_metric_label(sub))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(suptitle)
-    fig.tight_layout()
-    return fig
+def _marker_legend(ax, pair) -> None:
+    """Legend entries that explain the decision markers (drawn off-data so only the legend shows them)."""
+    if pair is None or pair.empty:
+        return
+    ax.plot([], [], marker="o", ls="none", color="0.3", label="filled: differs significantly (Holm)")
+    ax.plot([], [], marker="o", ls="none", color="0.3", markerfacecolor="white", label="hollow: no significant "
+            "difference")
+    ax.plot([], [], marker="o", ms=14, ls="none", markerfacecolor="none", markeredgecolor="0.25",
+            label="ringed: non-inferior at δ")
 
 
-def _label(method: str) -> str:
-    return "full cache" if method == "full" else method
-
-
-def accuracy_vs_budget(pts: pd.DataFrame, model: str):
+def accuracy_vs_budget(pts: pd.DataFrame, model: str, pair: pd.DataFrame | None = None):
     """Accuracy vs KV budget (log2 axis), one line per method; the full cache as a dashed line with its ±1 se band."""
+    frame = pts[pts["model"] == model]
+    styles = styles_for(frame["method"])
+    status = _status(pair, model)
 
     def draw(ax, task, sub):
-        for method in _methods(sub):
+        methods = _methods(sub)
+        offsets = _offsets(methods)
+        for method in methods:
             m = sub[sub["method"] == method]
+            style = styles[method]
             if method == "full":
                 v, se = float(m["value"].iloc[0]), float(m["stderr"].fillna(0).iloc[0])
-                ax.axhline(v, color=COLORS["full"], ls="--", lw=1.2, label=f"full cache ({v:.2f})")
-                ax.axhspan(v - se, v + se, color=COLORS["full"], alpha=0.08)
+                ax.axhline(v, color=style.color, ls="--", lw=1.2, label="full cache")
+                ax.axhspan(v - se, v + se, color=style.color, alpha=0.08)
                 continue
             m = m.sort_values("budget")
-            ax.errorbar(m["budget"].astype(float), m["value"], yerr=_yerr(m), marker=MARKERS.get(method, "o"),
-                        color=COLORS.get(method), capsize=3, label=method)
-        if sub["budget"].notna().any():
-            ax.set_xscale("log", base=2)
-        ax.set_title(task)
-        ax.set_xlabel("KV budget (tokens per layer and KV head)")
+            xs = m["budget"].astype(float).to_numpy() * offsets[method]
+            ax.errorbar(xs, m["value"], yerr=m["stderr"].fillna(0).to_numpy(), marker=style.marker,
+                        color=style.color, capsize=3, label=method)
+            _mark(ax, xs, m["value"], [status.get((task, method, float(b))) for b in m["budget"]], style)
+        _marker_legend(ax, pair)
+        _budget_axis(ax, sub["budget"])
+        _budget_xlabel(ax, pair, model, task, methods)
+        ax.set_title(task, fontsize=10)
 
-    return _panels(pts[pts["model"] == model], f"Accuracy vs KV-cache budget: {model}", draw)
+    return _panels(frame, f"Accuracy vs KV-cache budget: {model}", draw,
+                   SE_BARS + "; the full cache: dashed line, ±1 s.e. band")
 
 
-def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str):
+def paired_difference_vs_budget(pair: pd.DataFrame, model: str):
+    """Paired accuracy difference vs the full cache against the budget, with the interval of each cell (Tango score
+    or cluster bootstrap, at the report's confidence) as error bars and the non-inferiority margin as a line."""
+    frame = pair[(pair["model"] == model) & pair["paired_diff"].notna()]
+    if frame.empty:
+        return None
+    styles = styles_for(frame["method"])
+    status = _status(pair, model)
+    margin = float(frame["ni_margin"].dropna().iloc[0]) if frame["ni_margin"].notna().any() else None
+    confidence = f"{(1 - float(frame['ni_alpha'].dropna().iloc[0])) * 100:g}%" if frame["ni_alpha"].notna().any() \
+        else "95%"
+
+    def draw(ax, task, sub):
+        ax.axhline(0.0, color="black", ls="--", lw=1.2, label="full cache")
+        if margin is not None:
+            ax.axhline(-margin, color="0.45", ls=":", lw=1.2, label=f"non-inferiority margin -δ = -{margin:g}")
+        methods = _methods(sub)
+        offsets = _offsets(methods)
+        for method in methods:
+            m = sub[sub["method"] == method].sort_values("budget")
+            style = styles[method]
+            diff = m["paired_diff"].to_numpy(dtype=float)
+            err = [(diff - m["paired_ci_low"].to_numpy(dtype=float)).clip(min=0),
+                   (m["paired_ci_high"].to_numpy(dtype=float) - diff).clip(min=0)]
+            xs = m["budget"].astype(float).to_numpy() * offsets[method]
+            ax.errorbar(xs, diff, yerr=err, marker=style.marker, color=style.color, capsize=3, label=method)
+            _mark(ax, xs, diff, [status.get((task, method, float(b))) for b in m["budget"]], style)
+        _marker_legend(ax, pair)
+        _budget_axis(ax, sub["budget"])
+        _budget_xlabel(ax, pair, model, task, methods)
+        ax.set_title(task, fontsize=10)
+        ax.set_ylabel("accuracy − full cache (paired)")
+
+    return _panels(frame, f"Paired difference vs the full cache: {model}", draw,
+                   f"error bars: {confidence} paired interval (Tango score for 0/1 scores, cluster bootstrap "
+                   "otherwise)")
+
+
+def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str, pair: pd.DataFrame | None = None):
     """Accuracy vs simulated KV-cache memory per sequence of the full-size deployment (MiB)."""
     frame = pts[(pts["model"] == model) & pts["sim_kv_bytes_per_seq"].notna()]
     if frame.empty:
         return None
+    styles = styles_for(frame["method"])
 
     def draw(ax, task, sub):
         for method in _methods(sub):
             m = sub[sub["method"] == method].sort_values("sim_kv_bytes_per_seq")
-            ax.errorbar(m["sim_kv_bytes_per_seq"] / 2 ** 20, m["value"], yerr=_yerr(m),
-                        marker=MARKERS.get(method, "o"), color=COLORS.get(method), capsize=3,
-                        ls="none" if method == "full" else "-", label=_label(method))
+            style = styles[method]
+            ax.errorbar(m["sim_kv_bytes_per_seq"] / 2 ** 20, m["value"], yerr=m["stderr"].fillna(0).to_numpy(),
+                        marker=style.marker, color=style.color, capsize=3, ls="none" if method == "full" else "-",
+                        label=_label(method))
         row = sub.iloc[0]
         _plain_x_axis(ax, sub["sim_kv_bytes_per_seq"] / 2 ** 20)
-        ax.set_title(f"{task} (sim: {row['sim_prompt_len']:,} in / {row['sim_gen_len']:,} out tokens)", fontsize=9)
+        ax.set_title(f"{task}\n(sim: {row['sim_prompt_len']:,} in / {row['sim_gen_len']:,} out tokens)", fontsize=9)
         ax.set_xlabel(f"simulated KV cache per sequence (MiB), {row['sim_model']}")
 
-    return _panels(frame, f"Accuracy vs simulated KV memory on {frame['sim_hardware'].iloc[0]}: {model}", draw)
+    return _panels(frame, f"Accuracy vs simulated KV memory on {frame['sim_hardware'].iloc[0]}: {model}", draw,
+                   SE_BARS)
 
 
 def pareto_front(xs, ys) -> list[int]:
@@ -126,29 +287,74 @@ def pareto_front(xs, ys) -> list[int]:
     return sorted(front, key=lambda i: xs[i])
 
 
-def accuracy_throughput_pareto(pts: pd.DataFrame, model: str):
+#: Candidate label offsets (points) tried in order until a label overlaps no label placed before it.
+_LABEL_OFFSETS = [(5, 4), (5, -11), (-22, 4), (-22, -11), (5, 13), (-22, 13), (5, -20), (-22, -20), (14, -4),
+                  (-32, -4), (5, 22), (5, -29)]
+
+
+def place_labels(ax, points: list[tuple[float, float, str]]) -> list:
+    """Annotate ``(x, y, text)`` points so that no label overlaps another label or a point: each label takes the
+    first offset in :data:`_LABEL_OFFSETS` whose box collides with nothing placed before it (the first offset if
+    every one collides). Returns the annotations."""
+    from matplotlib.transforms import Bbox
+
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    radius = 4.0  # pixels around each point that a label must not cover
+    boxes = [Bbox.from_bounds(px - radius, py - radius, 2 * radius, 2 * radius)
+             for px, py in ax.transData.transform([(x, y) for x, y, _ in points])] if points else []
+    for x, y, text in points:
+        chosen = None
+        for dx, dy in _LABEL_OFFSETS:
+            ann = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, zorder=6)
+            box = ann.get_window_extent(renderer).expanded(1.05, 1.1)
+            if not any(box.overlaps(b) for b in boxes):
+                chosen = ann
+                boxes.append(box)
+                break
+            ann.remove()
+        if chosen is None:
+            chosen = ax.annotate(text, (x, y), textcoords="offset points", xytext=_LABEL_OFFSETS[0], fontsize=7,
+                                 zorder=6)
+            boxes.append(chosen.get_window_extent(renderer))
+        placed.append(chosen)
+    return placed
+
+
+def accuracy_throughput_pareto(pts: pd.DataFrame, model: str, pair: pd.DataFrame | None = None):
     """Accuracy vs simulated decode throughput at the largest batch that fits; the Pareto front drawn as a line."""
     frame = pts[(pts["model"] == model) & pts["sim_decode_tokens_per_s"].notna()]
     if frame.empty:
         return None
+    styles = styles_for(frame["method"])
+    labels_of: dict = {}
 
     def draw(ax, task, sub):
+        labels = labels_of.setdefault(ax, [])
         for method in _methods(sub):
-            m = sub[sub["method"] == method]
-            ax.errorbar(m["sim_decode_tokens_per_s"], m["value"], yerr=_yerr(m), marker=MARKERS.get(method, "o"),
-                        color=COLORS.get(method), capsize=3, ls="none", label=_label(method))
-            for _, r in m.iterrows():
-                ax.annotate(budget_label(r["method"], r["budget"]), (r["sim_decode_tokens_per_s"], r["value"]),
-                            textcoords="offset points", xytext=(4, 4), fontsize=7)
+            m = sub[sub["method"] == method].sort_values("sim_decode_tokens_per_s")
+            style = styles[method]
+            ax.errorbar(m["sim_decode_tokens_per_s"], m["value"], yerr=m["stderr"].fillna(0).to_numpy(),
+                        marker=style.marker, color=style.color, capsize=3, ls="none", label=_label(method))
+            labels += [(r["sim_decode_tokens_per_s"], r["value"], budget_label(r["method"], r["budget"]))
+                       for _, r in m.iterrows()]
         xs, ys = sub["sim_decode_tokens_per_s"].tolist(), sub["value"].tolist()
         front = pareto_front(xs, ys)
         ax.plot([xs[i] for i in front], [ys[i] for i in front], color="gray", lw=1, ls=":", label="Pareto front",
                 zorder=0)
         _plain_x_axis(ax, xs)
-        ax.set_title(task)
+        ax.margins(x=0.08, y=0.1)
+        ax.set_title(task, fontsize=10)
         ax.set_xlabel("simulated decode throughput (tokens/s, largest batch that fits)")
 
-    return _panels(frame, f"Accuracy / simulated throughput on {frame['sim_hardware'].iloc[0]}: {model}", draw)
+    fig = _panels(frame, f"Accuracy / simulated throughput on {frame['sim_hardware'].iloc[0]}: {model}", draw,
+                  SE_BARS + "; labels: KV budget")
+    fig.canvas.draw()  # lay the figure out once, then freeze it: label boxes measured now stay where they are
+    fig.set_layout_engine("none")
+    for ax, labels in labels_of.items():
+        place_labels(ax, sorted(labels, key=lambda t: (-t[1], t[0])))
+    return fig
 
 
 PLOTS = {
@@ -158,52 +364,22 @@ PLOTS = {
 }
 
 
-def paired_difference_vs_budget(pair: pd.DataFrame, model: str):
-    """Paired accuracy difference vs the full cache (error bars: the paired bootstrap 95% CI) vs budget."""
-    frame = pair[(pair["model"] == model) & pair["paired_diff"].notna()]
-    if frame.empty:
-        return None
-
-    def draw(ax, task, sub):
-        ax.axhline(0.0, color=COLORS["full"], ls="--", lw=1.2, label="full cache")
-        for method in _methods(sub):
-            m = sub[sub["method"] == method].sort_values("budget")
-            diff = m["paired_diff"].to_numpy(dtype=float)
-            err = [diff - m["paired_ci_low"].to_numpy(dtype=float), m["paired_ci_high"].to_numpy(dtype=float) - diff]
-            ax.errorbar(m["budget"].astype(float), diff, yerr=err, marker=MARKERS.get(method, "o"),
-                        color=COLORS.get(method), capsize=3, label=method)
-        ax.set_xscale("log", base=2)
-        ax.set_title(task)
-        ax.set_xlabel("KV budget (tokens per layer and KV head)")
-
-    fig = _panels(frame, f"Paired difference vs full cache (95% CI): {model}", draw)
-    for ax in fig.axes:
-        ax.set_ylabel("accuracy - full cache (paired)")
-    return fig
-
-
 def write_plots(pts: pd.DataFrame, out_dir: Path, pair: pd.DataFrame | None = None) -> list[Path]:
     """Every plot for every model as PNG under ``out_dir``; returns the files written."""
-    import matplotlib.pyplot as plt
-
+    plt = _plt()
     out_dir.mkdir(parents=True, exist_ok=True)
     models = list(dict.fromkeys(pts["model"]))
     written = []
     for model in models:
         suffix = "" if len(models) == 1 else "_" + "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
-        for name, draw in PLOTS.items():
-            fig = draw(pts, model)
+        figures = [(name, draw(pts, model, pair)) for name, draw in PLOTS.items()]
+        if pair is not None:
+            figures.append(("paired_difference_vs_budget", paired_difference_vs_budget(pair, model)))
+        for name, fig in figures:
             if fig is None:
                 continue
             path = out_dir / f"{name}{suffix}.png"
             fig.savefig(path, dpi=110)
             plt.close(fig)
             written.append(path)
-        if pair is not None:
-            fig = paired_difference_vs_budget(pair, model)
-            if fig is not None:
-                path = out_dir / f"paired_difference_vs_budget{suffix}.png"
-                fig.savefig(path, dpi=110)
-                plt.close(fig)
-                written.append(path)
     return written

@@ -9,8 +9,9 @@ import math
 
 import pandas as pd
 
+from snapeval.report.style import method_rank
+
 POINT = ["model", "task", "method", "budget"]
-METHOD_ORDER = {"full": 0, "snapstream": 1, "snapkv": 2, "streamingllm": 3}
 
 _SIM_COLS = ["sim_model", "sim_hardware", "sim_prompt_len", "sim_gen_len", "sim_kv_bytes_per_seq",
              "sim_full_kv_bytes_per_seq", "sim_max_batch", "sim_full_max_batch", "sim_decode_tokens_per_s",
@@ -18,10 +19,11 @@ _SIM_COLS = ["sim_model", "sim_hardware", "sim_prompt_len", "sim_gen_len", "sim_
 
 
 def _sort(frame: pd.DataFrame) -> pd.DataFrame:
-    """Models and tasks in the sweep's order, then full, snapstream, snapkv, streamingllm, then budget."""
+    """Models and tasks in the sweep's order, then methods in the style table's order (full cache first), then
+    budget."""
     rank = {col: {v: i for i, v in enumerate(dict.fromkeys(frame[col]))} for col in ("model", "task")}
     keys = frame.assign(_model=frame["model"].map(rank["model"]), _task=frame["task"].map(rank["task"]),
-                        _m=frame["method"].map(lambda m: METHOD_ORDER.get(m, 9)),
+                        _m=frame["method"].map(method_rank),
                         _b=frame["budget"].astype("Float64").fillna(-1.0))
     return (keys.sort_values(["_model", "_task", "_m", "method", "_b"], kind="stable")
             .drop(columns=["_model", "_task", "_m", "_b"]).reset_index(drop=True))
@@ -80,49 +82,157 @@ def _ratio(num, den) -> float:
     return num / den if den and not (math.isnan(num) or math.isnan(den)) else float("nan")
 
 
-PAIRED = ["paired_n", "paired_diff", "paired_ci_low", "paired_ci_high", "paired_significant", "mcnemar_p",
-          "flips_broke", "flips_fixed", "paired_length_change", "paired_unpaired", "paired_note"]
+PAIRED = ["paired_n", "paired_clusters", "paired_unpaired", "paired_diff", "paired_ci_low", "paired_ci_high",
+          "paired_interval", "paired_test", "paired_p", "paired_p_holm", "paired_significant", "items_worse",
+          "items_better", "paired_length_change", "paired_mdd", "ni_margin", "ni_alpha", "ni_p", "ni_drop_bound",
+          "non_inferior", "ni_items_needed", "smallest_ni_budget", "paired_note"]
 
 
 def paired(table: pd.DataFrame) -> pd.DataFrame:
     """Every compressed cell's headline metric paired item by item with the full-cache cell of its group (one row
     per cell: seeds are not averaged, each seed is its own paired experiment)."""
     rows = table[table["primary"] & (table["method"] != "full")]
-    cols = ["model", "task", "method", "budget", "seed", "metric", "filter", "value"] + PAIRED
+    cols = ["model", "task", "method", "budget", "seed", "metric", "filter", "higher_is_better", "value"] + PAIRED
     return _sort(rows[cols].reset_index(drop=True))
 
 
+def _rule(pair: pd.DataFrame) -> tuple[float, float] | None:
+    """(margin, alpha) the table was built with, None when no cell was paired."""
+    known = pair[pair["ni_margin"].notna()]
+    if known.empty:
+        return None
+    return float(known["ni_margin"].iloc[0]), float(known["ni_alpha"].iloc[0])
+
+
+def _items(value) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return "unreachable" if math.isinf(value) else f"{int(value):,}"
+
+
+def _drop(value) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return "unbounded" if math.isinf(value) else f"{value:.3f}"
+
+
+def decisions(pair: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, task, method): the smallest non-inferior budget (NA: none in the grid) and the cell that
+    decided it (that budget, or the largest budget when even it is not non-inferior), with that cell's drop, its
+    one-sided upper bound, its items and clusters, and the items the margin would need."""
+    rows = []
+    scored = pair[pair["paired_diff"].notna() & pair["budget"].notna()]
+    for (model, task, method), frame in scored.groupby(["model", "task", "method"], sort=False):
+        smallest = frame["smallest_ni_budget"].dropna()
+        budget = int(smallest.iloc[0]) if not smallest.empty else int(frame["budget"].max())
+        cell = frame[frame["budget"] == budget].sort_values("ni_drop_bound", ascending=False).iloc[0]
+        rows.append({"model": model, "task": task, "method": method,
+                     "smallest_ni_budget": budget if not smallest.empty else pd.NA, "deciding_budget": budget,
+                     "drop": -cell["paired_diff"] if cell["higher_is_better"] else cell["paired_diff"], "drop_bound": cell["ni_drop_bound"],
+                     "n": cell["paired_n"], "clusters": cell["paired_clusters"],
+                     "items_needed": cell["ni_items_needed"], "ni_margin": cell["ni_margin"],
+                     "ni_alpha": cell["ni_alpha"]})
+    return pd.DataFrame(rows, columns=["model", "task", "method", "smallest_ni_budget", "deciding_budget", "drop",
+                                       "drop_bound", "n", "clusters", "items_needed", "ni_margin", "ni_alpha"])
+
+
+def decision_markdown(pair: pd.DataFrame) -> list[str]:
+    """The report's first section: per (model, task, method) the smallest budget non-inferior to the full cache at
+    the declared margin, or "none in the grid" with the items the margin would need."""
+    rule = _rule(pair)
+    if rule is None:
+        return []
+    margin, alpha = rule
+    confidence = f"{(1 - alpha) * 100:g}%"
+    lines = [f"Non-inferiority margin δ = {margin:g} (a drop of at most {margin * 100:g} points of the headline "
+             f"metric), α = {alpha:g}. A budget is non-inferior to the full cache when the one-sided {confidence} "
+             f"upper confidence bound of its paired drop is below δ (Tango's score test for 0/1 metrics, the "
+             f"sign-flip test over clusters otherwise). A method's budgets are tested from the largest down, each at "
+             f"α, stopping at the first that is not non-inferior (fixed-sequence: the family-wise error per "
+             f"(model, task, method) stays at most α); with several seeds every seed must pass. \"not significantly "
+             f"different\" is not the same claim: a cell can be neither.", "",
+             f"| model | task | method | smallest non-inferior budget | deciding cell | drop | upper {confidence} "
+             f"bound | items (clusters) | items needed for δ |", "|" + " --- |" * 9]
+    for r in decisions(pair).itertuples():
+        answer = "none in the grid" if pd.isna(r.smallest_ni_budget) else f"**{int(r.smallest_ni_budget)}**"
+        lines.append(f"| {r.model} | {r.task} | {r.method} | {answer} | {r.method}@{r.deciding_budget} | "
+                     f"{r.drop + 0.0:+.3f} | {_drop(r.drop_bound)} | {int(r.n)} ({int(r.clusters)}) | "
+                     f"{_items(r.items_needed)} |")
+    lines += ["", "Items needed: for 80% power to show non-inferiority at δ if the true difference were 0, at the "
+                  "deciding cell's rate of discordant items (Nam 1997; at zero discordance z²(1 − δ)/δ)."]
+    return lines
+
+
 def paired_markdown(pair: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """Per (model, task): a markdown table of paired differences vs the full cache, significance spelled out."""
+    """Per (model, task): a markdown table of paired differences vs the full cache, significance (Holm-adjusted)
+    and non-inferiority spelled out, with the minimum detectable drop next to every "no"."""
     out = {}
     for (model, task), frame in pair.groupby(["model", "task"], sort=False):
-        lines = ["| method | budget | seed | accuracy | Δ vs full (paired) | 95% CI | McNemar p | broke / fixed | "
-                 "Δ output chars | significant |", "|" + " --- |" * 10]
+        lines = ["| method | budget | seed | accuracy | Δ vs full (paired) | 95% CI | test p | Holm p | significant | "
+                 "drop bound | non-inferior | worse / better | items (clusters) | unpaired | Δ output chars |",
+                 "|" + " --- |" * 15]
         for r in frame.itertuples():
             if pd.isna(r.paired_diff):
                 lines.append(f"| {r.method} | {budget_label(r.method, r.budget)} | {r.seed} | {r.value:.3f} | "
-                             f"n/a | | | | | {r.paired_note} |")
+                             f"n/a | | | | | | | | | | {r.paired_note} |")
                 continue
-            flips = "" if pd.isna(r.flips_broke) else f"{int(r.flips_broke)} / {int(r.flips_fixed)}"
-            p = "" if pd.isna(r.mcnemar_p) else f"{r.mcnemar_p:.3g}"
+            ci = f"[{r.paired_ci_low:+.3f}, {r.paired_ci_high:+.3f}]"
+            detectable = ("none at this n" if not pd.isna(r.paired_mdd) and math.isinf(r.paired_mdd)
+                          else _drop(r.paired_mdd))
+            sig = "**yes**" if bool(r.paired_significant) else f"no (detectable: {detectable})"
+            ni = "**yes**" if bool(r.non_inferior) else f"no (needs {_items(r.ni_items_needed)} items)"
             length = "" if pd.isna(r.paired_length_change) else f"{r.paired_length_change:+.1f}"
-            sig = "**yes**" if bool(r.paired_significant) else "no"
             lines.append(f"| {r.method} | {budget_label(r.method, r.budget)} | {r.seed} | {r.value:.3f} | "
-                         f"{r.paired_diff:+.3f} | [{r.paired_ci_low:+.3f}, {r.paired_ci_high:+.3f}] | {p} | {flips} | "
-                         f"{length} | {sig} |")
+                         f"{r.paired_diff:+.3f} | {ci} | {r.paired_p:.3g} | {r.paired_p_holm:.3g} | {sig} | "
+                         f"{_drop(r.ni_drop_bound)} | {ni} | {int(r.items_worse)} / {int(r.items_better)} | "
+                         f"{int(r.paired_n)} ({int(r.paired_clusters)}) | {int(r.paired_unpaired)} | {length} |")
         out[(model, task)] = "\n".join(lines)
     return out
 
 
+def paired_legend(pair: pd.DataFrame) -> list[str]:
+    """What the columns of the paired tables mean, with the tests and intervals that were used."""
+    rule = _rule(pair)
+    if rule is None:
+        return []
+    margin, alpha = rule
+    tests = ", ".join(sorted({"sign-flip permutation test over clusters (mid-p)" if str(t).startswith("sign-flip")
+                              else str(t) for t in pair["paired_test"].dropna()}))
+    intervals = ", ".join(sorted(set(pair["paired_interval"].dropna())))
+    return [f"Paired differences: every compressed cell against the full-cache cell that answered the same items (same "
+            f"model, task, seed, limit), item by item. Tests of \"no difference\" (two-sided): {tests}; intervals "
+            f"({(1 - alpha) * 100:g}%): {intervals}. **Family**: the compressed cells of one (model, task); p-values "
+            f"are Holm-adjusted within it and *significant* means Holm p < α = {alpha:g}. \"detectable\": the "
+            f"smallest drop the test would catch with 80% power at this n. *Drop bound*: one-sided "
+            f"{(1 - alpha) * 100:g}% upper bound of the drop; *non-inferior*: bound < δ = {margin:g} (\"needs\": "
+            "the items for 80% power at δ). *Worse / better*: items the budget scored lower / higher than the full "
+            "cache. Items in only one of the two cells are counted as unpaired, never paired."]
+
+
 def significance_summary(pair: pd.DataFrame) -> list[str]:
-    """One sentence per (model, task): which compressed cells differ significantly from the full cache."""
+    """One sentence per (model, task): which compressed cells differ significantly (Holm) from the full cache."""
     out = []
     for (model, task), frame in pair.groupby(["model", "task"], sort=False):
         scored = frame[frame["paired_diff"].notna()]
         sig = scored[scored["paired_significant"].fillna(False).astype(bool)]
         names = ", ".join(f"{r.method}@{budget_label(r.method, r.budget)} ({r.paired_diff:+.3f})" for r in sig.itertuples())
         out.append(f"- {model} / {task}: {len(sig)} of {len(scored)} compressed cells differ significantly from the "
-                   f"full cache" + (f": {names}." if names else "."))
+                   f"full cache (Holm within this task)" + (f": {names}." if names else "."))
+    return out
+
+
+def items_summary(pair: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Per (model, task): how many items and clusters were paired and how many were left unpaired."""
+    out = {}
+    for (model, task), frame in pair.groupby(["model", "task"], sort=False):
+        scored = frame[frame["paired_n"].notna()]
+        if scored.empty:
+            continue
+        n = sorted({int(v) for v in scored["paired_n"]})
+        k = sorted({int(v) for v in scored["paired_clusters"]})
+        unpaired = int(scored["paired_unpaired"].sum())
+        out[(model, task)] = (f"Items: {'/'.join(map(str, n))} paired items per cell in {'/'.join(map(str, k))} "
+                              f"clusters; {unpaired} unpaired items in all.")
     return out
 
 
@@ -140,7 +250,7 @@ def accuracy_vs_budget(table: pd.DataFrame) -> dict[tuple[str, str], pd.DataFram
         budgets = sorted({int(b) for b in frame["budget"].dropna()})
         cols = (["full"] if (frame["method"] == "full").any() else []) + [str(b) for b in budgets]
         pivot = frame.pivot(index="method", columns="budget_label", values="cell").reindex(columns=cols).fillna("")
-        pivot = pivot.loc[sorted(pivot.index, key=lambda m: METHOD_ORDER.get(m, 9))]
+        pivot = pivot.loc[sorted(pivot.index, key=method_rank)]
         pivot.columns.name = f"budget ({frame['metric'].iloc[0]})"
         out[(model, task)] = pivot
     return out

@@ -53,7 +53,7 @@ class SampleRecord:
     subtask: str
     doc_id: int
     target: str
-    generations: tuple[str, ...]  # raw generated text, one per repeat; empty for log-likelihood tasks
+    generations: tuple[str, ...]  # raw generated text, one per sample (a task's repeats); empty for log-likelihood
     scores: dict[str, float]  # {"metric,filter": per-sample score}
     greedy: bool
     #: Items that are not independent share a cluster (questions on one document, a problem's samples); the paired
@@ -112,25 +112,103 @@ class CellResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CellResult":
+        """A cell read back from JSON, every field validated (:func:`validate_cell_dict`): a bad one is a one-line
+        :class:`SnapevalError` naming the cell and the field."""
+        if not isinstance(data, dict):
+            raise SnapevalError(f"cell result is not a JSON object (got {type(data).__name__})")
+        validate_cell_dict(data)
         try:
-            if data.get("schema") != SCHEMA_VERSION:
-                raise SnapevalError(f"result schema {data.get('schema')!r} is not supported; expected {SCHEMA_VERSION}")
             data = {k: v for k, v in data.items() if k not in ("deterministic", "generations_sha256")}
             data["metrics"] = [MetricValue(**m) for m in data["metrics"]]
             data["samples"] = [SampleRecord(**{**s, "generations": tuple(s["generations"])}) for s in data["samples"]]
             return cls(**data)
-        except (KeyError, TypeError) as exc:
-            raise SnapevalError(f"cell result {data.get('cell_id', '?')!r} is malformed: {exc}") from None
+        except TypeError as exc:  # an unknown or missing field
+            raise SnapevalError(f"{cell_label(data)}: {exc}") from None
 
     @classmethod
     def from_json(cls, text: str) -> "CellResult":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SnapevalError(f"cell result is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise SnapevalError("cell result is not a JSON object")
+            raise SnapevalError(f"not valid JSON (truncated or edited?): {exc}") from None
         return cls.from_dict(data)
+
+
+def cell_label(data: dict[str, Any]) -> str:
+    """``cell <id> (<model> | <task> | <method>@<budget> | seed <s>)`` from a cell's raw JSON, as far as it reads."""
+    identity = data.get("identity") if isinstance(data.get("identity"), dict) else {}
+    model = (identity.get("model") or {}).get("pretrained", "?") if isinstance(identity.get("model"), dict) else "?"
+    task = (identity.get("task") or {}).get("name", "?") if isinstance(identity.get("task"), dict) else "?"
+    policy = identity.get("policy") if isinstance(identity.get("policy"), dict) else {}
+    method = policy.get("method", "?")
+    point = method if method == "full" or policy.get("budget") is None else f"{method}@{policy.get('budget')}"
+    return f"cell {data.get('cell_id', '?')} ({model} | {task} | {point} | seed {identity.get('seed', '?')})"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check(ok: bool, field_path: str, value: Any, allowed: str) -> None:
+    if not ok:
+        shown = repr(value) if not isinstance(value, float) else str(value)
+        raise SnapevalError(f"{field_path}={shown[:60]} is invalid; allowed: {allowed}")
+
+
+def validate_cell_dict(data: dict[str, Any]) -> None:
+    """Check a cell's raw JSON before it is used: the schema version, the types of every metric and per-item record,
+    finite numbers (a NaN score or stderr is an error, not "n/a"), and unique ``doc_id`` s per subtask (a duplicate
+    would silently pair one item with another). Raises a one-line :class:`SnapevalError`:
+    ``<cell label>: <field>=<value> is invalid; allowed: ...``."""
+    label = cell_label(data)
+    try:
+        if data.get("schema") != SCHEMA_VERSION:
+            raise SnapevalError(f"schema={data.get('schema')!r} is not supported; allowed: {SCHEMA_VERSION}")
+        for key in ("cell_id", "identity", "metrics", "samples"):
+            if key not in data:
+                raise SnapevalError(f"field {key!r} is missing")
+        _check(isinstance(data["cell_id"], str) and data["cell_id"] != "", "cell_id", data["cell_id"],
+               "a non-empty string")
+        _check(isinstance(data["identity"], dict), "identity", data["identity"], "a JSON object")
+        _check(isinstance(data["metrics"], list), "metrics", data["metrics"], "a list")
+        _check(isinstance(data["samples"], list), "samples", data["samples"], "a list")
+        for i, m in enumerate(data["metrics"]):
+            where = f"metrics[{i}]"
+            _check(isinstance(m, dict), where, m, "a JSON object")
+            for key in ("subtask", "metric", "filter"):
+                _check(isinstance(m.get(key), str), f"{where}.{key}", m.get(key), "a string")
+            for key in ("value", "stderr"):
+                _check(m.get(key) is None or _finite(m.get(key)), f"{where}.{key}", m.get(key),
+                       "a finite number or null")
+            _check(isinstance(m.get("n"), int) and not isinstance(m.get("n"), bool) and m["n"] >= 0, f"{where}.n",
+                   m.get("n"), "an integer >= 0")
+            _check(isinstance(m.get("higher_is_better", True), bool), f"{where}.higher_is_better",
+                   m.get("higher_is_better"), "true or false")
+        seen: dict[tuple[str, int], int] = {}
+        for i, sample in enumerate(data["samples"]):
+            where = f"samples[{i}]"
+            _check(isinstance(sample, dict), where, sample, "a JSON object")
+            _check(isinstance(sample.get("subtask"), str), f"{where}.subtask", sample.get("subtask"), "a string")
+            doc = sample.get("doc_id")
+            _check(isinstance(doc, int) and not isinstance(doc, bool), f"{where}.doc_id", doc, "an integer")
+            _check(isinstance(sample.get("target", ""), str), f"{where}.target", sample.get("target"), "a string")
+            gens = sample.get("generations")
+            _check(isinstance(gens, list) and all(isinstance(g, str) for g in gens), f"{where}.generations", gens,
+                   "a list of strings")
+            scores = sample.get("scores")
+            _check(isinstance(scores, dict), f"{where}.scores", scores, "a JSON object of metric -> number")
+            for key, value in scores.items():
+                _check(_finite(value), f"{where}.scores[{key!r}]", value, "a finite number")
+            _check(isinstance(sample.get("greedy"), bool), f"{where}.greedy", sample.get("greedy"), "true or false")
+            cluster = sample.get("cluster")
+            _check(cluster is None or isinstance(cluster, str), f"{where}.cluster", cluster, "a string or null")
+            key = (sample["subtask"], doc)
+            if key in seen:
+                raise SnapevalError(f"{where}.doc_id={doc} is a duplicate of samples[{seen[key]}] in subtask "
+                                    f"{sample['subtask']!r}; allowed: one record per item")
+            seen[key] = i
+    except SnapevalError as exc:
+        raise SnapevalError(f"{label}: {exc}") from None
 
 
 def group_id_of(identity: dict[str, Any]) -> str:
@@ -170,7 +248,8 @@ def _samples_of(task: str, rows: list[dict]) -> list[SampleRecord]:
                                          "greedy": True, "output_type": None,
                                          "cluster": None if cluster is None else str(cluster)})
         resps = row.get("resps") or []
-        texts = [r[0] for r in resps if isinstance(r, (list, tuple)) and r and isinstance(r[0], str)]
+        # one list per request instance; a task's `repeats` samples are all in it (every one is kept)
+        texts = [t for r in resps if isinstance(r, (list, tuple)) for t in r if isinstance(t, str)]
         if texts and not rec["generations"]:
             rec["generations"] = tuple(texts)
         rec["greedy"] = rec["greedy"] and _is_greedy(row.get("arguments"))
@@ -183,8 +262,15 @@ def _samples_of(task: str, rows: list[dict]) -> list[SampleRecord]:
                          greedy=r["greedy"], cluster=r["cluster"]) for d, r in sorted(by_doc.items())]
 
 
+def _declared_order(out: dict[str, Any], task: str) -> dict[str, int]:
+    """The position of each metric in the task's ``metric_list`` (its first is the headline)."""
+    declared = ((out.get("configs") or {}).get(task) or {}).get("metric_list") or []
+    return {m["metric"]: i for i, m in enumerate(declared) if isinstance(m, dict) and "metric" in m}
+
+
 def metrics_of(out: dict[str, Any]) -> list[MetricValue]:
-    """Every ``metric,filter`` value of every (sub)task in an lm-eval results dict, with stderr and n."""
+    """Every ``metric,filter`` value of every (sub)task in an lm-eval results dict, with stderr and n, in the order
+    the task declares its metrics (lm-eval reports them in the order its scorer returned them)."""
     metrics = []
     higher = out.get("higher_is_better") or {}
     n_samples = out.get("n-samples") or {}
@@ -192,15 +278,18 @@ def metrics_of(out: dict[str, Any]) -> list[MetricValue]:
         n = n_samples.get(task, {}).get("effective")
         if n is None:
             n = values.get("sample_len", 0)
+        found = []
         for key, value in values.items():
             if "," not in key or "_stderr," in key:
                 continue
             metric, filt = key.split(",", 1)
-            metrics.append(MetricValue(
+            found.append(MetricValue(
                 subtask=task, metric=metric, filter=filt, value=_number(value),
                 stderr=_number(values.get(f"{metric}_stderr,{filt}")), n=int(n or 0),
                 higher_is_better=bool(higher.get(task, {}).get(metric, True)),
             ))
+        order = _declared_order(out, task)
+        metrics += sorted(found, key=lambda m: order.get(m.metric, len(order)))  # stable: filters keep their order
     return metrics
 
 

@@ -109,15 +109,21 @@ class ResultsStore:
             return False
 
     def read(self, cell_id: str) -> CellResult:
+        """A finished cell, validated as it is read (:func:`snapeval.results.schema.validate_cell_dict`). Anything
+        wrong is one line naming the file, the cell, the field and the remedy."""
         path = self.cell_path(cell_id)
+        remedy = (f"re-run the sweep with --out {self.root} to recompute this cell (a sweep redoes every cell whose "
+                  "file it cannot read)")
         try:
             text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SnapevalError(f"cannot read cell result {path}: {exc.strerror}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise SnapevalError(f"{path}: cell {cell_id}: cannot read the result ({why}); {remedy}") from None
         try:
             return CellResult.from_json(text)
         except SnapevalError as exc:
-            raise SnapevalError(f"{path}: {exc}") from None
+            what = str(exc) if str(exc).startswith("cell ") else f"cell {cell_id}: {exc}"
+            raise SnapevalError(f"{path}: {what}; {remedy}") from None
 
     def write(self, result: CellResult) -> Path:
         path = self.cell_path(result.cell_id)
@@ -175,21 +181,39 @@ class ResultsStore:
     def manifest_path(self) -> Path:
         return self.root / "manifest.json"
 
-    def write_manifest(self, name: str, cells: list[dict[str, Any]], simulate: dict[str, Any]) -> None:
-        atomic_write_text(self.manifest_path, json.dumps(
-            {"format": MANIFEST_FORMAT, "sweep": name, "simulate": simulate, "cells": cells}, indent=1, sort_keys=True))
+    def write_manifest(self, name: str, cells: list[dict[str, Any]], simulate: dict[str, Any],
+                       decision: dict[str, Any] | None = None) -> None:
+        """The grid's cells, the simulator settings and the sweep's decision rule (margin, alpha) for its report."""
+        manifest = {"format": MANIFEST_FORMAT, "sweep": name, "simulate": simulate, "cells": cells}
+        if decision is not None:
+            manifest["decision"] = decision
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
 
     def read_manifest(self) -> dict[str, Any]:
+        remedy = (f"re-run `snapeval sweep CONFIG --out {self.root}` with the config that wrote it (it rewrites the "
+                  "manifest and keeps every finished cell)")
         if not self.manifest_path.is_file():
+            if self.cells_dir.is_dir():
+                raise SnapevalError(f"{self.manifest_path} is missing; {remedy}")
             raise SnapevalError(f"{self.root} is not a results directory (no manifest.json); "
                                 f"run `snapeval sweep CONFIG --out {self.root}` first")
         try:
             data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise SnapevalError(f"{self.manifest_path} is not valid JSON: {exc}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SnapevalError(f"{self.manifest_path} is not valid JSON ({exc}); {remedy}") from None
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-            raise SnapevalError(f"{self.manifest_path}: format must be {MANIFEST_FORMAT!r}")
+            raise SnapevalError(f"{self.manifest_path}: format must be {MANIFEST_FORMAT!r}; {remedy}")
+        cells = data.get("cells")
+        if not isinstance(cells, list) or not all(isinstance(c, dict) and isinstance(c.get("cell_id"), str)
+                                                  for c in cells):
+            raise SnapevalError(f"{self.manifest_path}: cells must be a list of objects with a cell_id; {remedy}")
         return data
+
+    def decision(self):
+        """The decision rule (margin, alpha) the sweep declared (its ``decision:`` key), else the default."""
+        from snapeval.stats import DecisionRule
+
+        return DecisionRule.from_mapping(self.read_manifest().get("decision"), f"{self.manifest_path}: decision")
 
     def finished(self) -> list[CellResult]:
         """The finished cells of the manifest's grid, in grid order (unfinished ones are left out)."""
@@ -229,12 +253,14 @@ class ResultsStore:
             return pd.read_parquet(parquet)
         return self.rebuild_table(write=False)
 
-    def rebuild_table(self, write: bool = True):
-        """Re-derive the table from the manifest and the cell files (with the current simulator), and save it."""
+    def rebuild_table(self, write: bool = True, decision=None):
+        """Re-derive the table from the manifest and the cell files (with the current simulator and statistics), and
+        save it. ``decision``: the margin and alpha to use (default: the sweep's own, :meth:`decision`)."""
         from snapeval.results.table import build_table
 
         manifest = self.read_manifest()
-        table = build_table(manifest["cells"], {r.cell_id: r for r in self.finished()}, manifest.get("simulate") or {})
+        table = build_table(manifest["cells"], {r.cell_id: r for r in self.finished()}, manifest.get("simulate") or {},
+                            decision=decision if decision is not None else self.decision())
         if write and not table.empty:
             self.write_table(table)
         return table

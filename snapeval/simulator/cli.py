@@ -14,8 +14,10 @@ def _int(text: str) -> int:
 
 
 def register(subparsers) -> None:
+    from snapeval.cache import METHOD_TABLE
+
     p = subparsers.add_parser(
-        "simulate", help="SN40L memory and throughput of a (model, context, budget, batch, sockets) point",
+        "simulate", help="SN40L memory and throughput of a (model, context, method, batch, sockets) point",
         description="Simulate memory per socket and tier, the largest batch that fits, decode throughput and "
                     "prefill time. Assumptions and their sources: docs/simulator.md.")
     p.add_argument("--model", default="deepseek-r1", help="preset name (snapeval models) or a config.json/dir")
@@ -24,7 +26,13 @@ def register(subparsers) -> None:
     hw.add_argument("--hardware-file", help="a hardware spec YAML/JSON (shape of snapeval/simulator/hardware/*.yaml)")
     p.add_argument("--prompt-len", type=_int, default=4096)
     p.add_argument("--gen-len", type=_int, default=1024)
-    p.add_argument("--budget", type=_int, default=None, help="SnapStream cache budget in tokens (omit: full cache)")
+    p.add_argument("--method", default=None,
+                   help=f"cache method: {METHOD_TABLE.allowed()} (default: snapstream with --budget, else full); "
+                        "priced by what it holds and computes (docs/simulator.md)")
+    p.add_argument("--budget", type=_int, default=None, help="cache budget in tokens per layer and KV head")
+    p.add_argument("--split", action="append", default=[], metavar="KEY=VALUE",
+                   help="a split field or press argument of the method (sink=4, recent=512, kernel=7, window_size=64, "
+                        "...); repeatable")
     p.add_argument("--batch", type=_int, default=1)
     p.add_argument("--sockets", type=_int, default=None)
     p.add_argument("--tp", type=_int, default=None)
@@ -41,8 +49,17 @@ def register(subparsers) -> None:
                    help="context the static graphs are compiled for (default: the hardware's; 0 = the prompt)")
     p.add_argument("--kv-slot", default="exact", help="exact | bucket")
     p.add_argument("--moe-parallel", default="auto", help="auto | ep | tp")
-    p.add_argument("--draft-tokens", type=_int, default=None, help="MTP/speculative drafts verified per step")
-    p.add_argument("--observation-length", type=_int, default=32, help="SnapKV observation window (tokens)")
+    p.add_argument("--attention-tiling", default="auto",
+                   help="how decode attention is tiled over a socket's compute units: auto (the cheapest that fits "
+                        "on-chip) | keys (split the key axis only) | rows (split the query rows only)")
+    p.add_argument("--draft-tokens", type=_int, default=None,
+                   help="drafts verified per step: MTP drafts, or the lookahead of --draft-model (default: the "
+                        "fastest)")
+    p.add_argument("--draft-model", default=None, help="speculative decoding with this draft model (a preset name)")
+    p.add_argument("--draft-acceptance", type=float, default=0.8, help="probability a draft token is accepted")
+    p.add_argument("--observation-length", type=_int, default=None,
+                   help="SnapKV observation window of snapstream/snapkv (tokens; default 32); same as "
+                        "--split observation=N")
     p.add_argument("--sweep", help="NAME=V1,V2,... with NAME in batch, prompt_len, gen_len, budget (full allowed), "
                                    "sockets, tp")
     p.add_argument("--plot", help="write a PNG of the sweep here")
@@ -63,11 +80,48 @@ def _model(spec: str):
     return get_preset(spec)
 
 
+def _split(items: list[str], observation: int | None) -> dict:
+    """``--split KEY=VALUE`` pairs (integers, floats, true/false, else strings) and ``--observation-length``."""
+    from snapeval.errors import SnapevalError
+
+    out: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise SnapevalError(f"--split {item!r} must look like KEY=VALUE (e.g. sink=4)")
+        value: object = raw.strip()
+        for cast in (int, float):
+            try:
+                value = cast(raw)
+                break
+            except ValueError:
+                continue
+        if raw.strip().lower() in ("true", "false"):
+            value = raw.strip().lower() == "true"
+        out[key.strip()] = value
+    if observation is not None:
+        out["observation"] = observation
+    return out
+
+
+def method_for(name: str | None, split: dict):
+    """The resolved method configuration of a budget (None: the full cache): ``name`` (default snapstream) with
+    the ``split`` fields; one-line errors from :func:`snapeval.cache.resolve_method`."""
+    from snapeval.cache import resolve_method
+
+    def resolve(budget: int | None):
+        if budget is None and name in (None, "full"):
+            return resolve_method("full")
+        return resolve_method(name or "snapstream", budget, **split)
+
+    return resolve
+
+
 def run(args) -> int:
     from snapeval.errors import SnapevalError
-    from snapeval.simulator.core import Deployment, KVPolicy, simulate
+    from snapeval.simulator.core import Deployment, simulate
     from snapeval.simulator.hardware import get_hardware, load_hardware_file
-    from snapeval.simulator.sweep import COLUMNS, parse_sweep, plot_sweep, row, run_sweep
+    from snapeval.simulator.sweep import parse_sweep, plot_sweep, row, run_sweep
 
     if args.plot and not args.sweep:
         raise SnapevalError("--plot needs --sweep NAME=V1,V2,...")
@@ -78,12 +132,16 @@ def run(args) -> int:
                      kv_dtype=args.kv_dtype, mtp_factor=args.mtp_factor, kernel_looping=args.kernel_looping,
                      placement=args.placement, batch_granularity=args.batch_granularity,
                      compiled_context=args.compiled_context, kv_slot=args.kv_slot, moe_parallel=args.moe_parallel,
-                     draft_tokens=args.draft_tokens)
-    policy = KVPolicy.from_budget(args.budget, observation_length=args.observation_length)
+                     attention_tiling=args.attention_tiling,
+                     draft_tokens=args.draft_tokens, draft_model=args.draft_model,
+                     draft_acceptance=args.draft_acceptance)
+    resolve = method_for(args.method, _split(args.split, args.observation_length))
+    sweep = parse_sweep(args.sweep) if args.sweep else None
+    method = None if sweep and sweep[0] == "budget" else resolve(args.budget)  # a budget sweep sets its own
 
-    if args.sweep:
-        name, values = parse_sweep(args.sweep)
-        results = run_sweep(hardware, model, dep, policy, name, values)
+    if sweep:
+        name, values = sweep
+        results = run_sweep(hardware, model, dep, method, name, values, method_for_budget=resolve)
         rows = [{name: ("full" if v is None else v), **row(r), "reason": r.reason} for v, r in zip(values, results)]
         if args.plot:
             plot_sweep(results, name, values, args.plot)
@@ -95,7 +153,7 @@ def run(args) -> int:
                 print(f"plot: {args.plot}")
         return 0
 
-    result = simulate(hardware, model, dep, policy)
+    result = simulate(hardware, model, dep, method)
     if args.json:
         out = result.to_dict()
         out["gain_vs_full"] = result.gain_vs_full() if result.budget is not None else None
@@ -129,11 +187,11 @@ def _sweep_table(name: str, rows: list[dict]) -> str:
 
 def _point_table(r) -> str:
     gb = 1e9
-    policy = "full cache" if r.budget is None else f"SnapStream, budget {r.budget} tokens"
+    method = "full cache" if r.budget is None else f"method {r.method}"
     lines = [
         f"{r.model} on {r.hardware}: {r.sockets} socket(s), TP{r.tp} GEMMs, {r.attention_parallel.upper()} attention, "
         f"weights {r.weight_dtype}, KV {r.kv_dtype}, kernel looping {'on' if r.kernel_looping else 'off'}",
-        f"point: batch {r.batch}, prompt {r.prompt_len}, gen {r.gen_len}, {policy}",
+        f"point: batch {r.batch}, prompt {r.prompt_len}, gen {r.gen_len}, {method}",
         f"fits: {'yes' if r.fits else 'NO - ' + r.reason}",
         "",
         "memory per socket (GB)      HBM        DDR",
@@ -142,8 +200,8 @@ def _point_table(r) -> str:
         f"  activations/buffers  {r.hbm.activations / gb:9.2f}  {r.ddr.activations / gb:9.2f}",
         f"  total / capacity     {r.hbm.total / gb:9.2f} / {r.hbm_capacity / gb:.0f}"
         + (f"   {r.ddr.total / gb:.2f} / {r.ddr_capacity / gb:.0f}" if r.ddr_capacity else "   (DDR not used)"),
-        f"KV cache: {r.kv_bytes_per_token:,.0f} bytes/token, {r.kv_bytes_per_seq / gb:.2f} GB/sequence, "
-        f"{r.kv_bytes_total / gb:.1f} GB in total",
+        f"KV cache: {r.kv_bytes_per_token:,.0f} bytes/token, {r.kv_bytes_per_seq / gb:.2f} GB/sequence slot, "
+        f"{r.kv_bytes_total / gb:.1f} GB in total; {r.kept_tokens:,.0f} tokens kept on average over the decode",
         f"largest batch that fits: {r.max_batch} (exact limit {r.max_batch_exact})",
     ]
     if r.fits:
@@ -155,10 +213,16 @@ def _point_table(r) -> str:
             f"  raw (no MTP): {r.decode_tokens_per_s_raw:,.1f} tokens/s; achieved bandwidth "
             f"{r.achieved_bandwidth_fraction * 100:.1f}% of peak",
         ]
+        if r.draft_model:
+            lines.append(f"  speculative decoding: draft {r.draft_model}, lookahead {r.draft_tokens}, "
+                         f"{r.tokens_per_step:.2f} tokens per step expected, drafting "
+                         f"{(r.draft_seconds_per_step or 0) * 1e3:.2f} ms per step")
         for k in r.decode_kernels:
             lines.append(f"  {k.name:<28} {k.seconds * 1e3:8.3f} ms  ({k.bound}-bound)")
+        if r.attention_units > 1:
+            lines.append(f"  (each KV stream's attention tiled over {r.attention_units} compute units)")
         lines.append(f"prefill (one prompt): {r.prefill_seconds:.3f} s"
-                     + (f", of which SnapStream compression {r.prefill_compression_seconds * 1e3:.1f} ms "
+                     + (f", of which the method's compression {r.prefill_compression_seconds * 1e3:.1f} ms "
                         f"({r.prefill_overhead_fraction * 100:.2f}%)" if r.prefill_compression_seconds else ""))
         if r.budget is not None:
             g = r.gain_vs_full()

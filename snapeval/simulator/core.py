@@ -1,14 +1,18 @@
 """Analytical memory and time model of LLM inference on SN40L (and GPUs for comparison).
 
-Everything is closed-form arithmetic on the model architecture (``ModelPreset``), the hardware spec and the
-deployment, so one point costs a few microseconds. docs/simulator.md explains each term and the source of each
-default; ``benchmarks/simulator_calibration.py`` compares the results with every published figure.
+Everything is closed-form arithmetic on the model architecture (``ModelPreset``), the hardware spec, the deployment
+and the cache method's own description of itself (a resolved :class:`~snapeval.cache.config.MethodConfig`: its KV
+slots, its kept tokens over the decode, its prefill work), so one point costs well under a millisecond.
+docs/simulator.md explains each term and the source of each default; ``benchmarks/simulator_calibration.py``
+compares the results with every published figure.
 
 Decode step, per socket (the slowest socket sets the pace):
     t_step = sum over kernels of max(bytes / (BW * bandwidth_efficiency), flops / (peak * efficiency))
-             + call-boundary costs (removed by kernel looping)
-Prefill of one prompt (batch 1, tensor parallel over all sockets): the same max(memory, compute) per kernel, with
-SnapStream's SnapKV scoring and ring-buffer construction kernels added when the prompt exceeds the budget.
+             + the merge of a sequence's split attention + collectives + call-boundary costs
+With a draft model (speculative decoding) one step is the target's verification of ``draft_tokens`` drafts plus the
+draft model's own steps, each costed by the same step model.
+Prefill of one prompt (batch 1, tensor parallel over all sockets): the same max(memory, compute) per kernel, plus
+the kernels of the method's own prefill work (scoring, gathering) when it compresses the prompt.
 """
 from __future__ import annotations
 
@@ -16,18 +20,23 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from snapeval.cache.config import DEFAULT_KERNEL, FullConfig, MethodConfig, PrefillWork
 from snapeval.errors import SnapevalError, check_choice
 from snapeval.models.presets import ModelPreset, get_preset
 from snapeval.simulator.hardware import HardwareSpec, get_hardware
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-POLICIES = ("full", "snapstream")
 PLACEMENTS = ("hbm", "hbm+ddr")
 ATTENTION_PARALLEL = ("auto", "dp", "tp")
 BATCH_GRANULARITY = ("pow2", "any")
 KV_SLOTS = ("exact", "bucket")
 MOE_PARALLEL = ("auto", "ep", "tp")
+ATTENTION_TILINGS = ("auto", "keys", "rows")
 PAPER_MTP_FACTOR = 2.4  # SnapStream paper: DeepSeek-R1 throughputs x2.4 for multi-token prediction (80% acceptance)
+#: The longest lookahead a draft model is tried with (speculative decoding with ``draft_tokens=None``).
+MAX_LOOKAHEAD = 16
+#: Bytes of one element of a partial attention result (accumulators are kept in fp32).
+PARTIAL_BYTES = 4.0
 
 
 def _int_field(name: str, value: Any, minimum: int) -> int:
@@ -67,10 +76,23 @@ class Deployment:
       socket holds ``n_experts / sockets`` whole experts; the socket that must stream the most distinct experts
       sets the pace), ``tp`` = every expert sliced over the sockets; ``auto`` = ``ep`` when the sockets divide the
       experts, else ``tp``.
-    - ``draft_tokens``: speculative (MTP) tokens verified per sequence per step (each adds a query token to every
-      kernel of the step); ``None`` = the fewest drafts whose expected accepted tokens
-      ``1 + a + a^2 + ... + a^k`` (``a`` = ``draft_acceptance``) reach ``mtp_factor``: 2 for the paper's 2.4x at
-      80% acceptance (1 + 0.8 + 0.64 = 2.44); 0 when ``mtp_factor`` is 1.
+    - ``draft_tokens``: speculative tokens verified per sequence per step (each adds a query token to every
+      kernel of the target's step). Without a ``draft_model`` they are the model's own multi-token-prediction
+      drafts and ``None`` = the fewest drafts whose expected accepted tokens ``1 + a + a^2 + ... + a^k`` (``a`` =
+      ``draft_acceptance``) reach ``mtp_factor``: 2 for the paper's 2.4x at 80% acceptance (1 + 0.8 + 0.64 =
+      2.44); 0 when ``mtp_factor`` is 1.
+    - ``attention_tiling``: how decode attention's work is tiled over a socket's compute units: ``auto`` = the
+      cheapest tiling whose per-unit working set (its query rows and their fp32 partial results) fits one unit's
+      share of on-chip memory; ``keys`` = split each stream's key axis only (every unit keeps all of its stream's
+      query rows: flash-decoding's split-K); ``rows`` = split its query rows only (every unit reads all of its
+      stream's keys; nothing to merge). A tiling that fits no unit is refused with the bytes it needs.
+    - ``draft_model``: speculative decoding with a separate draft model (a preset name or a ``ModelPreset``): every
+      step, the draft decodes ``draft_tokens`` tokens one by one, then the target verifies them in one step; each
+      drafted token is accepted with probability ``draft_acceptance`` until the first rejection, so a step yields
+      ``(1 - a^(k+1)) / (1 - a)`` tokens on average. Both models are costed by this simulator's step model on the
+      same sockets, and both hold their weights and KV caches there. ``draft_tokens=None`` = the lookahead
+      (0..16) that gives the highest expected speed at this point, 0 (plain decoding) when speculation does not
+      pay. The reported tokens/s are the expected tokens, not a multiplier; ``mtp_factor`` is 1.
     """
 
     batch: int = 1
@@ -91,8 +113,10 @@ class Deployment:
     compiled_context: int | None = None
     kv_slot: str = "exact"
     moe_parallel: str = "auto"
+    attention_tiling: str = "auto"
     draft_tokens: int | None = None
     draft_acceptance: float = 0.8
+    draft_model: str | ModelPreset | None = None
 
     def __post_init__(self) -> None:
         _int_field("batch", self.batch, 1)
@@ -114,6 +138,7 @@ class Deployment:
             raise SnapevalError(f"draft_acceptance={self.draft_acceptance!r} must be a number in [0, 1)")
         check_choice("kv_slot", self.kv_slot, KV_SLOTS)
         check_choice("moe_parallel", self.moe_parallel, MOE_PARALLEL)
+        check_choice("attention_tiling", self.attention_tiling, ATTENTION_TILINGS)
         check_choice("attention_parallel", self.attention_parallel, ATTENTION_PARALLEL)
         check_choice("weight_dtype", self.weight_dtype, ("auto", *DTYPE_BYTES))
         check_choice("kv_dtype", self.kv_dtype, DTYPE_BYTES)
@@ -122,37 +147,16 @@ class Deployment:
         check_choice("batch_granularity", self.batch_granularity, BATCH_GRANULARITY)
         if self.mtp_factor is not None and not (isinstance(self.mtp_factor, (int, float)) and self.mtp_factor >= 1):
             raise SnapevalError(f"mtp_factor={self.mtp_factor!r} must be a number >= 1")
-
-
-@dataclass(frozen=True)
-class KVPolicy:
-    """KV-cache policy: ``full``, or ``snapstream`` with a total ``budget`` (sinks + ring + top-k) in tokens.
-
-    ``observation_length`` is SnapKV's number of last prompt queries used to score the middle tokens (it sets the
-    cost of the compression kernel; the paper does not state its value, default 32 as in SnapKV's code).
-    """
-
-    method: str = "full"
-    budget: int | None = None
-    observation_length: int = 32
-
-    def __post_init__(self) -> None:
-        check_choice("method", self.method, POLICIES)
-        if self.method == "snapstream":
-            if self.budget is None:
-                raise SnapevalError("budget is required for method='snapstream'")
-            _int_field("budget", self.budget, 1)
-        elif self.budget is not None:
-            raise SnapevalError("budget is only allowed with method='snapstream'")
-        _int_field("observation_length", self.observation_length, 1)
-
-    @classmethod
-    def from_budget(cls, budget: int | None, **kwargs: Any) -> "KVPolicy":
-        return cls() if budget is None else cls(method="snapstream", budget=budget, **kwargs)
-
-    def cached_tokens(self, context: int) -> int:
-        """Tokens held per sequence after ``context`` tokens (the budget caps the cache)."""
-        return context if self.budget is None else min(context, self.budget)
+        if self.draft_model is not None:
+            if not isinstance(self.draft_model, (str, ModelPreset)) or not str(getattr(self.draft_model, "name",
+                                                                                        self.draft_model)).strip():
+                raise SnapevalError(f"draft_model={self.draft_model!r} must be a model preset name")
+            if self.mtp_factor not in (None, 1, 1.0):
+                raise SnapevalError(f"mtp_factor={self.mtp_factor!r} cannot be combined with draft_model: a draft "
+                                    "model's tokens are costed, not multiplied; leave mtp_factor out")
+            if self.draft_tokens is not None and self.draft_tokens > MAX_LOOKAHEAD:
+                raise SnapevalError(f"draft_tokens={self.draft_tokens} must be at most {MAX_LOOKAHEAD} with a "
+                                    "draft_model")
 
 
 @dataclass(frozen=True)
@@ -181,10 +185,14 @@ class KernelTime:
 
 @dataclass
 class SimResult:
-    """Memory and time of one (hardware, model, deployment, policy) point. Times in seconds, memory in bytes.
+    """Memory and time of one (hardware, model, deployment, method) point. Times in seconds, memory in bytes.
 
     Throughput fields are ``None`` when the point does not fit (``fits`` is False and ``reason`` says why).
     ``decode_tokens_per_s`` includes ``mtp_factor`` when ``includes_mtp``; ``decode_tokens_per_s_raw`` never does.
+    Both count the expected tokens of speculative decoding with a draft model (``tokens_per_step``), which is a
+    costed mechanism, not a multiplier. ``method`` is the method's label (``snapstream@32768``); ``kept_tokens`` its
+    mean tokens per sequence over the decode (what decode attention reads); ``attention_units`` the compute units one
+    KV stream's decode attention is tiled over (row groups x key pieces; 1 without ``compute_units``).
     """
 
     hardware: str
@@ -211,6 +219,7 @@ class SimResult:
     kv_bytes_total: float
     kv_bytes_per_seq: float
     kv_bytes_per_token: float
+    kept_tokens: float
     max_batch: int
     max_batch_exact: int
     # decode
@@ -224,6 +233,12 @@ class SimResult:
     decode_kernels: list[KernelTime]
     mtp_factor: float
     includes_mtp: bool
+    attention_units: int
+    # speculative decoding with a draft model (draft_model None: none; draft_tokens are then MTP drafts)
+    draft_model: str | None
+    draft_tokens: int
+    tokens_per_step: float
+    draft_seconds_per_step: float | None
     # prefill
     prefill_seconds: float | None
     prefill_compression_seconds: float
@@ -236,14 +251,14 @@ class SimResult:
         return self.hbm.total + self.ddr.total
 
     def gain_vs_full(self) -> dict[str, float | None]:
-        """SnapStream's gain over the full cache at the same point (1.0 everywhere for a full-cache result).
+        """This method's gain over the full cache at the same point (1.0 everywhere for a full-cache result).
 
         ``kv_memory_reduction`` and ``memory_reduction`` are full / this; ``batch_gain`` is the ratio of the
         largest batches that fit; ``throughput_gain_same_batch`` compares this batch; ``throughput_gain_max_batch``
-        compares each policy at its own largest batch (the paper's 434 -> 1832 tok/s comparison).
+        compares each method at its own largest batch (the paper's 434 -> 1832 tok/s comparison).
         """
-        hardware, model, deployment, policy = self._inputs
-        full = simulate(hardware, model, deployment, KVPolicy(observation_length=policy.observation_length))
+        hardware, model, deployment, _ = self._inputs
+        full = simulate(hardware, model, deployment, FullConfig())
 
         def ratio(a, b):
             return None if a is None or b is None or b == 0 else a / b
@@ -273,8 +288,8 @@ def _at_batch(result: SimResult, batch: int) -> SimResult | None:
         return None
     if batch == result.batch:
         return result
-    hardware, model, deployment, policy = result._inputs
-    return simulate(hardware, model, replace(deployment, batch=batch), policy)
+    hardware, model, deployment, method = result._inputs
+    return simulate(hardware, model, replace(deployment, batch=batch), method)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -289,6 +304,13 @@ def _weight_bytes(model: ModelPreset, dtype: str) -> tuple[float, float]:
     wb = DTYPE_BYTES[dtype]
     # Sub-16-bit checkpoints keep embeddings, lm head and norms in BF16 (DeepSeek's FP8 release, GGUF/AWQ alike).
     return wb, max(wb, 2.0)
+
+
+def _call_boundary(hardware: HardwareSpec, sockets: int) -> float:
+    """Fixed cost of one kernel call: its launch and barrier, plus the cross-socket barrier when several sockets
+    run it (decode and prefill kernels alike, and the small kernels of a method's compression)."""
+    a = hardware.assumptions
+    return a.kernel_call_sync_s + (a.cross_socket_sync_s if sockets > 1 else 0.0)
 
 
 def _pow2_floor(n: int) -> int:
@@ -371,7 +393,7 @@ def _plan(hardware: HardwareSpec, model: ModelPreset, dep: Deployment) -> _Plan:
         raise SnapevalError(f"kernel_looping is not available on {hardware.name!r} (kind {hardware.kind})")
     mtp = dep.mtp_factor
     if mtp is None:
-        mtp = PAPER_MTP_FACTOR if model.family == "deepseek_v3" else 1.0
+        mtp = PAPER_MTP_FACTOR if model.family == "deepseek_v3" and dep.draft_model is None else 1.0
     compiled = dep.compiled_context
     if compiled is None:
         compiled = min(hardware.assumptions.compiled_context, model.max_context)
@@ -382,7 +404,10 @@ def _plan(hardware: HardwareSpec, model: ModelPreset, dep: Deployment) -> _Plan:
     if moe == "ep" and model.is_moe and model.n_routed_experts % sockets:
         raise SnapevalError(f"moe_parallel='ep' needs sockets={sockets} to divide the {model.n_routed_experts} "
                             f"routed experts of {model.name}; use moe_parallel='tp'")
-    drafts = dep.draft_tokens if dep.draft_tokens is not None else _draft_tokens_for(mtp, dep.draft_acceptance)
+    if dep.draft_tokens is not None:
+        drafts = dep.draft_tokens
+    else:  # a draft model's lookahead is chosen by speed later (simulate); MTP drafts follow from the factor
+        drafts = 0 if dep.draft_model is not None else _draft_tokens_for(mtp, dep.draft_acceptance)
     return _Plan(sockets, tp, dp, attn, wdtype, looping, float(mtp), compiled, moe, drafts)
 
 
@@ -424,25 +449,97 @@ def _activation_bytes(model: ModelPreset, dep: Deployment, plan: _Plan, kv_per_t
     return max(prefill, decode) + transient_prompt_kv
 
 
-def _slot_tokens(dep: Deployment, plan: _Plan, policy: "KVPolicy") -> int:
-    """Tokens one sequence's KV slot is allocated for (and the decode attention kernel reads with ``bucket``)."""
-    final = dep.prompt_len + dep.gen_len
-    if dep.kv_slot == "exact":
-        return policy.cached_tokens(final)
-    if policy.budget is not None:
-        return policy.budget
-    bucket = 1 << max(0, (final - 1).bit_length())
-    return max(final, min(bucket, plan.compiled_context))
+def _slot_tokens(dep: Deployment, plan: _Plan, method: MethodConfig) -> int:
+    """Tokens one sequence's KV slot is allocated for: what the method's static-row allocation reserves
+    (``method.cache_slots``: the budget for a fixed-size cache, the kept prompt plus the output otherwise); with
+    ``kv_slot="bucket"`` a growing slot is rounded up to the next power of two, capped at the compiled context."""
+    slots = method.cache_slots(dep.prompt_len, dep.gen_len)
+    if dep.kv_slot == "exact" or method.FIXED_SIZE:
+        return slots
+    bucket = 1 << max(0, (slots - 1).bit_length())
+    return max(slots, min(bucket, plan.compiled_context))
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # decode
 
-def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan,
-                 context: float, weights_ddr_fraction: float, kv_ddr_fraction: float) -> tuple[float, list[KernelTime], float, float]:
-    """Time of one decode step (all sequences advance one token) with ``context`` cached tokens per sequence.
+@dataclass(frozen=True)
+class _Step:
+    """One decode step: its time, its kernels, its bytes and FLOPs over all sockets, and the compute units one KV
+    stream's attention was tiled over."""
 
-    Returns (seconds, kernels, bytes per step over all sockets, flops per step over all sockets)."""
+    seconds: float
+    kernels: list[KernelTime]
+    bytes: float
+    flops: float
+    attention_units: int
+
+
+def _split_attention(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan, local_seqs: int,
+                     kv_bytes: float, flops: float, stream_seconds: float) -> tuple[float, int, str]:
+    """One layer of decode attention on the busiest socket: (seconds, compute units per sequence, bound).
+
+    The socket's sequences are independent streams of work (one per sequence and KV head on the socket; the MLA
+    latent is one head shared by every query head). When there are fewer streams than compute units, a stream is
+    tiled over ``r x c`` units: ``r`` groups of its query rows times ``c`` pieces of its key axis. Every row group
+    reads the stream's keys again from on-chip memory (``r x`` the KV bytes through the on-chip bandwidth), and the
+    ``c`` partial results of a row group (its rows x (value dim + 2 softmax statistics), fp32) are merged by a
+    binary tree of ``ceil(log2 c)`` levels, each reading two partials and writing one through one unit's share of
+    the on-chip bandwidth; the output projection waits on the merge, so its latency adds. A unit must hold its
+    query rows and their partial result in its share of the on-chip memory (``sram_bytes / compute_units``): a
+    tiling that does not fit is never taken (when even a row group per unit leaves none that fits, units take
+    several smaller row groups one after another). Among the tilings ``dep.attention_tiling`` allows, the one that
+    minimises the layer's time is taken. Without ``compute_units`` in the hardware spec the work is spread over the
+    whole socket; without ``sram_bandwidth`` on-chip traffic is free, without ``sram_bytes`` it always fits."""
+    s, a = hardware.socket, hardware.assumptions
+    peak = s.peak_flops * a.decode_attention_efficiency
+    if not s.compute_units:
+        compute = flops / peak
+        return max(stream_seconds, compute), 1, "memory" if stream_seconds >= compute else "compute"
+    heads = model.num_attention_heads if plan.attention_parallel == "dp" else model.num_attention_heads / plan.tp
+    kv_heads = 1.0 if model.is_mla else (model.num_kv_heads if plan.attention_parallel == "dp"
+                                         else max(1.0, model.num_kv_heads / plan.tp))
+    streams = local_seqs * kv_heads
+    rows = heads / kv_heads * (1 + plan.draft_tokens)
+    value_dim = model.kv_lora_rank if model.is_mla else model.head_dim
+    query_dim = model.kv_lora_rank + model.qk_rope_head_dim if model.is_mla else model.head_dim
+    row_bytes = query_dim * DTYPE_BYTES[dep.activation_dtype] + (value_dim + 2) * PARTIAL_BYTES
+    unit_memory = s.sram_bytes / s.compute_units if s.sram_bytes else math.inf
+    unit_bandwidth = s.sram_bandwidth / s.compute_units if s.sram_bandwidth else math.inf
+    most = max(1, int(s.compute_units // streams))
+    best = None
+    for i in range(int(rows).bit_length()):
+        r = min(1 << i, int(rows))
+        if r > most and best is not None:
+            break  # more row groups than a stream's units only when nothing else fits (below)
+        if (dep.attention_tiling == "keys" and r > 1) or (rows / r) * row_bytes > unit_memory:
+            continue
+        pieces = max(1, most // r)
+        for j in range(pieces.bit_length() + 1):
+            c = min(1 << j, pieces)
+            if dep.attention_tiling == "rows" and c > 1:
+                break
+            used = min(1.0, streams * r * c / s.compute_units)
+            compute = flops / (peak * used)
+            reread = (r - 1) * kv_bytes / (unit_bandwidth * s.compute_units) if r > 1 else 0.0
+            level = 3 * (rows / r) * (value_dim + 2) * PARTIAL_BYTES / unit_bandwidth
+            seconds = max(stream_seconds, compute, reread) + math.ceil(math.log2(c)) * level
+            if best is None or seconds < best[0]:
+                best = (seconds, min(r * c, most), "memory" if stream_seconds >= compute else "compute")
+    if best is None:
+        fewest = 1 if dep.attention_tiling == "keys" else 1 << (int(rows).bit_length() - 1)
+        raise SnapevalError(
+            f"attention_tiling={dep.attention_tiling!r} does not fit {hardware.name}: a compute unit holding "
+            f"{rows / fewest:g} query rows of a {model.name} stream needs {rows / fewest * row_bytes / 1e3:.0f} KB "
+            f"(queries + fp32 partial results) but holds {unit_memory / 1e3:.0f} KB of on-chip memory; allowed: "
+            f"{', '.join(t for t in ATTENTION_TILINGS if t != dep.attention_tiling)}")
+    return best
+
+
+def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan,
+                 context: float, weights_ddr_fraction: float, kv_ddr_fraction: float) -> _Step:
+    """Time of one decode step (all sequences advance one token) with ``context`` cached tokens per sequence
+    (the method's mean kept tokens over the decode)."""
     a = hardware.assumptions
     s = hardware.socket
     lin_b, emb_b = _weight_bytes(model, plan.weight_dtype)
@@ -480,8 +577,11 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
             + 2 * heads_local * model.kv_lora_rank
     else:
         flops_per_cached = 4 * heads_local * model.head_dim
-    add("attention (KV cache)", 0.0, kv_bytes, local_seqs * context * flops_per_cached * (1 + plan.draft_tokens),
-        a.decode_attention_efficiency, model.num_layers, other_ddr=kv_ddr_fraction)
+    attention_flops = local_seqs * context * flops_per_cached * (1 + plan.draft_tokens)
+    layer_seconds, splits, bound = _split_attention(hardware, model, dep, plan, local_seqs, kv_bytes,
+                                                    attention_flops, stream(kv_bytes, kv_ddr_fraction))
+    kernels.append(KernelTime("attention (KV cache)", model.num_layers * layer_seconds,
+                              model.num_layers * kv_bytes, model.num_layers * attention_flops, bound))
     # FFN
     if model.num_dense_layers:
         p = model.dense_ffn_params()
@@ -510,7 +610,7 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
     per_layer = a.kernels_per_layer_mla_moe if (model.is_mla or model.is_moe) else a.kernels_per_layer_dense
     layer_calls = model.num_layers * per_layer
     multi = plan.sockets > 1
-    barrier = a.kernel_call_sync_s + (a.cross_socket_sync_s if multi else 0.0)
+    barrier = _call_boundary(hardware, plan.sockets)
     if plan.kernel_looping:
         # consecutive identical layer kernels become one looped call: one call per run of identical layers
         regions = 1 + (1 if model.num_dense_layers and model.num_moe_layers else 0)
@@ -526,23 +626,90 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
         overhead += 2 * model.num_layers * (a.collective_latency_s + hops * a.link_hop_latency_s)
     total_bytes = sum(k.bytes for k in kernels) * plan.sockets
     total_flops = sum(k.flops for k in kernels) * plan.sockets
-    return work + overhead, kernels, total_bytes, total_flops
+    return _Step(work + overhead, kernels, total_bytes, total_flops, splits)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # prefill
 
-def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan, policy: KVPolicy
+def _prompt_kv_per_token(model: ModelPreset, sockets: int, kv_bytes: float) -> float:
+    """Bytes of one prompt token's KV for one layer on one socket of a tensor-parallel prefill: MLA's whole latent
+    (every socket holds it: the up-projection of its heads' keys and values reads every latent), else the KV heads
+    the socket holds (at least one)."""
+    if model.is_mla:
+        return model.kv_values_per_token_per_layer * kv_bytes
+    return 2 * max(1.0, model.num_kv_heads / sockets) * model.head_dim * kv_bytes
+
+
+def _compression(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan, work: PrefillWork,
+                 t) -> tuple[float, float]:
+    """(scoring, gathering) seconds per layer on one socket of what a method computes at the end of prefill,
+    priced from its own :class:`~snapeval.cache.config.PrefillWork` (nothing when ``work.none``).
+
+    Scoring, per head on this socket (prefill is TP over every socket): with a window, (1) the window queries'
+    scores against every prompt key are recomputed (the fused flash-attention kernel never materialises them) and
+    (2) softmaxed over the keys; scores read from the layer's hidden states (a press) add (3) a pass over the
+    scored tokens' hidden states and the window queries' projection; materialised attention weights (4) are read
+    back; then (5) one score per scored token is reduced over the window and pooled and (6) the top tokens kept.
+    Gathering: one kernel per contiguous piece the kept tokens come from, plus one concatenation when there are
+    several. A static-shape graph gathers by a masked select over the prompt, not by moving only the kept rows:
+    each piece's kernel streams the whole prompt's KV as this socket holds it (MLA: the whole latent, which every
+    socket keeps to up-project its heads' keys and values; GQA: its KV heads) and writes its piece; the
+    concatenation reads and writes the kept tokens. Every kernel also pays one call boundary, as every other
+    prefill kernel does (``kernel_call_sync_s`` + ``cross_socket_sync_s`` on several sockets)."""
+    if work.none:
+        return 0.0, 0.0
+    a = hardware.assumptions
+    P = plan.sockets
+    L = dep.prompt_len
+    lin_b, _ = _weight_bytes(model, plan.weight_dtype)
+    act_b = DTYPE_BYTES[dep.activation_dtype]
+    kv_b = DTYPE_BYTES[dep.kv_dtype]
+    h, n = model.hidden_size, model.num_attention_heads
+    hl = n / P
+    qk_dim = model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.head_dim
+    kv_heads_local = hl if model.is_mla else max(1.0, model.num_kv_heads / P)
+    k_local = L * kv_heads_local * qk_dim * act_b
+    w, scored, kept = work.window_queries, work.scored_tokens, work.gathered_tokens
+    score_bytes = hl * w * L * 4.0  # fp32 scores of the window's queries against every key
+    scoring: list[float] = []
+    if w:
+        scoring.append(t(k_local + hl * w * qk_dim * act_b + score_bytes, 2 * hl * qk_dim * w * L,
+                         a.prefill_attention_efficiency))
+        scoring.append(t(2 * score_bytes, 5 * hl * w * L, a.gemm_efficiency))
+    if "hidden_states" in work.score_inputs:
+        q_params = h * n * qk_dim if not model.q_lora_rank else h * model.q_lora_rank + model.q_lora_rank * n * qk_dim
+        scoring.append(t(scored * h * act_b + q_params * lin_b / P, 2 * q_params * w / P + 2 * scored * h,
+                         a.gemm_efficiency))
+    if "attention_weights" in work.score_inputs:
+        scoring.append(t(hl * L * (L + 1) / 2 * 4.0, hl * L * (L + 1) / 2, a.gemm_efficiency))
+    if scored:
+        row = hl * scored * 4.0  # one fp32 score per scored token and head
+        source = score_bytes if w else k_local  # window scores, or the keys themselves
+        scoring.append(t(source + 2 * row, hl * w * L + 2 * hl * scored * DEFAULT_KERNEL, a.gemm_efficiency))
+        scoring.append(t(row + hl * kept * 4.0, 0.0, 1.0))
+    gathers: list[float] = []
+    if kept:
+        token_kv = _prompt_kv_per_token(model, P, kv_b)
+        pieces = work.gathered_segments
+        gathers = [t(L * token_kv + kept / pieces * token_kv, 0.0, 1.0)] * pieces
+        if pieces > 1:
+            gathers.append(t(2 * kept * token_kv, 0.0, 1.0))
+    call = _call_boundary(hardware, P)
+    return sum(scoring) + len(scoring) * call, sum(gathers) + len(gathers) * call
+
+
+def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan, method: MethodConfig
              ) -> tuple[float, float, dict[str, float]]:
     """Prefill of one prompt at batch 1, tensor parallel over all sockets. Returns (seconds, seconds of the
-    SnapStream compression kernels, share of each kernel in one (MoE) layer)."""
+    method's own prefill work, share of each kernel in one (MoE) layer: ``scoring`` and ``gather`` are the
+    method's compression, SnapStream's "SnapKV" and "ring buffer" kernels)."""
     a = hardware.assumptions
     s = hardware.socket
     P = plan.sockets  # prefill runs TP over every socket (SnapStream: TP16, batch 1)
     L = dep.prompt_len
     lin_b, emb_b = _weight_bytes(model, plan.weight_dtype)
     act_b = DTYPE_BYTES[dep.activation_dtype]
-    kv_b = DTYPE_BYTES[dep.kv_dtype]
     bw = s.hbm_bandwidth * a.bandwidth_efficiency
     h, n = model.hidden_size, model.num_attention_heads
 
@@ -598,33 +765,12 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
     else:
         shares["FFN"] += 2 * collective
     dense_ffn += 2 * collective
+    scoring, gather = _compression(hardware, model, dep, plan, method.prefill_work(L), t)
     compress = 0.0
-    if policy.budget is not None and L > policy.budget:
-        w = min(policy.observation_length, L)
-        hl = n / P                     # heads on this socket (prefill is TP over every socket)
-        fixed = a.aux_kernel_fixed_s   # launch + pipeline fill/drain of one small, unfused kernel
-        score_bytes = hl * w * L * 4.0  # fp32 scores of the window's queries against every key
-        row_bytes = hl * L * 4.0        # one fp32 score per key and head
-        # SnapKV (paper: a separate compression kernel): (1) recompute Q_obs K^T over the whole key range (the
-        # fused flash-attention kernel never materialises the probabilities), (2) softmax over the keys,
-        # (3) sum over the window and 1-D pooling over the keys, (4) top-k over the candidates, per head
-        snapkv_parts = [
-            t(k_local + hl * w * qk_dim * act_b + score_bytes, 2 * hl * qk_dim * w * L,
-              a.prefill_attention_efficiency),
-            t(2 * score_bytes, 5 * hl * w * L, a.gemm_efficiency),
-            t(score_bytes + 3 * row_bytes, hl * w * L + 2 * hl * L * 5, a.gemm_efficiency),
-            t(row_bytes + hl * policy.budget * 4.0, 0.0, 1.0),
-        ]
-        snapkv = sum(snapkv_parts) + len(snapkv_parts) * fixed
-        # ring-buffer construction: gather sinks, gather the recent window, gather the top-k entries, concatenate
-        # them into the fixed-shape slot (bytes: the kept latent of this socket's share, read and written)
-        kv_layer = model.kv_values_per_token_per_layer * kv_b
-        kept = policy.budget  # the prompt is longer than the budget here
-        ring_parts = [t(2 * kept * kv_layer / P / 3, 0.0, 1.0) for _ in range(3)] + [t(2 * kept * kv_layer / P, 0.0, 1.0)]
-        ring = sum(ring_parts) + len(ring_parts) * fixed
-        shares["SnapKV compression"] = snapkv
-        shares["ring buffer"] = ring
-        compress = (snapkv + ring) * model.num_layers
+    if scoring or gather:
+        shares["scoring"] = scoring
+        shares["gather"] = gather
+        compress = (scoring + gather) * model.num_layers
     layer_moe = sum(shares.values())
     base_layer = layer_moe - (compress / model.num_layers if compress else 0.0)
     if model.is_moe:
@@ -636,7 +782,7 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
     lm_head = t(lm * emb_b / P, 2 * lm / P, a.gemm_efficiency)  # logits of the last position only
     calls = model.num_layers * (a.kernels_per_layer_mla_moe if (model.is_mla or model.is_moe)
                                 else a.kernels_per_layer_dense)
-    sync = (calls + 1) * (a.kernel_call_sync_s + (a.cross_socket_sync_s if P > 1 else 0.0))
+    sync = (calls + 1) * _call_boundary(hardware, P)
     seconds = total_layers + compress + lm_head + sync
     share = {k: v / layer_moe for k, v in shares.items()}
     return seconds, compress, share
@@ -644,30 +790,78 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
 
 # ---------------------------------------------------------------------------------------------------------------
 
-def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment: Deployment | None = None,
-             policy: KVPolicy | None = None) -> SimResult:
-    """Simulate one point. Raises :class:`SnapevalError` for invalid specs; a point that does not fit returns a
-    result with ``fits=False`` and a ``reason`` (and ``None`` throughputs)."""
-    hw = get_hardware(hardware)
-    m = _resolve_model(model)
-    dep = deployment or Deployment()
-    pol = policy or KVPolicy()
-    plan = _plan(hw, m, dep)
-    kv_b = DTYPE_BYTES[dep.kv_dtype]
-    kv_per_token = m.num_layers * m.kv_values_per_token_per_layer * kv_b
-    final_context = dep.prompt_len + dep.gen_len
-    cached_final = _slot_tokens(dep, plan, pol)
-    kv_seq = cached_final * kv_per_token
+def _method_config(method: MethodConfig | None) -> MethodConfig:
+    if method is None:
+        return FullConfig()
+    if not isinstance(method, MethodConfig):
+        raise SnapevalError(f"method={method!r} is not a method configuration; build one with "
+                            "snapeval.cache.resolve_method(name, budget)")
+    return method
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """A draft model on the target's sockets: its model, deployment, plan, and the memory it takes."""
+
+    model: ModelPreset
+    dep: Deployment
+    plan: _Plan
+    weights_socket: float
+    kv_seq_socket: float  # bytes of one sequence's draft cache on a socket holding it (a full cache)
+
+
+def _draft_for(hardware: HardwareSpec, dep: Deployment, plan: _Plan) -> _Draft | None:
+    if dep.draft_model is None:
+        return None
+    model = _resolve_model(dep.draft_model)
+    # the draft runs on the same sockets with its own default parallelism and dtype, one token per step
+    draft_dep = replace(dep, draft_model=None, draft_tokens=0, mtp_factor=1.0, sockets=plan.sockets, tp=None,
+                        attention_parallel="auto", weight_dtype="auto", moe_parallel="auto")
+    draft_plan = _plan(hardware, model, draft_dep)
+    kv_per_token = model.num_layers * model.kv_values_per_token_per_layer * DTYPE_BYTES[dep.kv_dtype]
+    slot = FullConfig().cache_slots(dep.prompt_len, dep.gen_len)
+    return _Draft(model, draft_dep, draft_plan, _weights_per_socket(model, draft_plan)[1],
+                  slot * kv_per_token * _kv_share(model, draft_plan))
+
+
+@dataclass(frozen=True)
+class _Memory:
+    weights_total: float
+    weights_socket: float   # target and draft
+    kv_seq: float           # one sequence's target KV slot (logical bytes)
+    kv_socket: float        # KV on the busiest socket (target and draft)
+    kv_total: float
+    activations: float
+    hbm: TierUsage
+    ddr: TierUsage
+    hbm_capacity: float
+    ddr_capacity: float
+    need: float
+    max_batch_exact: int
+    max_batch: int
+
+
+def _memory(hw: HardwareSpec, m: ModelPreset, dep: Deployment, plan: _Plan, method: MethodConfig,
+            draft: _Draft | None) -> _Memory:
+    kv_per_token = m.num_layers * m.kv_values_per_token_per_layer * DTYPE_BYTES[dep.kv_dtype]
+    kv_seq = _slot_tokens(dep, plan, method) * kv_per_token
     share = _kv_share(m, plan)
     kv_seq_socket = kv_seq * share
     weights_total, weights_socket = _weights_per_socket(m, plan)
+    if draft is not None:
+        weights_socket += draft.weights_socket
+
+    def kv_on_busiest(batch: int) -> float:
+        out = _seqs_on_busiest_socket(batch, plan) * kv_seq_socket
+        if draft is not None:
+            out += _seqs_on_busiest_socket(batch, draft.plan) * draft.kv_seq_socket
+        return out
+
     activations = _activation_bytes(m, dep, plan, kv_per_token)
-    local = _seqs_on_busiest_socket(dep.batch, plan)
-    kv_socket = local * kv_seq_socket
+    kv_socket = kv_on_busiest(dep.batch)
     kv_total = dep.batch * kv_seq * (share * plan.tp if plan.attention_parallel == "tp" and not m.is_mla else 1.0)
     if plan.attention_parallel == "tp" and m.is_mla:
         kv_total = dep.batch * kv_seq * plan.tp  # replicated on every TP socket
-
     hbm_cap = hw.socket.hbm_bytes
     ddr_cap = hw.socket.ddr_bytes if dep.placement == "hbm+ddr" else 0.0
     capacity = hbm_cap + ddr_cap
@@ -675,11 +869,11 @@ def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment:
     # largest batch that fits with these lengths: memory is monotone in the batch, so bisect below the bound
     # given by the KV cache alone
     def need_for(batch: int) -> float:
-        acts = _activation_bytes(m, replace(dep, batch=batch), plan, kv_per_token)
-        return weights_socket + acts + _seqs_on_busiest_socket(batch, plan) * kv_seq_socket
+        return weights_socket + _activation_bytes(m, replace(dep, batch=batch), plan, kv_per_token) \
+            + kv_on_busiest(batch)
 
     free = capacity - weights_socket - _activation_bytes(m, replace(dep, batch=1), plan, kv_per_token)
-    if free < kv_seq_socket or kv_seq_socket <= 0:
+    if free < kv_on_busiest(1) or kv_seq_socket <= 0:
         max_exact = 0
     else:
         lo, hi = 1, int(free // kv_seq_socket) * plan.dp  # need_for(lo) fits; hi is an upper bound
@@ -696,59 +890,121 @@ def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment:
     hbm_kv = min(kv_socket, hbm_cap - hbm_w - hbm_a)
     ddr = TierUsage(weights_socket - hbm_w, kv_socket - hbm_kv, activations - hbm_a) if ddr_cap else TierUsage()
     hbm = TierUsage(hbm_w, hbm_kv, hbm_a) if ddr_cap else TierUsage(weights_socket, kv_socket, activations)
+    return _Memory(weights_total, weights_socket, kv_seq, kv_socket, kv_total, activations, hbm, ddr, hbm_cap,
+                   ddr_cap, need, max_exact, max_batch)
 
+
+def _expected_tokens(drafts: int, acceptance: float) -> float:
+    """Expected tokens one speculative step yields: the verified token plus the accepted prefix of ``drafts``
+    drafts, each accepted with probability ``acceptance`` until the first rejection."""
+    return sum(acceptance ** i for i in range(drafts + 1))
+
+
+def _speculative_step(hw: HardwareSpec, m: ModelPreset, dep: Deployment, plan: _Plan, draft: _Draft,
+                      context: float, w_ddr: float, kv_ddr: float, fits) -> tuple[_Step, float, int]:
+    """(target step, draft seconds per step, lookahead) of speculative decoding with a draft model: the given
+    ``draft_tokens``, or the lookahead with the highest expected tokens per second among those whose verification
+    buffers fit (``fits(k)``; 0: plain decoding)."""
+    draft_context = FullConfig().mean_kept_tokens(dep.prompt_len, dep.gen_len)
+    draft_step = _decode_step(hw, draft.model, draft.dep, draft.plan, draft_context, w_ddr, kv_ddr).seconds
+    lookaheads = [dep.draft_tokens] if dep.draft_tokens is not None else \
+        [k for k in range(MAX_LOOKAHEAD + 1) if k == 0 or fits(k)]
+    best = None
+    for k in lookaheads:
+        step = _decode_step(hw, m, dep, replace(plan, draft_tokens=k), context, w_ddr, kv_ddr)
+        speed = _expected_tokens(k, dep.draft_acceptance) / (step.seconds + k * draft_step)
+        if best is None or speed > best[0]:
+            best = (speed, step, k * draft_step, k)
+    return best[1], best[2], best[3]
+
+
+def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment: Deployment | None = None,
+             method: MethodConfig | None = None) -> SimResult:
+    """Simulate one point of ``model`` with the cache ``method`` (a resolved configuration, e.g.
+    ``snapeval.cache.resolve_method("snapstream", 32768)``; None: the full cache). The simulator reads the method's
+    own description (its KV slots, mean kept tokens over the decode and prefill work), never its name. Raises
+    :class:`SnapevalError` for invalid specs; a point that does not fit returns a result with ``fits=False`` and a
+    ``reason`` (and ``None`` throughputs)."""
+    hw = get_hardware(hardware)
+    m = _resolve_model(model)
+    dep = deployment or Deployment()
+    method = _method_config(method)
+    plan = _plan(hw, m, dep)
+    draft = _draft_for(hw, dep, plan)
+    mem = _memory(hw, m, dep, plan, method, draft)
+    final_context = dep.prompt_len + dep.gen_len
+    capacity = mem.hbm_capacity + mem.ddr_capacity
     gib = 1e9
     reason = ""
-    if weights_socket > capacity:
-        reason = (f"weights need {weights_socket / gib:.1f} GB per socket ({m.name}, {plan.weight_dtype}, "
-                  f"tp={plan.tp}) but a socket of {hw.name} holds {capacity / gib:.1f} GB")
-    elif need > capacity:
-        reason = (f"needs {need / gib:.1f} GB per socket (weights {weights_socket / gib:.1f} + KV "
-                  f"{kv_socket / gib:.1f} + activations {activations / gib:.1f}) but a socket holds "
-                  f"{capacity / gib:.1f} GB; largest batch that fits: {max_batch}")
+    if mem.weights_socket > capacity:
+        reason = (f"weights need {mem.weights_socket / gib:.1f} GB per socket ({m.name}, {plan.weight_dtype}, "
+                  f"tp={plan.tp}{', with the draft model' if draft else ''}) but a socket of {hw.name} holds "
+                  f"{capacity / gib:.1f} GB")
+    elif mem.need > capacity:
+        reason = (f"needs {mem.need / gib:.1f} GB per socket (weights {mem.weights_socket / gib:.1f} + KV "
+                  f"{mem.kv_socket / gib:.1f} + activations {mem.activations / gib:.1f}) but a socket holds "
+                  f"{capacity / gib:.1f} GB; largest batch that fits: {mem.max_batch}")
     elif final_context > m.max_context:
         reason = f"prompt_len + gen_len = {final_context} exceeds the {m.max_context}-token context of {m.name}"
+    elif draft is not None and final_context > draft.model.max_context:
+        reason = (f"prompt_len + gen_len = {final_context} exceeds the {draft.model.max_context}-token context of "
+                  f"the draft model {draft.model.name}")
     fits = not reason
-
+    kv_per_token = m.num_layers * m.kv_values_per_token_per_layer * DTYPE_BYTES[dep.kv_dtype]
+    kept = method.mean_kept_tokens(dep.prompt_len, dep.gen_len)
     base = dict(
-        hardware=hw.name, model=m.name, method=pol.method, budget=pol.budget, batch=dep.batch,
+        hardware=hw.name, model=m.name, method=method.label, budget=method.budget, batch=dep.batch,
         prompt_len=dep.prompt_len, gen_len=dep.gen_len, sockets=plan.sockets, tp=plan.tp,
         attention_parallel=plan.attention_parallel, weight_dtype=plan.weight_dtype, kv_dtype=dep.kv_dtype,
-        kernel_looping=plan.kernel_looping, fits=fits, reason=reason, hbm=hbm, ddr=ddr, hbm_capacity=hbm_cap,
-        ddr_capacity=ddr_cap, weights_bytes_total=weights_total, kv_bytes_total=kv_total, kv_bytes_per_seq=kv_seq,
-        kv_bytes_per_token=kv_per_token, max_batch=max_batch, max_batch_exact=max_exact,
-        mtp_factor=plan.mtp_factor, includes_mtp=plan.mtp_factor != 1.0,
-        _inputs=(hw, m, dep, pol),
+        kernel_looping=plan.kernel_looping, fits=fits, reason=reason, hbm=mem.hbm, ddr=mem.ddr,
+        hbm_capacity=mem.hbm_capacity, ddr_capacity=mem.ddr_capacity, weights_bytes_total=mem.weights_total,
+        kv_bytes_total=mem.kv_total, kv_bytes_per_seq=mem.kv_seq, kv_bytes_per_token=kv_per_token, kept_tokens=kept,
+        max_batch=mem.max_batch, max_batch_exact=mem.max_batch_exact, mtp_factor=plan.mtp_factor,
+        includes_mtp=plan.mtp_factor != 1.0, draft_model=draft.model.name if draft else None,
+        _inputs=(hw, m, dep, method),
     )
     if not fits:
         return SimResult(**base, decode_step_seconds=None, decode_tokens_per_s=None,
                          decode_tokens_per_s_per_seq=None, decode_tokens_per_s_raw=None,
                          achieved_bandwidth_fraction=None, decode_bytes_per_step=None, decode_flops_per_step=None,
-                         decode_kernels=[], prefill_seconds=None, prefill_compression_seconds=0.0,
+                         decode_kernels=[], attention_units=1, draft_tokens=plan.draft_tokens, tokens_per_step=1.0,
+                         draft_seconds_per_step=None, prefill_seconds=None, prefill_compression_seconds=0.0,
                          prefill_overhead_fraction=0.0, prefill_kernel_share={})
 
-    # mean cached length over the generated tokens (step time is linear in it)
-    if pol.budget is None:
-        mean_context = dep.prompt_len + dep.gen_len / 2
+    w_ddr = mem.ddr.weights / mem.weights_socket if mem.weights_socket and mem.ddr_capacity else 0.0
+    kv_ddr = mem.ddr.kv_cache / mem.kv_socket if mem.kv_socket and mem.ddr_capacity else 0.0
+    draft_seconds, tokens = None, 1.0
+    if draft is None:
+        step = _decode_step(hw, m, dep, plan, kept, w_ddr, kv_ddr)
     else:
-        start = min(dep.prompt_len, pol.budget)
-        mean_context = min(pol.budget, start + dep.gen_len / 2)
-    w_ddr = ddr.weights / weights_socket if weights_socket and ddr_cap else 0.0
-    kv_ddr = ddr.kv_cache / kv_socket if kv_socket and ddr_cap else 0.0
-    step, kernels, step_bytes, step_flops = _decode_step(hw, m, dep, plan, mean_context, w_ddr, kv_ddr)
-    raw = dep.batch / step
+        def fits_with(k: int) -> bool:  # the target's decode buffers grow with the tokens it verifies
+            buffers = _activation_bytes(m, dep, replace(plan, draft_tokens=k), kv_per_token)
+            return mem.need - mem.activations + buffers <= capacity
+
+        step, draft_seconds, lookahead = _speculative_step(hw, m, dep, plan, draft, kept, w_ddr, kv_ddr, fits_with)
+        tokens = _expected_tokens(lookahead, dep.draft_acceptance)
+        if lookahead != plan.draft_tokens:  # the verification buffers of the chosen lookahead
+            plan = replace(plan, draft_tokens=lookahead)
+            mem = _memory(hw, m, dep, plan, method, draft)
+            base.update(hbm=mem.hbm, ddr=mem.ddr, max_batch=mem.max_batch, max_batch_exact=mem.max_batch_exact)
+    seconds = step.seconds + (draft_seconds or 0.0)
+    raw = dep.batch * tokens / seconds
     peak_bw = hw.socket.hbm_bandwidth * plan.sockets
-    prefill_s, compress_s, shares = _prefill(hw, m, dep, plan, pol)
+    prefill_s, compress_s, shares = _prefill(hw, m, dep, plan, method)
     return SimResult(
         **base,
-        decode_step_seconds=step,
+        decode_step_seconds=seconds,
         decode_tokens_per_s=raw * plan.mtp_factor,
         decode_tokens_per_s_per_seq=raw * plan.mtp_factor / dep.batch,
         decode_tokens_per_s_raw=raw,
-        achieved_bandwidth_fraction=step_bytes / step / peak_bw,
-        decode_bytes_per_step=step_bytes,
-        decode_flops_per_step=step_flops,
-        decode_kernels=kernels,
+        achieved_bandwidth_fraction=step.bytes / step.seconds / peak_bw,
+        decode_bytes_per_step=step.bytes,
+        decode_flops_per_step=step.flops,
+        decode_kernels=step.kernels,
+        attention_units=step.attention_units,
+        draft_tokens=plan.draft_tokens,
+        tokens_per_step=tokens,
+        draft_seconds_per_step=draft_seconds,
         prefill_seconds=prefill_s,
         prefill_compression_seconds=compress_s,
         prefill_overhead_fraction=compress_s / (prefill_s - compress_s) if compress_s else 0.0,
@@ -758,14 +1014,24 @@ def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment:
 
 def simulate_point(model: str | ModelPreset, hardware: str | HardwareSpec = "sn40l-16", prompt_len: int = 4096,
                    gen_len: int = 1024, budget: int | None = None, batch: int = 1, *,
-                   observation_length: int = 32, **deployment_overrides: Any) -> SimResult:
+                   method: str | MethodConfig | None = None, split: dict[str, Any] | None = None,
+                   **deployment_overrides: Any) -> SimResult:
     """Convenience wrapper: ``simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, budget=32768, batch=64)``.
 
-    ``deployment_overrides`` are :class:`Deployment` fields (``sockets``, ``tp``, ``weight_dtype``,
-    ``kernel_looping``, ``mtp_factor``, ...)."""
+    ``method``: a resolved configuration, or a method name resolved with ``budget`` and ``split`` (its split
+    fields, e.g. ``{"observation": 288}``) by :func:`snapeval.cache.resolve_method`; None = ``snapstream`` when a
+    budget is given, else the full cache. ``deployment_overrides`` are :class:`Deployment` fields (``sockets``,
+    ``tp``, ``weight_dtype``, ``kernel_looping``, ``mtp_factor``, ``draft_model``, ...)."""
     allowed = set(Deployment.__dataclass_fields__)
     bad = sorted(set(deployment_overrides) - allowed)
     if bad:
         raise SnapevalError(f"unknown deployment field(s): {', '.join(bad)}; allowed: {', '.join(sorted(allowed))}")
+    if not isinstance(method, MethodConfig):
+        from snapeval.cache import resolve_method
+
+        name = method if method is not None else ("full" if budget is None else "snapstream")
+        method = resolve_method(name, budget, **(split or {}))
+    elif budget is not None or split:
+        raise SnapevalError("budget and split are part of a resolved method configuration; give one or the other")
     dep = Deployment(batch=batch, prompt_len=prompt_len, gen_len=gen_len, **deployment_overrides)
-    return simulate(hardware, model, dep, KVPolicy.from_budget(budget, observation_length=observation_length))
+    return simulate(hardware, model, dep, method)

@@ -1,11 +1,11 @@
-"""Sweeps over one deployment/policy parameter: a table of points and a plot."""
+"""Sweeps over one deployment or method parameter: a table of points and a plot."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from snapeval.errors import SnapevalError
-from snapeval.simulator.core import Deployment, KVPolicy, SimResult, simulate
+from snapeval.simulator.core import Deployment, SimResult, simulate
 
 SWEEPABLE = ("batch", "prompt_len", "gen_len", "budget", "sockets", "tp")
 COLUMNS = ("fits", "max_batch", "memory_per_socket_gb", "kv_gb_total", "decode_step_ms", "decode_tokens_per_s",
@@ -34,15 +34,25 @@ def parse_sweep(spec: str) -> tuple[str, list[int | None]]:
     return name, out
 
 
-def run_sweep(hardware: Any, model: Any, deployment: Deployment, policy: KVPolicy, name: str,
-              values: Sequence[int | None]) -> list[SimResult]:
+def run_sweep(hardware: Any, model: Any, deployment: Deployment, method: Any, name: str,
+              values: Sequence[int | None], method_for_budget: Callable[[int | None], Any] | None = None,
+              ) -> list[SimResult]:
+    """One point per value of ``name``; a ``budget`` sweep builds each point's method with ``method_for_budget``
+    (None: the method of ``method`` at that budget), and ``full`` (None) is the full cache."""
+    from snapeval.cache import resolve_method
+
     results = []
     for value in values:
         if name == "budget":
-            pol = KVPolicy.from_budget(value, observation_length=policy.observation_length)
-            results.append(simulate(hardware, model, deployment, pol))
+            if value is None:
+                point = resolve_method("full")
+            elif method_for_budget is None:
+                point = resolve_method(method.method, value)
+            else:
+                point = method_for_budget(value)
+            results.append(simulate(hardware, model, deployment, point))
         else:
-            results.append(simulate(hardware, model, replace(deployment, **{name: value}), policy))
+            results.append(simulate(hardware, model, replace(deployment, **{name: value}), method))
     return results
 
 
@@ -107,7 +117,7 @@ def plot_sweep(results: Sequence[SimResult], name: str, values: Sequence[int | N
         ax.legend(fontsize=8)
     fixed = {"prompt_len": f"prompt {first.prompt_len}", "gen_len": f"gen {first.gen_len}",
              "batch": f"batch {first.batch}",
-             "budget": "full cache" if first.budget is None else f"SnapStream budget {first.budget}"}
+             "budget": "full cache" if first.budget is None else f"{first.method}"}
     fixed.pop(name, None)
     fig.suptitle(f"{first.model} on {first.hardware}: sweep over {name} ({', '.join(fixed.values())})", fontsize=10)
     fig.tight_layout()

@@ -10,6 +10,7 @@ A config is plain YAML (see ``configs/quickstart.yaml`` for a commented example)
       - full
       - {method: snapstream, budgets: [256, 512], sink: 4, recent: 0.5}
     seeds: [0]
+    decision: {margin: 0.02, alpha: 0.05}       # the report's non-inferiority margin and test level (the defaults)
 
 Scale (docs/sweeps.md): ``shards: N`` or ``shard_size: N`` (items per shard) splits every group's items into shards,
 each its own work unit (default: one per worker of the executor); a model's ``max_memory`` (``20GiB``, or per
@@ -137,7 +138,7 @@ def _is_json_value(value: Any) -> bool:
 # parsing
 
 _TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models", "tasks", "methods", "budgets",
-             "seeds", "limit", "generation", "resources", "simulate", "shards", "shard_size")
+             "seeds", "limit", "generation", "resources", "simulate", "decision", "shards", "shard_size")
 _MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine",
                "share_prefill", "device_map", "max_memory")
 _DEVICE_RE = re.compile(r"^(\*|cpu|cuda(:[0-9]+)?)$")
@@ -326,6 +327,20 @@ def _parse_simulate(ctx: _Ctx, raw: Any) -> SimulateSpec:
     )
 
 
+def _parse_decision(ctx: _Ctx, raw: Any):
+    """``decision: {margin, alpha}``: the report's non-inferiority margin and test level (defaults: 0.02, 0.05)."""
+    from snapeval.stats.decision import KEYS, DecisionRule
+
+    if raw is None:
+        return DecisionRule()
+    raw = ctx.mapping(raw, "decision", KEYS)
+    try:
+        return DecisionRule(**raw)
+    except SnapevalError as exc:
+        field, _, rest = str(exc).partition("=")
+        raise ctx.fail(field, rest) from None
+
+
 def _hardware_names() -> list[str]:
     from snapeval.simulator.hardware import list_hardware
 
@@ -382,8 +397,8 @@ def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
     return SweepConfig(
         name=name, models=models, tasks=tasks, methods=methods, seeds=seeds,
         description=str(raw.get("description") or ""), out=raw.get("out"), data_dir=raw.get("data_dir"),
-        include_path=raw.get("include_path"), simulate=_parse_simulate(ctx, raw.get("simulate")), source=source,
-        shards=shards, shard_size=shard_size,
+        include_path=raw.get("include_path"), simulate=_parse_simulate(ctx, raw.get("simulate")),
+        decision=_parse_decision(ctx, raw.get("decision")), source=source, shards=shards, shard_size=shard_size,
     )
 
 

@@ -350,7 +350,7 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
     views = [cell.view().to_dict() for cell in cells]
     sim_settings = {"hardware": config.simulate.hardware, "batch": config.simulate.batch,
                     "batch_cap": config.simulate.batch_cap, "enabled": config.simulate.enabled}
-    store.write_manifest(config.name, views, sim_settings)
+    store.write_manifest(config.name, views, sim_settings, config.decision.to_dict())
 
     pending = [c for c in cells if not store.has(c.cell_id)]
     waiting = {c.cell_id for c in pending}
@@ -405,7 +405,8 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
             status[cell.cell_id] = ("skipped", headline(finished[cell.cell_id], cell.task.metric))
         summary.rows.append((cell.label, *status.get(cell.cell_id, ("missing", ""))))
     if finished:
-        summary.table = store.write_table(build_table(views, finished, sim_settings, simulate=simulate))
+        summary.table = store.write_table(build_table(views, finished, sim_settings, simulate=simulate,
+                                                             decision=config.decision))
         if report:
             from snapeval.report import build_report
 

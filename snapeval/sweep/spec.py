@@ -14,6 +14,7 @@ from snapeval.cache import MethodConfig
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import DTYPES as _PRESET_DTYPES
 from snapeval.paths import default_data_dir, repo_root
+from snapeval.stats.decision import DecisionRule
 from snapeval.tasks.families import family_data_files, task_family
 
 __all__ = ["DTYPES", "EXECUTORS", "SIM_HARDWARE_DEFAULT", "MethodSpec", "ModelSpec", "Resources", "SimLengths",
@@ -199,6 +200,8 @@ class SweepConfig:
     data_dir: str | None = None
     include_path: str | None = None
     simulate: SimulateSpec = SimulateSpec()
+    #: The report's non-inferiority margin and test level (``decision: {margin, alpha}``; snapeval.stats.decision).
+    decision: DecisionRule = DecisionRule()
     source: str = "<config>"
     #: Item shards per (model, task, seed) group (snapeval.sweep.shards): ``shards`` of them, or as many as
     #: ``shard_size`` items each need; neither: one per worker the executor has (one in process).

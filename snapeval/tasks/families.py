@@ -1,9 +1,19 @@
-"""The real benchmarks by task-name prefix, and the data files each reads (no torch, no lm-eval)."""
+"""The real benchmarks by task-name prefix, the data files each reads and their typical lengths (no torch, no
+lm-eval)."""
 from __future__ import annotations
 
 
 #: The real benchmarks, by the task-name prefix of their lm-eval tasks (``longbench_v2_cot`` -> ``longbench_v2``).
 BENCHMARK_FAMILIES = ("longbench_v2", "aime24", "livecodebench")
+
+#: Typical mean (prompt, generated) tokens per sample of each benchmark: what the SN40L pricing of a results row
+#: uses for its deployment (:mod:`snapeval.simulator.pricing`). DeepSeek-R1-0528 with SnapStream (arXiv 2511.03092,
+#: Table 3; restated in shared/reference/benchmarks.md).
+TYPICAL_LENGTHS: dict[str, tuple[int, int]] = {
+    "longbench_v2": (84_762, 1_296),
+    "aime24": (140, 15_424),
+    "livecodebench": (476, 10_634),
+}
 
 
 def task_family(name: str) -> str | None:
@@ -12,6 +22,12 @@ def task_family(name: str) -> str | None:
         if name == family or name.startswith(family + "_"):
             return family
     return None
+
+
+def typical_lengths(name: str) -> tuple[int, int] | None:
+    """(prompt, generated) tokens typical of the benchmark a task name belongs to; None for a synthetic task (its
+    lengths are set by its configuration)."""
+    return TYPICAL_LENGTHS.get(task_family(name) or "")
 
 
 def family_data_files(family: str) -> tuple[str, ...]:

@@ -1,9 +1,13 @@
-"""LiveCodeBench code generation (livecodebench/code_generation_lite), official-style prompts and grading.
+"""LiveCodeBench code generation (livecodebench/code_generation_lite), graded as the official ``lcb_runner`` grades.
 
-Prompts follow the official generation prompt (the one QwQ's ``livecodebench_v5.jsonl`` carries verbatim); the code
-is the last fenced Python block of the answer (after the thinking section); programs run in
-:mod:`snapeval.tasks.sandbox` against the public tests and, when the data has them, the private ones (hub rows carry
-them base64+zlib+pickle compressed). Results say which tests were used.
+Prompts follow the official generation prompt of the DeepSeek-R1 style (``get_deepseek_r1_question_template_answer``
+in ``lcb_runner/prompts/code_generation.py``; the one QwQ's ``livecodebench_v5.jsonl`` carries verbatim); the code is
+what the official ``extract_code`` takes (the lines between the last two lines holding a code fence); programs run in
+:mod:`snapeval.sandbox` against the public tests and, when the data has them, the private ones (hub rows carry them
+base64+zlib+pickle compressed), and each test's output is graded here with the official comparison rules
+(``lcb_runner/evaluation/testing_util.py``: :func:`stdout_matches`, :func:`functional_matches`). The release version
+and contest-date window select problems as ``lcb_runner/benchmarks/code_generation.py`` does. Sources and the
+readings chosen where the official code is ambiguous: ``docs/tasks.md``.
 """
 from __future__ import annotations
 
@@ -17,13 +21,13 @@ import re
 import zlib
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Sequence
+from decimal import Decimal
+from typing import Any, Sequence
 
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, check_choice
+from snapeval.sandbox import MODES, ProgramJob, ProgramResult, SandboxLimits, run_programs
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows, register_loaded
 from snapeval.tasks.metrics import pass_at_k
-from snapeval.tasks.reasoning import split_thinking
-from snapeval.tasks.sandbox import TEST_TYPES, ProgramJob, ProgramResult, SandboxLimits, TestCase, run_programs
 
 SCHEMA = Schema({
     "question_title": (str,), "question_content": (str,), "platform": (str,), "question_id": (str,),
@@ -57,33 +61,43 @@ FORMAT_STDIN = ("Read the inputs from stdin solve the problem and write the answ
 
 
 def parse_version(tag: str) -> tuple[int, int]:
-    """``release_vN`` -> shards 1..N; ``vN`` -> shard N; ``vA_vB`` -> shards A..B; ``release_latest`` -> all.
-
-    Returns the inclusive 1-based shard range.
-    """
+    """The shards of a version tag, as the dataset's loader (``code_generation_lite.py``, ``ALLOWED_FILES``) maps
+    them: ``release_vN`` -> shards 1..N; ``release_latest`` -> all; ``vN`` -> shard N; ``vA_vB`` with A < B ->
+    shards A..B. Returns the inclusive 1-based shard range."""
     n = len(SHARDS)
     if tag == "release_latest":
         return 1, n
-    m = re.fullmatch(r"release_v(\d+)", tag) or re.fullmatch(r"v(\d+)", tag)
-    if m and 1 <= int(m.group(1)) <= n:
-        k = int(m.group(1))
-        return (1, k) if tag.startswith("release") else (k, k)
-    m = re.fullmatch(r"v(\d+)_v(\d+)", tag)
-    if m and 1 <= int(m.group(1)) <= int(m.group(2)) <= n:
+    m = re.fullmatch(r"(release_)?v([1-9]\d*)", tag)
+    if m and int(m.group(2)) <= n:
+        k = int(m.group(2))
+        return (1, k) if m.group(1) else (k, k)
+    m = re.fullmatch(r"v([1-9]\d*)_v([1-9]\d*)", tag)
+    if m and int(m.group(1)) < int(m.group(2)) <= n:
         return int(m.group(1)), int(m.group(2))
-    allowed = [f"release_v{i}" for i in range(1, n + 1)] + ["release_latest", "vN", "vA_vB"]
+    allowed = [f"release_v{i}" for i in range(1, n + 1)] + ["release_latest", f"v1..v{n}", f"vA_vB (1 <= A < B <= {n})"]
     raise SnapevalError(f"release_version={tag!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
-def _date(value: str | date | None, field: str) -> date | None:
+def _date(value: str | date | None, field: str) -> datetime | None:
+    """A window bound as the official runner reads it: ``YYYY-MM-DD`` at midnight (``datetime.strptime``)."""
     if value is None or value == "":
         return None
-    if isinstance(value, date):
+    if isinstance(value, datetime):
         return value
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day)
     try:
-        return datetime.fromisoformat(str(value)).date()
+        return datetime.strptime(str(value), "%Y-%m-%d")
     except ValueError:
-        raise SnapevalError(f"{field}={value!r} is not an ISO date (YYYY-MM-DD)") from None
+        raise SnapevalError(f"{field}={value!r} is not a date; use YYYY-MM-DD") from None
+
+
+def contest_time(row: dict, where: str = "problem") -> datetime:
+    try:
+        return datetime.fromisoformat(row["contest_date"])
+    except ValueError:
+        raise SnapevalError(f"{where}: field 'contest_date' must be an ISO date and time, got "
+                            f"{row['contest_date']!r}") from None
 
 
 def shard_index(row: dict) -> int:
@@ -100,16 +114,18 @@ def shard_index(row: dict) -> int:
 
 def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "release_latest",
          start_date: str | date | None = None, end_date: str | date | None = None) -> LoadedData:
-    """Validated problems of ``release_version`` whose contest date lies in ``[start_date, end_date]``."""
+    """Validated problems of ``release_version`` whose contest time ``t`` satisfies ``start_date <= t <= end_date``,
+    the bounds being midnight of those days (as ``load_code_generation_dataset``: a contest at 18:30 on
+    ``end_date`` is outside the window). The version and window are recorded with the data's provenance."""
     first, last = parse_version(release_version)
     lo, hi = _date(start_date, "start_date"), _date(end_date, "end_date")
     data = load_dataset_rows(SPEC, data_dir)
     rows, where = [], []
     for at, row in zip(data.where, data.rows):
-        day = _date(row["contest_date"], f"{at}: contest_date")
+        when = contest_time(row, at)
         if not (first <= shard_index(row) + 1 <= last):
             continue
-        if (lo and day < lo) or (hi and day > hi):
+        if (lo and when < lo) or (hi and when > hi):
             continue
         tests_of(row, where=at)  # every test case is checked now, not at grading after all generation
         rows.append(row)
@@ -118,11 +134,16 @@ def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "r
         raise SnapevalError(f"no LiveCodeBench problems in {release_version} between {lo} and {hi}")
     data.rows, data.where = rows, where
     data.rows_used = len(rows)
-    data.notes.update({"release_version": release_version, "start_date": str(lo) if lo else None,
-                       "end_date": str(hi) if hi else None,
-                       "private_tests": any(r["private_test_cases"] for r in rows)})
+    data.notes.update(window(release_version, lo, hi))
+    data.notes["private_tests"] = any(r["private_test_cases"] for r in rows)
     register_loaded(data)
     return data
+
+
+def window(release_version: str, start: datetime | None, end: datetime | None) -> dict[str, Any]:
+    """The selection that guards against contamination, as recorded with every run."""
+    return {"release_version": release_version, "start_date": start.date().isoformat() if start else None,
+            "end_date": end.date().isoformat() if end else None}
 
 
 def build_prompt(doc: dict) -> str:
@@ -135,14 +156,15 @@ def build_prompt(doc: dict) -> str:
     return prompt
 
 
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.S | re.I)
-
-
-def extract_code(response: str, *, assume_thinking: bool = False) -> str | None:
-    """The last fenced code block (``python``/``py``/untagged) after the thinking section, or ``None``."""
-    _, answer, _ = split_thinking(response, assume_thinking=assume_thinking)
-    blocks = _FENCE.findall(answer)
-    return blocks[-1] if blocks else None
+def extract_code(response: str) -> str | None:
+    """The official ``extract_code`` (``lcb_runner/utils/extraction_utils.py``, chat models): the lines between the
+    last two lines that contain a code fence, from the whole response (a thinking section included); ``None`` when
+    fewer than two lines do (the official then grades an empty program, which fails)."""
+    lines = response.split("\n")
+    fences = [i for i, line in enumerate(lines) if "```" in line]
+    if len(fences) < 2:
+        return None
+    return "\n".join(lines[fences[-2] + 1:fences[-1]])
 
 
 class _PlainDataUnpickler(pickle.Unpickler):
@@ -173,10 +195,30 @@ def decode_private(text: str, where: str = "private_test_cases") -> list[dict]:
 
 
 @dataclass(frozen=True)
+class TestCase:
+    """One test: ``input`` (stdin text, or one JSON value per line for ``functional``) and expected ``output``."""
+
+    __test__ = False  # not a pytest class
+
+    input: str
+    output: str
+    testtype: str
+
+    def __post_init__(self) -> None:
+        check_choice("testtype", self.testtype, MODES)
+
+
+@dataclass(frozen=True)
 class Tests:
+    __test__ = False  # not a pytest class
+
     cases: tuple[TestCase, ...]
     func_name: str | None
     private_used: bool
+
+    @property
+    def mode(self) -> str:
+        return self.cases[0].testtype
 
 
 def _cases(raw, where: str, field_name: str) -> list[TestCase]:
@@ -186,13 +228,13 @@ def _cases(raw, where: str, field_name: str) -> list[TestCase]:
     for k, t in enumerate(raw):
         if not isinstance(t, dict) or not all(isinstance(t.get(key), str) for key in ("input", "output", "testtype")):
             raise SnapevalError(f"{where}: {field_name}[{k}] must have string fields input, output and testtype")
-        if t["testtype"] not in TEST_TYPES:
+        if t["testtype"] not in MODES:
             raise SnapevalError(f"{where}: {field_name}[{k}].testtype={t['testtype']!r} is not allowed; choose one "
-                                f"of: {', '.join(TEST_TYPES)}")
+                                f"of: {', '.join(MODES)}")
         if t["testtype"] == "functional":  # the sandbox passes one JSON argument per input line
             for part, text in [("input", line) for line in t["input"].split("\n")] + [("output", t["output"])]:
                 try:
-                    json.loads(text)
+                    load_json(text)
                 except (ValueError, RecursionError):
                     raise SnapevalError(f"{where}: {field_name}[{k}].{part} must be JSON for a functional test "
                                         f"(one value per input line), got {text[:60]!r}") from None
@@ -219,17 +261,87 @@ def tests_of(doc: dict, where: str = "problem") -> Tests:
     return Tests(tuple(cases), func, private)
 
 
+# ------------------------------------------------------------------------------------------------------ grading
+# The official comparison rules (lcb_runner/evaluation/testing_util.py at LiveCodeBench 28fef95). The sandbox runs a
+# program as the official runner does and returns each test's raw output; these decide whether it is right.
+
+#: ``compute_code_generation_metrics.py`` raises the str -> int limit to this many digits for the whole evaluation.
+INT_MAX_STR_DIGITS = 50000
+
+
+def _big_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > INT_MAX_STR_DIGITS:
+        raise ValueError(f"an integer of more than {INT_MAX_STR_DIGITS} digits")
+    return int(Decimal(digits))  # not limited like int(str), and linear enough for 50,000 digits
+
+
+def load_json(text: str) -> Any:
+    """``json.loads`` with integers of up to :data:`INT_MAX_STR_DIGITS` digits, as the official evaluation reads
+    functional inputs and outputs."""
+    return json.loads(text, parse_int=lambda s: int(s) if len(s) <= 4000 else _big_int(s))
+
+
+def stripped_lines(text: str) -> list[str]:
+    """``get_stripped_lines``: the text stripped, split on ``\\n``, every line stripped (so trailing spaces, ``\\r``
+    of ``\\r\\n`` endings and blank lines around the output do not count; blank lines inside it do)."""
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    """``convert_line_to_decimals``: every whitespace-separated token as a ``Decimal``, or ``None``."""
+    try:
+        return [Decimal(token) for token in line.split()]
+    except Exception:  # noqa: BLE001 - the official catches everything here
+        return None
+
+
+def stdout_matches(got: str, expected: str) -> bool:
+    """``grade_stdio``'s verdict for one test: the same number of stripped lines, and each line equal as text or,
+    failing that, as a list of decimals (exact decimal equality: ``1.50`` equals ``1.5``, ``0.1`` never equals
+    ``0.1000001``; there is no tolerance). Comparing a signaling NaN raises, which is a runtime error there too."""
+    a, b = stripped_lines(got), stripped_lines(expected)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        dx, dy = _decimals(x), _decimals(y)
+        if dx is None or dy is None or dx != dy:
+            return False
+    return True
+
+
+def functional_matches(value: Any, expected: Any) -> bool:
+    """``grade_call_based``'s verdict for one test: the returned value, a top-level tuple turned into a list, equals
+    the expected value (the test's output read with :func:`load_json`) under Python's ``==`` (so ``5.0`` equals
+    ``5`` and ``True`` equals ``1``, but ``"5"`` does not equal ``5`` and a nested tuple does not equal a list)."""
+    if isinstance(value, tuple):
+        value = list(value)
+    return value == expected
+
+
+def judge(tests: Tests):
+    """The judge the sandbox calls with each test's raw output (see :func:`snapeval.sandbox.run_program`)."""
+    if tests.mode == "stdin":
+        return lambda index, output: stdout_matches(output, tests.cases[index].output)
+    expected = [load_json(case.output) for case in tests.cases]  # read once per problem
+    return lambda index, value: functional_matches(value, expected[index])
+
+
 def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits: SandboxLimits | None = None,
-             workers: int | None = None, assume_thinking: bool = False) -> list[list[ProgramResult | None]]:
+             workers: int | None = None) -> list[list[ProgramResult | None]]:
     """Run every response's program (all problems in parallel). ``None`` where no code block was found."""
     jobs, where = [], []
     out: list[list[ProgramResult | None]] = [[None] * len(r) for r in responses]
     for d, (doc, resps) in enumerate(zip(docs, responses)):
         tests = tests_of(doc)
+        if not tests.cases:
+            continue
+        grade = judge(tests)
         for s, resp in enumerate(resps):
-            code = extract_code(resp, assume_thinking=assume_thinking)
-            if code is not None and tests.cases:
-                jobs.append(ProgramJob(code, tests.cases, tests.func_name))
+            code = extract_code(resp)
+            if code is not None:
+                jobs.append(ProgramJob(code, [c.input for c in tests.cases], tests.mode, grade, tests.func_name))
                 where.append((d, s))
     for (d, s), result in zip(where, run_programs(jobs, limits=limits, workers=workers)):
         out[d][s] = result
@@ -239,9 +351,10 @@ def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits
 def score(doc: dict, results: Sequence[ProgramResult | None], *, k: int | None = None) -> dict[str, float]:
     """Per-problem metrics from the sandbox results of its ``n`` samples.
 
-    ``pass@1``: unbiased pass@1 (= fraction of samples passing); ``pass@k`` when ``1 < k <= n``; ``no_code``:
-    fraction of samples without a code block; ``private_tests_used``: 1.0 when private tests were run, 0.0 when the
-    score rests on the public tests only.
+    ``pass@1``: the unbiased estimator of Chen et al. (``estimate_pass_at_k`` of ``lcb_runner``), which for k = 1
+    is the fraction of samples passing every test; ``pass@k`` when ``1 < k <= n``; ``no_code``: fraction of samples
+    without a code block; ``private_tests_used``: 1.0 when private tests were run, 0.0 when the score rests on the
+    public tests only.
     """
     n = len(results)
     c = sum(bool(r and r.passed) for r in results)

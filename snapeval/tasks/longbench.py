@@ -48,14 +48,6 @@ TEMPLATE_0SHOT_COT_ANS = (
     "Based on the above, what is the single, most likely answer choice? "
     'Format your response as follows: "The correct answer is (insert answer here)".'
 )
-# Single-pass chain of thought (lm-eval cannot chain two generations): the official first-pass prompt with the
-# official second pass's closing instruction moved before the "think step by step" cue.
-TEMPLATE_0SHOT_COT_SINGLE = TEMPLATE_0SHOT_COT.replace(
-    "\n\nLet\u2019s think step by step:",
-    "\n\nThink step by step, then give the single, most likely answer choice. Format the end of your response "
-    'as follows: "The correct answer is (insert answer here)".\n\nLet\u2019s think step by step:',
-)
-
 #: Generation budgets of pred.py: 128 new tokens for the answer, 1024 for the chain of thought.
 MAX_NEW_TOKENS = 128
 MAX_NEW_TOKENS_COT = 1024
@@ -84,12 +76,13 @@ def fill(template: str, doc: dict, cot: str | None = None) -> str:
 
 
 def build_prompt(doc: dict, *, cot: bool = False) -> str:
-    """The zero-shot prompt (``cot=False``) or the single-pass chain-of-thought prompt (``cot=True``)."""
-    return fill(TEMPLATE_0SHOT_COT_SINGLE if cot else TEMPLATE_0SHOT, doc)
+    """The zero-shot prompt (``cot=False``) or the first pass of the chain of thought (``cot=True``)."""
+    return fill(TEMPLATE_0SHOT_COT if cot else TEMPLATE_0SHOT, doc)
 
 
 def build_cot_answer_prompt(doc: dict, cot: str) -> str:
-    """The official second pass of the two-pass chain of thought: no document, the first pass's reasoning."""
+    """The official second pass of the chain of thought: no document, the first pass's reasoning (stripped, as
+    pred.py strips the reply before it fills ``$COT$``)."""
     return fill(TEMPLATE_0SHOT_COT_ANS, doc, cot=cot.strip())
 
 

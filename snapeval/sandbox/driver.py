@@ -1,0 +1,771 @@
+"""Child side of :mod:`snapeval.sandbox` (run as a script: ``python -I -S -B driver.py SPEC``).
+
+Standard library only, no snapeval imports: it runs under ``python -I -S``, possibly under another interpreter, as
+PID 1 of fresh mount, PID, network, IPC and UTS namespaces (``unshare``). Everything before the ready byte is
+trusted set-up code that no part of the program has touched yet; order matters:
+
+1. read the spec and the program from the harness's private (root-only) run directory (test inputs are not there:
+   the harness hands them over one at a time, see below);
+2. join the run's cgroup(s) (the harness made them and set their limits; see ``cgroups.py``), so that every byte
+   and every CPU second of what follows is counted by the kernel;
+3. build a new root and pivot into it (:func:`enter_new_root`): a tmpfs holding only the paths the harness lists
+   (the interpreter binary, its standard library, the directories of the shared libraries it loads; bind mounts,
+   read-only, ``nosuid``, ``nodev``, symlinks on the way recreated), ``site-packages`` hidden, ``/dev/null``,
+   ``/dev/zero``, ``/dev/urandom``, a new ``/proc`` of this PID namespace, and two private size-limited ``noexec``
+   tmpfs ``/work`` (the working directory) and ``/tmp``. The old root is detached;
+4. the official import header's modules, resource limits, then the privilege drop to a uid of the run's own (as
+   root), every capability dropped, ``no_new_privs`` and the parent-death signal re-armed (a credential change clears
+   it); then the seccomp filter (:func:`seccomp_program`);
+5. the audit hook (a convenience that stops Python-level misuse early with clear errors; the layers above hold
+   without it), the official runner's own guard (:func:`disable_like_official`), and the ready byte ``R`` on the
+   ready pipe, which is then closed: from here on nothing this process writes is trusted.
+
+``SPEC --probe`` performs steps 1-4 and writes ``P ok`` (plus ``seccomp`` / ``cgroup`` when those worked) on the
+ready pipe: how the harness checks that isolation works here.
+
+The harness, not this process, drives the tests (``harness.py``): after the ready byte it writes test 0's input on
+the input pipe, reads one result frame, grades it, and only then writes test 1's input, and so on. A test's input
+does not exist in this process before its clock starts, the expected outputs never do, and the result pipe carries
+nothing but this program's own outputs, so whatever the program does to this code after the ready byte it can only
+change its own output. Frames (all lengths in bytes, decimal ASCII):
+
+- input:  ``<n>\\n`` then ``n`` bytes of UTF-8 (the test's input text);
+- result: one JSON header line, ``{"status": "ok", "bytes": n}`` followed by ``n`` bytes of payload (stdin tests:
+  the captured standard output, UTF-8; functional tests: the returned value, see :func:`encode_value`), or
+  ``{"status": "error", "error": "<type>: <message>"}`` (the program raised).
+
+Programs run as the official LiveCodeBench runner runs them (``lcb_runner/evaluation/testing_util.py`` at
+LiveCodeBench/LiveCodeBench 28fef95): the import header prepended; stdin programs with a last
+``if __name__ == '__main__':`` unwrapped, their imports hoisted and everything else wrapped in one function that is
+called once per test with ``sys.stdin``, ``builtins.open`` and ``sys.stdout`` replaced as there; functional programs
+executed once, ``Solution()`` instantiated once when the text contains ``class Solution``, and the function called
+once per test with one JSON value per input line. One process serves all tests of a program, so a program keeps its
+state from one test to the next, as it does there.
+"""
+import ast
+import builtins
+import ctypes
+import errno
+import io
+import json
+import os
+import resource
+import signal
+import sys
+import types
+
+# The official LiveCodeBench import header (lcb_runner/evaluation/testing_util.py), prepended to every program.
+IMPORT_HEADER = """\
+from string import *
+from re import *
+from datetime import *
+from collections import *
+from heapq import *
+from bisect import *
+from copy import *
+from math import *
+from random import *
+from statistics import *
+from itertools import *
+from functools import *
+from operator import *
+from io import *
+from sys import *
+from json import *
+from builtins import *
+from typing import *
+import string
+import re
+import datetime
+import collections
+import heapq
+import bisect
+import copy
+import math
+import random
+import statistics
+import itertools
+import functools
+import operator
+import io
+import sys
+import json
+sys.setrecursionlimit(50000)
+"""
+#: lcb_runner/evaluation/compute_code_generation_metrics.py raises the int <-> str conversion limit for every program.
+INT_MAX_STR_DIGITS = 50000
+
+BLOCKED_IMPORTS = frozenset({
+    "_socket", "socket", "_ssl", "ssl", "select", "selectors", "_ctypes", "ctypes", "_posixsubprocess",
+    "subprocess", "multiprocessing", "_multiprocessing", "pty", "asyncio", "urllib.request", "http.client",
+})
+BLOCKED_EVENTS = frozenset({
+    "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
+    "os.kill", "os.killpg", "signal.pthread_kill", "os.chdir", "os.fchdir", "os.chroot", "os.setuid", "os.setgid",
+    "socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto",
+    "resource.setrlimit", "resource.prlimit", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata",
+    "sys.settrace", "sys.setprofile", "os.startfile", "webbrowser.open",
+})
+# events whose first argument is a path that is written or removed
+PATH_EVENTS = frozenset({
+    "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.link", "os.symlink", "os.truncate",
+    "os.utime", "os.rename", "shutil.rmtree", "shutil.move", "shutil.copyfile", "shutil.copytree", "os.setxattr",
+    "os.removexattr", "shutil.chown", "shutil.make_archive", "shutil.unpack_archive",
+})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def make_audit_hook(root, own_pid):
+    root = os.path.realpath(root)
+    realpath, join, fspath, abspath = os.path.realpath, os.path.join, os.fspath, os.path.abspath
+
+    def inside(path):
+        if isinstance(path, int):
+            return True
+        p = realpath(join(root, fspath(path)))
+        return p == root or p.startswith(root + os.sep)
+
+    def proc_ok(path):  # /proc/<other pid>/... (environment, memory, command line) is off limits
+        if isinstance(path, int):
+            return True
+        p = abspath(join(root, fspath(path)))
+        if not p.startswith("/proc/"):
+            return True
+        part = p.split("/")[2]
+        return not part.isdigit() or int(part) == own_pid
+
+    def hook(event, args):
+        if event == "import":
+            if args[0] in BLOCKED_IMPORTS:
+                raise ImportError(f"sandbox: import of {args[0]} is not allowed")
+        elif event in BLOCKED_EVENTS:
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        elif event == "open":
+            path, mode, flags = (list(args) + [None, None])[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if (writing and not inside(path)) or not proc_ok(path):
+                raise PermissionError(f"sandbox: opening {path!r} is not allowed")
+        elif event in PATH_EVENTS:
+            for arg in args[:2]:
+                if isinstance(arg, (str, bytes, os.PathLike)) and not inside(arg):
+                    raise PermissionError(f"sandbox: {event} outside the working directory is not allowed")
+
+    return hook
+
+
+def set_limits(spec):
+    def lim(res, value):
+        try:
+            resource.setrlimit(res, (value, value))
+        except (ValueError, OSError):
+            soft, hard = resource.getrlimit(res)
+            resource.setrlimit(res, (min(value, hard) if hard != resource.RLIM_INFINITY else value, hard))
+
+    lim(resource.RLIMIT_AS, spec["memory_bytes"])
+    lim(resource.RLIMIT_CPU, spec["cpu_total_s"])
+    lim(resource.RLIMIT_FSIZE, spec["max_file_bytes"])
+    lim(resource.RLIMIT_NOFILE, spec["max_open_files"])
+    lim(resource.RLIMIT_NPROC, spec["max_processes"])
+    lim(resource.RLIMIT_CORE, 0)
+    lim(resource.RLIMIT_MSGQUEUE, 0)  # POSIX message queues live outside RLIMIT_AS (the filter refuses them too)
+
+
+def join_cgroups(procs_files):
+    """Move this process into the run's cgroup(s): ``0`` written to ``cgroup.procs`` means the writer. Done before
+    anything else, so that the kernel counts everything the run ever allocates or runs."""
+    for path in procs_files:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41}
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(source, target, fstype, flags, data=None):
+    enc = (lambda v: None if v is None else v.encode())
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+
+
+def _mount_point(root, path, is_dir):
+    target = root + path
+    os.makedirs(target if is_dir else os.path.dirname(target), mode=0o755, exist_ok=True)
+    if not is_dir and not os.path.exists(target):
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    return target
+
+
+def expose(root, path, bound, depth=0):
+    """Show the host's ``path`` (a file or a directory tree) at the same place under ``root``, read-only, ``nosuid``,
+    ``nodev``. Symlinks on the way (``/lib -> usr/lib`` on merged-/usr systems) are recreated as the same symlinks
+    and followed, so that every name the dynamic loader or the interpreter uses resolves as on the host; ``bound``
+    collects the link-free paths bound so far (a path inside one of them is already visible)."""
+    if depth > 16:
+        raise OSError(f"expose {path}: too many levels of symbolic links")
+    parts = [p for p in path.split("/") if p]
+    current = ""
+    for i, part in enumerate(parts):
+        current += "/" + part
+        if any(current == b or current.startswith(b + "/") for b in bound):
+            return
+        if os.path.islink(current):
+            link = os.readlink(current)
+            if not os.path.lexists(root + current):
+                os.makedirs(os.path.dirname(root + current), mode=0o755, exist_ok=True)
+                os.symlink(link, root + current)
+            rest = "".join("/" + p for p in parts[i + 1:])
+            expose(root, os.path.normpath(os.path.join(os.path.dirname(current), link)) + rest, bound, depth + 1)
+            return
+    if not os.path.exists(current):
+        return
+    target = _mount_point(root, current, os.path.isdir(current))
+    mount(current, target, None, MS_BIND | MS_REC)
+    mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    bound.append(current)
+
+
+def enter_new_root(spec):
+    """Pivot into a new root holding only what the interpreter needs (see the module docstring)."""
+    root = spec["root_dir"]
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates back to the host
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    bound = []
+    for path in spec["expose"]:
+        expose(root, path, bound)
+    for path in spec["hide"]:  # site-packages inside the interpreter's tree: an empty read-only directory
+        if os.path.isdir(root + path) and not os.path.islink(root + path):
+            mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "size=4k,nr_inodes=2,mode=555")
+    for dev in ("null", "zero", "urandom", "random"):
+        target = _mount_point(root, "/dev/" + dev, False)
+        mount("/dev/" + dev, target, None, MS_BIND)
+        mount(None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC | (0 if dev == "null" else MS_RDONLY))
+    proc = _mount_point(root, "/proc", True)
+    mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    size = f"size={int(spec['disk_bytes'])},nr_inodes=4096"
+    for path, mode in (("/work", "0755"), ("/tmp", "1777")):
+        mount("tmpfs", _mount_point(root, path, True), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              f"{size},mode={mode}")
+    os.chdir(root)
+    os.makedirs(".oldroot", exist_ok=True)
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"pivot_root: unknown machine {os.uname().machine}")
+    _check(_libc.syscall(number, b".", b".oldroot"), "pivot_root")
+    os.chdir("/")
+    _check(_libc.umount2(b"/.oldroot", MNT_DETACH), "umount old root")
+    os.rmdir("/.oldroot")
+    mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)  # the root tmpfs: read-only
+    os.chdir("/work")
+
+
+def run_uid(spec):
+    """The uid this run drops to: ``uid_base`` plus the driver's PID as the host sees it (read from the host's
+    ``/proc`` before the new root hides it), so that no two live runs share a uid (``RLIMIT_NPROC`` counts per uid;
+    signals and ``ptrace`` need the same uid). Without a new root: ``fallback_uid`` (``nobody`` as root, else
+    ``None``: the harness is not root and the run is already unprivileged)."""
+    if spec.get("uid_base") is None:
+        return spec["fallback_uid"]
+    try:
+        return int(spec["uid_base"]) + int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return int(spec["fallback_uid"])
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_privileges(uid):
+    """Become ``uid`` (as root) and give up every capability (what is left of "root" in a user namespace when the
+    harness is not root), then ``no_new_privs`` and the parent-death signal, re-armed (a credential change clears
+    it)."""
+    if os.getuid() == 0 and uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()), "capset")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")  # cleared by setuid
+    if os.getppid() == 0 and os.getpid() != 1:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+# --------------------------------------------------------------------------------------------- seccomp filter
+# Syscalls the program never needs, refused with EPERM: new processes (threads are allowed: ``clone`` with
+# CLONE_THREAD and no namespace flag), exec, namespaces and mounts, ptrace and cross-process memory access, kernel
+# keyrings, bpf, userfaultfd, perf, io_uring (its operations bypass this filter), module and kexec loading, the
+# kernel log, file handles; memory that rlimits do not count (SysV shared memory, message queues and semaphores,
+# POSIX message queues, memfd); and channels between parallel runs through files they all see read-only (``flock``
+# on the shared interpreter tree or /dev/null, inotify and fanotify watches). ``clone3`` answers ENOSYS so that the
+# C library falls back to ``clone``, whose flags the filter can read. Any other architecture (x32, i386 through
+# ``int 0x80``) kills the process.
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7, "arm64": 0xC00000B7}
+_COMMON = {"clone": (56, 220), "clone3": (435, 435), "execve": (59, 221), "execveat": (322, 281),
+           "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39),
+           "pivot_root": (155, 41), "chroot": (161, 51), "ptrace": (101, 117), "process_vm_readv": (310, 270),
+           "process_vm_writev": (311, 271), "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
+           "bpf": (321, 280), "userfaultfd": (323, 282), "perf_event_open": (298, 241), "kexec_load": (246, 104),
+           "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106),
+           "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+           "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431),
+           "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442), "pidfd_getfd": (438, 438),
+           "process_madvise": (440, 440), "swapon": (167, 224), "swapoff": (168, 225), "acct": (163, 89),
+           "quotactl": (179, 60), "sethostname": (170, 161), "setdomainname": (171, 162), "syslog": (103, 116),
+           "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264),
+           # memory outside RLIMIT_AS
+           "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "shmdt": (67, 197),
+           "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187),
+           "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
+           "mq_open": (240, 180), "mq_unlink": (241, 181), "mq_timedsend": (242, 182),
+           "mq_timedreceive": (243, 183), "mq_notify": (244, 184), "mq_getsetattr": (245, 185),
+           "memfd_create": (319, 279), "memfd_secret": (447, 447),
+           # channels between runs through shared read-only files
+           "flock": (73, 32), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
+           "fanotify_init": (300, 262), "fanotify_mark": (301, 263)}
+_X86_ONLY = {"fork": 57, "vfork": 58, "inotify_init": 253}
+CLONE_THREAD = 0x00010000
+CLONE_NAMESPACES = 0x7E020080  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
+EPERM, ENOSYS = 1, 38
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_program(machine):
+    """The BPF program as ``(code, jt, jf, k)`` tuples, or ``None`` for an unknown architecture."""
+    arch = _AUDIT_ARCH.get(machine)
+    if arch is None:
+        return None
+    column = 0 if machine == "x86_64" else 1
+    refused = sorted({nr[column] for name, nr in _COMMON.items() if name not in ("clone", "clone3")}
+                     | (set(_X86_ONLY.values()) if machine == "x86_64" else set()))
+    ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
+    allow, eperm, enosys, kill = 0x7FFF0000, 0x00050000 | EPERM, 0x00050000 | ENOSYS, 0x80000000
+    body = [(ld, 0, 0, 0)]  # nr
+    if machine == "x86_64":
+        body.append((jge, "KILL", 0, 0x40000000))  # x32 system calls
+    body.append((jeq, "CLONE", 0, _COMMON["clone"][column]))
+    body.append((jeq, "ENOSYS", 0, _COMMON["clone3"][column]))
+    for nr in refused:
+        body.append((jeq, "EPERM", 0, nr))
+    body.append((ret, 0, 0, allow))
+    labels = {"CLONE": len(body)}
+    body += [(ld, 0, 0, 16), (jset, "EPERM", 0, CLONE_NAMESPACES),  # args[0] (flags), low 32 bits (little endian)
+             (jset, "ALLOW", "EPERM", CLONE_THREAD)]
+    for name, value in (("ALLOW", allow), ("EPERM", eperm), ("ENOSYS", enosys), ("KILL", kill)):
+        labels[name] = len(body)
+        body.append((ret, 0, 0, value))
+    head = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill)]  # seccomp_data.arch
+    program = head[:]
+    for at, (code, jt, jf, k) in enumerate(body, start=len(head)):
+        def offset(target):
+            jump = target if isinstance(target, int) else labels[target] + len(head) - at - 1
+            if not 0 <= jump <= 255:  # BPF jump offsets are one byte
+                raise ValueError(f"seccomp program too long: a jump of {jump} instructions")
+            return jump
+        program.append((code, offset(jt), offset(jf), k))
+    return program
+
+
+def install_seccomp():
+    """Install the filter (``no_new_privs`` must be set); False on an architecture it does not know or a kernel
+    without seccomp filters."""
+    program = seccomp_program(os.uname().machine)
+    if program is None:
+        return False
+    filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
+    prog = _SockFprog(len(program), filters)
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        if ctypes.get_errno() == 22:  # EINVAL: a kernel without seccomp filters (the probe says so)
+            return False
+        _check(-1, "seccomp")
+    return True
+
+
+# ------------------------------------------------------------------------ the official runner's execution model
+OFFICIAL_DISABLED = {  # testing_util.reliability_guard: set to None before a program runs
+    "builtins": ("quit", "help"),
+    "os": ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
+           "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
+           "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir"),
+    "shutil": ("rmtree", "move", "chown"),
+}
+OFFICIAL_HIDDEN_MODULES = ("ipdb", "joblib", "resource", "psutil", "tkinter")
+
+
+def disable_like_official():
+    """What the official runner switches off in the process that runs a program (``reliability_guard``), so that a
+    program calling one of these fails here as it fails there. (Its ``subprocess.Popen = None`` is not repeated:
+    importing ``subprocess`` is refused here, and ``exec`` by the kernel.)"""
+    import shutil
+
+    os.environ["OMP_NUM_THREADS"] = "1"  # before os.putenv goes (os.environ calls it)
+    modules = {"builtins": builtins, "os": os, "shutil": shutil}
+    for module, names in OFFICIAL_DISABLED.items():
+        for name in names:
+            setattr(modules[module], name, None)
+    for name in OFFICIAL_HIDDEN_MODULES:
+        sys.modules[name] = None
+
+
+def unwrap_main_guard(code):
+    """``clean_if_name``: a last top-level ``if __name__ == '__main__':`` is replaced by its body."""
+    try:
+        tree = ast.parse(code)
+        last = tree.body[-1]
+        if isinstance(last, ast.If) and ast.unparse(last.test).strip() == "__name__ == '__main__'":
+            code = ast.unparse(tree.body[:-1]) + "\n" + ast.unparse(last.body)
+    except BaseException:  # the official catches everything here and keeps the code as it was
+        pass
+    return code
+
+
+def wrap_in_function(code):
+    """``make_function``: the import header, then the program's top-level imports, then every other top-level
+    statement as the body of ``wrapped_function()``; code that does not parse is returned unchanged."""
+    try:
+        tree = ast.parse(code)
+        is_import = [isinstance(s, (ast.Import, ast.ImportFrom)) for s in tree.body]
+        imports = [s for s, imp in zip(tree.body, is_import) if imp]
+        body = [s for s, imp in zip(tree.body, is_import) if not imp]
+        signature = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
+        function = ast.FunctionDef(name="wrapped_function", args=signature, body=body, decorator_list=[], lineno=-1)
+        return IMPORT_HEADER + "\n" + ast.unparse(imports) + "\n" + ast.unparse(function)
+    except Exception:
+        return code
+
+
+class OfficialStdin:
+    """``sys.stdin`` during a stdin test, behaving as the official runner's replacement does: ``read()`` is always
+    the whole input, ``readline()`` the next line (newline kept, ``''`` at the end), ``readlines()`` the input split
+    on newlines (newlines dropped); ``buffer.read()`` the input as bytes and ``buffer.readline()`` always the first
+    line; anything else is that of a text stream over the input. It is not iterable (``for line in sys.stdin`` raises
+    ``TypeError`` there too)."""
+
+    def __init__(self, text):
+        self._text = text
+        self._lines = io.StringIO(text)
+        self.buffer = _OfficialStdinBuffer(text)
+
+    def read(self, *args):
+        return self._text
+
+    def readline(self, *args):
+        return self._lines.readline(*args)
+
+    def readlines(self, *args):
+        return self._text.split("\n")
+
+    def __getattr__(self, name):
+        return getattr(self._lines, name)
+
+
+class _OfficialStdinBuffer:
+    def __init__(self, text):
+        self._data = text.encode("utf-8")
+
+    def read(self, *args):
+        return self._data
+
+    def readline(self, *args):
+        return self._data.split(b"\n")[0] + b"\n"
+
+
+class OfficialOpen:
+    """``builtins.open`` during a stdin test (the official runner patches it with ``unittest.mock.mock_open`` over
+    the input): every call, whatever the path and mode, rewinds one shared handle over the input text; ``read``,
+    ``readline``, ``readlines`` and iteration read it, ``write`` and ``close`` do nothing, any other attribute is an
+    inert stand-in."""
+
+    def __init__(self, text):
+        self._text = text
+        self._handle = _InputHandle()
+
+    def __call__(self, *args, **kwargs):
+        self._handle._stream = io.StringIO(self._text)
+        return self._handle
+
+
+class _Inert:
+    def __call__(self, *args, **kwargs):
+        return self
+
+    def __getattr__(self, name):
+        return self
+
+
+class _InputHandle:
+    _stream = None
+
+    def read(self, *args):
+        return self._stream.read(*args)
+
+    def readline(self, *args):
+        return self._stream.readline(*args)
+
+    def readlines(self, *args):
+        return self._stream.readlines(*args)
+
+    def __iter__(self):
+        return iter(self._stream)
+
+    def __next__(self):
+        return next(self._stream)
+
+    def write(self, *args, **kwargs):
+        return None
+
+    def writelines(self, *args, **kwargs):
+        return None
+
+    def close(self, *args, **kwargs):
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __getattr__(self, name):
+        return _Inert()
+
+
+def load_program(spec, code):
+    """Execute the program as ``compile_code`` does and return the callable each test calls: ``wrapped_function``
+    (stdin) or the function named ``func_name`` (functional), on ``Solution()`` when the text contains
+    ``class Solution``. Raises what the program raises."""
+    if spec["mode"] == "stdin":
+        text, name = wrap_in_function(unwrap_main_guard(code)), "wrapped_function"
+    else:
+        text, name = IMPORT_HEADER + "\n\n" + code, spec["func_name"]
+    module = types.ModuleType("tmp_sol", "")
+    exec(compile(text, "<string>", "exec"), module.__dict__)
+    target = module.Solution() if "class Solution" in text else module
+    if not hasattr(target, name):
+        raise AttributeError(f"the program defines no {name}")
+    return getattr(target, name)
+
+
+def run_stdin_test(method, text):
+    """One stdin test: standard output captured in a text buffer whose ``close`` takes one argument (as the
+    official ``Capturing``), ``sys.stdin`` and ``builtins.open`` replaced, ``SystemExit`` ends the test normally."""
+    capture = io.StringIO()
+    capture.close = lambda x: 1
+    saved_stdout, saved_stdin, saved_open = sys.stdout, sys.stdin, builtins.open
+    sys.stdout = capture
+    try:
+        sys.stdin, builtins.open = OfficialStdin(text), OfficialOpen(text)
+        try:
+            method()
+        except SystemExit:
+            pass
+        finally:
+            sys.stdin, builtins.open = saved_stdin, saved_open
+    finally:
+        sys.stdout = saved_stdout
+    return capture.getvalue().encode("utf-8", "surrogatepass")
+
+
+MAX_DEPTH = 500  # values nested deeper are a runtime error (the harness's JSON parser recurses per level)
+_BIG_INT_BITS = 13000  # about 3,900 decimal digits: below the default str <-> int limit of the harness's parser
+
+
+def encode_value(value):
+    """A functional test's returned value as JSON text that keeps what Python equality with a JSON value depends
+    on: lists are JSON arrays; tuples, dicts (as key/value pairs), large integers (hexadecimal), ``Fraction``,
+    ``Decimal``, ``complex`` and ``bytes`` are tagged objects ``{"~": tag, ...}``; a subclass of a built-in type is
+    sent as the built-in value it holds; a value of any other type (a set, an object with its own ``__eq__``) only as
+    its type's name, and it equals nothing on the harness's side."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    def enc(v, depth):
+        if depth > MAX_DEPTH:
+            raise ValueError(f"the result is nested deeper than {MAX_DEPTH} levels")
+        t = type(v)
+        if v is None or t is bool or t is str or t is float:
+            return v
+        if t is int:
+            return v if v.bit_length() <= _BIG_INT_BITS else {"~": "int", "v": format(v, "x")}
+        if t is list:
+            return [enc(x, depth + 1) for x in v]
+        if t is tuple:
+            return {"~": "tuple", "v": [enc(x, depth + 1) for x in v]}
+        if t is dict:
+            return {"~": "dict", "v": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
+        if isinstance(v, bool):
+            return bool(v)
+        if isinstance(v, int):
+            return enc(int(v), depth)
+        if isinstance(v, float):
+            return float(v)
+        if isinstance(v, str):
+            return str.__str__(v)
+        if isinstance(v, list):
+            return enc(list(v), depth)
+        if isinstance(v, tuple):
+            return enc(tuple(v), depth)
+        if isinstance(v, dict):
+            return enc(dict(v), depth)
+        if isinstance(v, Fraction) and max(v.numerator.bit_length(), v.denominator.bit_length()) <= _BIG_INT_BITS:
+            return {"~": "fraction", "n": v.numerator, "d": v.denominator}
+        if isinstance(v, Decimal):
+            return {"~": "decimal", "v": str(v)}
+        if isinstance(v, complex):
+            return {"~": "complex", "re": v.real, "im": v.imag}
+        if isinstance(v, (bytes, bytearray)):
+            return {"~": "bytes", "v": bytes(v).hex()}
+        return {"~": "other", "type": type(v).__qualname__[:100]}
+
+    return json.dumps(enc(value, 0), ensure_ascii=True).encode("ascii")
+
+
+def run_functional_test(method, text):
+    return encode_value(method(*[json.loads(line) for line in text.split("\n")]))
+
+
+def read_input(fd):
+    """The next test's input (``None`` when the harness closed the pipe: no more tests)."""
+    header = b""
+    while not header.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte or len(header) > 20:
+            return None
+        header += byte
+    size, chunks = int(header), []
+    while size:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks).decode("utf-8", "surrogatepass")
+
+
+def write_result(fd, header, payload=b""):
+    data = memoryview(json.dumps(header).encode("ascii") + b"\n" + payload)
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _describe(exc):
+    try:
+        message = str(exc)[:300]
+    except BaseException:  # an exception whose __str__ fails is still this program's error
+        message = ""
+    return f"{type(exc).__name__}: {message}"
+
+
+def serve(spec, code, inputs_fd, results_fd):
+    """Answer the harness's tests until it closes the input pipe (untrusted from here on: see the module
+    docstring)."""
+    try:
+        method, failure = load_program(spec, code), None
+    except BaseException as exc:  # a program that fails to load fails its first test (official: [-4])
+        method, failure = None, _describe(exc)
+    run_test = run_stdin_test if spec["mode"] == "stdin" else run_functional_test
+    while True:
+        text = read_input(inputs_fd)
+        if text is None:
+            return
+        if failure is not None:
+            write_result(results_fd, {"status": "error", "error": failure})
+            continue
+        try:
+            payload = run_test(method, text)
+        except BaseException as exc:  # the program's failure is this test's result
+            error = _describe(exc)
+            if isinstance(exc, OSError) and exc.errno == errno.EFBIG:  # RLIMIT_FSIZE (Python ignores SIGXFSZ)
+                error += " (file size limit)"
+            write_result(results_fd, {"status": "error", "error": error})
+            continue
+        write_result(results_fd, {"status": "ok", "bytes": len(payload)}, payload)
+
+
+def main():
+    probe = "--probe" in sys.argv
+    with open(sys.argv[1], encoding="utf-8") as f:
+        spec = json.load(f)
+    ready = spec["ready_fd"]
+    try:
+        set_up(spec, probe)
+    except BaseException as exc:  # the machine's failure, before any program code: the harness reports it
+        os.write(ready, b"E " + _describe(exc).encode("utf-8", "replace")[:300])
+        os._exit(1)
+    if probe:
+        return
+    os.write(ready, b"R")
+    os.close(ready)
+    serve(spec, spec["code"], spec["input_fd"], spec["result_fd"])
+
+
+def set_up(spec, probe):
+    """Steps 1-5 of the module docstring (trusted: no program code has run yet)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "solution.py"), encoding="utf-8",
+              errors="surrogatepass") as f:
+        spec["code"] = f.read()
+    for fd in (spec["ready_fd"], spec["input_fd"], spec["result_fd"]):
+        os.set_inheritable(fd, False)
+    try:
+        join_cgroups(spec["cgroup_procs"])
+        in_cgroup = bool(spec["cgroup_procs"])
+    except OSError:
+        if not probe:
+            raise
+        in_cgroup = False
+    uid = run_uid(spec)
+    if spec["isolate_fs"]:
+        enter_new_root(spec)
+        if uid is not None:  # fresh, empty file systems: nothing in them can be a planted link yet
+            os.chown("/work", uid, uid)
+            os.chown("/tmp", uid, uid)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):  # the program's real standard streams lead nowhere (the official captures sys.stdout only)
+        os.dup2(null, fd)
+    os.close(null)
+    if not probe:  # import what the program will need before the drop (weaker isolation: an interpreter under
+        exec(compile(IMPORT_HEADER, "<header>", "exec"), {"__builtins__": builtins})  # /root is unreadable to
+        import shutil  # noqa: F401  (nobody): the header's modules and the official guard's shutil
+    set_limits(spec)
+    drop_privileges(uid)
+    filtered = install_seccomp() if spec["seccomp"] else False
+    if probe:
+        if spec["isolate_fs"]:
+            import fractions  # noqa: F401  (the stdlib must be readable after the drop)
+            import decimal  # noqa: F401  (and its extension modules loadable)
+
+        os.write(spec["ready_fd"], b"P ok" + (b" seccomp" if filtered else b"") + (b" cgroup" if in_cgroup else b""))
+        return
+    sys.addaudithook(make_audit_hook(os.getcwd(), os.getpid()))
+    sys.set_int_max_str_digits(INT_MAX_STR_DIGITS)
+    disable_like_official()
+
+
+if __name__ == "__main__":
+    main()
+    os._exit(0)

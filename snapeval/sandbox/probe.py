@@ -1,0 +1,300 @@
+"""Which isolation layers this machine gives (probed once per process) and how a run's driver is started.
+
+The probe starts the driver once with ``--probe``: it joins a test cgroup, builds a run's new root, drops its
+privileges and installs the seccomp filter, and says which of these worked. Where the mount namespace cannot be built,
+executing generated code is refused with one line naming what is missing, unless the user accepts weaker isolation
+(``SNAPEVAL_ALLOW_UNSAFE_CODE=1``, lm-eval's ``--confirm_run_unsafe_code`` convention: that flag itself never
+reaches a task's code); so it is where memory outside the rlimits can be neither counted (no usable cgroup) nor
+refused (no seccomp filter).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+from snapeval.errors import SnapevalError
+from snapeval.sandbox.cgroups import CgroupTree, kernel_accounting
+
+DRIVER = Path(__file__).with_name("driver.py")
+NOBODY_UID = 65534
+SANDBOX_UID_BASE = 0x58000000  # + the driver's host PID: a uid of its own for every live run (no account uses it)
+UNSAFE_ENV = "SNAPEVAL_ALLOW_UNSAFE_CODE"
+RLIMITS = ("AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE", "MSGQUEUE")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What this machine gives: the command prefix (``setpriv`` + ``unshare``), whether the child builds its own root
+    (and from which paths), whether it drops privileges (to a uid of its own per run), whether the seccomp filter is
+    in place, the interpreter, what is missing (when the new root cannot be built), and the cgroup tree runs are
+    accounted in (``None``: rlimits and the seccomp filter only)."""
+
+    prefix: tuple[str, ...]
+    isolate_fs: bool
+    drop_uid: int | None
+    python: str
+    missing: str = ""
+    expose: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()
+    seccomp: bool = False
+    cgroups: CgroupTree | None = None
+
+    @property
+    def memory_bounded(self) -> bool:
+        """Whether memory that rlimits do not count (SysV shared memory and message queues, memfd, POSIX message
+        queues) is counted (a cgroup) or refused (the seccomp filter)."""
+        return self.cgroups is not None or self.seccomp
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "namespaces": "mount+pid+net+ipc+uts" if self.isolate_fs else ("net+pid" if self.prefix else "none"),
+            "new_root": self.isolate_fs,
+            "visible_read_only": list(self.expose) if self.isolate_fs else "the whole file system",
+            "hidden_inside_them": list(self.hide),
+            "user_namespace": "--map-root-user" in self.prefix,
+            "runs_as": ("a uid of its own per run" if self.drop_uid is not None and self.isolate_fs
+                        else "nobody" if self.drop_uid is not None else "the harness user"),
+            "seccomp": self.seccomp,
+            "accounting": self.cgroups.describe() if self.cgroups else "rlimits (no usable cgroup)",
+            "python": self.python,
+            "audit_hook": True,
+            "rlimits": list(RLIMITS),
+            "missing": self.missing,
+        }
+
+
+def spawn_driver(prefix: Sequence[str], python: str, run_dir: str, spec: dict, *, extra: Sequence[str] = ()):
+    """Write the spec and start the driver; returns ``(process, ready read end, input write end, result read end)``,
+    the harness's ends non-blocking. The driver writes one ready byte when its trusted set-up is done, then reads
+    test inputs and writes results (``driver.py``)."""
+    ready_r, ready_w = os.pipe()
+    input_r, input_w = os.pipe()
+    result_r, result_w = os.pipe()
+    for fd in (ready_r, input_w, result_r):
+        os.set_blocking(fd, False)
+    spec = {**spec, "ready_fd": ready_w, "input_fd": input_r, "result_fd": result_w}
+    Path(run_dir, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    work = "/work" if spec["isolate_fs"] else str(Path(run_dir, "work"))
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": work,
+           "TMPDIR": "/tmp" if spec["isolate_fs"] else work}
+    cwd = "/" if spec["isolate_fs"] else work
+    cmd = [*prefix, python, "-I", "-S", "-B", str(DRIVER), str(Path(run_dir, "spec.json")), *extra]
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, pass_fds=(ready_w, input_r, result_w),
+                                start_new_session=True, close_fds=True)
+    except BaseException:
+        for fd in (ready_r, input_w, result_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (ready_w, input_r, result_w):
+            os.close(fd)
+    return proc, ready_r, input_w, result_r
+
+
+def kill_process_group(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """Kill ``setpriv``/``unshare`` and the driver (a process group of their own) unless ``unshare`` has already
+    been reaped (its PID, and so the group's, could belong to another process by then), and wait, boundedly."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def uid_spec(drop_uid: int | None, isolate_fs: bool) -> dict[str, Any]:
+    """How the child picks its uid: per run (new root, as root) or the fixed ``drop_uid`` (weaker isolation)."""
+    return {"uid_base": SANDBOX_UID_BASE if drop_uid is not None and isolate_fs else None, "fallback_uid": drop_uid}
+
+
+_TREE_SCRIPT = """
+import json, os, sys, sysconfig
+paths = sysconfig.get_paths()
+print(json.dumps({"executable": os.path.realpath(sys.executable), "stdlib": paths["stdlib"],
+                  "platstdlib": paths["platstdlib"], "purelib": paths["purelib"], "platlib": paths["platlib"],
+                  "dynload": [p for p in sys.path if p.endswith("lib-dynload")]}))
+"""
+_FALLBACK_LIB_DIRS = ("/lib", "/lib64", "/lib32", "/usr/lib64", "/usr/lib32", "/usr/lib/x86_64-linux-gnu",
+                      "/usr/lib/aarch64-linux-gnu", "/usr/lib/arm-linux-gnueabihf")
+
+
+def _shared_libraries(files: Sequence[str]) -> list[str] | None:
+    """Every shared library ``files`` load, as the dynamic loader names them (``ldd``); ``None`` without ``ldd``."""
+    ldd = shutil.which("ldd")
+    if not ldd or not files:
+        return None
+    try:
+        out = subprocess.run([ldd, *files], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                             env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libs = []
+    for line in out.splitlines():
+        for token in line.replace("=>", " ").split():
+            if token.startswith("/") and not token.endswith(":"):
+                libs.append(token)
+    return libs
+
+
+def _interpreter_tree(python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(expose, hide)``: what a run's new root shows of the host, read-only (the interpreter binary, its standard
+    library and extension modules, the directories of the shared libraries they load, the loader's cache), and the
+    directories inside those that it hides (``site-packages``: third-party code of the base interpreter)."""
+    try:
+        info = json.loads(subprocess.run([python, "-I", "-S", "-c", _TREE_SCRIPT], stdin=subprocess.DEVNULL,
+                                         capture_output=True, text=True, timeout=60, check=True).stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise OSError(f"cannot ask {python} where its standard library is ({exc})") from None
+    dynload = [d for d in info["dynload"] if os.path.isdir(d)]
+    modules = [str(p) for d in dynload for p in sorted(Path(d).glob("*.so"))]
+    libs = _shared_libraries([info["executable"], *modules])
+    lib_dirs = ({os.path.dirname(p) for lib in libs for p in (lib, os.path.realpath(lib))} if libs is not None
+                else set(_FALLBACK_LIB_DIRS))
+    expose = {info["executable"], info["stdlib"], info["platstdlib"], *dynload, *lib_dirs, "/etc/ld.so.cache"}
+    expose = sorted((p for p in expose if os.path.lexists(p)), key=lambda p: (p.count("/"), p))
+    real_exposed = [os.path.realpath(p) for p in expose]
+    hide = set()
+    for candidate in (info["purelib"], info["platlib"], *(os.path.join(info[k], n) for k in ("stdlib", "platstdlib")
+                                                           for n in ("site-packages", "dist-packages"))):
+        real = os.path.realpath(candidate)
+        if os.path.isdir(real) and any(real == e or real.startswith(e + "/") for e in real_exposed):
+            hide.add(real)
+    return tuple(expose), tuple(sorted(hide))
+
+
+@dataclass(frozen=True)
+class _ProbeAnswer:
+    worked: bool
+    seccomp: bool = False
+    cgroup: bool = False
+
+
+def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, isolate_fs: bool,
+                  expose: Sequence[str], hide: Sequence[str], tree: CgroupTree | None) -> _ProbeAnswer:
+    """Run the driver's set-up once with ``--probe`` and read which layers it got."""
+    run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-probe-")
+    run_cgroup = None
+    try:
+        os.mkdir(Path(run_dir, "root"))
+        if not isolate_fs:
+            os.mkdir(Path(run_dir, "work"), 0o700)
+            if drop_uid is not None:
+                os.chown(Path(run_dir, "work"), drop_uid, drop_uid, follow_symlinks=False)
+        Path(run_dir, "solution.py").write_text("", encoding="utf-8")
+        try:
+            run_cgroup = tree.new_run(1 << 30, 64) if tree else None
+        except OSError:
+            run_cgroup = None
+        spec = {"mode": "stdin", "isolate_fs": isolate_fs, "root_dir": str(Path(run_dir, "root")),
+                "expose": list(expose), "hide": list(hide), "disk_bytes": 1 << 20, "seccomp": True,
+                **uid_spec(drop_uid, isolate_fs), "memory_bytes": 1 << 30, "cpu_total_s": 10,
+                "max_file_bytes": 1 << 20, "max_open_files": 64, "max_processes": 64,
+                "cgroup_procs": run_cgroup.procs_files if run_cgroup else []}
+        proc, ready, inputs, results = spawn_driver(prefix, python, run_dir, spec, extra=("--probe",))
+        try:
+            proc.wait(timeout=20)
+            poller = select.poll()
+            poller.register(ready, select.POLLIN)
+            answer = os.read(ready, 64) if poller.poll(0) else b""
+        except subprocess.TimeoutExpired:
+            answer = b""
+        finally:
+            for fd in (ready, inputs, results):
+                os.close(fd)
+            kill_process_group(proc)
+        words = answer.split()
+        return _ProbeAnswer(answer.startswith(b"P ok"), b"seccomp" in words, b"cgroup" in words)
+    except (OSError, subprocess.SubprocessError):
+        return _ProbeAnswer(False)
+    finally:
+        if run_cgroup is not None:
+            run_cgroup.kill()
+            run_cgroup.remove()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+_PROBED = threading.Lock()
+
+
+def isolation() -> Isolation:
+    """Probe once per process which layers work here (no root assumed; CI is root). Parallel first calls (the
+    workers of :func:`~snapeval.sandbox.run_programs`) wait for one probe."""
+    with _PROBED:
+        return _probe_layers()
+
+
+@lru_cache(maxsize=1)
+def _probe_layers() -> Isolation:
+    python = os.path.realpath(sys.executable)  # the real interpreter: no virtual environment inside the sandbox
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return Isolation((), False, None, python, "the unshare command (util-linux)")
+    root = os.geteuid() == 0
+    setpriv = shutil.which("setpriv")  # unshare dies with the harness thread that started it (and so the run)
+    guard = (setpriv, "--pdeathsig", "KILL", "--") if setpriv and _probe([setpriv, "--pdeathsig", "KILL", "true"]) \
+        else ()
+    base = (unshare, "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child")
+    prefix = guard + (base if root else base[:1] + ("--map-root-user",) + base[1:])
+    drop_uid = NOBODY_UID if root else None
+    tree = kernel_accounting()
+    missing = "a private mount namespace with a new root (mount, pivot_root)"
+    try:
+        expose, hide = _interpreter_tree(python)
+        answer = _probe_driver(prefix, python, drop_uid, True, expose, hide, tree)
+    except OSError as exc:
+        expose, hide, answer, missing = (), (), _ProbeAnswer(False), f"{missing[:-1]}; {exc})"
+    if answer.worked:
+        return Isolation(prefix, True, drop_uid, python, expose=expose, hide=hide, seccomp=answer.seccomp,
+                         cgroups=tree if answer.cgroup else None)
+    weak = (unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
+    weak = guard + (weak if root else weak[:1] + ("--map-root-user",) + weak[1:])
+    if not _probe(weak + ("true",)):
+        weak = ()
+    weak_drop = drop_uid if root else None
+    answer = _probe_driver(weak, python, weak_drop, False, (), (), tree)
+    return Isolation(weak, False, weak_drop, python, missing, seccomp=answer.seccomp,
+                     cgroups=tree if answer.cgroup else None)
+
+
+def require_isolation(allow_unsafe: bool | None = None) -> Isolation:
+    """The isolation of this machine, or a one-line :class:`SnapevalError` when generated code cannot be contained
+    and the user has not accepted weaker isolation (``SNAPEVAL_ALLOW_UNSAFE_CODE=1`` or ``allow_unsafe``)."""
+    iso = isolation()
+    if iso.isolate_fs and iso.memory_bounded:
+        return iso
+    if allow_unsafe is None:
+        allow_unsafe = os.environ.get(UNSAFE_ENV, "") in ("1", "true", "yes")
+    if not allow_unsafe:
+        lacks = [iso.missing] if not iso.isolate_fs else []
+        if not iso.memory_bounded:
+            lacks.append("a cgroup or a seccomp filter (memory outside the rlimits could be neither counted nor "
+                         "refused)")
+        raise SnapevalError(
+            f"refusing to execute generated code: this machine lacks {' and '.join(lacks)}; run as root or where "
+            f"user namespaces are allowed, or accept weaker isolation with {UNSAFE_ENV}=1 "
+            "(lm-eval: --confirm_run_unsafe_code)")
+    return iso
+
+
+def _probe(cmd: Sequence[str], **kw: Any) -> bool:
+    try:
+        return subprocess.run(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=20, **kw).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False

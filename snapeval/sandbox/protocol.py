@@ -1,0 +1,174 @@
+"""What crosses the pipes between the harness and a run (the driver's side is ``driver.py``; both are described in
+its module docstring): input frames written by the harness, result frames read from an untrusted process.
+
+Reading a result is bounded and linear: the header must end within :data:`HEADER_BYTES`, the payload is never longer
+than the cap in force, bytes are kept once in one growing buffer, and a functional result is decoded by one JSON
+parse and one walk over it (no structure whose cost the program could make superlinear: a dict or set whose keys
+could collide is never built from program data).
+"""
+from __future__ import annotations
+
+import json
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+
+HEADER_BYTES = 4096
+MAX_DEPTH = 500  # the driver's limit too (a deeper result is the program's runtime error)
+_BIG_INT_BITS = 13000
+_HEX = frozenset("0123456789abcdef")
+
+
+class ProtocolError(ValueError):
+    """The process wrote something that is not one well-formed result frame: the test's runtime error."""
+
+
+class OutputTooLarge(ProtocolError):
+    """A result announced (or sent) more bytes than the cap in force."""
+
+
+def input_frame(text: str) -> bytes:
+    data = text.encode("utf-8", "surrogatepass")
+    return b"%d\n" % len(data) + data
+
+
+class FrameReader:
+    """One result frame, fed with whatever the pipe delivers (the harness stops reading once it is complete);
+    :attr:`extra` counts bytes that arrived behind it."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.buffer = bytearray()
+        self.header: dict | None = None
+        self.body_at = 0
+        self.end = -1
+
+    def feed(self, chunk: bytes) -> bool:
+        """Add bytes; True once the frame is complete. Raises :class:`ProtocolError` / :class:`OutputTooLarge`."""
+        self.buffer += chunk
+        if self.header is None:
+            newline = self.buffer.find(b"\n", 0, HEADER_BYTES)
+            if newline < 0:
+                if len(self.buffer) >= HEADER_BYTES:
+                    raise ProtocolError("the result header is malformed")
+                return False
+            self.header = _parse_header(bytes(self.buffer[:newline]), self.cap)
+            self.body_at = newline + 1
+            self.end = self.body_at + (self.header["bytes"] if self.header["status"] == "ok" else 0)
+        return len(self.buffer) >= self.end
+
+    @property
+    def payload(self) -> bytes:
+        return bytes(self.buffer[self.body_at:self.end])
+
+    @property
+    def extra(self) -> int:
+        return max(0, len(self.buffer) - self.end) if self.end >= 0 else 0
+
+
+def _parse_header(line: bytes, cap: int) -> dict:
+    try:
+        header = json.loads(line)
+    except (ValueError, RecursionError):
+        raise ProtocolError("the result header is malformed") from None
+    if not isinstance(header, dict) or header.get("status") not in ("ok", "error"):
+        raise ProtocolError("the result header is malformed")
+    if header["status"] == "error":
+        return {"status": "error", "error": str(header.get("error", ""))[:500]}
+    size = header.get("bytes")
+    if type(size) is not int or size < 0:
+        raise ProtocolError("the result header is malformed")
+    if size > cap:
+        raise OutputTooLarge(f"{size} bytes of output (limit {cap})")
+    return {"status": "ok", "bytes": size}
+
+
+class Unequal:
+    """A returned value of a type that no expected (JSON) value can equal: a set, an object with its own ``__eq__``,
+    a dict with a key that is not a string. Equal to nothing, itself included."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"<a {self.type_name}>"
+
+
+def decode_value(payload: bytes) -> Any:
+    """The Python value a functional test returned, rebuilt from :func:`driver.encode_value`'s text (see there).
+    Raises :class:`ProtocolError` for anything malformed."""
+    try:
+        # a NaN of its own each time (json's decoder hands out one shared NaN object, and `[nan] == [nan]` is True
+        # for the same object: the program's NaN must not equal a NaN of the expected value through identity)
+        raw = json.loads(payload, parse_constant=float)
+        return _build(raw, 0)
+    except ProtocolError:
+        raise
+    except (ValueError, TypeError, KeyError, RecursionError, InvalidOperation, ZeroDivisionError, OverflowError):
+        raise ProtocolError("the returned value is malformed") from None
+
+
+def _int(x: Any) -> int:
+    if type(x) is not int or x.bit_length() > _BIG_INT_BITS:
+        raise ProtocolError("the returned value is malformed")
+    return x
+
+
+def _build(x: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise ProtocolError(f"the returned value is nested deeper than {MAX_DEPTH} levels")
+    if isinstance(x, list):
+        return [_build(e, depth + 1) for e in x]
+    if not isinstance(x, dict):
+        return x  # None, bool, int, float, str: what JSON itself decodes
+    tag = x["~"]
+    if tag == "tuple":
+        return tuple(_build(e, depth + 1) for e in _list(x["v"]))
+    if tag == "dict":
+        pairs = [(_build(k, depth + 1), _build(v, depth + 1)) for k, v in (_pair(p) for p in _list(x["v"]))]
+        if all(type(k) is str for k, _ in pairs):
+            return dict(pairs)
+        return Unequal("dict with a key that is not a string")
+    if tag == "int":
+        digits = x["v"]
+        if not isinstance(digits, str) or not digits.lstrip("-") or not set(digits.lstrip("-")) <= _HEX:
+            raise ProtocolError("the returned value is malformed")
+        return int(digits, 16)
+    if tag == "fraction":
+        return Fraction(_int(x["n"]), _int(x["d"]))
+    if tag == "decimal":
+        if not isinstance(x["v"], str):
+            raise ProtocolError("the returned value is malformed")
+        return Decimal(x["v"])
+    if tag == "complex":
+        re, im = x["re"], x["im"]
+        if type(re) is not float or type(im) is not float:
+            raise ProtocolError("the returned value is malformed")
+        return complex(re, im)
+    if tag == "bytes":
+        return bytes.fromhex(x["v"])
+    if tag == "other":
+        return Unequal(str(x["type"])[:100])
+    raise ProtocolError("the returned value is malformed")
+
+
+def _list(v: Any) -> list:
+    if not isinstance(v, list):
+        raise ProtocolError("the returned value is malformed")
+    return v
+
+
+def _pair(p: Any) -> tuple:
+    if not isinstance(p, list) or len(p) != 2:
+        raise ProtocolError("the returned value is malformed")
+    return p[0], p[1]
