@@ -185,7 +185,7 @@ def test_a_prefill_in_token_chunks_holds_the_prompt_of_one_forward(family):
     reference = branches.generate(prompts, params)
     plan = branches.plan([Item(len(p), s.max_new_tokens) for p, s in zip(prompts, params)])
     forced = dataclasses.replace(plan, prefill_tokens=16)
-    branches.plan = lambda items, chunk=None: forced
+    branches.plan = lambda items, chunk=None, own=(): forced
     out = branches.generate(prompts, params)
     assert branches.plans[-1].prefill_tokens == 16
     for c in range(len(CONFIGS)):
