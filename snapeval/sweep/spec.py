@@ -151,9 +151,7 @@ class MethodSpec:
         if self.method == "full":
             return [resolve_method("full")]
         split = {k: getattr(self, k) for k in ("sink", "observation", "kernel", "pooling") if getattr(self, k) is not None}
-        if isinstance(self.recent, float):
-            split["recent_fraction"] = self.recent
-        elif self.recent is not None:
+        if self.recent is not None:  # tokens, or a float fraction of the budget
             split["recent"] = self.recent
         split.update(self.press)
         return [resolve_method(self.method, budget=budget, **split) for budget in self.budgets]
@@ -161,7 +159,7 @@ class MethodSpec:
 
 @dataclass(frozen=True)
 class SimulateSpec:
-    """How the SN40L simulator prices each cell's full-size deployment (see :mod:`snapeval.results.table`).
+    """How the SN40L simulator prices each cell's full-size deployment (see :mod:`snapeval.report.results_table`).
 
     ``batch``: ``"max"`` (the largest batch that fits, capped at ``batch_cap``) or a fixed batch size.
     """
