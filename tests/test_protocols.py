@@ -24,13 +24,13 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from snapeval.harness.followup import Followup, read_two_pass, two_pass_response  # noqa: E402
+from snapeval.tasks.followup import Followup, read_two_pass, two_pass_response  # noqa: E402
 from snapeval.results.schema import from_lm_eval  # noqa: E402
 from snapeval.tasks import aime, longbench  # noqa: E402
 from snapeval.tasks.metrics import pass_at_k  # noqa: E402
 from tests.conftest import DATA_DIR  # noqa: E402
 
-TASKS = str(Path(__file__).resolve().parents[1] / "tasks")
+TASKS = str(Path(__file__).resolve().parents[1] / "snapeval" / "tasks")
 
 AIME_CASES = [  # (generation, answer, official verdict)
     ('So the answer is $\\boxed{25}$.', '25', True),
@@ -169,7 +169,7 @@ def test_consensus_votes_by_value_and_breaks_ties_by_first_answer():
 
 class StubLM(LM):
     """A model with known answers: ``answer(doc, sample, context, gen_kwargs) -> text``. Like ``snapstream`` it runs
-    a request's ``followup`` (the second pass) from its first answer (:mod:`snapeval.harness.followup`)."""
+    a request's ``followup`` (the second pass) from its first answer (:mod:`snapeval.tasks.followup`)."""
 
     def __init__(self, answer):
         super().__init__()
@@ -300,7 +300,7 @@ def test_longbench_chain_of_thought_is_two_passes_as_pred_py():
 
 def test_longbench_questions_on_one_document_are_one_cluster():
     _need("longbench_v2/longbench_v2.jsonl")
-    from snapeval.tasks.lm_eval_hooks import longbench_v2_dataset
+    from snapeval.tasks.longbench.hooks import longbench_v2_dataset
 
     docs = longbench_v2_dataset(data_dir=str(DATA_DIR))["test"]
     by_context = Counter(d["context"] for d in docs)
@@ -361,7 +361,7 @@ metric_list:
   - metric: acc
 """)
     (root / "hooks.py").write_text('''import json
-from snapeval.harness.followup import read_two_pass
+from snapeval.tasks.followup import read_two_pass
 
 def add_short(dataset):
     return dataset.map(lambda doc: {**doc, "short": doc["question"][-40:]})

@@ -13,7 +13,7 @@ from snapeval.cache import FullConfig
 from snapeval.errors import SnapevalError
 from snapeval.report.results_table import build_table, columns, load_table
 from snapeval.results import CellResult, ResultsStore, atomic_write_text, from_lm_eval
-from snapeval.tasks.families import TYPICAL_LENGTHS
+from snapeval.tasks.families import typical_lengths
 from snapeval.sweep import expand_grid, parse_config, run_sweep
 
 
@@ -162,7 +162,7 @@ def test_sim_columns_use_the_right_lengths_and_budget(table):
         return prim[(prim["model"] == model) & (prim["task"] == task) & (prim["method"] == method)].iloc[0]
 
     aime = row("llama-3.1-8b-instruct", "aime24_snapeval", "snapstream")
-    assert (aime["sim_prompt_len"], aime["sim_gen_len"]) == TYPICAL_LENGTHS["aime24"]
+    assert (aime["sim_prompt_len"], aime["sim_gen_len"]) == typical_lengths("aime24_snapeval")
     assert aime["sim_length_source"] == "paper-table-3"
     expected = fake_simulate("llama-3.1-8b-instruct", prompt_len=140, gen_len=15424, budget=256)
     assert aime["sim_kv_bytes_per_seq"] == expected.kv_bytes_total and aime["sim_max_batch"] == expected.max_batch

@@ -461,7 +461,8 @@ class SnapKVConfig(MethodConfig):
 
     budget: int
     observation: int = setting(DEFAULT_OBSERVATION, "last prompt queries that score the earlier tokens (always kept)",
-                               minimum=1, default_text=f"{DEFAULT_OBSERVATION}, or half a budget below {2 * DEFAULT_OBSERVATION}")
+                               minimum=1,
+                               default_text=f"{DEFAULT_OBSERVATION}, or half a budget below {2 * DEFAULT_OBSERVATION}")
     kernel: int = setting(DEFAULT_KERNEL, "pooling kernel over the scores along the key axis", odd=True,
                           default_text=str(DEFAULT_KERNEL))
     pooling: str = setting(DEFAULT_POOLING, "pooling of the scores", type=str, choices=POOLINGS,

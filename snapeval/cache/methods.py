@@ -216,11 +216,12 @@ for _info in (
     METHOD_TABLE.register(_info)
 
 #: How reports draw the kvpress presses of the baselines (any other press gets a spare colour per figure).
-_PRESS_STYLES = {f"kvpress:{press}": MethodStyle(f"kvpress:{press}", color, marker, rank) for rank, (press, color, marker)
-                 in enumerate((("SnapKVPress", "tab:olive", "D"), ("StreamingLLMPress", "tab:red", "<"),
-                               ("TOVAPress", "tab:purple", ">"), ("ExpectedAttentionPress", "tab:brown", "P"),
-                               ("KnormPress", "tab:pink", "X"), ("RandomPress", "tab:gray", "x"),
-                               ("ObservedAttentionPress", "tab:cyan", "h")), start=4)}
+_PRESS_STYLES = {f"kvpress:{press}": MethodStyle(f"kvpress:{press}", color, marker, rank)
+                 for rank, (press, color, marker) in enumerate((
+                     ("SnapKVPress", "tab:olive", "D"), ("StreamingLLMPress", "tab:red", "<"),
+                     ("TOVAPress", "tab:purple", ">"), ("ExpectedAttentionPress", "tab:brown", "P"),
+                     ("KnormPress", "tab:pink", "X"), ("RandomPress", "tab:gray", "x"),
+                     ("ObservedAttentionPress", "tab:cyan", "h")), start=4)}
 METHOD_TABLE.register_family("kvpress", lambda name: load_object("snapeval.cache.kvpress:resolve_family")(name),
                              styles=_PRESS_STYLES)
 

@@ -2,7 +2,7 @@
 
     lm_eval --model snapstream \\
         --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
-        --include_path tasks --tasks snapeval_passkey
+        --include_path snapeval/tasks --tasks snapeval_passkey
 
 - ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring. With a
   fixed-size cache (snapstream, streamingllm) this runs on the continuous-batching engine by default
@@ -31,7 +31,7 @@ import snapeval
 from snapeval.cache import MethodConfig, method_info, resolve_method
 from snapeval.errors import SnapevalError, check_choice
 from snapeval.generation import generate_ids
-from snapeval.harness.followup import Followup, two_pass_response
+from snapeval.tasks.followup import Followup, two_pass_response
 from snapeval.models.devices import input_device, parse_device_map, usable_device
 from snapeval.models.loading import DTYPES, load_model
 
@@ -338,7 +338,7 @@ class SnapStreamLM(HFLM):
     def generate_until(self, requests, disable_tqdm: bool = False):
         """With speculative prefill, each prompt is first compressed by the draft model (question and chat
         scaffolding kept whole), then generated exactly like an uncompressed one. A request whose generation_kwargs
-        hold a ``followup`` runs two passes (:mod:`snapeval.harness.followup`)."""
+        hold a ``followup`` runs two passes (:mod:`snapeval.tasks.followup`)."""
         contexts = [request.args[0] for request in requests]  # as lm-eval built them (a second pass is wrapped alike)
         if self.specprefill is not None:
             self._compress_by_draft(requests)
@@ -382,7 +382,7 @@ class SnapStreamLM(HFLM):
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
     def _generate_two_pass(self, requests, followups: list[Followup], contexts: list[str], seeds: list[int]) -> list[str]:
-        """Both passes of two-pass requests; each answer is :func:`~snapeval.harness.followup.two_pass_response`.
+        """Both passes of two-pass requests; each answer is :func:`~snapeval.tasks.followup.two_pass_response`.
         In a shared-prefill group every configuration's second prompt (its own reasoning) is computed on top of one
         prefill per item of the prompts' common prefix (:meth:`~snapeval.branching.SharedBranches.generate_two_pass`)."""
         firsts = [_with_args(r, (r.args[0], {k: v for k, v in r.args[1].items() if k != "followup"})) for r in requests]

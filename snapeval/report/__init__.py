@@ -34,7 +34,8 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
     from snapeval.results.store import ResultsStore, atomic_write_text
 
     store = ResultsStore(results_dir)
-    table = rebuild_table(results_dir, decision=decision) if rebuild or decision is not None else load_table(results_dir)
+    rebuilt = rebuild or decision is not None
+    table = rebuild_table(results_dir, decision=decision) if rebuilt else load_table(results_dir)
     if table.empty or not table["primary"].any():
         raise SnapevalError(f"{results_dir}: no finished cells to report on")
     out = Path(out_dir) if out_dir is not None else store.root / "report"

@@ -141,8 +141,8 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
         if result is None:
             continue
         primary = _primary_keys(view, result)
-        cell_cols = {k: view.get(k) for k in ("cell_id", "model", "task", "method", "budget", *settings, "seed", "limit",
-                                              "dtype")}
+        cell_cols = {k: view.get(k)
+                     for k in ("cell_id", "model", "task", "method", "budget", *settings, "seed", "limit", "dtype")}
         cell_cols.update(
             kv_cache_bytes=result.kv_cache_bytes, decode_tokens_per_s=result.decode_tokens_per_s,
             prefill_tokens_per_s=result.prefill_tokens_per_s, prompt_tokens=result.prompt_tokens,

@@ -1,6 +1,7 @@
 """``snapeval regress``: accuracy regression check of a results directory against a committed baseline.
 
-Cells are matched on (model, task, method, budget, every method setting, seed) (:func:`key_fields`). It guards drops (one-sided), per baseline cell:
+Cells are matched on (model, task, method, budget, every method setting, seed: :func:`key_fields`). It guards drops
+(one-sided), per baseline cell:
 
 * **greedy cells** (both sides decoded greedily): decoding is deterministic, so *any* change of a per-item score or
   a generated text fails, named item by item (a scoring-code change that keeps every text is caught as well as a

@@ -13,9 +13,9 @@ from typing import Any
 from snapeval.cache import MethodConfig
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import DTYPES as _PRESET_DTYPES
-from snapeval.paths import default_data_dir, repo_root
+from snapeval.paths import default_data_dir, tasks_dir
 from snapeval.stats.decision import DecisionRule
-from snapeval.tasks.families import family_data_files, task_family
+from snapeval.tasks.families import task_data_files
 
 __all__ = ["DTYPES", "EXECUTORS", "SIM_HARDWARE_DEFAULT", "MethodSpec", "ModelSpec", "Resources", "SimLengths",
            "SimulateSpec", "SweepConfig", "TaskSpec", "data_files_for"]
@@ -123,8 +123,7 @@ def data_files_for(task: TaskSpec) -> tuple[str, ...]:
     """The data files (relative to the data directory) a task reads; synthetic tasks read none."""
     if task.data_files is not None:
         return task.data_files
-    family = task_family(task.name)
-    return family_data_files(family) if family else ()
+    return task_data_files(task.name)
 
 
 @dataclass(frozen=True)
@@ -198,7 +197,7 @@ class SweepConfig:
     @property
     def include_dir(self) -> str:
         if self.include_path is None:
-            return str(repo_root() / "tasks")
+            return str(tasks_dir())
         path = Path(self.include_path)
         return str(path if path.is_absolute() else (Path(self.source).parent / path).resolve())
 
