@@ -28,9 +28,7 @@ import torch.nn.functional as F
 
 from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.capture import PromptCapture
-from snapeval.engine.engine import has_static_rows
-from snapeval.engine.requests import Completion, Request, SamplingParams
-from snapeval.engine.sampling import choose, request_generator
+from snapeval.decoding import Completion, Request, SamplingParams, choose, request_generator
 from snapeval.generation import _as_list
 from snapeval.models.devices import input_device
 
@@ -195,7 +193,7 @@ class BranchSet:
                 seconds[i] = row.seconds
             return row
 
-        if has_static_rows(config):  # decoded together in the engine's static rows
+        if method_info(config).static_rows:  # decoded together in the engine's static rows
             engine = self._engine(config)
 
             def engine_row(j, _prompt):

@@ -167,7 +167,6 @@ def use_engine(engine, config: MethodConfig) -> bool:
     SnapKV keep lm-eval's padded batches, the reference path); ``true`` puts any method with a static-row layout on
     it."""
     from snapeval.engine import ENGINE_METHODS
-    from snapeval.engine.engine import has_static_rows
 
     method = config.method
     choice = {"auto": None, "none": None, "true": True, "1": True, "yes": True, "false": False, "0": False,
@@ -176,7 +175,7 @@ def use_engine(engine, config: MethodConfig) -> bool:
         raise SnapevalError(f"engine={engine!r} is not allowed; choose one of: auto, true, false")
     if choice is None:
         return method_info(config).fixed_size
-    if choice and not has_static_rows(config):
+    if choice and not method_info(config).static_rows:
         raise SnapevalError(f"engine=true needs a method with a static-row layout; method={method!r} allowed: "
                             f"{', '.join(ENGINE_METHODS)}")
     return choice
