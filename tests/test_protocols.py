@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
-from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from snapeval.tasks.followup import Followup, read_two_pass, two_pass_response  # noqa: E402
+from snapeval.tasks.followup import read_two_pass  # noqa: E402
 from snapeval.results.schema import from_lm_eval  # noqa: E402
 from snapeval.tasks import aime, longbench  # noqa: E402
 from snapeval.tasks.metrics import pass_at_k  # noqa: E402
 from tests.conftest import DATA_DIR  # noqa: E402
+from tests.fixtures.stub_lm import StubLM  # noqa: E402
 
 TASKS = str(Path(__file__).resolve().parents[1] / "snapeval" / "tasks")
 
@@ -166,40 +166,6 @@ def test_consensus_votes_by_value_and_breaks_ties_by_first_answer():
 
 
 # ------------------------------------------------------------------------------------------ stub models, lm-eval
-
-class StubLM(LM):
-    """A model with known answers: ``answer(doc, sample, context, gen_kwargs) -> text``. Like ``snapstream`` it runs
-    a request's ``followup`` (the second pass) from its first answer (:mod:`snapeval.tasks.followup`)."""
-
-    def __init__(self, answer):
-        super().__init__()
-        self.answer = answer
-        self.contexts: list[str] = []
-
-    def generate_until(self, requests, disable_tqdm: bool = False):
-        samples: Counter = Counter()
-        out = []
-        for request in requests:  # a task's repeats are the same request object, listed `repeats` times
-            context, kwargs = request.args
-            sample = samples[id(request)]
-            samples[id(request)] += 1
-            self.contexts.append(context)
-            text = self.answer(request.doc, sample, context, kwargs)
-            if "followup" in kwargs:
-                followup = Followup.parse(kwargs["followup"])
-                second_context = followup.second_context(request.doc, context, text)
-                self.contexts.append(second_context)
-                second = self.answer(request.doc, sample, second_context, followup.gen_kwargs)
-                text = two_pass_response(text, second, len(text.split()), len(second.split()))
-            out.append(text)
-        return out
-
-    def loglikelihood(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError
-
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError
-
 
 def _need(rel: str) -> None:
     if not (DATA_DIR / rel).is_file():

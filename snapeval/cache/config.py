@@ -189,7 +189,8 @@ class PrefillWork:
         return not (self.window_queries or self.scored_tokens or self.gathered_tokens)
 
 
-def _check_lengths(prompt, generated) -> None:
+def check_lengths(prompt, generated) -> None:
+    """A one-line ``ValueError`` unless ``prompt`` and ``generated`` are token counts (integers >= 0)."""
     for name, value in (("prompt", prompt), ("generated", generated)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
@@ -238,7 +239,7 @@ class MethodConfig:
         """Tokens the cache holds per layer and KV head after a ``prompt``-token prefill and ``generated`` decoded
         tokens: the whole sequence for the full cache, ``min(budget, prompt + generated)`` for a fixed-size cache,
         ``min(budget, prompt) + generated`` for one that compresses the prompt and then appends."""
-        _check_lengths(prompt, generated)
+        check_lengths(prompt, generated)
         if self.budget is None:
             return prompt + generated
         if self.FIXED_SIZE:
@@ -248,7 +249,7 @@ class MethodConfig:
     def mean_kept_tokens(self, prompt: int, generated: int) -> float:
         """Mean of :meth:`kept_tokens` over the ``generated`` decode steps (each step attends to the cache as it is
         before its token is written): what a decode of that length streams on average."""
-        _check_lengths(prompt, generated)
+        check_lengths(prompt, generated)
         start = self.kept_tokens(prompt, 0)
         if generated == 0:
             return float(start)
@@ -260,7 +261,7 @@ class MethodConfig:
     def cache_slots(self, prompt: int, max_new_tokens: int) -> int:
         """Slots per layer and KV head a static-row allocation reserves for one request: ``budget`` for a
         fixed-size cache, the kept prompt plus every token to decode otherwise."""
-        _check_lengths(prompt, max_new_tokens)
+        check_lengths(prompt, max_new_tokens)
         if self.FIXED_SIZE:
             return self.budget
         return self.kept_tokens(prompt, max_new_tokens)
@@ -268,7 +269,7 @@ class MethodConfig:
     def prefill_work(self, prompt: int) -> PrefillWork:
         """The compression's work at the end of a ``prompt``-token prefill (see :class:`PrefillWork`); nothing when
         the prompt fits the budget."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         return PrefillWork()
 
     def identity(self) -> dict[str, Any]:
@@ -352,7 +353,7 @@ class SnapStreamConfig(MethodConfig):
     def prefill_work(self, prompt: int) -> PrefillWork:
         """A prompt longer than the budget: the last ``observation`` queries score the middle candidates (between
         the sinks and the ring; none without top-k), and ``budget`` tokens are gathered into the layout."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         pieces = (self.sink > 0) + 1 + (self.topk > 0)  # [sink | ring | top-k]
@@ -436,7 +437,7 @@ class StreamingLLMConfig(MethodConfig):
 
     def prefill_work(self, prompt: int) -> PrefillWork:
         """Positional: no scoring; the sinks and the prompt's tail are gathered into the layout."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         return PrefillWork(gathered_tokens=self.budget, gathered_segments=(self.sink > 0) + 1)
@@ -479,7 +480,7 @@ class SnapKVConfig(MethodConfig):
     def prefill_work(self, prompt: int) -> PrefillWork:
         """A prompt longer than the budget: the last ``observation`` queries score every earlier token; ``budget``
         tokens are gathered, as two pieces (the selected tokens and the window)."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         return PrefillWork(window_queries=min(self.observation, prompt), scored_tokens=prompt - self.observation,

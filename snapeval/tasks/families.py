@@ -14,6 +14,7 @@ import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from snapeval.errors import SnapevalError
 from snapeval.tasks.data import DatasetSpec
@@ -34,12 +35,16 @@ class TaskFamily:
             the simulator for a results row (None: the run's own lengths).
         hooks: the module of its lm-eval hooks (``snapeval.tasks.<folder>.hooks``), which its YAML calls as
             ``!function <hooks>.<name>``.
+        reference_reply: what a model that knows a doc's answer replies (``doc -> text``), in the form the family
+            scores as right: its answer format, and the known answers of the task-family contract tests. None where
+            no reply can be written from the doc (LiveCodeBench's programs).
     """
 
     name: str
     data: DatasetSpec | None
     typical_lengths: tuple[int, int] | None
     hooks: str
+    reference_reply: Callable[[dict], str] | None = None
 
     def __post_init__(self) -> None:
         if self.typical_lengths is not None and (len(self.typical_lengths) != 2 or min(self.typical_lengths) < 1):

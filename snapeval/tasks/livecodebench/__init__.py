@@ -55,7 +55,7 @@ SPEC = DatasetSpec("livecodebench", HUB_ID, "test", ("livecodebench/code_generat
 #: generated) tokens per sample of DeepSeek-R1-0528 with SnapStream (arXiv 2511.03092, Table 3; restated in
 #: shared/reference/benchmarks.md), which the SN40L pricing of a results row deploys.
 FAMILY = TaskFamily("livecodebench", data=SPEC, typical_lengths=(476, 10_634),
-                    hooks="snapeval.tasks.livecodebench.hooks")
+                    hooks="snapeval.tasks.livecodebench.hooks")  # no reference reply: solutions are not in the data
 
 SYSTEM_INTRO = ("You will be given a question (problem specification) and will generate a correct Python program "
                 "that matches the specification and passes all tests.")

@@ -26,7 +26,8 @@ SPEC = DatasetSpec("longbench_v2", "THUDM/LongBench-v2", "train", ("longbench_v2
 #: generated) tokens per sample of DeepSeek-R1-0528 with SnapStream (arXiv 2511.03092, Table 3; restated in
 #: shared/reference/benchmarks.md), which the SN40L pricing of a results row deploys.
 FAMILY = TaskFamily("longbench_v2", data=SPEC, typical_lengths=(84_762, 1_296),
-                    hooks="snapeval.tasks.longbench.hooks")
+                    hooks="snapeval.tasks.longbench.hooks",
+                    reference_reply=lambda doc: f"The correct answer is ({doc['answer']})")
 
 DIFFICULTIES = ("easy", "hard")
 LENGTHS = ("short", "medium", "long")
