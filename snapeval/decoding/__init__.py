@@ -13,7 +13,7 @@ from __future__ import annotations
 from snapeval.decoding.loop import decode
 from snapeval.decoding.requests import FINISH_REASONS, Completion, Request, SamplingParams
 from snapeval.decoding.sampling import choose, filtered_logits, request_generator
-from snapeval.decoding.step import decode_step, prefill, stop_token_ids
+from snapeval.decoding.step import decode_step, pad_token_id, prefill, stop_token_ids
 
 __all__ = ["FINISH_REASONS", "Completion", "Request", "SamplingParams", "choose", "decode", "decode_step",
-           "filtered_logits", "prefill", "request_generator", "stop_token_ids"]
+           "filtered_logits", "pad_token_id", "prefill", "request_generator", "stop_token_ids"]

@@ -106,10 +106,10 @@ class Request:
     _text: str = ""
     _searched: int = 0  # characters of the text already searched for stop strings
 
-    def check_stop(self, token: int, eos_ids: set[int], tokenizer) -> bool:
+    def check_stop(self, token: int, stops: frozenset[int], tokenizer) -> bool:
         """Append ``token``; return True (and set :attr:`finish_reason`) when the request is done."""
         self.token_ids.append(token)
-        if token in eos_ids:
+        if token in stops:
             self.finish_reason = "eos"
         elif self.params.stop and self._find_stop(tokenizer):
             self.finish_reason = "stop"

@@ -19,6 +19,11 @@ def stop_token_ids(model, tokenizer) -> frozenset[int]:
     return frozenset(int(t) for t in [tokenizer.eos_token_id, *eos] if t is not None)
 
 
+def pad_token_id(tokenizer) -> int:
+    """The token a padded or finished row is fed: the tokenizer's pad token, else its eos token."""
+    return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+
+
 def prefill(model, cache, input_ids: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
             position_ids: torch.Tensor | None = None, cache_position: torch.Tensor | None = None) -> torch.Tensor:
     """Run the prompts ``input_ids`` ``[B, L]`` (left-padded, with their ``attention_mask``) through ``cache``;
@@ -32,10 +37,12 @@ def prefill(model, cache, input_ids: torch.Tensor, *, attention_mask: torch.Tens
 
 
 def decode_step(model, cache, tokens: torch.Tensor, positions: torch.Tensor, *,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                attention_mask: torch.Tensor | None = None, cache_position: torch.Tensor | None = None
+                ) -> torch.Tensor:
     """One decode step of every row of ``cache``: ``tokens`` ``[B, 1]`` at ``positions`` ``[B, 1]`` (each row's next
     position); ``attention_mask`` ``[B, L + t]`` for a cache that needs the padding (the full cache of left-padded
-    rows). Returns the logits ``[B, V]``."""
+    rows) and ``cache_position`` ``[1]`` (``L + t``, as ``model.generate`` counts; None: the model reads it from the
+    cache). Returns the logits ``[B, V]``."""
     out = model(input_ids=tokens, position_ids=positions, attention_mask=attention_mask, past_key_values=cache,
-                use_cache=True)
+                cache_position=cache_position, use_cache=True)
     return out.logits[:, -1]

@@ -28,8 +28,8 @@ import torch
 
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
 from snapeval.cache.attention import install
-from snapeval.decoding import (Completion, Request, SamplingParams, choose, decode_step, request_generator,
-                               stop_token_ids)
+from snapeval.decoding import (Completion, Request, SamplingParams, choose, decode_step, pad_token_id,
+                               request_generator, stop_token_ids)
 from snapeval.decoding.step import prefill as prefill_prompt
 from snapeval.errors import SnapevalError
 from snapeval.models.devices import input_device, layer_devices
@@ -123,9 +123,8 @@ class Engine:
         self.prefill_cache = self.cache_class(model, config)  # reset and reused by every prefill
         self._row_shape = (cfg.num_key_value_heads, head_dim)
         self._always_mask = bool(compile)
-        self.eos_ids = stop_token_ids(model, tokenizer)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.pad_id = int(pad)
+        self.stops = stop_token_ids(model, tokenizer)
+        self.pad_id = pad_token_id(tokenizer)
         self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
         self.compiled = bool(compile)
@@ -233,7 +232,7 @@ class Engine:
         logits, cache = prefill(request.index, request.prompt)
         token = choose(logits, request.params, request.generator)
         request.first_token_at = time.perf_counter() - start
-        finished = request.check_stop(token, self.eos_ids, self.tokenizer)
+        finished = request.check_stop(token, self.stops, self.tokenizer)
         request.kv_bytes = cache.row_kv_bytes(0)
         if not finished:
             self.cache.load_row(slot, cache)
@@ -259,7 +258,7 @@ class Engine:
         self.stats.active_slot_steps += len(active)
         for slot, request in list(active.items()):
             token = choose(logits[slot], request.params, request.generator) if request.params.do_sample else greedy[slot]
-            if request.check_stop(token, self.eos_ids, self.tokenizer):
+            if request.check_stop(token, self.stops, self.tokenizer):
                 request.kv_bytes = self.cache.row_kv_bytes(slot)
                 done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
                 del active[slot]

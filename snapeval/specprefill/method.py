@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from snapeval.decoding import Request, SamplingParams, decode, prefill, stop_token_ids
+from snapeval.decoding import Request, SamplingParams, decode, pad_token_id, prefill, stop_token_ids
 from snapeval.models.devices import input_device
 from snapeval.specprefill.config import SpecPrefillConfig
 from snapeval.specprefill.mapping import kept_spans, same_tokenizer, spans_text
@@ -185,9 +185,8 @@ def _greedy(model, tokenizer, ids: list[int], position_ids: list[int] | None, ma
     logits = prefill(model, cache, torch.tensor([ids], device=device),
                      position_ids=torch.tensor([positions], device=device),
                      cache_position=torch.arange(length, device=device))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     times = decode(model, tokenizer, cache, logits, [request], torch.tensor([positions[-1] + 1]),
-                   stops=stop_token_ids(model, tokenizer), pad_id=int(pad))
+                   stops=stop_token_ids(model, tokenizer), pad_id=pad_token_id(tokenizer))
     first = times[0]
     return request.token_ids, first - start, time.perf_counter() - first
 
