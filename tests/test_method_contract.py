@@ -183,3 +183,49 @@ def test_every_setting_is_declared_with_help_and_parses_from_text(name):
         stored = getattr(config, setting.name)
         assert settings_from_text(name, {setting.name: str(stored)}) == {setting.name: stored}
         assert setting.name in METHOD_TABLE.setting_names()  # a results-table column and a regress key
+
+
+# ------------------------------------------------- the example method through the CLI, the sweep and the lm-eval model
+# Nothing outside tests/fixtures/strided_method.py names it: registering its entry is all it takes.
+
+def test_the_example_method_runs_through_the_lm_eval_model(tiny_dir, task_dir):
+    from snapeval.harness import evaluate
+
+    out = evaluate({"pretrained": str(tiny_dir), "dtype": "float64", "batch_size": 2, "method": "strided",
+                    "budget": 32, "stride": "3"}, ["tiny_gen"], include_path=task_dir, log_samples=True)
+    assert out["snapeval"]["config"]["split"]["stride"] == 3
+    assert out["snapeval"]["kv_cache_bytes"] > 0 and out["samples"]["tiny_gen"]
+    with pytest.raises(SnapevalError) as err:
+        evaluate({"pretrained": str(tiny_dir), "method": "strided", "budget": 32, "stride": "0"}, ["tiny_gen"],
+                 include_path=task_dir)
+    _one_line_naming(err, "stride")
+
+
+def test_the_example_method_runs_through_the_cli(tiny_dir, task_dir, tmp_path, monkeypatch, capsys):
+    import json
+
+    from snapeval.cli import main as cli
+
+    monkeypatch.setenv("SNAPEVAL_TASKS_DIR", str(task_dir))
+    argv = ["run", "--task", "tiny_gen", "--model", str(tiny_dir), "--dtype", "float64", "--method", "strided",
+            "--budget", "32"]
+    assert cli([*argv, "--stride", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "stride=0" in err and "allowed" in err
+    out = tmp_path / "run.json"
+    assert cli([*argv, "--stride", "3", "--limit", "2", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["snapeval"]["config"]["split"]["stride"] == 3
+
+
+def test_the_example_method_is_a_sweep_method_entry():
+    from snapeval.sweep import expand_grid, parse_config
+
+    raw = {"name": "t", "models": ["smollm2-135m-instruct"],
+           "tasks": [{"name": "snapeval_passkey", "limit": 2, "metadata": {"max_seq_lengths": [512]}}],
+           "methods": ["full", {"method": "strided", "budgets": [64, 128], "stride": 3}]}
+    cells = expand_grid(parse_config(raw))
+    strided = [c.policy for c in cells if c.policy.method == "strided"]
+    assert sorted(c.budget for c in strided) == [64, 128] and all(c.stride == 3 for c in strided)
+    raw["methods"][1]["stride"] = 0
+    with pytest.raises(SnapevalError, match=r"methods\[1\]\.stride: stride=0 is invalid; allowed: an integer >= 1"):
+        parse_config(raw)

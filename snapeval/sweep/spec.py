@@ -128,32 +128,27 @@ def data_files_for(task: TaskSpec) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A method entry of the config: a policy, the budgets it is swept over, and the split fields it sets.
+    """A method entry of the config: a method, the budgets it is swept over, and the settings it sets.
 
-    ``None`` fields take the cache's defaults; ``recent`` is tokens (int) or a fraction of the budget (float).
+    ``settings``: ``(name, value)`` pairs of the method's own declared settings (:class:`~snapeval.cache.config.
+    Setting`: ``sink``, ``recent``, ...); those left out take the method's defaults (a SnapStream or StreamingLLM
+    ``recent`` may be tokens or a float fraction of the budget). ``press``: a kvpress press's own arguments.
     """
 
     method: str
     budgets: tuple[int, ...] = ()
-    sink: int | None = None
-    recent: float | int | None = None
-    observation: int | None = None
-    kernel: int | None = None
-    pooling: str | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
     press: tuple[tuple[str, Any], ...] = ()  # a kvpress press's own arguments (``method: kvpress:<Press>``)
 
     def points(self) -> list[MethodConfig]:
         """One resolved configuration per budget (:func:`snapeval.cache.resolve_method`): what the cell carries,
         unchanged, to the cache."""
-        from snapeval.cache import resolve_method
+        from snapeval.cache import METHOD_TABLE, resolve_method
 
-        if self.method == "full":
-            return [resolve_method("full")]
-        split = {k: getattr(self, k) for k in ("sink", "observation", "kernel", "pooling") if getattr(self, k) is not None}
-        if self.recent is not None:  # tokens, or a float fraction of the budget
-            split["recent"] = self.recent
-        split.update(self.press)
-        return [resolve_method(self.method, budget=budget, **split) for budget in self.budgets]
+        if METHOD_TABLE.is_reference(self.method):
+            return [resolve_method(self.method)]
+        given = {**dict(self.settings), **dict(self.press)}
+        return [resolve_method(self.method, budget=budget, **given) for budget in self.budgets]
 
 
 @dataclass(frozen=True)
