@@ -49,6 +49,9 @@ def register(subparsers) -> None:
                    help="context the static graphs are compiled for (default: the hardware's; 0 = the prompt)")
     p.add_argument("--kv-slot", default="exact", help="exact | bucket")
     p.add_argument("--moe-parallel", default="auto", help="auto | ep | tp")
+    p.add_argument("--attention-tiling", default="auto",
+                   help="how decode attention is tiled over a socket's compute units: auto (the cheapest that fits "
+                        "on-chip) | keys (split the key axis only) | rows (split the query rows only)")
     p.add_argument("--draft-tokens", type=_int, default=None,
                    help="drafts verified per step: MTP drafts, or the lookahead of --draft-model (default: the "
                         "fastest)")
@@ -129,6 +132,7 @@ def run(args) -> int:
                      kv_dtype=args.kv_dtype, mtp_factor=args.mtp_factor, kernel_looping=args.kernel_looping,
                      placement=args.placement, batch_granularity=args.batch_granularity,
                      compiled_context=args.compiled_context, kv_slot=args.kv_slot, moe_parallel=args.moe_parallel,
+                     attention_tiling=args.attention_tiling,
                      draft_tokens=args.draft_tokens, draft_model=args.draft_model,
                      draft_acceptance=args.draft_acceptance)
     resolve = method_for(args.method, _split(args.split, args.observation_length))

@@ -31,6 +31,7 @@ ATTENTION_PARALLEL = ("auto", "dp", "tp")
 BATCH_GRANULARITY = ("pow2", "any")
 KV_SLOTS = ("exact", "bucket")
 MOE_PARALLEL = ("auto", "ep", "tp")
+ATTENTION_TILINGS = ("auto", "keys", "rows")
 PAPER_MTP_FACTOR = 2.4  # SnapStream paper: DeepSeek-R1 throughputs x2.4 for multi-token prediction (80% acceptance)
 #: The longest lookahead a draft model is tried with (speculative decoding with ``draft_tokens=None``).
 MAX_LOOKAHEAD = 16
@@ -80,6 +81,11 @@ class Deployment:
       drafts and ``None`` = the fewest drafts whose expected accepted tokens ``1 + a + a^2 + ... + a^k`` (``a`` =
       ``draft_acceptance``) reach ``mtp_factor``: 2 for the paper's 2.4x at 80% acceptance (1 + 0.8 + 0.64 =
       2.44); 0 when ``mtp_factor`` is 1.
+    - ``attention_tiling``: how decode attention's work is tiled over a socket's compute units: ``auto`` = the
+      cheapest tiling whose per-unit working set (its query rows and their fp32 partial results) fits one unit's
+      share of on-chip memory; ``keys`` = split each stream's key axis only (every unit keeps all of its stream's
+      query rows: flash-decoding's split-K); ``rows`` = split its query rows only (every unit reads all of its
+      stream's keys; nothing to merge). A tiling that fits no unit is refused with the bytes it needs.
     - ``draft_model``: speculative decoding with a separate draft model (a preset name or a ``ModelPreset``): every
       step, the draft decodes ``draft_tokens`` tokens one by one, then the target verifies them in one step; each
       drafted token is accepted with probability ``draft_acceptance`` until the first rejection, so a step yields
@@ -107,6 +113,7 @@ class Deployment:
     compiled_context: int | None = None
     kv_slot: str = "exact"
     moe_parallel: str = "auto"
+    attention_tiling: str = "auto"
     draft_tokens: int | None = None
     draft_acceptance: float = 0.8
     draft_model: str | ModelPreset | None = None
@@ -131,6 +138,7 @@ class Deployment:
             raise SnapevalError(f"draft_acceptance={self.draft_acceptance!r} must be a number in [0, 1)")
         check_choice("kv_slot", self.kv_slot, KV_SLOTS)
         check_choice("moe_parallel", self.moe_parallel, MOE_PARALLEL)
+        check_choice("attention_tiling", self.attention_tiling, ATTENTION_TILINGS)
         check_choice("attention_parallel", self.attention_parallel, ATTENTION_PARALLEL)
         check_choice("weight_dtype", self.weight_dtype, ("auto", *DTYPE_BYTES))
         check_choice("kv_dtype", self.kv_dtype, DTYPE_BYTES)
@@ -298,6 +306,13 @@ def _weight_bytes(model: ModelPreset, dtype: str) -> tuple[float, float]:
     return wb, max(wb, 2.0)
 
 
+def _call_boundary(hardware: HardwareSpec, sockets: int) -> float:
+    """Fixed cost of one kernel call: its launch and barrier, plus the cross-socket barrier when several sockets
+    run it (decode and prefill kernels alike, and the small kernels of a method's compression)."""
+    a = hardware.assumptions
+    return a.kernel_call_sync_s + (a.cross_socket_sync_s if sockets > 1 else 0.0)
+
+
 def _pow2_floor(n: int) -> int:
     return 0 if n < 1 else 1 << (n.bit_length() - 1)
 
@@ -460,8 +475,8 @@ class _Step:
     attention_units: int
 
 
-def _split_attention(hardware: HardwareSpec, model: ModelPreset, plan: _Plan, local_seqs: int, kv_bytes: float,
-                     flops: float, stream_seconds: float) -> tuple[float, int, str]:
+def _split_attention(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan, local_seqs: int,
+                     kv_bytes: float, flops: float, stream_seconds: float) -> tuple[float, int, str]:
     """One layer of decode attention on the busiest socket: (seconds, compute units per sequence, bound).
 
     The socket's sequences are independent streams of work (one per sequence and KV head on the socket; the MLA
@@ -470,9 +485,12 @@ def _split_attention(hardware: HardwareSpec, model: ModelPreset, plan: _Plan, lo
     reads the stream's keys again from on-chip memory (``r x`` the KV bytes through the on-chip bandwidth), and the
     ``c`` partial results of a row group (its rows x (value dim + 2 softmax statistics), fp32) are merged by a
     binary tree of ``ceil(log2 c)`` levels, each reading two partials and writing one through one unit's share of
-    the on-chip bandwidth; the output projection waits on the merge, so its latency adds. The tiling that
+    the on-chip bandwidth; the output projection waits on the merge, so its latency adds. A unit must hold its
+    query rows and their partial result in its share of the on-chip memory (``sram_bytes / compute_units``): a
+    tiling that does not fit is never taken (when even a row group per unit leaves none that fits, units take
+    several smaller row groups one after another). Among the tilings ``dep.attention_tiling`` allows, the one that
     minimises the layer's time is taken. Without ``compute_units`` in the hardware spec the work is spread over the
-    whole socket; without ``sram_bandwidth`` on-chip traffic is free."""
+    whole socket; without ``sram_bandwidth`` on-chip traffic is free, without ``sram_bytes`` it always fits."""
     s, a = hardware.socket, hardware.assumptions
     peak = s.peak_flops * a.decode_attention_efficiency
     if not s.compute_units:
@@ -484,14 +502,22 @@ def _split_attention(hardware: HardwareSpec, model: ModelPreset, plan: _Plan, lo
     streams = local_seqs * kv_heads
     rows = heads / kv_heads * (1 + plan.draft_tokens)
     value_dim = model.kv_lora_rank if model.is_mla else model.head_dim
+    query_dim = model.kv_lora_rank + model.qk_rope_head_dim if model.is_mla else model.head_dim
+    row_bytes = query_dim * DTYPE_BYTES[dep.activation_dtype] + (value_dim + 2) * PARTIAL_BYTES
+    unit_memory = s.sram_bytes / s.compute_units if s.sram_bytes else math.inf
     unit_bandwidth = s.sram_bandwidth / s.compute_units if s.sram_bandwidth else math.inf
     most = max(1, int(s.compute_units // streams))
     best = None
     for i in range(int(rows).bit_length()):
         r = min(1 << i, int(rows))
-        for j in range(most.bit_length() + 1):
-            c = min(1 << j, most // r) if most >= r else 0
-            if c < 1:
+        if r > most and best is not None:
+            break  # more row groups than a stream's units only when nothing else fits (below)
+        if (dep.attention_tiling == "keys" and r > 1) or (rows / r) * row_bytes > unit_memory:
+            continue
+        pieces = max(1, most // r)
+        for j in range(pieces.bit_length() + 1):
+            c = min(1 << j, pieces)
+            if dep.attention_tiling == "rows" and c > 1:
                 break
             used = min(1.0, streams * r * c / s.compute_units)
             compute = flops / (peak * used)
@@ -499,7 +525,14 @@ def _split_attention(hardware: HardwareSpec, model: ModelPreset, plan: _Plan, lo
             level = 3 * (rows / r) * (value_dim + 2) * PARTIAL_BYTES / unit_bandwidth
             seconds = max(stream_seconds, compute, reread) + math.ceil(math.log2(c)) * level
             if best is None or seconds < best[0]:
-                best = (seconds, r * c, "memory" if stream_seconds >= compute else "compute")
+                best = (seconds, min(r * c, most), "memory" if stream_seconds >= compute else "compute")
+    if best is None:
+        fewest = 1 if dep.attention_tiling == "keys" else 1 << (int(rows).bit_length() - 1)
+        raise SnapevalError(
+            f"attention_tiling={dep.attention_tiling!r} does not fit {hardware.name}: a compute unit holding "
+            f"{rows / fewest:g} query rows of a {model.name} stream needs {rows / fewest * row_bytes / 1e3:.0f} KB "
+            f"(queries + fp32 partial results) but holds {unit_memory / 1e3:.0f} KB of on-chip memory; allowed: "
+            f"{', '.join(t for t in ATTENTION_TILINGS if t != dep.attention_tiling)}")
     return best
 
 
@@ -545,8 +578,8 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
     else:
         flops_per_cached = 4 * heads_local * model.head_dim
     attention_flops = local_seqs * context * flops_per_cached * (1 + plan.draft_tokens)
-    layer_seconds, splits, bound = _split_attention(hardware, model, plan, local_seqs, kv_bytes, attention_flops,
-                                                    stream(kv_bytes, kv_ddr_fraction))
+    layer_seconds, splits, bound = _split_attention(hardware, model, dep, plan, local_seqs, kv_bytes,
+                                                    attention_flops, stream(kv_bytes, kv_ddr_fraction))
     kernels.append(KernelTime("attention (KV cache)", model.num_layers * layer_seconds,
                               model.num_layers * kv_bytes, model.num_layers * attention_flops, bound))
     # FFN
@@ -577,7 +610,7 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
     per_layer = a.kernels_per_layer_mla_moe if (model.is_mla or model.is_moe) else a.kernels_per_layer_dense
     layer_calls = model.num_layers * per_layer
     multi = plan.sockets > 1
-    barrier = a.kernel_call_sync_s + (a.cross_socket_sync_s if multi else 0.0)
+    barrier = _call_boundary(hardware, plan.sockets)
     if plan.kernel_looping:
         # consecutive identical layer kernels become one looped call: one call per run of identical layers
         regions = 1 + (1 if model.num_dense_layers and model.num_moe_layers else 0)
@@ -599,6 +632,15 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
 # ---------------------------------------------------------------------------------------------------------------
 # prefill
 
+def _prompt_kv_per_token(model: ModelPreset, sockets: int, kv_bytes: float) -> float:
+    """Bytes of one prompt token's KV for one layer on one socket of a tensor-parallel prefill: MLA's whole latent
+    (every socket holds it: the up-projection of its heads' keys and values reads every latent), else the KV heads
+    the socket holds (at least one)."""
+    if model.is_mla:
+        return model.kv_values_per_token_per_layer * kv_bytes
+    return 2 * max(1.0, model.num_kv_heads / sockets) * model.head_dim * kv_bytes
+
+
 def _compression(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan, work: PrefillWork,
                  t) -> tuple[float, float]:
     """(scoring, gathering) seconds per layer on one socket of what a method computes at the end of prefill,
@@ -610,8 +652,11 @@ def _compression(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
     scored tokens' hidden states and the window queries' projection; materialised attention weights (4) are read
     back; then (5) one score per scored token is reduced over the window and pooled and (6) the top tokens kept.
     Gathering: one kernel per contiguous piece the kept tokens come from, plus one concatenation when there are
-    several (bytes: this socket's share of the kept KV, read and written). Every kernel also pays
-    ``aux_kernel_fixed_s`` (launch and pipeline fill/drain of a small unfused kernel)."""
+    several. A static-shape graph gathers by a masked select over the prompt, not by moving only the kept rows:
+    each piece's kernel streams the whole prompt's KV as this socket holds it (MLA: the whole latent, which every
+    socket keeps to up-project its heads' keys and values; GQA: its KV heads) and writes its piece; the
+    concatenation reads and writes the kept tokens. Every kernel also pays one call boundary, as every other
+    prefill kernel does (``kernel_call_sync_s`` + ``cross_socket_sync_s`` on several sockets)."""
     if work.none:
         return 0.0, 0.0
     a = hardware.assumptions
@@ -645,12 +690,13 @@ def _compression(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
         scoring.append(t(row + hl * kept * 4.0, 0.0, 1.0))
     gathers: list[float] = []
     if kept:
-        moved = 2 * kept * model.kv_values_per_token_per_layer * kv_b / P
-        gathers = [t(moved / work.gathered_segments, 0.0, 1.0)] * work.gathered_segments
-        if work.gathered_segments > 1:
-            gathers.append(t(moved, 0.0, 1.0))
-    fixed = a.aux_kernel_fixed_s
-    return sum(scoring) + len(scoring) * fixed, sum(gathers) + len(gathers) * fixed
+        token_kv = _prompt_kv_per_token(model, P, kv_b)
+        pieces = work.gathered_segments
+        gathers = [t(L * token_kv + kept / pieces * token_kv, 0.0, 1.0)] * pieces
+        if pieces > 1:
+            gathers.append(t(2 * kept * token_kv, 0.0, 1.0))
+    call = _call_boundary(hardware, P)
+    return sum(scoring) + len(scoring) * call, sum(gathers) + len(gathers) * call
 
 
 def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan, method: MethodConfig
@@ -736,7 +782,7 @@ def _prefill(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: 
     lm_head = t(lm * emb_b / P, 2 * lm / P, a.gemm_efficiency)  # logits of the last position only
     calls = model.num_layers * (a.kernels_per_layer_mla_moe if (model.is_mla or model.is_moe)
                                 else a.kernels_per_layer_dense)
-    sync = (calls + 1) * (a.kernel_call_sync_s + (a.cross_socket_sync_s if P > 1 else 0.0))
+    sync = (calls + 1) * _call_boundary(hardware, P)
     seconds = total_layers + compress + lm_head + sync
     share = {k: v / layer_moe for k, v in shares.items()}
     return seconds, compress, share

@@ -40,7 +40,9 @@ class SocketSpec:
 
     ``compute_units``: the independent compute units that share the socket's work (SN40L: 1040 PCUs; H100: 132
     SMs); 0 = not given. With ``sram_bandwidth`` (aggregate on-chip bandwidth) it sets how decode attention spreads
-    one sequence over the units and what merging their partial results costs (docs/simulator.md).
+    one sequence over the units and what merging their partial results costs, and with ``sram_bytes`` (on-chip
+    memory; a unit's share must hold its query rows and their partial results) which tilings fit
+    (docs/simulator.md). ``sram_bytes`` is never KV-cache capacity.
     """
 
     peak_flops: float
@@ -72,7 +74,8 @@ class Assumptions:
     - ``bandwidth_efficiency``: achieved fraction of peak HBM bandwidth while a kernel streams.
     - ``gemm_efficiency`` / ``prefill_attention_efficiency`` / ``decode_attention_efficiency``: achieved fraction of
       peak FLOP/s for GEMMs, prefill attention and decode attention.
-    - ``kernel_call_sync_s``: fixed cost of one kernel call boundary (launch, barrier).
+    - ``kernel_call_sync_s``: fixed cost of one kernel call boundary (launch, barrier), decode and prefill alike
+      (a cache method's small compression kernels included).
     - ``call_fill_drain_fraction``: without kernel looping, a layer call cannot prefetch its weights before it
       starts and drains its pipeline before it returns; this adds this fraction of the call's streaming time.
     - ``cross_socket_sync_s``: extra barrier cost per call boundary when more than one socket runs the call.
@@ -81,8 +84,6 @@ class Assumptions:
       traversals (ring all-reduce), so the collective term grows with the socket count.
     - ``assumed_link_bandwidth``: bytes/s one socket moves through its links (per direction) in prefill's
       collectives, used when the hardware's ``link_bandwidth`` is not published (SN40L); 0 = collectives free.
-    - ``aux_kernel_fixed_s``: fixed cost of one small unfused prefill kernel (SnapStream's SnapKV and ring-buffer
-      kernels: gathers, concatenations, top-k), independent of its bytes.
     - ``kernels_per_layer_dense`` / ``kernels_per_layer_mla_moe``: kernel calls per decoder layer.
     - ``compiled_context``: context the static graphs are compiled for, which sizes the memory planned at compile
       time (prefill workspace, prefill KV slot); 0 = memory planned for the actual prompt (dynamic allocation).
@@ -97,7 +98,6 @@ class Assumptions:
     cross_socket_sync_s: float = 0.0
     collective_latency_s: float = 0.0
     link_hop_latency_s: float = 0.0
-    aux_kernel_fixed_s: float = 0.0
     assumed_link_bandwidth: float = 0.0
     kernels_per_layer_dense: int = 10
     kernels_per_layer_mla_moe: int = 14
@@ -111,7 +111,7 @@ class Assumptions:
             if value > 1:
                 raise SnapevalError(f"{owner}: assumptions.{f}={value} must be in (0, 1]")
         for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "cross_socket_sync_s", "collective_latency_s",
-                  "link_hop_latency_s", "aux_kernel_fixed_s", "assumed_link_bandwidth"):
+                  "link_hop_latency_s", "assumed_link_bandwidth"):
             _positive(owner, f"assumptions.{f}", getattr(self, f), allow_zero=True)
         if isinstance(self.compiled_context, bool) or not isinstance(self.compiled_context, int) \
                 or self.compiled_context < 0:
@@ -146,7 +146,7 @@ class HardwareSpec:
 
     def changed(self, socket: Mapping[str, Any] | None = None, **assumptions: Any) -> "HardwareSpec":
         """A copy with some ``assumptions`` (and ``socket`` fields) changed, validated again: what a sensitivity
-        study or a what-if varies (``get_hardware("sn40l-16").changed(aux_kernel_fixed_s=0.0)``)."""
+        study or a what-if varies (``get_hardware("sn40l-16").changed(kernel_call_sync_s=0.0)``)."""
         spec = self
         if assumptions:
             spec = replace(spec, assumptions=replace(spec.assumptions, **assumptions))
