@@ -28,10 +28,8 @@ import torch.nn.functional as F
 
 from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.capture import PromptCapture
-from snapeval.engine.engine import has_static_rows
-from snapeval.engine.requests import Completion, Request, SamplingParams
-from snapeval.engine.sampling import choose, request_generator
-from snapeval.generation import _as_list
+from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_generator,
+                               stop_token_ids)
 from snapeval.models.devices import input_device
 
 
@@ -91,7 +89,7 @@ class BranchSet:
         self.batch, self.seed = batch, seed
         self.window = capture_window(self.configs)
         self.device = input_device(model)  # token ids go there; outputs come back there (a split model too)
-        self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
+        self.stops = stop_token_ids(model, tokenizer)
         #: Whether any configuration builds its cache from the shared prefill (a kvpress press prefills itself).
         self.shares = any(method_info(c).branches for c in self.configs)
         self.stats = BranchStats()
@@ -195,7 +193,7 @@ class BranchSet:
                 seconds[i] = row.seconds
             return row
 
-        if has_static_rows(config):  # decoded together in the engine's static rows
+        if method_info(config).static_rows:  # decoded together in the engine's static rows
             engine = self._engine(config)
 
             def engine_row(j, _prompt):
@@ -222,19 +220,14 @@ class BranchSet:
 
     def _decode_alone(self, config: MethodConfig, prefilled: Prefilled | None, prompt: list[int],
                       params: SamplingParams, index: int) -> Completion:
-        """Decode one prompt alone (a method without static rows, such as a kvpress press): one token per forward,
-        explicit positions (a compressed cache is shorter than the sequence)."""
+        """Decode one prompt alone (a method without static rows, such as a kvpress press) with
+        :func:`snapeval.decoding.decode`: one token per forward, explicit positions (a compressed cache is shorter
+        than the sequence)."""
         generator = request_generator(params, self.seed, index, self.device)
         request = Request(index=index, prompt=prompt, params=params, generator=generator)
         logits, cache = self.branch(config, prefilled, prompt)
-        token = choose(logits, params, generator)
-        position = len(prompt)
-        while not request.check_stop(token, self.eos_ids, self.tokenizer):
-            ids = torch.tensor([[token]], device=self.device)
-            pos = torch.tensor([[position]], device=self.device)
-            logits = self.model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True).logits[0, -1]
-            token = choose(logits, params, generator)
-            position += 1
+        decode(self.model, self.tokenizer, cache, logits[None], [request], torch.tensor([len(prompt)]),
+               stops=self.stops, pad_id=pad_token_id(self.tokenizer))
         request.kv_bytes = cache.kv_bytes_per_row()
         return request.completion(self.tokenizer, 0.0)
 
