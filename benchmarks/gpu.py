@@ -88,18 +88,22 @@ def build_model(preset_name: str, device, dtype, smoke: bool):
 
 def prompt_ids(tokenizer, length: int, count: int) -> list[list[int]]:
     """``count`` prompts of exactly ``length`` tokens: LongBench-v2 documents concatenated, prompt ``i`` starting
-    at document ``i`` (so rows of a batch differ)."""
+    at document ``i`` (so rows of a batch differ). Only the characters a prompt can use are tokenized (eight per
+    missing token and a margin; the whole document when that gives too few tokens), not documents of a million
+    characters."""
     path = data_dir() / "longbench_v2" / "longbench_v2.jsonl"
     with open(path) as f:
         docs = [json.loads(line)["context"] for line in f]
-    cache: dict[int, list[int]] = {}
     prompts = []
     for i in range(count):
         ids, j = list(tokenizer("").input_ids), i  # the tokenizer's own prefix (BOS) first
         while len(ids) < length:
-            if j % len(docs) not in cache:
-                cache[j % len(docs)] = tokenizer(docs[j % len(docs)] + "\n\n", add_special_tokens=False).input_ids
-            ids += cache[j % len(docs)]
+            text, missing = docs[j % len(docs)] + "\n\n", length - len(ids)
+            piece = text[:(missing + 64) * 8]
+            tokens = tokenizer(piece, add_special_tokens=False).input_ids
+            if len(piece) < len(text):  # cut inside the text: its last token may be a cut word
+                tokens = tokens[:-1] if len(tokens) > missing else tokenizer(text, add_special_tokens=False).input_ids
+            ids += tokens
             j += 1
         prompts.append(ids[:length])
     return prompts

@@ -42,9 +42,8 @@ import torch.nn.functional as F
 
 from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.capture import PromptCapture
-from snapeval.engine.requests import Completion, Request, SamplingParams
-from snapeval.engine.sampling import choose, request_generator
-from snapeval.generation import _as_list
+from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_generator,
+                               stop_token_ids)
 from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, device_budget,
                                   is_out_of_memory, plan_group)
 from snapeval.models.devices import input_device
@@ -142,7 +141,7 @@ class BranchSet:
         self.from_capture = [c for c, b, info in zip(self.configs, self._branches, infos) if b and not info.prefill_hooks]
         self.window = capture_window(self.from_capture)
         self.device = input_device(model)  # token ids go there; outputs come back there (a split model too)
-        self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
+        self.stops = stop_token_ids(model, tokenizer)
         #: Whether any configuration builds its cache from the shared prefill.
         self.shares = any(self._branches)
         self.stats = BranchStats()
@@ -369,7 +368,7 @@ class BranchSet:
 
     def _seeded(self, params: SamplingParams, index: int) -> SamplingParams:
         """A sampled request without its own seed samples from ``seed + index`` (its index in the call, as
-        :func:`~snapeval.engine.sampling.request_generator` would seed it) whatever chunk or engine row decodes it."""
+        :func:`~snapeval.decoding.request_generator` would seed it) whatever chunk or engine row decodes it."""
         if params.do_sample and params.seed is None:
             return dataclasses.replace(params, seed=self.seed + index)
         return params
@@ -380,18 +379,13 @@ class BranchSet:
 
     def _decode_alone(self, config: MethodConfig, logits: torch.Tensor, cache, prompt: list[int],
                       params: SamplingParams, index: int, prefill_seconds: float = 0.0) -> Completion:
-        """Decode one prompt alone from its prefilled ``cache`` and last ``logits``: one token per forward, explicit
-        positions (a compressed cache is shorter than the sequence)."""
+        """Decode one prompt alone from its prefilled ``cache`` and last ``logits`` ``[V]`` with
+        :func:`snapeval.decoding.decode`: one token per forward, explicit positions (a compressed cache is shorter
+        than the sequence)."""
         generator = request_generator(params, self.seed, index, self.device)
         request = Request(index=index, prompt=prompt, params=params, generator=generator)
-        token = choose(logits, params, generator)
-        position = len(prompt)
-        while not request.check_stop(token, self.eos_ids, self.tokenizer):
-            ids = torch.tensor([[token]], device=self.device)
-            pos = torch.tensor([[position]], device=self.device)
-            logits = self.model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True).logits[0, -1]
-            token = choose(logits, params, generator)
-            position += 1
+        decode(self.model, self.tokenizer, cache, logits[None], [request], torch.tensor([len(prompt)]),
+               stops=self.stops, pad_id=pad_token_id(self.tokenizer))
         request.kv_bytes = cache.kv_bytes_per_row()
         completion = request.completion(self.tokenizer, 0.0)
         completion.prefill_seconds = prefill_seconds

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 
 from snapeval.cache import FullConfig, MethodConfig, make_cache, method_info, resolve_method
+from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, prefill, request_generator,
+                               stop_token_ids)
 from snapeval.errors import SnapevalError
 from snapeval.models.devices import input_device
 
@@ -68,20 +71,6 @@ class GenerationResult:
         return sum(o.kv_bytes for o in self.outputs)
 
 
-class _StepClock:
-    """A logits processor that only records when each generation step's logits are ready (and calls ``on_step``)."""
-
-    def __init__(self, on_step=None):
-        self.times: list[float] = []
-        self.on_step = on_step
-
-    def __call__(self, input_ids, scores):
-        self.times.append(time.perf_counter())
-        if self.on_step is not None:
-            self.on_step()
-        return scores
-
-
 def encode_prompts(tokenizer, prompts, chat: bool = False, system: str | None = None):
     """Left-padded ``input_ids``/``attention_mask`` for strings (optionally through the chat template) or id lists."""
     if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
@@ -103,7 +92,7 @@ def encode_prompts(tokenizer, prompts, chat: bool = False, system: str | None = 
             raise SnapevalError("prompts: an empty prompt cannot be generated from")
         rows.append(list(ids))
     length = max(map(len, rows))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_token_id(tokenizer)
     input_ids = torch.tensor([[pad] * (length - len(r)) + r for r in rows])
     attention_mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rows])
     return input_ids, attention_mask
@@ -111,12 +100,18 @@ def encode_prompts(tokenizer, prompts, chat: bool = False, system: str | None = 
 
 @dataclass
 class GenerateRun:
-    """What :func:`generate_ids` returns: the sequences (prompt + new tokens), the cache and the step times."""
+    """What :func:`generate_ids` returns: each row's request (its tokens and why it stopped), the cache and the
+    step times (``time.perf_counter`` when each step's logits were ready, the prefill's included)."""
 
-    sequences: torch.Tensor
+    requests: list[Request]
     cache: object
     start: float
     step_times: list[float]
+
+    @property
+    def token_ids(self) -> list[list[int]]:
+        """Each row's generated tokens, the eos token or the token that completed a stop string included."""
+        return [request.token_ids for request in self.requests]
 
     @property
     def prefill_seconds(self) -> float:
@@ -141,19 +136,47 @@ def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor):
 
 
 @torch.inference_mode()
-def generate_ids(model, input_ids, attention_mask, config: MethodConfig, *, on_step=None, **generate_kwargs) -> GenerateRun:
-    """``model.generate`` on left-padded ids with a fresh cache of ``config``'s method; records when each step's
-    logits exist. ``input_ids``/``attention_mask`` ``[B, L]``; ``config`` from :func:`snapeval.cache.resolve_method`.
+def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor, config: MethodConfig,
+                 params: SamplingParams | Sequence[SamplingParams], *, seed: int | None = None,
+                 min_new_tokens: int = 0, on_step=None) -> GenerateRun:
+    """Left-padded rows ``input_ids``/``attention_mask`` ``[B, L]`` under a fresh cache of ``config``'s method:
+    :func:`~snapeval.decoding.prefill` of the batch, then :func:`~snapeval.decoding.decode` until every row stops.
+
+    Inputs are those Hugging Face's ``model.generate`` passes (positions from the attention mask, cache positions
+    ``0..L-1`` then ``L, L+1, ...``), so greedy tokens are ``model.generate``'s. ``params``: one
+    :class:`~snapeval.decoding.SamplingParams` for every row, or one per row; a sampled row draws from its own
+    generator, seeded by its params' seed or ``seed`` plus its row (``seed=None``: drawn from torch's global
+    generator, so ``torch.manual_seed`` makes it reproducible). ``min_new_tokens``: the stop tokens are forbidden
+    before that many tokens (Hugging Face's ``min_new_tokens``). ``on_step(cache)`` runs whenever a step's logits
+    are ready.
     """
+    rows = input_ids.shape[0]
+    params = [params] * rows if isinstance(params, SamplingParams) else list(params)
+    if len(params) != rows:
+        raise SnapevalError(f"params: {len(params)} sampling settings for {rows} rows; allowed: one, or one per row")
+    device = input_ids.device
+    if seed is None and any(p.do_sample for p in params):
+        seed = int(torch.randint(0, 2**31 - 1, ()))
+    requests = [Request(index=row, prompt=input_ids[row, -int(attention_mask[row].sum()):].tolist(), params=p,
+                        generator=request_generator(p, seed or 0, row, device))
+                for row, p in enumerate(params)]
     cache = cache_for(model, config, attention_mask)
-    clock = _StepClock(None if on_step is None else lambda: on_step(cache))
-    processors = list(generate_kwargs.pop("logits_processor", None) or []) + [clock]
+    length = input_ids.shape[1]
     start = time.perf_counter()
-    sequences = model.generate(
-        input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, logits_processor=processors,
-        **generate_kwargs,
-    )
-    return GenerateRun(sequences=sequences, cache=cache, start=start, step_times=clock.times)
+    logits = prefill(model, cache, input_ids, attention_mask=attention_mask,
+                     position_ids=(attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0),
+                     cache_position=torch.arange(length, device=device))
+    times = decode(model, tokenizer, cache, logits, requests, attention_mask.sum(dim=1),
+                   stops=stop_token_ids(model, tokenizer), pad_id=pad_token_id(tokenizer),
+                   attention_mask=attention_mask, cache_position=length, min_new_tokens=min_new_tokens,
+                   on_step=None if on_step is None else lambda: on_step(cache))
+    return GenerateRun(requests=requests, cache=cache, start=start, step_times=times)
+
+
+#: What ``generate``'s ``**sampling`` may hold (besides ``min_new_tokens``): the sampling settings of a request,
+#: under Hugging Face's names.
+SAMPLING_ARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+                 "stop_strings": "stop"}
 
 
 def generate(
@@ -180,9 +203,13 @@ def generate(
             uncompressed baseline.
         method: the method of an integer budget: ``snapstream``, ``streamingllm``, ``snapkv`` (see ``METHODS``).
         chat: wrap string prompts in the tokenizer's chat template.
-        seed: seeds sampling (``do_sample=True``) for reproducibility.
+        seed: seeds sampling (``do_sample=True``): row ``r`` samples from its own generator seeded ``seed + r``.
         on_step: called with the cache after every generation step (introspection, benchmarks).
-        sampling: passed to ``model.generate`` (``do_sample``, ``temperature``, ``top_p``, ``stop_strings``, ...).
+        sampling: under Hugging Face's names, ``do_sample``, ``temperature``, ``top_p``, ``top_k`` (0: off),
+            ``stop_strings`` (a row stops once its text holds one) and ``min_new_tokens`` (no stop token before).
+
+    Every row is prefilled and decoded by :func:`snapeval.decoding.prefill` and :func:`snapeval.decoding.decode`
+    (:func:`generate_ids`), the one loop of every generation path; greedy tokens equal ``model.generate``'s.
     """
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise SnapevalError(f"max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 1")
@@ -195,20 +222,20 @@ def generate(
     if method_info(config).prefill_hooks:  # a kvpress press compresses through its own prefill hooks
         raise SnapevalError(f"method={config.method!r} prefills through its own hooks; generate with "
                             "snapeval.branching.BranchSet(model, tokenizer, [config]) or the lm-eval model")
+    min_new_tokens = sampling.pop("min_new_tokens", 0)
+    unknown = sorted(set(sampling) - set(SAMPLING_ARGS))
+    if unknown:
+        raise SnapevalError(f"{unknown[0]}={sampling[unknown[0]]!r} is not a sampling argument of generate; allowed: "
+                            f"{', '.join([*SAMPLING_ARGS, 'min_new_tokens'])}")
+    if isinstance(min_new_tokens, bool) or not isinstance(min_new_tokens, int) or min_new_tokens < 0:
+        raise SnapevalError(f"min_new_tokens={min_new_tokens!r} is invalid; allowed: an integer >= 0")
+    params = SamplingParams(max_new_tokens=max_new_tokens, **{SAMPLING_ARGS[k]: v for k, v in sampling.items()})
     input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
     device = input_device(model)
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    if seed is not None:
-        torch.manual_seed(seed)
-    sampling.setdefault("do_sample", False)
-    if "stop_strings" in sampling:
-        sampling.setdefault("tokenizer", tokenizer)
-    run = generate_ids(
-        model, input_ids, attention_mask, config, on_step=on_step,
-        max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling,
-    )
-    stops = {tokenizer.eos_token_id, *(_as_list(model.generation_config.eos_token_id))}
-    new_tokens = strip_after_stop(run.sequences[:, input_ids.shape[1] :].cpu(), stops)
+    run = generate_ids(model, tokenizer, input_ids, attention_mask, config, params, seed=seed,
+                       min_new_tokens=min_new_tokens, on_step=on_step)
+    new_tokens = run.token_ids
     outputs = [
         GenerationOutput(
             prompt_tokens=int(attention_mask[row].sum()),
@@ -231,18 +258,3 @@ def generate(
         decode_seconds=run.decode_seconds,
         decode_steps=run.decode_steps,
     )
-
-
-def strip_after_stop(new_tokens: torch.Tensor, stops: set[int]) -> list[list[int]]:
-    """Per row, the generated ids up to and including the first stop id (padding after it removed)."""
-    rows = []
-    for ids in new_tokens.tolist():
-        cut = next((i + 1 for i, tok in enumerate(ids) if tok in stops), len(ids))
-        rows.append(ids[:cut])
-    return rows
-
-
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]

@@ -163,9 +163,9 @@ def _is_press(config: MethodConfig) -> bool:
 
 
 def _static_rows(config: MethodConfig) -> bool:
-    from snapeval.engine.engine import has_static_rows
+    from snapeval.cache.methods import method_info
 
-    return has_static_rows(config)
+    return method_info(config).static_rows
 
 
 def branch_bytes(shape: ModelShape, config: MethodConfig, prompt: int) -> int:

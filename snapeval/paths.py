@@ -1,8 +1,22 @@
-"""Where snapeval finds what it does not ship: the repository checkout, and the shared benchmark data beside it."""
+"""The one place that resolves where snapeval finds what it does not compute: the repository checkout, the lm-eval
+task folder, the benchmark data and the cache of converted models. Each honours its environment variable first.
+
+=================  ======================  ==========================================================================
+what               variable                default
+=================  ======================  ==========================================================================
+tasks folder       ``SNAPEVAL_TASKS_DIR``  ``snapeval/tasks`` (the task families: YAML, data, hooks, one folder each)
+data directory     ``SNAPEVAL_DATA_DIR``   ``shared/data`` beside the repository checkout
+cache directory    ``SNAPEVAL_CACHE_DIR``  ``$XDG_CACHE_HOME/snapeval``, else ``~/.cache/snapeval``
+=================  ======================  ==========================================================================
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+TASKS_DIR_ENV = "SNAPEVAL_TASKS_DIR"
+DATA_DIR_ENV = "SNAPEVAL_DATA_DIR"
+CACHE_DIR_ENV = "SNAPEVAL_CACHE_DIR"
 
 
 def repo_root() -> Path:
@@ -10,7 +24,31 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def default_data_dir() -> Path:
-    """``$SNAPEVAL_DATA_DIR`` if set, else ``shared/data`` beside the repository checkout."""
-    env = os.environ.get("SNAPEVAL_DATA_DIR")
-    return Path(env) if env else repo_root().parent / "shared" / "data"
+def tasks_dir() -> Path:
+    """The lm-eval task folder: ``$SNAPEVAL_TASKS_DIR`` if set, else the task families shipped in ``snapeval/tasks``."""
+    env = os.environ.get(TASKS_DIR_ENV)
+    return Path(env).expanduser() if env else Path(__file__).resolve().parent / "tasks"
+
+
+def data_dir_is_set(given: str | os.PathLike | None = None) -> bool:
+    """Whether a data directory was chosen (``given``, or ``$SNAPEVAL_DATA_DIR``) rather than defaulted: a chosen one
+    is read alone, never the hub."""
+    return bool(given) or bool(os.environ.get(DATA_DIR_ENV))
+
+
+def default_data_dir(given: str | os.PathLike | None = None) -> Path:
+    """The benchmark data: ``given``, else ``$SNAPEVAL_DATA_DIR``, else ``shared/data`` beside the repository
+    checkout."""
+    if given:
+        return Path(given).expanduser()
+    env = os.environ.get(DATA_DIR_ENV)
+    return Path(env).expanduser() if env else repo_root().parent / "shared" / "data"
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$SNAPEVAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/snapeval``, else
+    ``~/.cache/snapeval``."""
+    env = os.environ.get(CACHE_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snapeval"

@@ -81,7 +81,7 @@ def test_resolve_method_maps_every_method():
         resolve_method("snapstream", 128, topk=7)
     with pytest.raises(SnapevalError, match="'full' takes no budget"):
         resolve_method("full", 128)
-    with pytest.raises(SnapevalError, match="streamingllm' takes no 'observation'; allowed split fields: sink"):
+    with pytest.raises(SnapevalError, match="streamingllm' takes no 'observation'; allowed settings: sink, recent"):
         resolve_method("streamingllm", 128, observation=8)
 
 

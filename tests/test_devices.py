@@ -13,7 +13,7 @@ import torch
 from snapeval import SnapStreamConfig, generate
 from snapeval.branching import BranchSet, score_contexts
 from snapeval.cache import FullConfig, SnapKVConfig, StreamingLLMConfig, make_cache
-from snapeval.engine import Engine
+from snapeval.engine import Engine, SamplingParams
 from snapeval.errors import SnapevalError
 from snapeval.models.devices import (decoder_layers, gpu_device_map, input_device, is_split, layer_devices,
                                      parse_device_map)
@@ -96,8 +96,10 @@ def test_split_model_gives_the_same_tokens_and_scores(config, tiny_tokenizer):
     model = tiny_model("llama")
     split = dispatched(model)
     prompts = [random_prompt(40 + 7 * i, seed=i) for i in range(3)]
-    engine_tokens = [c.token_ids for c in Engine(model, tiny_tokenizer, config, num_slots=2).generate(prompts)]
-    split_tokens = [c.token_ids for c in Engine(split, tiny_tokenizer, config, num_slots=2).generate(prompts)]
+    params = SamplingParams(max_new_tokens=24)  # three prompts through two slots: a slot is refilled mid-decode
+    engine_tokens = [c.token_ids for c in Engine(model, tiny_tokenizer, config, num_slots=2).generate(prompts, params)]
+    split_tokens = [c.token_ids for c in Engine(split, tiny_tokenizer, config, num_slots=2).generate(prompts, params)]
+    assert all(len(tokens) == 24 for tokens in engine_tokens)
     assert split_tokens == engine_tokens
     alone = generate(split, tiny_tokenizer, [prompts[0]], config=config, max_new_tokens=8)
     reference = generate(model, tiny_tokenizer, [prompts[0]], config=config, max_new_tokens=8)

@@ -12,11 +12,12 @@ def test_gpu_benchmark_smoke(tmp_path, data_dir, monkeypatch):
     from benchmarks import gpu
 
     monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    out = gpu.main(["--smoke", "--out", str(tmp_path / "gpu.json")])
+    out = gpu.main(["--smoke", "--lengths", "256", "--out", str(tmp_path / "gpu.json")])  # one length: same code
     payload = json.loads(out.read_text())
     assert payload["smoke"] is True and payload["device"] == "cpu"
     assert [r["model"] for r in payload["results"]] == list(gpu.MODELS)
     for entry in payload["results"]:
+        assert list(entry["lengths"]) == ["256"]
         for length, point in entry["lengths"].items():
             prefill = point["prefill"]
             assert set(prefill) == {"full", "snapstream@64", "snapstream@128"}

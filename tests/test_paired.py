@@ -99,7 +99,7 @@ def test_no_shared_item_is_a_one_line_error():
 
 
 def test_missing_reference_cell_is_explained_in_the_table():
-    from snapeval.results.table import paired_columns
+    from snapeval.report.results_table import paired_columns
 
     cols = paired_columns({"method": "snapstream"}, _cell({0: 1}), "acc,none", None, DecisionRule())
     assert cols == {"paired_note": "no full-cache reference cell answered the same items (same model, task, seed, limit)"}

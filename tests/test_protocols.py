@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
-from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from snapeval.harness.followup import Followup, read_two_pass, two_pass_response  # noqa: E402
+from snapeval.tasks.followup import read_two_pass  # noqa: E402
 from snapeval.results.schema import from_lm_eval  # noqa: E402
 from snapeval.tasks import aime, longbench  # noqa: E402
 from snapeval.tasks.metrics import pass_at_k  # noqa: E402
 from tests.conftest import DATA_DIR  # noqa: E402
+from tests.fixtures.stub_lm import StubLM  # noqa: E402
 
-TASKS = str(Path(__file__).resolve().parents[1] / "tasks")
+TASKS = str(Path(__file__).resolve().parents[1] / "snapeval" / "tasks")
 
 AIME_CASES = [  # (generation, answer, official verdict)
     ('So the answer is $\\boxed{25}$.', '25', True),
@@ -167,40 +167,6 @@ def test_consensus_votes_by_value_and_breaks_ties_by_first_answer():
 
 # ------------------------------------------------------------------------------------------ stub models, lm-eval
 
-class StubLM(LM):
-    """A model with known answers: ``answer(doc, sample, context, gen_kwargs) -> text``. Like ``snapstream`` it runs
-    a request's ``followup`` (the second pass) from its first answer (:mod:`snapeval.harness.followup`)."""
-
-    def __init__(self, answer):
-        super().__init__()
-        self.answer = answer
-        self.contexts: list[str] = []
-
-    def generate_until(self, requests, disable_tqdm: bool = False):
-        samples: Counter = Counter()
-        out = []
-        for request in requests:  # a task's repeats are the same request object, listed `repeats` times
-            context, kwargs = request.args
-            sample = samples[id(request)]
-            samples[id(request)] += 1
-            self.contexts.append(context)
-            text = self.answer(request.doc, sample, context, kwargs)
-            if "followup" in kwargs:
-                followup = Followup.parse(kwargs["followup"])
-                second_context = followup.second_context(request.doc, context, text)
-                self.contexts.append(second_context)
-                second = self.answer(request.doc, sample, second_context, followup.gen_kwargs)
-                text = two_pass_response(text, second, len(text.split()), len(second.split()))
-            out.append(text)
-        return out
-
-    def loglikelihood(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError
-
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError
-
-
 def _need(rel: str) -> None:
     if not (DATA_DIR / rel).is_file():
         pytest.skip(f"real data not available: {DATA_DIR / rel} is absent (set SNAPEVAL_DATA_DIR)")
@@ -300,7 +266,7 @@ def test_longbench_chain_of_thought_is_two_passes_as_pred_py():
 
 def test_longbench_questions_on_one_document_are_one_cluster():
     _need("longbench_v2/longbench_v2.jsonl")
-    from snapeval.tasks.lm_eval_hooks import longbench_v2_dataset
+    from snapeval.tasks.longbench.hooks import longbench_v2_dataset
 
     docs = longbench_v2_dataset(data_dir=str(DATA_DIR))["test"]
     by_context = Counter(d["context"] for d in docs)
@@ -361,7 +327,7 @@ metric_list:
   - metric: acc
 """)
     (root / "hooks.py").write_text('''import json
-from snapeval.harness.followup import read_two_pass
+from snapeval.tasks.followup import read_two_pass
 
 def add_short(dataset):
     return dataset.map(lambda doc: {**doc, "short": doc["question"][-40:]})

@@ -14,7 +14,7 @@ from fixtures.sweep_fakes import fake_evaluate, fake_simulate  # noqa: E402
 from snapeval.cli import main as cli  # noqa: E402
 from snapeval.report import build_report, tables  # noqa: E402
 from snapeval.report.plots import PLOTS, paired_difference_vs_budget, pareto_front, place_labels  # noqa: E402
-from snapeval.results import load_table  # noqa: E402
+from snapeval.report.results_table import load_table  # noqa: E402
 from snapeval.sweep import parse_config, run_sweep  # noqa: E402
 
 RAW = {
@@ -116,7 +116,8 @@ def test_budget_plots_offset_methods_mark_decisions_and_name_the_smallest_budget
 
 
 def test_every_method_keeps_its_own_style():
-    from snapeval.report.style import register_style, styles_for
+    from snapeval.cache.methods import METHOD_TABLE, MethodInfo, MethodStyle
+    from snapeval.report.style import method_label, method_rank, styles_for
 
     presses = ["full", "snapstream", "kvpress:SnapKVPress", "kvpress:StreamingLLMPress", "kvpress:TOVAPress",
                "kvpress:ExpectedAttentionPress", "kvpress:SomeNewPress", "another"]
@@ -126,8 +127,12 @@ def test_every_method_keeps_its_own_style():
     assert styles["kvpress:ExpectedAttentionPress"] != styles["snapstream"]  # issue #21
     assert styles_for(presses) == styles  # deterministic
     assert styles_for(["snapstream"])["snapstream"] == styles["snapstream"]  # the same in every figure
-    register_style("kvpress:SomeNewPress", "#123456", "*")
-    assert styles_for(["kvpress:SomeNewPress"])["kvpress:SomeNewPress"].color == "#123456"
+    assert method_label("full") == "full cache" and method_rank("full") < method_rank("snapstream")
+    entry = MethodInfo("mine", "snapeval.cache.config:SnapKVConfig", "snapeval.cache.snapkv:SnapKVCache", branches=True,
+                       summary="a method declared elsewhere", style=MethodStyle("my method", "#123456", "*", rank=50))
+    with METHOD_TABLE.registered(entry):  # the report reads the style from the method's entry
+        assert styles_for(["mine"])["mine"].color == "#123456" and method_label("mine") == "my method"
+    assert styles_for(["mine"])["mine"].color != "#123456"  # gone with its entry: a spare colour again
 
 
 def test_pareto_labels_do_not_collide():

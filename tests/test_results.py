@@ -11,9 +11,9 @@ import pytest
 from fixtures.sweep_fakes import fake_evaluate, fake_simulate
 from snapeval.cache import FullConfig
 from snapeval.errors import SnapevalError
-from snapeval.results import CellResult, ResultsStore, atomic_write_text, from_lm_eval, load_table
-from snapeval.results.table import COLUMNS, build_table
-from snapeval.tasks.families import TYPICAL_LENGTHS
+from snapeval.report.results_table import build_table, columns, load_table
+from snapeval.results import CellResult, ResultsStore, atomic_write_text, from_lm_eval
+from snapeval.tasks.families import typical_lengths
 from snapeval.sweep import expand_grid, parse_config, run_sweep
 
 
@@ -144,14 +144,14 @@ def table(tmp_path_factory):
 
 def test_table_shape_and_measured_columns(table):
     frame, out = table
-    assert list(frame.columns) == COLUMNS
+    assert list(frame.columns) == columns()
     assert len(frame) == 3 * 3 * 2 * 2  # models x tasks x policies x filters
     assert frame.groupby("cell_id")["primary"].sum().eq(1).all()
     row = frame[(frame["method"] == "snapstream") & frame["primary"]].iloc[0]
     assert (row["budget"], row["sink"], row["recent"], row["topk"]) == (256, 4, 128, 124)
     assert row["kv_cache_bytes"] == 256 * 46080 and row["n_samples"] == 4
     csv = pd.read_csv(out / "results.csv")
-    assert list(csv.columns) == COLUMNS and len(csv) == len(frame)
+    assert list(csv.columns) == columns() and len(csv) == len(frame)
 
 
 def test_sim_columns_use_the_right_lengths_and_budget(table):
@@ -162,7 +162,7 @@ def test_sim_columns_use_the_right_lengths_and_budget(table):
         return prim[(prim["model"] == model) & (prim["task"] == task) & (prim["method"] == method)].iloc[0]
 
     aime = row("llama-3.1-8b-instruct", "aime24_snapeval", "snapstream")
-    assert (aime["sim_prompt_len"], aime["sim_gen_len"]) == TYPICAL_LENGTHS["aime24"]
+    assert (aime["sim_prompt_len"], aime["sim_gen_len"]) == typical_lengths("aime24_snapeval")
     assert aime["sim_length_source"] == "paper-table-3"
     expected = fake_simulate("llama-3.1-8b-instruct", prompt_len=140, gen_len=15424, budget=256)
     assert aime["sim_kv_bytes_per_seq"] == expected.kv_bytes_total and aime["sim_max_batch"] == expected.max_batch
@@ -208,7 +208,7 @@ def test_load_table_rebuilds_from_cells_without_parquet(table, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     (copy / "results.parquet").unlink()
-    rebuilt = ResultsStore(copy).load_table()  # the real simulator (or its absence), not the fake
+    rebuilt = load_table(copy)  # the real simulator (or its absence), not the fake
     assert len(rebuilt) == len(frame)
     pd.testing.assert_frame_equal(rebuilt[["cell_id", "metric", "value"]], frame[["cell_id", "metric", "value"]])
     with pytest.raises(SnapevalError, match="not a results directory"):
@@ -312,7 +312,7 @@ def test_a_cells_method_is_rebuilt_from_its_identity():
         pass
     for config in configs:
         assert method_from_identity(config.identity()) == config
-    with pytest.raises(SnapevalError, match="does not rebuild"):  # StreamingLLM's ring is what its budget leaves
+    with pytest.raises(SnapevalError, match="recent=7 does not add up"):  # StreamingLLM's ring is what its budget leaves
         method_from_identity({"method": "streamingllm", "budget": 64, "sink": 4, "recent": 7})
     with pytest.raises(SnapevalError, match="does not add up"):
         method_from_identity({**configs[1].identity(), "recent": 7})

@@ -90,8 +90,10 @@ def run_stdin(code, inputs=STDIN, outputs=("5\n",), **kw):
      {"runtime_error"}),
     ("kill the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(5)\n", {"runtime_error"}),
     ("kill everything", "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint(5)\n", {"runtime_error"}),
-    ("print gigabytes", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
-     {"output_limit", "runtime_error"}),
+    ("print gigabytes", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", {"output_limit"}),
+    ("print gigabytes, swallowing the error",
+     "while True:\n    try:\n        print('x' * 65536)\n    except BaseException:\n        break\nprint(5)\n",
+     {"output_limit"}),
     ("exit early", "import sys\nsys.exit(0)\nprint(5)\n", {"wrong_answer"}),
     ("os._exit early", "import os\nos._exit(0)\n", {"runtime_error"}),
     ("read the environment", "import os\nprint(dict(os.environ))\n", {"wrong_answer"}),
@@ -252,3 +254,11 @@ def test_this_machine_accounts_runs_in_a_cgroup_when_it_can():
     assert report["accounting"].startswith(("cgroup v2", "cgroup v1", "rlimits"))
     if os.geteuid() == 0 and report["new_root"] and Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists():
         assert report["accounting"].startswith("cgroup")
+
+
+def test_output_up_to_the_cap_passes_and_one_byte_more_is_an_output_limit():
+    limits = SandboxLimits(timeout_s=2.0, memory_mb=512, output_bytes=4096)
+    exact = "import sys\nsys.stdout.write('x' * 4094 + '\\n')\nprint(5)\n"  # 4095 + 2 = 4097 characters
+    assert run_stdin(exact, outputs=("x" * 4094 + "\n5\n",), limits=limits).status == "output_limit"
+    under = "import sys\nsys.stdout.write('x' * 4093 + '\\n')\nprint(5)\n"  # 4094 + 2 = 4096 characters
+    assert run_stdin(under, outputs=("x" * 4093 + "\n5\n",), limits=limits).passed

@@ -752,7 +752,7 @@ def test_weaker_isolation_only_when_accepted(monkeypatch, tmp_path):
 @pytest.mark.skipif(not (DATA / "livecodebench" / "code_generation_lite.jsonl").is_file(), reason="no data")
 def test_hostile_responses_through_the_real_lm_eval_path():
     """``livecodebench_execute`` (the lm-eval filter) on real problems: hostile samples fail themselves only."""
-    from snapeval.tasks import lm_eval_hooks
+    from snapeval.tasks.livecodebench import hooks
 
     rows = {r["question_id"]: r for r in livecodebench.load(DATA).rows}
     extra = {"sandbox_timeout_s": 2.0, "sandbox_memory_mb": 512}
@@ -765,7 +765,7 @@ def test_hostile_responses_through_the_real_lm_eval_path():
     snoop = hostile(f"import os\nprint(os.listdir({str(DATA)!r}))\n")
     nested = hostile("class Solution:\n    def countSeniors(self, details):\n        v = []\n"
                      "        for _ in range(100000):\n            v = [v]\n        return v\n")
-    verdicts = lm_eval_hooks.livecodebench_execute(
+    verdicts = hooks.livecodebench_execute(
         [[fence(stdin_ok), fence(snoop), fence(hostile("import os\nos.fork()\n"))],
          [fence(func_ok), fence(nested), "no code"]], docs)
     statuses = [[json.loads(v)["status"] for v in per_doc] for per_doc in verdicts]

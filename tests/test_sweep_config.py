@@ -170,7 +170,7 @@ def test_cli_bad_config_exits_2_with_one_line(tmp_path, capsys):
     assert cli(["sweep", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0
-    assert err.startswith("snapeval: error: c.yaml: methods[0].sink: must be >= 0")
+    assert err.startswith("snapeval: error: c.yaml: methods[0].sink: sink=-1 is invalid; allowed: an integer >= 0")
 
 
 @pytest.mark.parametrize("name", ["quickstart", "regression", "paper_r1_distill", "paper_llama"])

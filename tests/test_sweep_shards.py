@@ -15,6 +15,7 @@ import pytest
 
 from fixtures.sweep_fakes import fake_evaluate, fake_simulate, start_sweep_process
 from snapeval.errors import SnapevalError
+from snapeval.paths import tasks_dir
 from snapeval.results import ResultsStore
 from snapeval.sweep import expand_grid, parse_config, run_sweep
 from snapeval.sweep.shards import Shard, finished_shards, merge_shards
@@ -42,7 +43,7 @@ def test_sharded_and_unsharded_sweeps_give_identical_cells(tiny_dir, task_dir, t
                                                                       "  - metric: exact_match\n    aggregation: median\n"))
     for name in ("tiny_gen", "tiny_mc"):
         (tmp_path / "tasks" / f"{name}.yaml").write_text((task_dir / f"{name}.yaml").read_text())
-    shutil.copytree(REPO / "tasks" / "snapeval_synthetic", tmp_path / "tasks" / "synthetic")
+    shutil.copytree(tasks_dir() / "synthetic", tmp_path / "tasks" / "synthetic", ignore=shutil.ignore_patterns("*.py"))
     raw = {"name": "shards", "models": [{"pretrained": str(tiny_dir)}], "include_path": str(tmp_path / "tasks"),
            "tasks": ["tiny_gen", "tiny_mc", "tiny_median",
                      {"name": "snapeval_kv_needle", "metadata": {"max_seq_lengths": [200], "num_samples": 5, "seed": 0},

@@ -12,6 +12,7 @@ The paper does not publish its split; the defaults below come from the reference
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -29,17 +30,92 @@ MIN_BUDGET = 2
 #: preset's own context length before anything runs).
 MAX_BUDGET = 1 << 21
 
+#: The key of a configuration field's :class:`Setting` in the field's metadata.
+SETTING = "snapeval.setting"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a method, declared once, as the metadata of its configuration's dataclass field
+    (:func:`setting`), and read from there by everything that takes it from a user: the ``snapeval run --NAME`` flag,
+    the key of a sweep's method entry, the lm-eval model_arg, the results table's column and the cells ``snapeval
+    regress`` matches; every one of them checks a value with :meth:`check` (one line: field, value, allowed values).
+
+    Attributes:
+        help: what it sets, one line (``--help``, the docs).
+        type: the Python type of its value, ``int`` or ``str`` (a command line's text is parsed to it).
+        minimum: the smallest integer allowed (None: no bound).
+        choices: the allowed strings (empty: any).
+        odd: an odd integer only.
+        fraction: besides a number of tokens, a fraction of the budget in (0, 1] (a float) may be given; the
+            configuration stores the tokens.
+        default_text: what ``from_budget`` takes when it is left out, in words.
+        name: the field's name (filled in by :meth:`MethodConfig.settings`).
+    """
+
+    help: str
+    type: type = int
+    minimum: int | None = None
+    choices: tuple[str, ...] = ()
+    odd: bool = False
+    fraction: bool = False
+    default_text: str = ""
+    name: str = ""
+
+    def allowed(self, *, resolved: bool = False) -> str:
+        """The allowed values in words (``resolved``: as a configuration stores it, so tokens only)."""
+        if self.choices:
+            return ", ".join(self.choices)
+        if self.odd:
+            return "a positive odd integer"
+        tokens = "an integer" if self.minimum is None else f"an integer >= {self.minimum}"
+        if self.fraction and not resolved:
+            return f"{tokens} (tokens) or a fraction of the budget in (0, 1]"
+        return tokens
+
+    def check(self, value: Any, owner: str = "", *, resolved: bool = False) -> Any:
+        """``value`` if it is allowed, else a one-line ``ValueError`` naming ``owner.name``, the value and
+        :meth:`allowed`."""
+        if self._ok(value, resolved):
+            return value
+        where = f"{owner}.{self.name}" if owner else self.name
+        raise ValueError(f"{where}={value!r} is invalid; allowed: {self.allowed(resolved=resolved)}")
+
+    def _ok(self, value: Any, resolved: bool) -> bool:
+        if self.type is str:
+            return isinstance(value, str) and (not self.choices or value in self.choices)
+        if self.fraction and not resolved and isinstance(value, float):
+            return 0.0 < value <= 1.0
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False
+        if self.odd:
+            return value >= 1 and value % 2 == 1
+        return self.minimum is None or value >= self.minimum
+
+    def parse(self, text: Any, owner: str = "") -> Any:
+        """A value given as text (a command-line flag, an lm-eval model_arg) as the declared type, checked; any other
+        value is only checked."""
+        if not isinstance(text, str) or self.type is str:
+            return self.check(text, owner)
+        try:
+            value: Any = int(text)
+        except ValueError:
+            try:
+                value = float(text) if self.fraction else text
+            except ValueError:
+                value = text
+        return self.check(value, owner)
+
+
+def setting(default: Any, help: str, **declaration) -> Any:
+    """A configuration field that users set: ``sink: int = setting(4, "attention sinks", minimum=0)`` (the
+    arguments of :class:`Setting`)."""
+    return dataclasses.field(default=default, metadata={SETTING: Setting(help=help, **declaration)})
+
 
 def _require_int(field: str, value, minimum: int, owner: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{owner}.{field}={value!r} is invalid; allowed: an integer >= {minimum}")
-
-
-def _require_kernel_and_pooling(kernel, pooling, owner: str) -> None:
-    if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
-        raise ValueError(f"{owner}.kernel={kernel!r} is invalid; allowed: a positive odd integer")
-    if pooling not in POOLINGS:
-        raise ValueError(f"{owner}.pooling={pooling!r} is invalid; allowed: {', '.join(POOLINGS)}")
 
 
 def _require_budget(budget, owner_class) -> None:
@@ -58,6 +134,13 @@ def _default_sink(budget: int, sink: int | None, owner: str) -> int:
     if sink >= budget:
         raise ValueError(f"{owner}.sink={sink} is invalid with budget={budget}; allowed: 0..{budget - 1}")
     return sink
+
+
+class _SettingNames:
+    """``Config.SPLIT_FIELDS``: the names of :meth:`MethodConfig.settings` (kept for the callers that read it)."""
+
+    def __get__(self, instance, owner) -> tuple[str, ...]:
+        return tuple(s.name for s in owner.settings())
 
 
 #: What a method's scoring may read besides the layer's keys and values (:attr:`PrefillWork.score_inputs`).
@@ -106,7 +189,8 @@ class PrefillWork:
         return not (self.window_queries or self.scored_tokens or self.gathered_tokens)
 
 
-def _check_lengths(prompt, generated) -> None:
+def check_lengths(prompt, generated) -> None:
+    """A one-line ``ValueError`` unless ``prompt`` and ``generated`` are token counts (integers >= 0)."""
     for name, value in (("prompt", prompt), ("generated", generated)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
@@ -115,25 +199,47 @@ def _check_lengths(prompt, generated) -> None:
 class MethodConfig:
     """What every method's configuration offers (a mixin of the frozen dataclasses below).
 
-    Besides its identity, a configuration describes what its cache holds and costs, so that the simulator, the
-    memory plan and the report read the method instead of a list of names: :meth:`kept_tokens` (tokens held per
-    layer and KV head at any point of a request), :meth:`cache_slots` (what a static-row allocation reserves) and
-    :meth:`prefill_work` (the compression's own work at the end of prefill).
+    Its settings are its dataclass fields declared with :func:`setting` (:meth:`settings`): what a user may set, with
+    their types, defaults, allowed values and help, read by the CLI, the sweep, the lm-eval model, the results table
+    and ``regress``. Besides its identity, a configuration describes what its cache holds and costs, so that the
+    simulator, the memory plan and the report read the method instead of a list of names: :meth:`kept_tokens`
+    (tokens held per layer and KV head at any point of a request), :meth:`cache_slots` (what a static-row allocation
+    reserves) and :meth:`prefill_work` (the compression's own work at the end of prefill).
+
+    A subclass is a frozen dataclass with a ``method`` name, a ``budget`` (a field or a property), its settings and a
+    ``from_budget(budget, **settings)`` constructor; its ``__post_init__`` calls :meth:`check_settings` and then
+    checks what ties settings together.
     """
 
     method: ClassVar[str]
-    #: Keyword arguments of :meth:`from_budget` besides the budget (what a sweep or the CLI may set).
-    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ()
+    #: The names of :meth:`settings` (deprecated: read :meth:`settings`).
+    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = _SettingNames()  # type: ignore[assignment]
     #: The cache never grows while decoding: its rows have ``budget`` slots (a ring takes every decoded token).
     FIXED_SIZE: ClassVar[bool] = False
 
     budget: Any  # a property or a field of every subclass: total slots per layer and KV head (None: unbounded)
 
+    @classmethod
+    def settings(cls) -> tuple[Setting, ...]:
+        """The method's settings, in field order: every dataclass field declared with :func:`setting`."""
+        return tuple(dataclasses.replace(f.metadata[SETTING], name=f.name) for f in dataclasses.fields(cls)
+                     if SETTING in f.metadata)
+
+    @classmethod
+    def setting_named(cls, name: str) -> Setting:
+        """The declaration of one setting (``KeyError`` if the method has none of that name)."""
+        return {s.name: s for s in cls.settings()}[name]
+
+    def check_settings(self) -> None:
+        """Every setting's stored value, checked against its declaration (one-line ``ValueError``)."""
+        for declared in self.settings():
+            declared.check(getattr(self, declared.name), type(self).__name__, resolved=True)
+
     def kept_tokens(self, prompt: int, generated: int = 0) -> int:
         """Tokens the cache holds per layer and KV head after a ``prompt``-token prefill and ``generated`` decoded
         tokens: the whole sequence for the full cache, ``min(budget, prompt + generated)`` for a fixed-size cache,
         ``min(budget, prompt) + generated`` for one that compresses the prompt and then appends."""
-        _check_lengths(prompt, generated)
+        check_lengths(prompt, generated)
         if self.budget is None:
             return prompt + generated
         if self.FIXED_SIZE:
@@ -143,7 +249,7 @@ class MethodConfig:
     def mean_kept_tokens(self, prompt: int, generated: int) -> float:
         """Mean of :meth:`kept_tokens` over the ``generated`` decode steps (each step attends to the cache as it is
         before its token is written): what a decode of that length streams on average."""
-        _check_lengths(prompt, generated)
+        check_lengths(prompt, generated)
         start = self.kept_tokens(prompt, 0)
         if generated == 0:
             return float(start)
@@ -155,7 +261,7 @@ class MethodConfig:
     def cache_slots(self, prompt: int, max_new_tokens: int) -> int:
         """Slots per layer and KV head a static-row allocation reserves for one request: ``budget`` for a
         fixed-size cache, the kept prompt plus every token to decode otherwise."""
-        _check_lengths(prompt, max_new_tokens)
+        check_lengths(prompt, max_new_tokens)
         if self.FIXED_SIZE:
             return self.budget
         return self.kept_tokens(prompt, max_new_tokens)
@@ -163,7 +269,7 @@ class MethodConfig:
     def prefill_work(self, prompt: int) -> PrefillWork:
         """The compression's work at the end of a ``prompt``-token prefill (see :class:`PrefillWork`); nothing when
         the prompt fits the budget."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         return PrefillWork()
 
     def identity(self) -> dict[str, Any]:
@@ -203,7 +309,7 @@ class FullConfig(MethodConfig):
 class SnapStreamConfig(MethodConfig):
     """Cache layout ``[sink | ring | top-k]`` of ``budget = sink + recent + topk`` slots per layer and KV head.
 
-    Attributes:
+    Settings (besides the budget; :meth:`from_budget` derives the ones left out):
         sink: first prompt tokens, always kept (attention sinks). ``>= 0``.
         recent: ring-buffer size: the most recent tokens, prompt tail first, then every decoded token. ``>= 1``.
         topk: middle prompt tokens kept by SnapKV selection, chosen once at the end of prefill. ``>= 0``.
@@ -215,23 +321,24 @@ class SnapStreamConfig(MethodConfig):
     """
 
     method: ClassVar[str] = "snapstream"
-    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ("sink", "recent", "recent_fraction", "topk", "observation", "kernel", "pooling")
     FIXED_SIZE: ClassVar[bool] = True
 
-    sink: int = DEFAULT_SINK
-    recent: int = 508
-    topk: int = 512
-    observation: int = DEFAULT_OBSERVATION
-    kernel: int = DEFAULT_KERNEL
-    pooling: str = DEFAULT_POOLING
+    sink: int = setting(DEFAULT_SINK, "attention sinks: the first prompt tokens, always kept", minimum=0,
+                        default_text=f"{DEFAULT_SINK} (fewer for a tiny budget)")
+    recent: int = setting(508, "ring of the most recent tokens (prompt tail, then every decoded token)", minimum=1,
+                          fraction=True, default_text="half the budget, at least the observation window")
+    topk: int = setting(512, "middle prompt tokens kept by SnapKV selection at the end of prefill", minimum=0,
+                        default_text="the rest of the budget (an explicit value must add up)")
+    observation: int = setting(DEFAULT_OBSERVATION, "last prompt queries that score the middle tokens", minimum=1,
+                               default_text=str(DEFAULT_OBSERVATION))
+    kernel: int = setting(DEFAULT_KERNEL, "pooling kernel over the scores along the key axis", odd=True,
+                          default_text=str(DEFAULT_KERNEL))
+    pooling: str = setting(DEFAULT_POOLING, "pooling of the scores", type=str, choices=POOLINGS,
+                           default_text=DEFAULT_POOLING)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        _require_int("sink", self.sink, 0, owner)
-        _require_int("recent", self.recent, 1, owner)
-        _require_int("topk", self.topk, 0, owner)
-        _require_int("observation", self.observation, 1, owner)
-        _require_kernel_and_pooling(self.kernel, self.pooling, owner)
+        self.check_settings()
         if self.topk > 0 and self.observation > self.recent:
             raise ValueError(
                 f"{owner}.observation={self.observation} is invalid with recent={self.recent} and "
@@ -246,7 +353,7 @@ class SnapStreamConfig(MethodConfig):
     def prefill_work(self, prompt: int) -> PrefillWork:
         """A prompt longer than the budget: the last ``observation`` queries score the middle candidates (between
         the sinks and the ring; none without top-k), and ``budget`` tokens are gathered into the layout."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         pieces = (self.sink > 0) + 1 + (self.topk > 0)  # [sink | ring | top-k]
@@ -261,32 +368,39 @@ class SnapStreamConfig(MethodConfig):
         budget: int,
         *,
         sink: int | None = None,
-        recent: int | None = None,
-        recent_fraction: float = DEFAULT_RECENT_FRACTION,
+        recent: int | float | None = None,
         topk: int | None = None,
         observation: int = DEFAULT_OBSERVATION,
         kernel: int = DEFAULT_KERNEL,
         pooling: str = DEFAULT_POOLING,
+        recent_fraction: float | None = None,
     ) -> "SnapStreamConfig":
         """Split a total ``budget`` into sinks, ring and top-k.
 
         Defaults: 4 sinks (fewer only when the budget is tiny; an explicit ``sink`` must be below the budget); a
-        ring of ``recent_fraction`` (0.5) of the budget, at least ``observation`` slots; the rest is top-k (an
-        explicit ``topk`` must add up). Example: budget 1024 -> sink 4, recent 512, topk 508. Without a budget,
-        ``recent`` and ``topk`` (and optionally ``sink``) give the split directly.
+        ring of half the budget, at least ``observation`` slots (``recent``: tokens, or a float fraction of the
+        budget in (0, 1]); the rest is top-k (an explicit ``topk`` must add up). Example: budget 1024 -> sink 4,
+        recent 512, topk 508. Without a budget, ``recent`` and ``topk`` (and optionally ``sink``) give the split
+        directly. ``recent_fraction`` is the deprecated spelling of a float ``recent``.
         """
-        if budget is None and recent is not None and topk is not None:
+        if recent_fraction is not None:
+            if recent is not None:
+                raise ValueError(f"{cls.__name__}: give recent or recent_fraction, not both")
+            whole = isinstance(recent_fraction, int) and not isinstance(recent_fraction, bool)
+            recent = float(recent_fraction) if whole else recent_fraction
+        if budget is None and isinstance(recent, int) and topk is not None:
             return cls(sink=DEFAULT_SINK if sink is None else sink, recent=recent, topk=topk, observation=observation,
                        kernel=kernel, pooling=pooling)
         _require_budget(budget, cls)
-        if isinstance(recent_fraction, bool) or not isinstance(recent_fraction, (int, float)) or not 0.0 < recent_fraction <= 1.0:
-            raise ValueError(f"{cls.__name__}.recent_fraction={recent_fraction!r} is invalid; allowed: a number in (0, 1]")
+        fraction = DEFAULT_RECENT_FRACTION
+        if recent is not None:
+            cls.setting_named("recent").check(recent, cls.__name__)
+            if isinstance(recent, float):
+                fraction, recent = recent, None
         sink = _default_sink(budget, sink, cls.__name__)
         if recent is None:
-            recent = max(min(observation, budget - sink), int(round(budget * recent_fraction)))
+            recent = max(min(observation, budget - sink), int(round(budget * fraction)))
             recent = min(recent, budget - sink)
-        else:
-            _require_int("recent", recent, 1, cls.__name__)
         left = budget - sink - recent
         if left < 0:
             raise ValueError(
@@ -306,16 +420,16 @@ class StreamingLLMConfig(MethodConfig):
     """StreamingLLM in SnapStream's fixed layout: ``[sink | ring]``, ``budget = sink + recent`` (no top-k)."""
 
     method: ClassVar[str] = "streamingllm"
-    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ("sink",)
     FIXED_SIZE: ClassVar[bool] = True
     topk: ClassVar[int] = 0  # read by the shared sink/ring layer code
 
-    sink: int = DEFAULT_SINK
-    recent: int = 1020
+    sink: int = setting(DEFAULT_SINK, "attention sinks: the first prompt tokens, always kept", minimum=0,
+                        default_text=f"{DEFAULT_SINK} (fewer for a tiny budget)")
+    recent: int = setting(1020, "ring of the most recent tokens (prompt tail, then every decoded token)", minimum=1,
+                          default_text="the rest of the budget (an explicit value must add up)")
 
     def __post_init__(self) -> None:
-        _require_int("sink", self.sink, 0, "StreamingLLMConfig")
-        _require_int("recent", self.recent, 1, "StreamingLLMConfig")
+        self.check_settings()
 
     @property
     def budget(self) -> int:
@@ -323,16 +437,20 @@ class StreamingLLMConfig(MethodConfig):
 
     def prefill_work(self, prompt: int) -> PrefillWork:
         """Positional: no scoring; the sinks and the prompt's tail are gathered into the layout."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         return PrefillWork(gathered_tokens=self.budget, gathered_segments=(self.sink > 0) + 1)
 
     @classmethod
-    def from_budget(cls, budget: int, *, sink: int | None = None) -> "StreamingLLMConfig":
-        """``budget`` slots: ``sink`` attention sinks (default 4) and a ring of ``budget - sink`` recent tokens."""
+    def from_budget(cls, budget: int, *, sink: int | None = None, recent: int | None = None) -> "StreamingLLMConfig":
+        """``budget`` slots: ``sink`` attention sinks (default 4) and a ring of ``budget - sink`` recent tokens (an
+        explicit ``recent`` must add up)."""
         _require_budget(budget, cls)
         sink = _default_sink(budget, sink, cls.__name__)
+        if recent is not None and recent != budget - sink:
+            raise ValueError(f"{cls.__name__}.recent={recent!r} does not add up: budget {budget} = sink {sink} + "
+                             f"recent {budget - sink}; allowed: {budget - sink} or leave it out")
         return cls(sink=sink, recent=budget - sink)
 
 
@@ -341,26 +459,28 @@ class SnapKVConfig(MethodConfig):
     """``budget`` prompt tokens kept (observation window included); ``kernel`` odd; ``pooling`` avg or max."""
 
     method: ClassVar[str] = "snapkv"
-    SPLIT_FIELDS: ClassVar[tuple[str, ...]] = ("observation", "kernel", "pooling")
 
     budget: int
-    observation: int = DEFAULT_OBSERVATION
-    kernel: int = DEFAULT_KERNEL
-    pooling: str = DEFAULT_POOLING
+    observation: int = setting(DEFAULT_OBSERVATION, "last prompt queries that score the earlier tokens (always kept)",
+                               minimum=1,
+                               default_text=f"{DEFAULT_OBSERVATION}, or half a budget below {2 * DEFAULT_OBSERVATION}")
+    kernel: int = setting(DEFAULT_KERNEL, "pooling kernel over the scores along the key axis", odd=True,
+                          default_text=str(DEFAULT_KERNEL))
+    pooling: str = setting(DEFAULT_POOLING, "pooling of the scores", type=str, choices=POOLINGS,
+                           default_text=DEFAULT_POOLING)
 
     def __post_init__(self):
         _require_int("budget", self.budget, 1, "SnapKVConfig")
-        _require_int("observation", self.observation, 1, "SnapKVConfig")
+        self.check_settings()
         if self.observation > self.budget:
             raise ValueError(
                 f"SnapKVConfig.observation={self.observation} is invalid; allowed: 1..budget ({self.budget})"
             )
-        _require_kernel_and_pooling(self.kernel, self.pooling, "SnapKVConfig")
 
     def prefill_work(self, prompt: int) -> PrefillWork:
         """A prompt longer than the budget: the last ``observation`` queries score every earlier token; ``budget``
         tokens are gathered, as two pieces (the selected tokens and the window)."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         return PrefillWork(window_queries=min(self.observation, prompt), scored_tokens=prompt - self.observation,

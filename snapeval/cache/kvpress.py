@@ -33,7 +33,7 @@ import torch
 
 from snapeval.cache.attention import check_architecture
 from snapeval.cache.base import CompressedKVCache
-from snapeval.cache.config import MAX_BUDGET, MIN_BUDGET, MethodConfig, PrefillWork, _check_lengths
+from snapeval.cache.config import MAX_BUDGET, MIN_BUDGET, MethodConfig, PrefillWork, check_lengths
 from snapeval.cache.full import FullCache
 from snapeval.cache.snapkv import SnapKVLayer
 from snapeval.errors import SnapevalError
@@ -129,7 +129,7 @@ class KVPressConfig(MethodConfig):
         (SnapKVPress; TOVAPress reads the last query), or by position alone (StreamingLLMPress), then keeps
         ``budget`` tokens with one index list (kvpress gathers the kept indices in one pass). What each press reads is
         its own code's business; this is the shape of its work."""
-        _check_lengths(prompt, 0)
+        check_lengths(prompt, 0)
         if prompt <= self.budget:
             return PrefillWork()
         if self.press_name in POSITIONAL_PRESSES:

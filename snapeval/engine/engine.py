@@ -21,28 +21,57 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
-from snapeval.cache.base import CompressedKVCache
 from snapeval.cache.attention import install
-from snapeval.engine.requests import Completion, EngineStats, Request, SamplingParams
-from snapeval.engine.sampling import choose, request_generator
+from snapeval.decoding import (Completion, Request, SamplingParams, choose, decode_step, pad_token_id,
+                               request_generator, stop_token_ids)
+from snapeval.decoding.step import prefill as prefill_prompt
 from snapeval.errors import SnapevalError
-from snapeval.generation import _as_list
 from snapeval.models.devices import input_device, layer_devices
 
-def has_static_rows(config: MethodConfig) -> bool:
-    """Whether the engine can hold ``config``'s cache in static rows (its static cache class is a compressed-cache
-    layout): fixed-size caches get ``budget`` slots, appending ones their kept prompt plus the tokens to decode."""
-    return issubclass(method_info(config).static_cache_class(), CompressedKVCache)
+#: The built-in methods the engine runs (every one with static rows: appending caches get rows sized for their
+#: requests; :attr:`~snapeval.cache.methods.MethodInfo.static_rows`).
+ENGINE_METHODS = tuple(name for name in METHOD_TABLE.names() if METHOD_TABLE.get(name).static_rows)
+@dataclass
+class EngineStats:
+    """Totals of one :meth:`Engine.generate` call."""
+
+    num_slots: int
+    requests: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    wall_seconds: float = 0.0
+    prefill_seconds: float = 0.0  # batch-1 prefills (compression included)
+    decode_seconds: float = 0.0  # batched decode steps (sampling and stop checks included)
+    decode_steps: int = 0
+    active_slot_steps: int = 0  # sum over decode steps of the slots that were decoding
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of wall time (prefill included): the end-to-end throughput."""
+        return self.generated_tokens / self.wall_seconds if self.wall_seconds > 0 else float("nan")
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens produced by batched decode steps per second of decode time."""
+        return self.active_slot_steps / self.decode_seconds if self.decode_seconds > 0 else float("nan")
+
+    @property
+    def occupancy(self) -> float:
+        """Mean fraction of the slots that were decoding, over decode steps."""
+        return self.active_slot_steps / (self.decode_steps * self.num_slots) if self.decode_steps else float("nan")
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items()}
+        out.update(tokens_per_s=self.tokens_per_s, decode_tokens_per_s=self.decode_tokens_per_s, occupancy=self.occupancy)
+        return out
 
 
-#: The built-in methods the engine runs (every one: appending caches get rows sized for their requests).
-ENGINE_METHODS = tuple(name for name in METHOD_TABLE.names()
-                       if issubclass(METHOD_TABLE.get(name).static_cache_class(), CompressedKVCache))
 #: ``prefill(request_index, prompt_ids) -> (logits [V] of the last prompt position, a compressed cache whose row 0
 #: holds the prompt)``: how a prompt becomes a decode row (default: :meth:`Engine.prefill`, a batch-1 prefill).
 PrefillFn = Callable[[int, list], "tuple[torch.Tensor, object]"]
@@ -73,7 +102,7 @@ class Engine:
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
             raise SnapevalError(f"config={config!r} is invalid for the engine; allowed: a method configuration or a budget >= 2")
-        if not has_static_rows(config):
+        if not method_info(config).static_rows:
             raise SnapevalError(
                 f"method={config.method!r} is not supported by the engine; choose one of: {', '.join(ENGINE_METHODS)} "
                 "(methods with a static-row layout; use snapeval.generate for the others)"
@@ -94,9 +123,8 @@ class Engine:
         self.prefill_cache = self.cache_class(model, config)  # reset and reused by every prefill
         self._row_shape = (cfg.num_key_value_heads, head_dim)
         self._always_mask = bool(compile)
-        self.eos_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None}
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.pad_id = int(pad)
+        self.stops = stop_token_ids(model, tokenizer)
+        self.pad_id = pad_token_id(tokenizer)
         self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
         self.compiled = bool(compile)
@@ -123,8 +151,7 @@ class Engine:
         largest request of the call (reallocated only when they must grow)."""
         if self.fixed_size:
             return
-        budget = self.config.budget
-        kept = max(len(r.prompt) if budget is None else min(budget, len(r.prompt)) for r in requests)
+        kept = max(self.config.kept_tokens(len(r.prompt)) for r in requests)
         needed = kept + max(r.params.max_new_tokens for r in requests)
         if needed > self.slots:
             self._allocate(needed)
@@ -151,9 +178,7 @@ class Engine:
         Returns the last position's logits ``[V]`` and that cache."""
         cache = self.prefill_cache
         cache.reset()
-        ids = torch.tensor([prompt], device=self.device)
-        logits = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
-        return logits, cache
+        return prefill_prompt(self.model, cache, torch.tensor([prompt], device=self.device))[0], cache
 
     def slot_tensors(self) -> list[torch.Tensor]:
         """Every tensor the slots live in (for introspection: their storage never changes)."""
@@ -207,7 +232,7 @@ class Engine:
         logits, cache = prefill(request.index, request.prompt)
         token = choose(logits, request.params, request.generator)
         request.first_token_at = time.perf_counter() - start
-        finished = request.check_stop(token, self.eos_ids, self.tokenizer)
+        finished = request.check_stop(token, self.stops, self.tokenizer)
         request.kv_bytes = cache.row_kv_bytes(0)
         if not finished:
             self.cache.load_row(slot, cache)
@@ -217,9 +242,9 @@ class Engine:
         return finished
 
     def _decode_logits(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """One decode step of every slot: ``[N, 1]`` ids and positions -> ``[N, V]`` logits."""
-        out = self.model(input_ids=input_ids, position_ids=position_ids, past_key_values=self.cache, use_cache=True)
-        return out.logits[:, -1]
+        """One decode step of every slot (:func:`~snapeval.decoding.step.decode_step`): ``[N, 1]`` ids and positions
+        -> ``[N, V]`` logits."""
+        return decode_step(self.model, self.cache, input_ids, position_ids)
 
     def _decode(self) -> torch.Tensor:
         """One static decode step of every slot from :attr:`input_ids`; returns ``[num_slots, V]`` logits."""
@@ -233,7 +258,7 @@ class Engine:
         self.stats.active_slot_steps += len(active)
         for slot, request in list(active.items()):
             token = choose(logits[slot], request.params, request.generator) if request.params.do_sample else greedy[slot]
-            if request.check_stop(token, self.eos_ids, self.tokenizer):
+            if request.check_stop(token, self.stops, self.tokenizer):
                 request.kv_bytes = self.cache.row_kv_bytes(slot)
                 done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
                 del active[slot]

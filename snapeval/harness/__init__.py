@@ -1,6 +1,6 @@
 """lm-eval integration: the ``snapstream`` model and :func:`evaluate` (one lm-eval run with full provenance)."""
 from __future__ import annotations
 
-from snapeval.harness.evaluate import TASKS_DIR, evaluate
+from snapeval.harness.evaluate import evaluate
 
-__all__ = ["TASKS_DIR", "evaluate"]
+__all__ = ["evaluate"]

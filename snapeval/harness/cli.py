@@ -10,20 +10,21 @@ from snapeval.errors import SnapevalError
 
 
 def register(subparsers) -> None:
+    from snapeval.cache import METHOD_TABLE
+
     p = subparsers.add_parser(
         "run",
         help="evaluate one model on lm-eval tasks under one KV-cache method and budget",
-        description="One lm-eval run through the `snapstream` model (tasks from the repository's tasks/ folder). "
+        description="One lm-eval run through the `snapstream` model (tasks from snapeval/tasks, or $SNAPEVAL_TASKS_DIR). "
         "Prints the metrics with the measured KV-cache bytes and tokens/s, and writes the full results JSON.",
     )
     p.add_argument("--model", default="smollm2-135m-instruct", help="preset name (snapeval models), local dir, .gguf or hub id")
     p.add_argument("--task", required=True, help="lm-eval task name(s), comma-separated (e.g. snapeval_passkey)")
     p.add_argument("--method", default="snapstream",
-                   help="full | snapstream | streamingllm | snapkv | kvpress:<Press> (e.g. kvpress:TOVAPress)")
+                   help=f"{' | '.join(METHOD_TABLE.allowed().split(', '))} (e.g. kvpress:TOVAPress)")
     p.add_argument("--budget", type=int, default=None, help="total KV budget in tokens (not for full)")
-    for name in ("sink", "recent", "topk", "observation", "kernel"):
-        p.add_argument(f"--{name}", type=int, default=None, help=f"SnapStream {name} (default: from the budget)")
-    p.add_argument("--pooling", default=None, help="avg | max")
+    for name in METHOD_TABLE.setting_names():  # every method's own settings, as their declarations say
+        p.add_argument(f"--{name}", default=None, help=METHOD_TABLE.setting_help(name))
     p.add_argument("--press-arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument of a kvpress press (method kvpress:<Press>), repeatable")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | float64 (default: the preset's)")
@@ -52,14 +53,15 @@ def _positive(name: str, value, *, optional: bool = False) -> None:
 
 
 def run(args) -> int:
-    from snapeval.cache import resolve_method
+    from snapeval.cache import METHOD_TABLE, resolve_method
+    from snapeval.cache.methods import settings_from_text
     from snapeval.errors import check_choice
 
     check_choice("engine", args.engine, ("auto", "true", "false"))
     from snapeval.harness.lm_eval_model import press_value
 
-    split = {k: getattr(args, k) for k in ("sink", "recent", "topk", "observation", "kernel", "pooling")
-             if getattr(args, k) is not None}
+    given = {k: getattr(args, k, None) for k in METHOD_TABLE.setting_names()}
+    split = settings_from_text(args.method, {k: v for k, v in given.items() if v is not None})
     press = {}
     for item in args.press_arg:
         name, sep, value = item.partition("=")
@@ -90,8 +92,7 @@ def run(args) -> int:
         "batch_size": args.batch_size, "max_gen_toks": args.max_gen_toks, "engine": args.engine,
         "engine_slots": args.engine_slots, "device": args.device, "device_map": args.device_map,
         **{f"press_{k}": v for k, v in press.items()},
-        **{k: getattr(args, k) for k in ("sink", "recent", "topk", "observation", "kernel", "pooling")
-           if getattr(args, k) is not None},
+        **split,
     }
     from snapeval.harness.evaluate import evaluate
 

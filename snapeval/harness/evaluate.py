@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 from snapeval.errors import SnapevalError
-
-#: The lm-eval task folder shipped in the repository (override with ``SNAPEVAL_TASKS_DIR``).
-TASKS_DIR = Path(os.environ.get("SNAPEVAL_TASKS_DIR", Path(__file__).resolve().parents[2] / "tasks"))
+from snapeval.paths import tasks_dir
 
 
 def evaluate(
@@ -45,9 +42,10 @@ def evaluate(
 
     from snapeval.harness.lm_eval_model import SnapStreamLM
 
-    include = Path(include_path) if include_path else TASKS_DIR
+    include = Path(include_path) if include_path else tasks_dir()
     if not include.is_dir():
-        raise SnapevalError(f"include_path={str(include)!r} is not a directory; set SNAPEVAL_TASKS_DIR to the tasks/ folder")
+        raise SnapevalError(f"include_path={str(include)!r} is not a directory; allowed: a folder of lm-eval task YAML "
+                            "(set SNAPEVAL_TASKS_DIR, default snapeval/tasks)")
     if lm is None:
         from snapeval.harness.shared import load_once
 

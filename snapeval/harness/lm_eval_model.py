@@ -2,7 +2,7 @@
 
     lm_eval --model snapstream \\
         --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
-        --include_path tasks --tasks snapeval_passkey
+        --include_path snapeval/tasks --tasks snapeval_passkey
 
 - ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring. With a
   fixed-size cache (snapstream, streamingllm) this runs on the continuous-batching engine by default
@@ -25,18 +25,20 @@ from dataclasses import asdict, dataclass
 import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
-from lm_eval.models.utils_hf import stop_sequences_criteria
 
 import snapeval
-from snapeval.cache import MethodConfig, method_info, resolve_method
+from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
+from snapeval.cache.methods import settings_from_text
 from snapeval.errors import SnapevalError, check_choice
+from snapeval.decoding import SamplingParams, pad_token_id
 from snapeval.generation import generate_ids
-from snapeval.harness.followup import Followup, two_pass_response
+from snapeval.tasks.followup import Followup, two_pass_response
 from snapeval.models.devices import input_device, parse_device_map, usable_device
 from snapeval.models.loading import DTYPES, load_model
 
-SPLIT_FIELDS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
-INT_ARGS = ("engine_slots", "budget", "sink", "recent", "topk", "observation", "kernel", "batch_size", "max_gen_toks", "max_length",
+#: model_args read as integers; a method's own settings (``sink``, ``recent``, ...) are read as their declarations
+#: say (:func:`snapeval.cache.methods.settings_from_text`).
+INT_ARGS = ("engine_slots", "budget", "batch_size", "max_gen_toks", "max_length",
             "specprefill_chunk", "specprefill_lookahead", "specprefill_pool_kernel")
 
 
@@ -172,7 +174,6 @@ def use_engine(engine, config: MethodConfig) -> bool:
     SnapKV keep lm-eval's padded batches, the reference path); ``true`` puts any method with a static-row layout on
     it."""
     from snapeval.engine import ENGINE_METHODS
-    from snapeval.engine.engine import has_static_rows
 
     method = config.method
     choice = {"auto": None, "none": None, "true": True, "1": True, "yes": True, "false": False, "0": False,
@@ -181,7 +182,8 @@ def use_engine(engine, config: MethodConfig) -> bool:
         raise SnapevalError(f"engine={engine!r} is not allowed; choose one of: auto, true, false")
     if choice is None:
         return method_info(config).fixed_size
-    if choice and (not has_static_rows(config) or method_info(config).prefill_hooks):  # a press prefills in its hooks
+    info = method_info(config)
+    if choice and (not info.static_rows or info.prefill_hooks):  # a press compresses in its own prefill hooks
         raise SnapevalError(f"engine=true needs a method with a static-row layout; method={method!r} allowed: "
                             f"{', '.join(ENGINE_METHODS)}")
     return choice
@@ -209,12 +211,6 @@ class SnapStreamLM(HFLM):
         method: str = "snapstream",
         cache_config: MethodConfig | None = None,
         budget: int | None = None,
-        sink: int | None = None,
-        recent: int | None = None,
-        topk: int | None = None,
-        observation: int | None = None,
-        kernel: int | None = None,
-        pooling: str | None = None,
         dtype: str | None = None,
         batch_size: int = 1,
         max_gen_toks: int = 256,
@@ -233,9 +229,10 @@ class SnapStreamLM(HFLM):
         **kwargs,
     ):
         args = {k: _coerce(k, v) for k, v in dict(
-            budget=budget, sink=sink, recent=recent, topk=topk, observation=observation, kernel=kernel,
-            pooling=pooling, batch_size=batch_size, max_gen_toks=max_gen_toks, max_length=max_length).items()}
-        split = {k: args[k] for k in SPLIT_FIELDS if args[k] is not None}
+            budget=budget, batch_size=batch_size, max_gen_toks=max_gen_toks, max_length=max_length).items()}
+        # A method's settings (every name some method of the table declares), typed as the method declares them.
+        given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in METHOD_TABLE.setting_names()]}
+        split = settings_from_text(method, {k: v for k, v in given.items() if _coerce(k, v) is not None})
         press = {k[len("press_"):]: press_value(kwargs.pop(k)) for k in [k for k in kwargs if k.startswith("press_")]}
         if cache_config is None:
             cache_config = resolve_method(method, budget=args["budget"], **split, **press)
@@ -251,8 +248,8 @@ class SnapStreamLM(HFLM):
                 raise SnapevalError(f"{name}={value} is invalid; allowed: an integer >= 1")
         unknown = sorted(set(kwargs) - _hflm_arguments())
         if unknown:
-            allowed = ", ".join(sorted({*SPLIT_FIELDS, *INT_ARGS, "pretrained", "method", "dtype", "device", "device_map", "engine",
-                                        "pooling", "specprefill_draft", "specprefill_keep", *_hflm_arguments()}))
+            allowed = ", ".join(sorted({*METHOD_TABLE.setting_names(), *INT_ARGS, "pretrained", "method", "dtype", "device",
+                                        "device_map", "engine", "specprefill_draft", "specprefill_keep", *_hflm_arguments()}))
             raise SnapevalError(f"model_args: unknown argument {unknown[0]!r}; allowed: {allowed}")
         self.cache_config = cache_config
         self.pretrained_name = str(pretrained)
@@ -346,7 +343,7 @@ class SnapStreamLM(HFLM):
     def generate_until(self, requests, disable_tqdm: bool = False):
         """With speculative prefill, each prompt is first compressed by the draft model (question and chat
         scaffolding kept whole), then generated exactly like an uncompressed one. A request whose generation_kwargs
-        hold a ``followup`` runs two passes (:mod:`snapeval.harness.followup`)."""
+        hold a ``followup`` runs two passes (:mod:`snapeval.tasks.followup`)."""
         contexts = [request.args[0] for request in requests]  # as lm-eval built them (a second pass is wrapped alike)
         if self.specprefill is not None:
             self._compress_by_draft(requests)
@@ -390,7 +387,7 @@ class SnapStreamLM(HFLM):
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
     def _generate_two_pass(self, requests, followups: list[Followup], contexts: list[str], seeds: list[int]) -> list[str]:
-        """Both passes of two-pass requests; each answer is :func:`~snapeval.harness.followup.two_pass_response`.
+        """Both passes of two-pass requests; each answer is :func:`~snapeval.tasks.followup.two_pass_response`.
         In a shared-prefill group every configuration's second prompt (its own reasoning) is computed on top of one
         prefill per item of the prompts' common prefix (:meth:`~snapeval.branching.SharedBranches.generate_two_pass`)."""
         firsts = [_with_args(r, (r.args[0], {k: v for k, v in r.args[1].items() if k != "followup"})) for r in requests]
@@ -427,8 +424,6 @@ class SnapStreamLM(HFLM):
         (``seeds``: one per request, see :func:`request_seeds`)."""
         from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-        from snapeval.engine import SamplingParams
-
         eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         prompts, params = [], []
         for request, seed in zip(requests, seeds):
@@ -437,14 +432,20 @@ class SnapStreamLM(HFLM):
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
             max_new = kwargs.pop("max_gen_toks")
             ids = self.tok_encode(context)[-(self.max_length - max_new):]
-            temperature = float(kwargs.get("temperature", 0.0) or 0.0)
-            sample = bool(kwargs.get("do_sample", temperature > 0))
-            params.append(SamplingParams(
-                max_new_tokens=max_new, stop=tuple(u for u in until if u != eos), do_sample=sample,
-                temperature=temperature if sample else 1.0, top_p=float(kwargs.get("top_p", 1.0) or 1.0),
-                top_k=int(kwargs.get("top_k", 0) or 0), seed=seed))
+            params.append(self._sampling_params(kwargs, until, max_new, seed, eos))
             prompts.append(ids)
         return prompts, params
+
+    @staticmethod
+    def _sampling_params(kwargs: dict, until, max_new: int, seed: int | None, eos: str):
+        """lm-eval's normalized gen_kwargs (``do_sample``, ``temperature``, ``top_p``, ``top_k``) and stop strings as
+        one request's :class:`~snapeval.decoding.SamplingParams` (the eos string is a stop token already)."""
+        temperature = float(kwargs.get("temperature", 0.0) or 0.0)
+        sample = bool(kwargs.get("do_sample", temperature > 0))
+        return SamplingParams(
+            max_new_tokens=max_new, stop=tuple(u for u in until if u != eos), do_sample=sample,
+            temperature=temperature if sample else 1.0, top_p=float(kwargs.get("top_p", 1.0) or 1.0),
+            top_k=int(kwargs.get("top_k", 0) or 0), seed=seed)
 
     def _generate_with_engine(self, requests, seeds: list[int]):
         """All requests through one continuous-batching engine (static slots, per-request stops and sampling)."""
@@ -474,27 +475,24 @@ class SnapStreamLM(HFLM):
         return cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 2 * self.model.dtype.itemsize
 
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        """lm-eval's padded batch (``context`` ``[B, L]``, left-padded) through snapeval's one decode loop
+        (:func:`snapeval.generation.generate_ids`); returns the sequences ``[B, L + new]`` (finished rows padded),
+        as ``model.generate`` does. A sampled row draws from its own generator seeded from torch's generator."""
         attention_mask = generation_kwargs.pop("attention_mask", None)
         if attention_mask is None:
             attention_mask = torch.ones_like(context)
-        generation_kwargs["temperature"] = generation_kwargs.get("temperature", 0.0)
-        do_sample = generation_kwargs.get("do_sample")
-        if generation_kwargs["temperature"] == 0.0 and do_sample is None:
-            generation_kwargs["do_sample"] = do_sample = False
-        if do_sample is False and generation_kwargs["temperature"] == 0.0:
-            generation_kwargs.pop("temperature")
-        stopping = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
-        run = generate_ids(
-            self.model, context, attention_mask, self.cache_config,
-            max_length=max_length, stopping_criteria=stopping, pad_token_id=self.tokenizer.pad_token_id,
-            use_cache=True, **generation_kwargs,
-        )
-        new = run.sequences[:, context.shape[1]:]
-        generated = int((new != self.tokenizer.pad_token_id).sum()) if self.tokenizer.pad_token_id is not None else new.numel()
-        self._record(context.shape[0], int(attention_mask.sum()), generated, run.prefill_seconds,
+        eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
+        params = self._sampling_params(generation_kwargs, stop, max_length - context.shape[1], None, eos)
+        run = generate_ids(self.model, self.tokenizer, context, attention_mask, self.cache_config, params)
+        pad = pad_token_id(self.tokenizer)
+        new = torch.full((context.shape[0], max(map(len, run.token_ids))), pad, dtype=context.dtype,
+                         device=context.device)
+        for row, ids in enumerate(run.token_ids):
+            new[row, :len(ids)] = torch.tensor(ids, dtype=context.dtype)
+        self._record(context.shape[0], int(attention_mask.sum()), sum(map(len, run.token_ids)), run.prefill_seconds,
                      run.cache.compress_seconds, run.decode_seconds, run.decode_steps * context.shape[0],
                      run.cache.kv_bytes_per_row())
-        return run.sequences
+        return torch.cat([context, new], dim=1)
 
     def _record(self, requests, prompt_tokens, generated, prefill_s, compress_s, decode_s, decode_steps, kv_bytes):
         s = self.stats

@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from snapeval.errors import SnapevalError, check_choice
+from snapeval.paths import cache_dir
 
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 SMOLLM2 = "smollm2-135m-instruct"
@@ -31,14 +32,6 @@ GEMMA3_270M = "gemma-3-270m"
 #: model types whose tokenizers must prepend BOS (Gemma produces only newlines without ``<bos>``).
 BOS_MODEL_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
-def cache_dir() -> Path:
-    """Where converted models live: ``$SNAPEVAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/snapeval``, else ``~/.cache``."""
-    root = os.environ.get("SNAPEVAL_CACHE_DIR")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snapeval"
 
 
 def smollm2_gguf() -> Path:
@@ -168,7 +161,7 @@ def _file_lock(path: Path):
 
 
 def convert_gguf(gguf: Path) -> Path:
-    """Convert a GGUF once into a float32 safetensors directory under :func:`cache_dir` (safe across processes)."""
+    """Convert a GGUF once into a float32 safetensors directory under :func:`snapeval.paths.cache_dir` (safe across processes)."""
     gguf = gguf.resolve()
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]

@@ -1,4 +1,5 @@
-"""Reports: markdown and CSV comparison tables and PNG plots from a results directory."""
+"""Reports: the tidy results table (:mod:`~snapeval.report.results_table`: cells joined to simulated cost and paired
+statistics), and the markdown and CSV comparison tables and PNG plots built from it."""
 from __future__ import annotations
 
 import os
@@ -29,10 +30,12 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
     table is then rebuilt with it).
     """
     from snapeval.report import plots, tables
+    from snapeval.report.results_table import load_table, rebuild_table
     from snapeval.results.store import ResultsStore, atomic_write_text
 
     store = ResultsStore(results_dir)
-    table = store.rebuild_table(decision=decision) if rebuild or decision is not None else store.load_table()
+    rebuilt = rebuild or decision is not None
+    table = rebuild_table(results_dir, decision=decision) if rebuilt else load_table(results_dir)
     if table.empty or not table["primary"].any():
         raise SnapevalError(f"{results_dir}: no finished cells to report on")
     out = Path(out_dir) if out_dir is not None else store.root / "report"

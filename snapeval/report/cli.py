@@ -28,12 +28,12 @@ def main(args: argparse.Namespace) -> int:
 
     from snapeval.errors import SnapevalError
     from snapeval.report import build_report
-    from snapeval.results.store import ResultsStore
+    from snapeval.report.results_table import sweep_decision
 
     decision = None
     if args.margin is not None or args.alpha is not None:
         try:
-            decision = ResultsStore(args.results_dir).decision().with_overrides(margin=args.margin, alpha=args.alpha)
+            decision = sweep_decision(args.results_dir).with_overrides(margin=args.margin, alpha=args.alpha)
         except SnapevalError as exc:
             raise SnapevalError(str(exc).replace("decision.", "--", 1)) from None
     paths = build_report(args.results_dir, args.out, decision=decision)

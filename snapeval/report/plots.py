@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from snapeval.report.style import method_rank, styles_for
+from snapeval.report.style import is_reference, method_label, method_rank, styles_for
 from snapeval.report.tables import budget_label
 
 OFFSET = 0.045  # log2 units between neighbouring methods at one budget
@@ -42,10 +42,6 @@ def _metric_label(frame: pd.DataFrame) -> str:
     return f"accuracy ({frame['metric'].iloc[0].replace(',none', '')})"
 
 
-def _label(method: str) -> str:
-    return "full cache" if method == "full" else method
-
-
 def _decision_line(pair: pd.DataFrame | None, model: str, task: str, methods: list[str]) -> str:
     """"smallest non-inferior budget (δ = 0.02): snapstream 512, snapkv none, ..." for one panel ("" without a
     paired table)."""
@@ -57,7 +53,7 @@ def _decision_line(pair: pd.DataFrame | None, model: str, task: str, methods: li
     parts = []
     for method in methods:
         best = scored[scored["method"] == method]["smallest_ni_budget"].dropna()
-        if method != "full" and (scored["method"] == method).any():
+        if not is_reference(method) and (scored["method"] == method).any():
             parts.append(f"{method} {int(best.iloc[0]) if not best.empty else 'none'}")
     margin = float(scored["ni_margin"].dropna().iloc[0])
     return f"smallest non-inferior budget (δ = {margin:g}): " + ", ".join(parts)
@@ -72,7 +68,7 @@ def _budget_xlabel(ax, pair, model: str, task: str, methods: list[str]) -> None:
 
 def _offsets(methods: list[str]) -> dict[str, float]:
     """Multiplicative x offsets (log2 axis) that spread the methods of one budget symmetrically."""
-    compressed = [m for m in methods if m != "full"]
+    compressed = [m for m in methods if not is_reference(m)]
     mid = (len(compressed) - 1) / 2
     return {m: 2 ** ((i - mid) * OFFSET) for i, m in enumerate(compressed)}
 
@@ -196,9 +192,9 @@ def accuracy_vs_budget(pts: pd.DataFrame, model: str, pair: pd.DataFrame | None 
         for method in methods:
             m = sub[sub["method"] == method]
             style = styles[method]
-            if method == "full":
+            if is_reference(method):
                 v, se = float(m["value"].iloc[0]), float(m["stderr"].fillna(0).iloc[0])
-                ax.axhline(v, color=style.color, ls="--", lw=1.2, label="full cache")
+                ax.axhline(v, color=style.color, ls="--", lw=1.2, label=method_label(method))
                 ax.axhspan(v - se, v + se, color=style.color, alpha=0.08)
                 continue
             m = m.sort_values("budget")
@@ -265,8 +261,8 @@ def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str, pair: pd.DataFrame | N
             m = sub[sub["method"] == method].sort_values("sim_kv_bytes_per_seq")
             style = styles[method]
             ax.errorbar(m["sim_kv_bytes_per_seq"] / 2 ** 20, m["value"], yerr=m["stderr"].fillna(0).to_numpy(),
-                        marker=style.marker, color=style.color, capsize=3, ls="none" if method == "full" else "-",
-                        label=_label(method))
+                        marker=style.marker, color=style.color, capsize=3, ls="none" if is_reference(method) else "-",
+                        label=method_label(method))
         row = sub.iloc[0]
         _plain_x_axis(ax, sub["sim_kv_bytes_per_seq"] / 2 ** 20)
         ax.set_title(f"{task}\n(sim: {row['sim_prompt_len']:,} in / {row['sim_gen_len']:,} out tokens)", fontsize=9)
@@ -336,7 +332,7 @@ def accuracy_throughput_pareto(pts: pd.DataFrame, model: str, pair: pd.DataFrame
             m = sub[sub["method"] == method].sort_values("sim_decode_tokens_per_s")
             style = styles[method]
             ax.errorbar(m["sim_decode_tokens_per_s"], m["value"], yerr=m["stderr"].fillna(0).to_numpy(),
-                        marker=style.marker, color=style.color, capsize=3, ls="none", label=_label(method))
+                        marker=style.marker, color=style.color, capsize=3, ls="none", label=method_label(method))
             labels += [(r["sim_decode_tokens_per_s"], r["value"], budget_label(r["method"], r["budget"]))
                        for _, r in m.iterrows()]
         xs, ys = sub["sim_decode_tokens_per_s"].tolist(), sub["value"].tolist()

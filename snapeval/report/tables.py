@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from snapeval.report.style import method_rank
+from snapeval.report.style import is_reference, method_rank
 
 POINT = ["model", "task", "method", "budget"]
 
@@ -54,7 +54,7 @@ def comparison(table: pd.DataFrame) -> pd.DataFrame:
     machine's KV bytes; simulated ones the SN40L deployment of the ``sim_model``.
     """
     pts = points(table)
-    full = pts[pts["method"] == "full"].set_index(["model", "task"])
+    full = pts[pts["method"].map(is_reference)].set_index(["model", "task"])
 
     def ref(row, col):
         key = (row["model"], row["task"])
@@ -91,7 +91,7 @@ PAIRED = ["paired_n", "paired_clusters", "paired_unpaired", "paired_diff", "pair
 def paired(table: pd.DataFrame) -> pd.DataFrame:
     """Every compressed cell's headline metric paired item by item with the full-cache cell of its group (one row
     per cell: seeds are not averaged, each seed is its own paired experiment)."""
-    rows = table[table["primary"] & (table["method"] != "full")]
+    rows = table[table["primary"] & ~table["method"].map(is_reference).astype(bool)]
     cols = ["model", "task", "method", "budget", "seed", "metric", "filter", "higher_is_better", "value"] + PAIRED
     return _sort(rows[cols].reset_index(drop=True))
 
@@ -237,7 +237,8 @@ def items_summary(pair: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 
 def budget_label(method: str, budget) -> str:
-    return "full" if method == "full" or pd.isna(budget) else str(int(budget))
+    """A point's budget as a column heading: its tokens, or "full" for a method without a budget."""
+    return "full" if pd.isna(budget) else str(int(budget))
 
 
 def accuracy_vs_budget(table: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
@@ -248,7 +249,7 @@ def accuracy_vs_budget(table: pd.DataFrame) -> dict[tuple[str, str], pd.DataFram
         frame = frame.assign(budget_label=[budget_label(m, b) for m, b in zip(frame["method"], frame["budget"])],
                              cell=[_pm(v, s) for v, s in zip(frame["value"], frame["stderr"])])
         budgets = sorted({int(b) for b in frame["budget"].dropna()})
-        cols = (["full"] if (frame["method"] == "full").any() else []) + [str(b) for b in budgets]
+        cols = (["full"] if frame["budget"].isna().any() else []) + [str(b) for b in budgets]
         pivot = frame.pivot(index="method", columns="budget_label", values="cell").reindex(columns=cols).fillna("")
         pivot = pivot.loc[sorted(pivot.index, key=method_rank)]
         pivot.columns.name = f"budget ({frame['metric'].iloc[0]})"
@@ -292,7 +293,7 @@ def comparison_markdown(comp: pd.DataFrame) -> dict[tuple[str, str], str]:
     for (model, task), frame in comp.groupby(["model", "task"], sort=False):
         lines = [header, rule]
         for _, r in frame.iterrows():
-            delta = "" if r["method"] == "full" else (
+            delta = "" if is_reference(r["method"]) else (
                 f"{_fmt(r['delta'], 'signed')} ± {r['delta_stderr']:.3f}" if not pd.isna(r["delta_stderr"])
                 else _fmt(r["delta"], "signed"))
             lines.append("| " + " | ".join([

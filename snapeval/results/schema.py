@@ -141,7 +141,7 @@ def cell_label(data: dict[str, Any]) -> str:
     task = (identity.get("task") or {}).get("name", "?") if isinstance(identity.get("task"), dict) else "?"
     policy = identity.get("policy") if isinstance(identity.get("policy"), dict) else {}
     method = policy.get("method", "?")
-    point = method if method == "full" or policy.get("budget") is None else f"{method}@{policy.get('budget')}"
+    point = method if policy.get("budget") is None else f"{method}@{policy.get('budget')}"
     return f"cell {data.get('cell_id', '?')} ({model} | {task} | {point} | seed {identity.get('seed', '?')})"
 
 

@@ -209,12 +209,6 @@ class ResultsStore:
             raise SnapevalError(f"{self.manifest_path}: cells must be a list of objects with a cell_id; {remedy}")
         return data
 
-    def decision(self):
-        """The decision rule (margin, alpha) the sweep declared (its ``decision:`` key), else the default."""
-        from snapeval.stats import DecisionRule
-
-        return DecisionRule.from_mapping(self.read_manifest().get("decision"), f"{self.manifest_path}: decision")
-
     def finished(self) -> list[CellResult]:
         """The finished cells of the manifest's grid, in grid order (unfinished ones are left out)."""
         entries = self.read_manifest()["cells"]
@@ -243,26 +237,3 @@ class ResultsStore:
     def lock(self) -> "SweepLock":
         """An exclusive lock on this directory for one sweep process (see :class:`SweepLock`)."""
         return SweepLock(self.root)
-
-    def load_table(self):
-        """The tidy table: ``results.parquet`` if present, else rebuilt from the manifest and the cell files."""
-        import pandas as pd
-
-        parquet, _ = self.table_paths
-        if parquet.is_file():
-            return pd.read_parquet(parquet)
-        return self.rebuild_table(write=False)
-
-    def rebuild_table(self, write: bool = True, decision=None):
-        """Re-derive the table from the manifest and the cell files (with the current simulator and statistics), and
-        save it. ``decision``: the margin and alpha to use (default: the sweep's own, :meth:`decision`)."""
-        from snapeval.results.table import build_table
-
-        manifest = self.read_manifest()
-        table = build_table(manifest["cells"], {r.cell_id: r for r in self.finished()}, manifest.get("simulate") or {},
-                            decision=decision if decision is not None else self.decision())
-        if write and not table.empty:
-            self.write_table(table)
-        return table
-
-

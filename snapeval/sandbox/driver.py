@@ -571,11 +571,32 @@ def load_program(spec, code):
     return getattr(target, name)
 
 
-def run_stdin_test(method, text):
-    """One stdin test: standard output captured in a text buffer whose ``close`` takes one argument (as the
-    official ``Capturing``), ``sys.stdin`` and ``builtins.open`` replaced, ``SystemExit`` ends the test normally."""
-    capture = io.StringIO()
-    capture.close = lambda x: 1
+class BoundedCapture(io.StringIO):
+    """The official ``Capturing`` text buffer (its ``close`` takes one argument) that stops a test as soon as it
+    holds more characters than ``max_chars``: every character is at least one byte, so it never stops output
+    within the byte cap, and a program printing without end fails with ``output_limit`` in the time it takes to
+    write the cap, not after filling its memory or its time. Once over, it stays over even if the program catches
+    the error."""
+
+    def __init__(self, max_chars=None):
+        super().__init__()
+        self.max_chars, self.written, self.exceeded = max_chars, 0, False
+
+    def write(self, text):
+        self.written += len(text)
+        if self.max_chars is not None and self.written > self.max_chars:
+            self.exceeded = True
+            raise OSError(errno.EFBIG, f"more than {self.max_chars} bytes of output")
+        return super().write(text)
+
+    def close(self, *args):
+        return 1
+
+
+def run_stdin_test(method, text, max_bytes=None):
+    """One stdin test: standard output captured in a ``BoundedCapture`` (at most ``max_bytes``), ``sys.stdin``
+    and ``builtins.open`` replaced, ``SystemExit`` ends the test normally."""
+    capture = BoundedCapture(max_bytes)
     saved_stdout, saved_stdin, saved_open = sys.stdout, sys.stdin, builtins.open
     sys.stdout = capture
     try:
@@ -588,6 +609,8 @@ def run_stdin_test(method, text):
             sys.stdin, builtins.open = saved_stdin, saved_open
     finally:
         sys.stdout = saved_stdout
+    if capture.exceeded:
+        raise OSError(errno.EFBIG, f"more than {capture.max_chars} bytes of output")
     return capture.getvalue().encode("utf-8", "surrogatepass")
 
 
@@ -688,7 +711,8 @@ def serve(spec, code, inputs_fd, results_fd):
         method, failure = load_program(spec, code), None
     except BaseException as exc:  # a program that fails to load fails its first test (official: [-4])
         method, failure = None, _describe(exc)
-    run_test = run_stdin_test if spec["mode"] == "stdin" else run_functional_test
+    max_bytes = spec.get("max_file_bytes")
+    run_test = (lambda m, t: run_stdin_test(m, t, max_bytes)) if spec["mode"] == "stdin" else run_functional_test
     while True:
         text = read_input(inputs_fd)
         if text is None:

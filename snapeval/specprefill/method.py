@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from snapeval.specprefill.config import SpecPrefillConfig
+from snapeval.decoding import Request, SamplingParams, decode, pad_token_id, prefill, stop_token_ids
 from snapeval.models.devices import input_device
+from snapeval.specprefill.config import SpecPrefillConfig
 from snapeval.specprefill.mapping import kept_spans, same_tokenizer, spans_text
 from snapeval.specprefill.scoring import token_importance
 from snapeval.specprefill.selection import Span, default_protected_spans, protected_tokens, select_tokens
@@ -169,42 +170,25 @@ class TargetRun:
     compressed: CompressedPrompt | None = field(default=None, repr=False)
 
 
-def _stops(model, tokenizer) -> set[int]:
-    eos = model.generation_config.eos_token_id
-    eos = list(eos) if isinstance(eos, (list, tuple)) else [eos]
-    return {t for t in [tokenizer.eos_token_id, *eos] if t is not None}
-
-
 @torch.inference_mode()
 def _greedy(model, tokenizer, ids: list[int], position_ids: list[int] | None, max_new_tokens: int):
-    """Greedy decoding with a plain dynamic cache and explicit position ids; returns (ids, prefill s, decode s)."""
+    """Greedy decoding with a plain dynamic cache and explicit position ids (:func:`snapeval.decoding.prefill`, then
+    :func:`snapeval.decoding.decode`); returns (ids, prefill s, decode s)."""
     from transformers import DynamicCache
 
     device = input_device(model)
     length = len(ids)
     positions = list(range(length)) if position_ids is None else list(position_ids)
     cache = DynamicCache(config=model.config)
-    stops = _stops(model, tokenizer)
+    request = Request(index=0, prompt=list(ids), params=SamplingParams(max_new_tokens=max_new_tokens))
     start = time.perf_counter()
-    out = model(
-        input_ids=torch.tensor([ids], device=device), position_ids=torch.tensor([positions], device=device),
-        cache_position=torch.arange(length, device=device), past_key_values=cache, use_cache=True, logits_to_keep=1,
-    )
-    token = int(out.logits[0, -1].argmax())
-    first = time.perf_counter()
-    generated = [token]
-    next_position = positions[-1] + 1
-    for step in range(max_new_tokens - 1):
-        if token in stops:
-            break
-        out = model(
-            input_ids=torch.tensor([[token]], device=device),
-            position_ids=torch.tensor([[next_position + step]], device=device),
-            cache_position=torch.tensor([length + step], device=device), past_key_values=cache, use_cache=True,
-        )
-        token = int(out.logits[0, -1].argmax())
-        generated.append(token)
-    return generated, first - start, time.perf_counter() - first
+    logits = prefill(model, cache, torch.tensor([ids], device=device),
+                     position_ids=torch.tensor([positions], device=device),
+                     cache_position=torch.arange(length, device=device))
+    times = decode(model, tokenizer, cache, logits, [request], torch.tensor([positions[-1] + 1]),
+                   stops=stop_token_ids(model, tokenizer), pad_id=pad_token_id(tokenizer))
+    first = times[0]
+    return request.token_ids, first - start, time.perf_counter() - first
 
 
 def run_target(model, tokenizer, ids, position_ids=None, max_new_tokens=64, method="full", cache_config=None) -> TargetRun:

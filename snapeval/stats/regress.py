@@ -1,6 +1,7 @@
 """``snapeval regress``: accuracy regression check of a results directory against a committed baseline.
 
-Cells are matched on (model, task, method, budget split, seed). It guards drops (one-sided), per baseline cell:
+Cells are matched on (model, task, method, budget, every method setting, seed: :func:`key_fields`). It guards drops
+(one-sided), per baseline cell:
 
 * **greedy cells** (both sides decoded greedily): decoding is deterministic, so *any* change of a per-item score or
   a generated text fails, named item by item (a scoring-code change that keeps every text is caught as well as a
@@ -39,16 +40,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from snapeval.cache.methods import METHOD_TABLE
 from snapeval.errors import SnapevalError
 from snapeval.stats.decision import DEFAULT_ALPHA, DEFAULT_MARGIN, DecisionRule
 from snapeval.stats.power import REGRESSION_DROP
 
 BASELINE_FORMAT = "snapeval-baseline/1"
-KEY_FIELDS = ("model", "task", "method", "budget", "sink", "recent", "topk", "observation", "kernel", "pooling",
-              "seed")
 DEFAULT_Z = 3.0
 MAX_ITEMS = 20  # changed items named one by one; the rest are counted
 MAX_DIFF_LINES = 6
+
+
+def key_fields() -> tuple[str, ...]:
+    """What two cells must share to be compared: model, task, method, budget, the settings of every registered method
+    (declared on its configuration; a setting a method lacks is None on both sides) and seed."""
+    return ("model", "task", "method", "budget", *METHOD_TABLE.setting_names(), "seed")
 
 
 class UnusableInput(SnapevalError):
@@ -64,12 +70,12 @@ class Entry:
 
     @property
     def key(self) -> tuple:
-        return tuple(self.view.get(f) for f in KEY_FIELDS)
+        return tuple(self.view.get(f) for f in key_fields())
 
     @property
     def label(self) -> str:
         v = self.view
-        point = "full" if v.get("method") == "full" else f"{v.get('method')}@{v.get('budget')}"
+        point = v.get("method") if v.get("budget") is None else f"{v.get('method')}@{v.get('budget')}"
         return f"{v.get('model')} | {v.get('task')} | {point} | seed {v.get('seed')}"
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from snapeval.cache import METHOD_TABLE, MethodConfig
 from snapeval.errors import SnapevalError
-from snapeval.cache import MethodConfig
 from snapeval.results.schema import group_id_of
 from snapeval.sweep.config import ModelSpec, SweepConfig, TaskSpec, data_files_for
 
@@ -56,7 +56,9 @@ def data_hashes(task: TaskSpec, data_dir: Path) -> dict[str, str]:
 @dataclass(frozen=True)
 class CellView:
     """The flat description of a cell that the results table, reports and paired statistics use (stored in the
-    manifest, one per cell). Split fields a method does not have are ``None``."""
+    manifest, one per cell). ``settings``: the value of every registered method's settings
+    (:meth:`~snapeval.cache.methods.MethodTable.setting_names`) that the cell's configuration has (``None`` for the
+    others), flattened into :meth:`to_dict` beside the other fields."""
 
     cell_id: str
     label: str
@@ -67,12 +69,7 @@ class CellView:
     metric: str | None
     method: str
     budget: int | None
-    sink: int | None
-    recent: int | None
-    topk: int | None
-    observation: int | None
-    kernel: int | None
-    pooling: str | None
+    settings: tuple[tuple[str, Any], ...]
     seed: int
     limit: int | None
     sim_prompt_len: int | None
@@ -80,12 +77,15 @@ class CellView:
     group_id: str | None = None  # cells of one (model, task, seed, items) group: what paired statistics pair
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "settings"}
+        out.update(self.settings)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CellView":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        names = {f.name for f in fields(cls)} - {"settings"}
+        settings = tuple((k, data.get(k)) for k in METHOD_TABLE.setting_names())
+        return cls(**{k: v for k, v in data.items() if k in names}, settings=settings)
 
 
 @dataclass(frozen=True)
@@ -136,13 +136,13 @@ class Cell:
     def view(self) -> CellView:
         """The flat description of this cell that the results table and reports use (stored in the manifest)."""
         policy = self.policy
+        names = dict.fromkeys([*METHOD_TABLE.setting_names(), *(s.name for s in policy.settings())])
         return CellView(
             cell_id=self.cell_id, label=self.label, model=self.model.name, dtype=self.model.dtype,
             simulate_as=self.model.simulate_as, task=self.task.name, metric=self.task.metric,
-            method=policy.method, budget=policy.budget, sink=getattr(policy, "sink", None),
-            recent=getattr(policy, "recent", None), topk=getattr(policy, "topk", None),
-            observation=getattr(policy, "observation", None), kernel=getattr(policy, "kernel", None),
-            pooling=getattr(policy, "pooling", None), seed=self.seed, limit=self.task.limit,
+            method=policy.method, budget=policy.budget,
+            settings=tuple((name, getattr(policy, name, None)) for name in names), seed=self.seed,
+            limit=self.task.limit,
             sim_prompt_len=self.task.sim.prompt_len, sim_gen_len=self.task.sim.gen_len, group_id=self.group_id,
         )
 

@@ -31,7 +31,9 @@ default can never silently reuse an old result):
   grows again while decoding, as in the original method.
 * ``full``: no budget; one cell per (model, task, seed) whatever the budgets are.
 
-Fields left out take the cache's documented defaults (:mod:`snapeval.cache.config`): 4 sinks, a ring of half the
+A method entry's keys besides ``method``, ``budgets`` and ``press`` are the settings its method declares
+(:class:`~snapeval.cache.config.Setting` on its configuration class), each checked as declared; a new method's
+settings are keys here without a change to this file. Fields left out take the cache's documented defaults (:mod:`snapeval.cache.config`): 4 sinks, a ring of half the
 budget (at least the observation window), an observation window of 32 (SnapKV: at most half the budget) and an
 average-pooling kernel of 5.
 """
@@ -45,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from snapeval.cache import METHOD_TABLE
-from snapeval.cache.config import POOLINGS
 from snapeval.errors import SnapevalError
 from snapeval.paths import repo_root
 from snapeval.sweep.spec import (
@@ -143,7 +144,8 @@ _MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as
                "share_prefill", "device_map", "max_memory")
 _DEVICE_RE = re.compile(r"^(\*|cpu|cuda(:[0-9]+)?)$")
 _TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
-_METHOD_KEYS = ("method", "budgets", "sink", "recent", "observation", "kernel", "pooling", "press")
+#: A method entry's own keys; besides them, every setting a method of the table declares (``sink``, ``recent``, ...).
+_METHOD_KEYS = ("method", "budgets", "press")
 _RESOURCE_KEYS = ("num_cpus", "num_gpus")
 _SIM_KEYS = ("hardware", "batch", "batch_cap", "enabled")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -262,45 +264,35 @@ def _parse_budgets(ctx: _Ctx, raw: Any, path: str) -> tuple[int, ...]:
 def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | None) -> MethodSpec:
     if isinstance(raw, str):
         raw = {"method": raw}
-    raw = ctx.mapping(raw, path, _METHOD_KEYS, required=("method",))
+    raw = ctx.mapping(raw, path, (*_METHOD_KEYS, *METHOD_TABLE.setting_names()), required=("method",))
     method = ctx.string(raw["method"], f"{path}.method")
-    if method not in METHOD_TABLE:
-        try:
-            METHOD_TABLE.get(method)
-        except SnapevalError as exc:
-            raise ctx.fail(f"{path}.method", str(exc)) from None
-    if method == "full":
+    try:
+        info = METHOD_TABLE.get(method)
+    except SnapevalError as exc:
+        raise ctx.fail(f"{path}.method", str(exc)) from None
+    if METHOD_TABLE.is_reference(method):
         extra = [k for k in raw if k != "method"]
         if extra:
-            raise ctx.fail(path, f"method 'full' takes no {', '.join(extra)} (it keeps the whole cache)")
-        return MethodSpec("full")
+            raise ctx.fail(path, f"method {method!r} takes no {', '.join(extra)} (it keeps the whole cache)")
+        return MethodSpec(method)
     if "budgets" in raw:
         own = _parse_budgets(ctx, raw["budgets"], f"{path}.budgets")
     elif budgets:
         own = budgets
     else:
         raise ctx.fail(f"{path}.budgets", f"method {method!r} needs budgets (here or in the top-level 'budgets')")
-    recent = raw.get("recent")
-    if recent is not None:
-        if isinstance(recent, bool) or not isinstance(recent, (int, float)):
-            raise ctx.fail(f"{path}.recent", f"expected tokens (int >= 1) or a fraction of the budget in (0, 1]; "
-                                             f"got {recent!r}")
-        if isinstance(recent, float) and not 0 < recent <= 1:
-            raise ctx.fail(f"{path}.recent", f"a fraction of the budget must lie in (0, 1]; got {recent}")
-        if isinstance(recent, int) and recent < 1:
-            raise ctx.fail(f"{path}.recent", f"must be >= 1 token; got {recent}")
-
-    def opt_int(key: str, minimum: int) -> int | None:
-        return ctx.integer(raw.get(key), f"{path}.{key}", minimum=minimum, optional=True)
-
-    spec = MethodSpec(
-        method=method, budgets=own, sink=opt_int("sink", 0), recent=recent, observation=opt_int("observation", 1),
-        kernel=opt_int("kernel", 1),
-        pooling=ctx.string(raw["pooling"], f"{path}.pooling", choices=POOLINGS) if raw.get("pooling") else None,
-        press=tuple(sorted(ctx.scalar_mapping(raw.get("press"), f"{path}.press").items())),
-    )
-    if spec.kernel is not None and spec.kernel % 2 == 0:
-        raise ctx.fail(f"{path}.kernel", f"the pooling kernel must be odd (padding kernel//2 keeps the length); got {spec.kernel}")
+    declared = {s.name: s for s in info.settings()}
+    settings = []
+    for key in [k for k in raw if k not in _METHOD_KEYS]:  # a setting: checked as its method declares it
+        if key not in declared:
+            raise ctx.fail(f"{path}.{key}", f"method {method!r} takes no {key!r}; allowed settings: "
+                                            f"{', '.join(declared) or 'none'}")
+        try:
+            settings.append((key, declared[key].check(raw[key])))
+        except ValueError as exc:
+            raise ctx.fail(f"{path}.{key}", str(exc)) from None
+    spec = MethodSpec(method=method, budgets=own, settings=tuple(settings),
+                      press=tuple(sorted(ctx.scalar_mapping(raw.get("press"), f"{path}.press").items())))
     try:
         spec.points()
     except SnapevalError as exc:

@@ -328,7 +328,7 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
 
     ``evaluate`` replaces :func:`snapeval.harness.evaluate` (same signature; used by tests); ``group_models``
     replaces the shared-prefill models of a group (default: the real ones, or none with a replaced ``evaluate``).
-    ``simulate`` is passed to :func:`snapeval.results.table.build_table`. One sweep at a time writes a results
+    ``simulate`` is passed to :func:`snapeval.report.results_table.build_table`. One sweep at a time writes a results
     directory (a lock; a second one fails with one line naming the holder).
     """
     out_dir = resolve_out(config, out)
@@ -339,7 +339,7 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
 
 def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream, simulate, report,
                group_models) -> SweepSummary:
-    from snapeval.results.table import build_table
+    from snapeval.report.results_table import build_table
 
     t0 = time.monotonic()
     store = ResultsStore(out_dir)

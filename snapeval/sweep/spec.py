@@ -13,9 +13,9 @@ from typing import Any
 from snapeval.cache import MethodConfig
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import DTYPES as _PRESET_DTYPES
-from snapeval.paths import default_data_dir, repo_root
+from snapeval.paths import default_data_dir, tasks_dir
 from snapeval.stats.decision import DecisionRule
-from snapeval.tasks.families import family_data_files, task_family
+from snapeval.tasks.families import task_data_files
 
 __all__ = ["DTYPES", "EXECUTORS", "SIM_HARDWARE_DEFAULT", "MethodSpec", "ModelSpec", "Resources", "SimLengths",
            "SimulateSpec", "SweepConfig", "TaskSpec", "data_files_for"]
@@ -137,45 +137,37 @@ def data_files_for(task: TaskSpec) -> tuple[str, ...]:
     """The data files (relative to the data directory) a task reads; synthetic tasks read none."""
     if task.data_files is not None:
         return task.data_files
-    family = task_family(task.name)
-    return family_data_files(family) if family else ()
+    return task_data_files(task.name)
 
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A method entry of the config: a policy, the budgets it is swept over, and the split fields it sets.
+    """A method entry of the config: a method, the budgets it is swept over, and the settings it sets.
 
-    ``None`` fields take the cache's defaults; ``recent`` is tokens (int) or a fraction of the budget (float).
+    ``settings``: ``(name, value)`` pairs of the method's own declared settings (:class:`~snapeval.cache.config.
+    Setting`: ``sink``, ``recent``, ...); those left out take the method's defaults (a SnapStream or StreamingLLM
+    ``recent`` may be tokens or a float fraction of the budget). ``press``: a kvpress press's own arguments.
     """
 
     method: str
     budgets: tuple[int, ...] = ()
-    sink: int | None = None
-    recent: float | int | None = None
-    observation: int | None = None
-    kernel: int | None = None
-    pooling: str | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
     press: tuple[tuple[str, Any], ...] = ()  # a kvpress press's own arguments (``method: kvpress:<Press>``)
 
     def points(self) -> list[MethodConfig]:
         """One resolved configuration per budget (:func:`snapeval.cache.resolve_method`): what the cell carries,
         unchanged, to the cache."""
-        from snapeval.cache import resolve_method
+        from snapeval.cache import METHOD_TABLE, resolve_method
 
-        if self.method == "full":
-            return [resolve_method("full")]
-        split = {k: getattr(self, k) for k in ("sink", "observation", "kernel", "pooling") if getattr(self, k) is not None}
-        if isinstance(self.recent, float):
-            split["recent_fraction"] = self.recent
-        elif self.recent is not None:
-            split["recent"] = self.recent
-        split.update(self.press)
-        return [resolve_method(self.method, budget=budget, **split) for budget in self.budgets]
+        if METHOD_TABLE.is_reference(self.method):
+            return [resolve_method(self.method)]
+        given = {**dict(self.settings), **dict(self.press)}
+        return [resolve_method(self.method, budget=budget, **given) for budget in self.budgets]
 
 
 @dataclass(frozen=True)
 class SimulateSpec:
-    """How the SN40L simulator prices each cell's full-size deployment (see :mod:`snapeval.results.table`).
+    """How the SN40L simulator prices each cell's full-size deployment (see :mod:`snapeval.report.results_table`).
 
     ``batch``: ``"max"`` (the largest batch that fits, capped at ``batch_cap``) or a fixed batch size.
     """
@@ -218,7 +210,7 @@ class SweepConfig:
     @property
     def include_dir(self) -> str:
         if self.include_path is None:
-            return str(repo_root() / "tasks")
+            return str(tasks_dir())
         path = Path(self.include_path)
         return str(path if path.is_absolute() else (Path(self.source).parent / path).resolve())
 

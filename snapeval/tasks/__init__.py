@@ -1,10 +1,13 @@
-"""Benchmark tasks: data loading with validation, prompts, answer extraction and scoring, and the
-synthetic long-context generators. The lm-eval task YAML in ``tasks/`` calls these through
-:mod:`snapeval.tasks.lm_eval_hooks`.
+"""Benchmark tasks, one folder per task family (:mod:`snapeval.tasks.families` finds them): each holds its lm-eval
+task YAML, its code (data loading with validation, prompts, answer extraction, scoring) and its lm-eval hooks
+(``hooks.py``), and declares its data and typical lengths in one place (``FAMILY`` in its ``__init__.py``). This
+folder is also lm-eval's task folder (:func:`snapeval.paths.tasks_dir`).
 
-Modules: :mod:`~snapeval.tasks.data`, :mod:`~snapeval.tasks.longbench`, :mod:`~snapeval.tasks.aime`,
-:mod:`~snapeval.tasks.livecodebench` (its programs run in :mod:`snapeval.sandbox`), :mod:`~snapeval.tasks.synthetic`,
-:mod:`~snapeval.tasks.reasoning`, :mod:`~snapeval.tasks.metrics`.
+Families: :mod:`~snapeval.tasks.longbench` (LongBench-v2), :mod:`~snapeval.tasks.aime` (AIME 2024),
+:mod:`~snapeval.tasks.livecodebench` (its programs run in :mod:`snapeval.sandbox`), :mod:`~snapeval.tasks.synthetic`
+(generated retrieval). Shared by them: :mod:`~snapeval.tasks.data`, :mod:`~snapeval.tasks.hooks`,
+:mod:`~snapeval.tasks.followup` (two-pass requests), :mod:`~snapeval.tasks.reasoning`, :mod:`~snapeval.tasks.metrics`,
+:mod:`~snapeval.tasks.tokens`.
 """
 from __future__ import annotations
 

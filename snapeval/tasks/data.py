@@ -26,10 +26,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import urlparse
 
 from snapeval.errors import SnapevalError
-
-DATA_DIR_ENV = "SNAPEVAL_DATA_DIR"
-#: ``<repo>/../shared/data``: the checkout sits beside ``shared/``.
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from snapeval.paths import DATA_DIR_ENV, data_dir_is_set, default_data_dir
 
 _OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
@@ -177,13 +174,9 @@ def hub_offline() -> bool:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> tuple[Path, bool]:
-    """Return ``(directory, explicit)``: the given/env directory (explicit) or the default beside the repo."""
-    if data_dir:
-        return Path(data_dir).expanduser(), True
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env).expanduser(), True
-    return DEFAULT_DATA_DIR, False
+    """Return ``(directory, explicit)``: the given/env directory (explicit) or the default beside the repo
+    (:mod:`snapeval.paths`)."""
+    return default_data_dir(data_dir), data_dir_is_set(data_dir)
 
 
 def _rows_digest(rows: list[dict]) -> str:

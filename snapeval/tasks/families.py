@@ -1,38 +1,112 @@
-"""The real benchmarks by task-name prefix, the data files each reads and their typical lengths (no torch, no
-lm-eval)."""
+"""The task families: one folder each under ``snapeval/tasks/``, found by looking (no list to edit).
+
+A family's folder holds its lm-eval task YAML, its code (data loading, prompts, scoring) and its lm-eval hooks
+(``hooks.py``), and its ``__init__.py`` declares, in one place, a :class:`TaskFamily` named ``FAMILY``: the prefix of
+its task names, the data it reads (a :class:`~snapeval.tasks.data.DatasetSpec`, whose files are hashed into a sweep
+cell's identity) and the typical lengths of its samples (what the SN40L pricing of a results row deploys). A new task
+is one folder (``CONTRIBUTING.md``). Nothing here imports torch or lm-eval.
+"""
 from __future__ import annotations
 
+import functools
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
-#: The real benchmarks, by the task-name prefix of their lm-eval tasks (``longbench_v2_cot`` -> ``longbench_v2``).
-BENCHMARK_FAMILIES = ("longbench_v2", "aime24", "livecodebench")
+from snapeval.errors import SnapevalError
+from snapeval.tasks.data import DatasetSpec
 
-#: Typical mean (prompt, generated) tokens per sample of each benchmark: what the SN40L pricing of a results row
-#: uses for its deployment (:mod:`snapeval.simulator.pricing`). DeepSeek-R1-0528 with SnapStream (arXiv 2511.03092,
-#: Table 3; restated in shared/reference/benchmarks.md).
-TYPICAL_LENGTHS: dict[str, tuple[int, int]] = {
-    "longbench_v2": (84_762, 1_296),
-    "aime24": (140, 15_424),
-    "livecodebench": (476, 10_634),
-}
-
-
-def task_family(name: str) -> str | None:
-    """The benchmark a task name belongs to, or None (a synthetic task, which reads no data file)."""
-    for family in BENCHMARK_FAMILIES:
-        if name == family or name.startswith(family + "_"):
-            return family
-    return None
+_TASK_LINE = re.compile(r"^task:\s*([A-Za-z0-9_.\-]+)\s*$", re.MULTILINE)
 
 
-def typical_lengths(name: str) -> tuple[int, int] | None:
-    """(prompt, generated) tokens typical of the benchmark a task name belongs to; None for a synthetic task (its
-    lengths are set by its configuration)."""
-    return TYPICAL_LENGTHS.get(task_family(name) or "")
+@dataclass(frozen=True)
+class TaskFamily:
+    """One benchmark's declaration (``FAMILY`` in its folder's ``__init__.py``).
+
+    Attributes:
+        name: the prefix its lm-eval task names share (``longbench_v2`` for ``longbench_v2`` and
+            ``longbench_v2_cot``).
+        data: the dataset it reads, with its local files relative to the data directory (None: it generates its
+            items, as the synthetic tasks do).
+        typical_lengths: mean (prompt, generated) tokens per sample of the benchmark's typical deployment, priced by
+            the simulator for a results row (None: the run's own lengths).
+        hooks: the module of its lm-eval hooks (``snapeval.tasks.<folder>.hooks``), which its YAML calls as
+            ``!function <hooks>.<name>``.
+        reference_reply: what a model that knows a doc's answer replies (``doc -> text``), in the form the family
+            scores as right: its answer format, and the known answers of the task-family contract tests. None where
+            no reply can be written from the doc (LiveCodeBench's programs).
+    """
+
+    name: str
+    data: DatasetSpec | None
+    typical_lengths: tuple[int, int] | None
+    hooks: str
+    reference_reply: Callable[[dict], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.typical_lengths is not None and (len(self.typical_lengths) != 2 or min(self.typical_lengths) < 1):
+            raise SnapevalError(f"TaskFamily({self.name!r}).typical_lengths={self.typical_lengths!r} is invalid; "
+                                "allowed: None or (prompt tokens, generated tokens), both >= 1")
+
+    def matches(self, task: str) -> bool:
+        """Whether ``task`` (an lm-eval task name) is one of this family's."""
+        return task == self.name or task.startswith(self.name + "_")
+
+    @property
+    def data_files(self) -> tuple[str, ...]:
+        """The local files (relative to the data directory) it reads; none for a generated family."""
+        return tuple(self.data.local_files) if self.data is not None else ()
+
+    @property
+    def folder(self) -> Path:
+        """Its folder: the YAML, the code and the hooks."""
+        return Path(importlib.import_module(self.hooks.rpartition(".")[0]).__file__).parent
+
+    def task_names(self) -> tuple[str, ...]:
+        """The lm-eval tasks its YAML files define (groups excluded), read from the folder."""
+        names = []
+        for path in sorted(self.folder.glob("*.yaml")):
+            names += _TASK_LINE.findall(path.read_text(encoding="utf-8"))
+        return tuple(names)
 
 
-def family_data_files(family: str) -> tuple[str, ...]:
-    """The local files (relative to the data directory) a benchmark reads, from :mod:`snapeval.tasks`."""
-    from snapeval.tasks import aime, livecodebench, longbench
+@functools.lru_cache(maxsize=1)
+def families() -> tuple[TaskFamily, ...]:
+    """Every family: the ``FAMILY`` of each package below ``snapeval.tasks`` (in name order)."""
+    import snapeval.tasks as package
 
-    specs = {"longbench_v2": longbench.SPEC, "aime24": aime.SPEC, "livecodebench": livecodebench.SPEC}
-    return tuple(specs[family].local_files)
+    found = []
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.ispkg:
+            declared = getattr(importlib.import_module(f"{package.__name__}.{module.name}"), "FAMILY", None)
+            if isinstance(declared, TaskFamily):
+                found.append(declared)
+    return tuple(found)
+
+
+def task_family(task: str) -> TaskFamily | None:
+    """The family an lm-eval task name belongs to, or None (a task of another folder)."""
+    return next((family for family in families() if family.matches(task)), None)
+
+
+def typical_lengths(task: str) -> tuple[int, int] | None:
+    """(prompt, generated) tokens typical of the benchmark a task name belongs to; None for a family that generates
+    its items (its lengths are set by its configuration) or a task of no family."""
+    family = task_family(task)
+    return family.typical_lengths if family is not None else None
+
+
+def task_data_files(task: str) -> tuple[str, ...]:
+    """The local files (relative to the data directory) a task reads: its family's; none for a generated family or a
+    task of no family."""
+    family = task_family(task)
+    return family.data_files if family is not None else ()
+
+
+def __getattr__(name: str):
+    if name == "TYPICAL_LENGTHS":  # {family: (prompt, generated)} of the families that declare them
+        return {f.name: f.typical_lengths for f in families() if f.typical_lengths is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,8 +6,8 @@ THUDM/LongBench ``pred.py --cot`` asks for reasoning first (``prompts/0shot_cot.
 so a task declares the second pass in its ``generation_kwargs``::
 
     followup:
-      prompt: snapeval.tasks.lm_eval_hooks:longbench_v2_cot_answer_prompt   # (doc, first output) -> second prompt
-      first_prompt: snapeval.tasks.lm_eval_hooks:longbench_v2_doc_to_text   # doc -> the first prompt (doc_to_text)
+      prompt: snapeval.tasks.longbench.hooks:longbench_v2_cot_answer_prompt   # (doc, first output) -> second prompt
+      first_prompt: snapeval.tasks.longbench.hooks:longbench_v2_doc_to_text # doc -> the first prompt (doc_to_text)
       max_gen_toks: 128
       temperature: 0.1
       do_sample: true

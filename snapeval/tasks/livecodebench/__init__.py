@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from snapeval.errors import SnapevalError, check_choice
 from snapeval.sandbox import MODES, ProgramJob, ProgramResult, SandboxLimits, run_programs
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows, register_loaded
+from snapeval.tasks.families import TaskFamily
 from snapeval.tasks.metrics import pass_at_k
 
 SCHEMA = Schema({
@@ -50,6 +51,11 @@ def _hub_rows():
 
 SPEC = DatasetSpec("livecodebench", HUB_ID, "test", ("livecodebench/code_generation_lite.jsonl",), SCHEMA,
                    hub_loader=_hub_rows)
+#: The task family this folder is (snapeval.tasks.families): its tasks' prefix, its data and the mean (prompt,
+#: generated) tokens per sample of DeepSeek-R1-0528 with SnapStream (arXiv 2511.03092, Table 3; restated in
+#: shared/reference/benchmarks.md), which the SN40L pricing of a results row deploys.
+FAMILY = TaskFamily("livecodebench", data=SPEC, typical_lengths=(476, 10_634),
+                    hooks="snapeval.tasks.livecodebench.hooks")  # no reference reply: solutions are not in the data
 
 SYSTEM_INTRO = ("You will be given a question (problem specification) and will generate a correct Python program "
                 "that matches the specification and passes all tests.")

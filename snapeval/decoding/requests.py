@@ -1,4 +1,5 @@
-"""What goes into the engine (:class:`SamplingParams`) and what comes out (:class:`Completion`, :class:`EngineStats`)."""
+"""What goes into a generation (:class:`SamplingParams`), its state while it decodes (:class:`Request`: the one stop
+check) and what comes out (:class:`Completion`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ class SamplingParams:
 
 @dataclass
 class Completion:
-    """One request's result. Times are seconds since the start of the :meth:`Engine.generate` call.
+    """One request's result. Times are seconds since the start of its generation call (an :meth:`Engine.generate`).
 
     ``token_ids`` are the generated tokens, the eos token or the token that completed a stop string included
     (as :func:`snapeval.generate` returns them); ``text`` is their decoding without special tokens, cut before the
@@ -86,43 +87,9 @@ class Completion:
 
 
 @dataclass
-class EngineStats:
-    """Totals of one :meth:`Engine.generate` call."""
-
-    num_slots: int
-    requests: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    wall_seconds: float = 0.0
-    prefill_seconds: float = 0.0  # batch-1 prefills (compression included)
-    decode_seconds: float = 0.0  # batched decode steps (sampling and stop checks included)
-    decode_steps: int = 0
-    active_slot_steps: int = 0  # sum over decode steps of the slots that were decoding
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Generated tokens per second of wall time (prefill included): the end-to-end throughput."""
-        return self.generated_tokens / self.wall_seconds if self.wall_seconds > 0 else float("nan")
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens produced by batched decode steps per second of decode time."""
-        return self.active_slot_steps / self.decode_seconds if self.decode_seconds > 0 else float("nan")
-
-    @property
-    def occupancy(self) -> float:
-        """Mean fraction of the slots that were decoding, over decode steps."""
-        return self.active_slot_steps / (self.decode_steps * self.num_slots) if self.decode_steps else float("nan")
-
-    def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items()}
-        out.update(tokens_per_s=self.tokens_per_s, decode_tokens_per_s=self.decode_tokens_per_s, occupancy=self.occupancy)
-        return out
-
-
-@dataclass
 class Request:
-    """Engine-side state of one request."""
+    """One request while it decodes: its tokens so far and why it stopped (:meth:`check_stop`, the one stop check of
+    every decode loop)."""
 
     index: int
     prompt: list[int]
@@ -139,10 +106,10 @@ class Request:
     _text: str = ""
     _searched: int = 0  # characters of the text already searched for stop strings
 
-    def check_stop(self, token: int, eos_ids: set[int], tokenizer) -> bool:
+    def check_stop(self, token: int, stops: frozenset[int], tokenizer) -> bool:
         """Append ``token``; return True (and set :attr:`finish_reason`) when the request is done."""
         self.token_ids.append(token)
-        if token in eos_ids:
+        if token in stops:
             self.finish_reason = "eos"
         elif self.params.stop and self._find_stop(tokenizer):
             self.finish_reason = "stop"

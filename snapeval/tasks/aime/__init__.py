@@ -37,11 +37,17 @@ from fractions import Fraction
 
 from snapeval.errors import SnapevalError
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows
+from snapeval.tasks.families import TaskFamily
 from snapeval.tasks.metrics import pass_at_k
 from snapeval.tasks.reasoning import split_thinking
 
 SCHEMA = Schema({"ID": (str,), "Problem": (str,), "Solution": (str,), "Answer": (int, str)})
 SPEC = DatasetSpec("aime24", "Maxwell-Jia/AIME_2024", "train", ("aime24/aime_2024.jsonl",), SCHEMA)
+#: The task family this folder is (snapeval.tasks.families): its tasks' prefix, its data and the mean (prompt,
+#: generated) tokens per sample of DeepSeek-R1-0528 with SnapStream (arXiv 2511.03092, Table 3; restated in
+#: shared/reference/benchmarks.md), which the SN40L pricing of a results row deploys.
+FAMILY = TaskFamily("aime24", data=SPEC, typical_lengths=(140, 15_424), hooks="snapeval.tasks.aime.hooks",
+                    reference_reply=lambda doc: "\\boxed{%s}" % doc["Answer"])
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 #: DeepSeek-R1 model cards: temperature 0.6, top-p 0.95 for sampled (averaged) pass@1.

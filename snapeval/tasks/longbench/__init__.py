@@ -11,6 +11,7 @@ import os
 import re
 from snapeval.errors import SnapevalError
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows
+from snapeval.tasks.families import TaskFamily
 from snapeval.tasks.metrics import breakdown
 from snapeval.tasks.reasoning import split_thinking
 from snapeval.tasks.tokens import Tokenizer, decode, token_ids
@@ -21,6 +22,12 @@ SCHEMA = Schema({
     "answer": (str,), "context": (str,),
 })
 SPEC = DatasetSpec("longbench_v2", "THUDM/LongBench-v2", "train", ("longbench_v2/longbench_v2.jsonl",), SCHEMA)
+#: The task family this folder is (snapeval.tasks.families): its tasks' prefix, its data and the mean (prompt,
+#: generated) tokens per sample of DeepSeek-R1-0528 with SnapStream (arXiv 2511.03092, Table 3; restated in
+#: shared/reference/benchmarks.md), which the SN40L pricing of a results row deploys.
+FAMILY = TaskFamily("longbench_v2", data=SPEC, typical_lengths=(84_762, 1_296),
+                    hooks="snapeval.tasks.longbench.hooks",
+                    reference_reply=lambda doc: f"The correct answer is ({doc['answer']})")
 
 DIFFICULTIES = ("easy", "hard")
 LENGTHS = ("short", "medium", "long")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from snapeval.engine.requests import SamplingParams
+from snapeval.decoding.requests import SamplingParams
 
 
 def request_generator(params: SamplingParams, base_seed: int, index: int, device) -> torch.Generator | None:

@@ -16,11 +16,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from snapeval.errors import SnapevalError, check_choice
+from snapeval.tasks.families import TaskFamily
 from snapeval.tasks.reasoning import split_thinking
 from snapeval.tasks.tokens import Tokenizer, count_tokens
 
 FILLER = ("The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again.")
 TASKS = ("passkey", "kv_needle", "kv_needle_multi", "variable_tracking")
+#: The task family this folder is (snapeval.tasks.families): tasks ``snapeval_<name>``, generated from a seed in
+#: the evaluated model's tokens (no data file), at the lengths their configuration sets.
+FAMILY = TaskFamily("snapeval", data=None, typical_lengths=None, hooks="snapeval.tasks.synthetic.hooks",
+                    reference_reply=lambda doc: ", ".join(doc["answers"]))
 #: Lengths that get their own ``score_<length>`` metric in the lm-eval tasks.
 REPORTED_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 

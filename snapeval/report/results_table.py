@@ -1,40 +1,54 @@
-"""The tidy results table: one row per (cell, subtask, metric, filter), joined to SN40L-simulated cost.
+"""The tidy results table: one row per (cell, subtask, metric, filter), joined to SN40L-simulated cost and to the
+paired statistics. It sits above the three it joins (results, the simulator's pricing, statistics), so none of them
+imports it.
 
 Measured columns come from the run itself (accuracy, stderr, n, KV-cache bytes, tokens/s on this machine). The
 ``sim_*`` columns price the *matching full-size deployment* on SN40L: :class:`snapeval.simulator.pricing.CellPricing`
-computes them (the model preset at its real size, the task's typical lengths, the cell's method); the table only
-joins them to the measured columns and the paired statistics.
+computes them (the model preset at its real size, the task's typical lengths, the cell's method); the ``paired_*``
+and decision columns come from :mod:`snapeval.stats`. The table only joins them. :func:`rebuild_table` derives it
+from a results directory's cells, :func:`load_table` reads the saved one.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from snapeval.cache.methods import METHOD_TABLE
 from snapeval.errors import SnapevalError
 from snapeval.results.schema import CellResult, group_id_of
+from snapeval.results.store import ResultsStore
 from snapeval.simulator.pricing import CellPricing, SimulateFn, measured_lengths
 from snapeval.stats.decision import DecisionRule
 
-#: Column order of the table (``sim_*``: simulated on the configured hardware; the rest measured here).
-COLUMNS = [
-    "cell_id", "model", "task", "subtask", "method", "budget", "sink", "recent", "topk", "observation", "kernel",
-    "pooling", "seed", "limit", "dtype", "metric", "filter", "primary", "higher_is_better", "value", "stderr",
+_CELL = ["cell_id", "model", "task", "subtask", "method", "budget"]
+_MEASURED = [
+    "seed", "limit", "dtype", "metric", "filter", "primary", "higher_is_better", "value", "stderr",
     "n_samples", "kv_cache_bytes", "decode_tokens_per_s", "prefill_tokens_per_s", "prompt_tokens", "generated_tokens",
     "wall_s", "deterministic", "generations_sha256",
+]
+_SIMULATED = [
     "sim_hardware", "sim_model", "sim_prompt_len", "sim_gen_len", "sim_length_source", "sim_fits",
     "sim_kv_bytes_per_seq", "sim_batch", "sim_max_batch", "sim_kv_bytes_total", "sim_decode_tokens_per_s",
     "sim_decode_tokens_per_s_per_seq", "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_max_batch",
     "sim_full_decode_tokens_per_s", "sim_hbm_bytes_per_socket", "sim_note",
-    "group_id", "paired_ref_cell", "paired_n", "paired_clusters", "paired_unpaired", "paired_diff", "paired_ci_low",
+]
+#: Paired columns (filled on each compressed cell's primary metric against the full-cache cell of its group; see
+#: :func:`snapeval.stats.compare_cells`) and the decision columns derived from them over a family: ``paired_p_holm``
+#: and ``paired_significant`` (Holm within each (model, task)), ``smallest_ni_budget`` (fixed-sequence walk down each
+#: (model, task, method)'s budgets; NA: none in the grid).
+PAIRED_COLUMNS = [
+    "paired_ref_cell", "paired_n", "paired_clusters", "paired_unpaired", "paired_diff", "paired_ci_low",
     "paired_ci_high", "paired_interval", "paired_test", "paired_p", "paired_p_holm", "paired_significant",
     "items_worse", "items_better", "paired_length_change", "paired_mdd", "ni_margin", "ni_alpha", "ni_p",
     "ni_drop_bound", "non_inferior", "ni_items_needed", "smallest_ni_budget", "paired_note",
 ]
 
-#: Paired columns (filled on each compressed cell's primary metric against the full-cache cell of its group; see
-#: :func:`snapeval.stats.compare_cells`) and the decision columns derived from them over a family: ``paired_p_holm``
-#: and ``paired_significant`` (Holm within each (model, task)), ``smallest_ni_budget`` (fixed-sequence walk down each
-#: (model, task, method)'s budgets; NA: none in the grid).
-PAIRED_COLUMNS = COLUMNS[COLUMNS.index("paired_ref_cell"):]
+
+def columns() -> list[str]:
+    """Column order of the table: the cell, every registered method's settings (declared on its configuration,
+    :meth:`~snapeval.cache.methods.MethodTable.setting_names`; empty where a method has none), the measured columns,
+    the ``sim_*`` ones (simulated on the configured hardware), the group and the paired and decision columns."""
+    return [*_CELL, *METHOD_TABLE.setting_names(), *_MEASURED, *_SIMULATED, "group_id", *PAIRED_COLUMNS]
 
 
 def paired_columns(view: dict[str, Any], result: CellResult, metric: str, reference: tuple[str, CellResult] | None,
@@ -43,7 +57,7 @@ def paired_columns(view: dict[str, Any], result: CellResult, metric: str, refere
     saying why there is none (no full-cache cell in the group; no shared item)."""
     from snapeval.stats import compare_cells
 
-    if view.get("method") == "full":
+    if METHOD_TABLE.is_reference(view.get("method")):
         return {}
     if reference is None:
         return {"paired_note": "no full-cache reference cell answered the same items (same model, task, seed, limit)"}
@@ -119,15 +133,16 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
     views = [v if v.get("group_id") or v["cell_id"] not in results
              else {**v, "group_id": group_id_of(results[v["cell_id"]].identity)} for v in views]
     references = {v.get("group_id"): (v["cell_id"], results[v["cell_id"]]) for v in views
-                  if v.get("method") == "full" and v.get("group_id") and v["cell_id"] in results}
+                  if METHOD_TABLE.is_reference(v.get("method")) and v.get("group_id") and v["cell_id"] in results}
+    settings = METHOD_TABLE.setting_names()
     rows = []
     for view in views:
         result = results.get(view["cell_id"])
         if result is None:
             continue
         primary = _primary_keys(view, result)
-        cell_cols = {k: view.get(k) for k in ("cell_id", "model", "task", "method", "budget", "sink", "recent", "topk",
-                                              "observation", "kernel", "pooling", "seed", "limit", "dtype")}
+        cell_cols = {k: view.get(k)
+                     for k in ("cell_id", "model", "task", "method", "budget", *settings, "seed", "limit", "dtype")}
         cell_cols.update(
             kv_cache_bytes=result.kv_cache_bytes, decode_tokens_per_s=result.decode_tokens_per_s,
             prefill_tokens_per_s=result.prefill_tokens_per_s, prompt_tokens=result.prompt_tokens,
@@ -143,8 +158,9 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
             rows.append({**cell_cols, **paired, "subtask": m.subtask, "metric": m.metric, "filter": m.filter,
                          "primary": (m.subtask, m.key) == primary, "higher_is_better": m.higher_is_better,
                          "value": m.value, "stderr": m.stderr, "n_samples": m.n})
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    for col in ("budget", "sink", "recent", "topk", "observation", "kernel", "limit", "kv_cache_bytes",
+    table = pd.DataFrame(rows, columns=columns())
+    integer_settings = [s.name for s in METHOD_TABLE.settings() if s.type is int]
+    for col in ("budget", *integer_settings, "limit", "kv_cache_bytes",
                 "prompt_tokens", "generated_tokens", "sim_prompt_len", "sim_gen_len", "sim_batch", "sim_max_batch",
                 "sim_full_max_batch", "n_samples", "seed", "paired_n", "paired_clusters", "items_worse", "items_better",
                 "paired_unpaired", "smallest_ni_budget"):
@@ -164,3 +180,36 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
     add_decisions(table, rule)
     return table
 
+
+
+def sweep_decision(results_dir: str | os.PathLike) -> DecisionRule:
+    """The decision rule (margin, alpha) a results directory's sweep declared (its ``decision:`` key), else the
+    default."""
+    store = ResultsStore(results_dir)
+    return DecisionRule.from_mapping(store.read_manifest().get("decision"), f"{store.manifest_path}: decision")
+
+
+def rebuild_table(results_dir: str | os.PathLike, write: bool = True, decision: DecisionRule | None = None):
+    """Re-derive the table of a results directory from its manifest and cell files (with the current simulator and
+    statistics), and save it (``results.parquet`` and ``results.csv``). ``decision``: the margin and alpha to use
+    (default: the sweep's own, :func:`sweep_decision`)."""
+    store = ResultsStore(results_dir)
+    manifest = store.read_manifest()
+    if decision is None:
+        decision = sweep_decision(results_dir)
+    table = build_table(manifest["cells"], {r.cell_id: r for r in store.finished()}, manifest.get("simulate") or {},
+                        decision=decision)
+    if write and not table.empty:
+        store.write_table(table)
+    return table
+
+
+def load_table(results_dir: str | os.PathLike):
+    """The tidy table (a pandas DataFrame) of a results directory: ``results.parquet`` if present, else rebuilt from
+    the manifest and the cell files (not saved)."""
+    import pandas as pd
+
+    parquet, _ = ResultsStore(results_dir).table_paths
+    if parquet.is_file():
+        return pd.read_parquet(parquet)
+    return rebuild_table(results_dir, write=False)

@@ -1,0 +1,102 @@
+"""What every task family's lm-eval hooks share (each family's own are in its folder,
+``snapeval/tasks/<family>/hooks.py``, called from its YAML as ``!function snapeval.tasks.<family>.hooks.<name>``).
+
+Dataset hooks follow lm-eval's RULER convention: ``custom_dataset`` receives the task's ``metadata`` merged with
+``--metadata`` and (on the CLI and in ``simple_evaluate`` without a task manager) the ``--model_args``. Keys read:
+
+- ``data_dir``: folder with the local copies (else ``SNAPEVAL_DATA_DIR``, the hub, ``../shared/data``);
+- ``tokenizer`` / ``pretrained``: the evaluated model's tokenizer (synthetic lengths, LongBench truncation), loaded
+  with ``snapeval.models.load_tokenizer`` (falling back to ``transformers.AutoTokenizer``);
+- ``max_seq_lengths``, ``num_samples``, ``seed``: synthetic tasks;
+- ``max_input_tokens`` or ``max_length`` (the model's context): LongBench-v2 middle truncation;
+- ``release_version``, ``start_date``, ``end_date``, ``sandbox_timeout_s``, ``sandbox_memory_mb``: LiveCodeBench;
+- ``reasoning``: the model writes a thinking section opened by its chat template (a cut-off generation without
+  ``</think>`` is then unfinished thinking); not LiveCodeBench, whose official code extraction reads the whole
+  response.
+
+Unknown keys (model arguments such as ``batch_size``) are ignored.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from snapeval.errors import SnapevalError
+from snapeval.tasks.metrics import mean_present
+
+#: HF's "no limit" ``model_max_length`` is about 1e30: anything above this is no limit.
+NO_LIMIT = 10_000_000
+
+
+def flag(md: dict, key: str) -> bool:
+    value = md.get(key, False)
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def int_value(md: dict, key: str, default: int | None) -> int | None:
+    value = md.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SnapevalError(f"metadata {key}={value!r} must be an integer") from None
+
+
+def tokenizer_name(md: dict) -> str | None:
+    for key in ("tokenizer", "pretrained", "model"):
+        value = md.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+@lru_cache(maxsize=8)
+def get_tokenizer(name: str):
+    """The evaluated model's tokenizer (``snapeval.models.load_tokenizer`` resolves presets such as
+    ``smollm2-135m-instruct``; any other name or path goes to ``transformers.AutoTokenizer``)."""
+    try:
+        from snapeval.models import load_tokenizer
+    except ImportError:
+        load_tokenizer = None
+    if load_tokenizer is not None:
+        return load_tokenizer(name)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+def as_dataset(rows: list[dict]) -> dict[str, Any]:
+    import datasets
+
+    return {"test": datasets.Dataset.from_list(rows, split=datasets.Split.TEST)}
+
+
+def provenance(data) -> dict[str, Any]:
+    return {"data_source": data.source, "data_sha256": data.sha256, "data_rows_used": data.rows_used}
+
+
+def cluster_of(*parts: Any) -> str:
+    """A doc's cluster label (:attr:`snapeval.results.schema.SampleRecord.cluster`): docs that are not independent
+    share one (questions on one document, the samples of one problem), and paired statistics resample them whole."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=True).encode()).hexdigest()[:16]
+
+
+def all_samples(resps: list[list[str]], docs: list[dict]) -> list[list[str]]:
+    """lm-eval filter that keeps every sample of every doc (lm-eval's default, ``take_first``, keeps only the first
+    of a task's ``repeats``)."""
+    return [list(r) for r in resps]
+
+
+def samples_of(results: list) -> list[str]:
+    """A doc's samples as ``process_results`` receives them: one per request (``take_first``), or, behind a filter
+    that keeps every sample (:func:`all_samples`), one list of them."""
+    return [text for result in results for text in (result if isinstance(result, (list, tuple)) else [result])]
+
+
+def aggregate_present(values: list[float | None]) -> float:
+    """lm-eval aggregation for breakdown metrics: mean over the docs the metric applies to (NaN if none)."""
+    return mean_present(values)
