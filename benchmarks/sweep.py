@@ -12,14 +12,21 @@ Both in one process, the model loaded once before either is timed. Reports wall 
 (per-cell: every cell's prompts; shared: the group's prefills), decode tokens, and a cell-by-cell check that the
 greedy texts are identical (the generations hash of each cell).
 
+Part 3, item shards (``--sharded``, also in the full run): the same generation grid on a local Ray instance,
+``shards: 2`` on 2 workers of 1 CPU (one torch thread) each against ``shards: 1`` on 1 worker of 1 CPU; each worker
+loads the model itself (inside the measured wall time on both sides). Reports both walls, the speedup (target 1.8x)
+and whether every cell is identical (generations hash and every metric value and stderr).
+
 Part 2, loglikelihood. A 4-choice task built from real LongBench-v2 questions (document cut to ``--mc-length``
 tokens, question, "Answer:"; the continuation is each choice's text), scored by :class:`snapeval.branching.BranchSet`
 for the same 16 configurations two ways: one prefill per request (what the model did before: every choice
 re-prefilled its context) and one prefill per unique context. Reports prefill tokens, wall time and the largest
 difference between the two sets of log-likelihoods.
 
-    python -m benchmarks.sweep            # about 20 min on 2 idle cores
+    python -m benchmarks.sweep            # about 30 min on 2 idle cores
     python -m benchmarks.sweep --quick    # 8 items, 2 minutes: a smoke run (writes sweep_quick.json)
+    python -m benchmarks.sweep --sharded-only   # part 3 alone (writes sweep_sharded.json; about 8 min)
+    python -m benchmarks.sweep --config configs/kvpress.yaml   # any sweep: shared vs per-cell (sweep_<name>.json)
 
 Writes results/bench/sweep.json (``sweep_quick.json`` with ``--quick``; ``sweep_custom.json`` for other sizes).
 """
@@ -55,18 +62,24 @@ def sweep_config(items: int, length: int, budgets: list[int], max_gen: int):
     })
 
 
-def run_path(config, out: Path, label: str) -> dict:
+def run_path(config, out: Path, label: str, executor=None) -> dict:
     from snapeval.results import ResultsStore
     from snapeval.sweep import run_sweep
 
     start = time.perf_counter()
-    summary = run_sweep(config, out, report=False, simulate=None, stream=io.StringIO())
+    summary = run_sweep(config, out, report=False, simulate=None, stream=io.StringIO(), executor=executor)
     wall = time.perf_counter() - start
     if not summary.ok:
         raise SystemExit(f"benchmark: the {label} sweep failed: {summary.failed}")
     store = ResultsStore(out)
     cells = {p.stem: store.read(p.stem) for p in store.cells_dir.glob("*.json")}
-    shared = [c.harness_config.get("shared_prefill") for c in cells.values() if c.harness_config.get("shared_prefill")]
+    def group_totals(config: dict) -> dict | None:  # a sharded cell: its shards' groups together
+        if config.get("shards"):
+            parts = [s["shared_prefill"] for s in config["shards"] if s.get("shared_prefill")]
+            return {k: sum(p[k] for p in parts) for k in ("prefills", "prefill_tokens")} if parts else None
+        return config.get("shared_prefill")
+
+    shared = [group_totals(c.harness_config) for c in cells.values() if group_totals(c.harness_config)]
     if shared:  # every cell of the group reports the group's prefills; the last one has the totals
         prefill_tokens = max(s["prefill_tokens"] for s in shared)
         prefills = max(s["prefills"] for s in shared)
@@ -76,7 +89,62 @@ def run_path(config, out: Path, label: str) -> dict:
     return {"wall_s": round(wall, 1), "cells": len(cells), "prefills": prefills, "prefill_tokens": prefill_tokens,
             "decode_tokens": sum(c.generated_tokens or 0 for c in cells.values()),
             "generations": {cid: c.generations_sha256 for cid, c in cells.items()},
-            "scores": {cid: c.metrics[0].value for cid, c in cells.items()}}
+            "scores": {cid: c.metrics[0].value for cid, c in cells.items()},
+            "metrics": {cid: [[m.key, m.value, m.stderr, m.n] for m in c.metrics] for cid, c in cells.items()}}
+
+
+def sharded_part(config, tmp: Path) -> dict:
+    """The grid on a local Ray instance: 2 shards on 2 one-CPU workers against 1 shard on 1 one-CPU worker."""
+    import dataclasses
+
+    import ray
+
+    from snapeval.sweep.config import Resources
+    from snapeval.sweep.executors import RayExecutor
+
+    runs = {}
+    for workers in (1, 2):
+        one_cpu = tuple(dataclasses.replace(m, resources=Resources(num_cpus=1.0)) for m in config.models)
+        sharded = dataclasses.replace(config, models=one_cpu, shards=workers)
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        try:
+            runs[workers] = run_path(sharded, tmp / f"ray_{workers}", f"{workers}-worker", executor=RayExecutor())
+        finally:
+            ray.shutdown()
+        print(f"ray, {workers} worker(s) of 1 CPU, {workers} shard(s): {runs[workers]['wall_s']} s", flush=True)
+    one, two = runs[1], runs[2]
+    identical = sum(one["generations"][c] == two["generations"][c] and one["metrics"][c] == two["metrics"][c]
+                    for c in one["generations"])
+    return {"one_worker": {k: v for k, v in one.items() if k not in ("generations", "scores", "metrics")},
+            "two_workers": {k: v for k, v in two.items() if k not in ("generations", "scores", "metrics")},
+            "speedup": round(one["wall_s"] / two["wall_s"], 2),
+            "identical_cells": f"{identical}/{len(one['generations'])}"}
+
+
+def compare_config(path: str, load: list[str]) -> int:
+    """A sweep config's grid, shared (default) then per cell (``--per-cell``), in this process: walls, prefills and
+    whether every cell's greedy texts and metrics are identical."""
+    from snapeval.sweep import load_config
+
+    config = load_config(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        shared = run_path(config, Path(tmp) / "shared", "shared")
+        print(f"shared: {shared['wall_s']} s, {shared['prefills']} prefills", flush=True)
+        per_cell = run_path(config.per_cell(), Path(tmp) / "per_cell", "per-cell")
+        print(f"per-cell: {per_cell['wall_s']} s, {per_cell['prefills']} prefills", flush=True)
+    same = [c for c in per_cell["generations"] if shared["generations"][c] == per_cell["generations"][c]
+            and shared["metrics"][c] == per_cell["metrics"][c]]
+    payload = {"benchmark": "sweep_config", "config": path, "cells": len(per_cell["generations"]),
+               "shared": {k: v for k, v in shared.items() if k not in ("generations", "scores", "metrics")},
+               "per_cell": {k: v for k, v in per_cell.items() if k not in ("generations", "scores", "metrics")},
+               "speedup": round(per_cell["wall_s"] / shared["wall_s"], 2),
+               "identical_cells": f"{len(same)}/{len(per_cell['generations'])}",
+               "different_cells": sorted(set(per_cell["generations"]) - set(same)),
+               "load_average_before": load, "load_average_after": open("/proc/loadavg").read().split()[:3],
+               "machine": machine()}
+    print(f"{config.name}: {payload['speedup']}x faster shared, identical cells {payload['identical_cells']}")
+    print(f"wrote {write_json(f'sweep_{config.name}.json', payload)}")
+    return 0
 
 
 def mc_questions(tokenizer, count: int, length: int) -> list[tuple[list[int], list[list[int]]]]:
@@ -123,6 +191,8 @@ def loglikelihood_part(model, tokenizer, configs, questions) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a 2-minute smoke run (writes sweep_quick.json)")
+    parser.add_argument("--sharded-only", action="store_true", help="only part 3, shards on Ray (sweep_sharded.json)")
+    parser.add_argument("--config", help="a sweep YAML: its grid shared vs per-cell only (writes sweep_<name>.json)")
     for key, value in DEFAULTS.items():
         flag = "--" + key.replace("_", "-")
         if isinstance(value, list):
@@ -134,6 +204,8 @@ def main(argv=None) -> int:
     custom = {k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}
     sizes.update(custom)
     name = "sweep_custom.json" if custom else ("sweep_quick.json" if args.quick else "sweep.json")
+    if args.sharded_only:
+        name = name.replace("sweep", "sweep_sharded", 1)
 
     import torch
 
@@ -143,12 +215,24 @@ def main(argv=None) -> int:
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     load = open("/proc/loadavg").read().split()[:3]
     model, tokenizer = load_once(MODEL, "float32")
+    if args.config:
+        return compare_config(args.config, load)
     config = sweep_config(sizes["items"], sizes["length"], sizes["budgets"], sizes["max_gen"])
+    if args.sharded_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            part = sharded_part(config, Path(tmp))
+        payload = {"benchmark": "sweep_sharded", "model": MODEL, "dtype": "float32", "sizes": sizes,
+                   "load_average_before": load, "load_average_after": open("/proc/loadavg").read().split()[:3],
+                   "machine": machine(), "sharded": part}
+        print(f"sharded: {part['speedup']}x with 2 workers, identical cells {part['identical_cells']}")
+        print(f"wrote {write_json(name, payload)}")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         shared = run_path(config, Path(tmp) / "shared", "shared")
         print(f"shared: {shared['wall_s']} s, {shared['prefills']} prefills", flush=True)
         per_cell = run_path(config.per_cell(), Path(tmp) / "per_cell", "per-cell")
         print(f"per-cell: {per_cell['wall_s']} s, {per_cell['prefills']} prefills", flush=True)
+        sharded = sharded_part(config, Path(tmp))
     identical = sum(shared["generations"][c] == per_cell["generations"][c] for c in per_cell["generations"])
     configs = [resolve_method("full")] + [resolve_method(m, b) for m in ("snapstream", "streamingllm", "snapkv")
                                            for b in sizes["budgets"]]
@@ -160,8 +244,8 @@ def main(argv=None) -> int:
         "machine": machine(),
         "generation": {
             "task": "snapeval_kv_needle", "cells": per_cell["cells"],
-            "per_cell": {k: v for k, v in per_cell.items() if k not in ("generations", "scores")},
-            "shared": {k: v for k, v in shared.items() if k not in ("generations", "scores")},
+            "per_cell": {k: v for k, v in per_cell.items() if k not in ("generations", "scores", "metrics")},
+            "shared": {k: v for k, v in shared.items() if k not in ("generations", "scores", "metrics")},
             "speedup": round(per_cell["wall_s"] / shared["wall_s"], 2),
             "prefill_token_ratio": round(per_cell["prefill_tokens"] / shared["prefill_tokens"], 2),
             "identical_greedy_cells": f"{identical}/{per_cell['cells']}",
@@ -169,12 +253,15 @@ def main(argv=None) -> int:
                        for cid in per_cell["scores"]},
         },
         "loglikelihood": mc,
+        "sharded": sharded,
     }
     path = write_json(name, payload)
     gen = payload["generation"]
     print(f"generation: {gen['speedup']}x faster shared ({shared['wall_s']} s vs {per_cell['wall_s']} s), prefill "
           f"tokens {per_cell['prefill_tokens']:,} -> {shared['prefill_tokens']:,}, identical greedy cells "
           f"{gen['identical_greedy_cells']}")
+    print(f"sharded on Ray: {sharded['speedup']}x with 2 workers of 1 CPU vs 1, identical cells "
+          f"{sharded['identical_cells']}")
     print(f"loglikelihood: prefill tokens {mc['per_request']['prefill_tokens']:,} -> "
           f"{mc['per_context']['prefill_tokens']:,} ({mc['prefill_token_ratio']}x), {mc['speedup']}x faster, max "
           f"|diff| {mc['max_abs_loglikelihood_diff']:.2e}")

@@ -5,23 +5,37 @@ its first generated token, are the same whatever the method and budget. :class:`
 once into a :class:`~snapeval.cache.capture.PromptCapture`, builds from it the cache of every configuration
 (``cache.load_prompt``: the same kept positions, keys and values as prefilling through that cache; SnapKV's window
 attention is computed once per layer and window size and reused by every budget), and then decodes or scores each
-branch exactly as it would have run alone:
+branch exactly as it would have run alone. kvpress presses branch too: during the shared prefill every attention
+layer's inputs go to each press of the group (:class:`~snapeval.cache.kvpress.PressBranches`); a press that cannot
+branch (or a press alone in its set: kvpress's own hooks, the reference path) prefills itself.
 
-- ``generate_until``: prompts are prefilled ``batch`` at a time; each configuration decodes those prompts together
-  in the static rows of its own :class:`~snapeval.engine.Engine` (fixed-size caches: ``budget`` slots; appending
-  caches, full and SnapKV: their kept prompt plus the tokens to decode, written by index); a method without a
-  static-row layout decodes each prompt alone.
+- ``generate_until``: items go through in chunks sized by a memory plan (:mod:`snapeval.memory_plan`). Each item
+  is prefilled once; right after, every configuration's one-row cache is built from the capture layer by layer
+  (each captured layer is freed once every branch holds it), configurations decoded *alone* (a cache of the whole
+  prompt whose rows would cost more than the weights, or a method without static rows) decode the item at once,
+  and the others' branches are held; then each configuration decodes the chunk's held branches together in the
+  static rows of its own :class:`~snapeval.engine.Engine` (fixed-size caches: ``budget`` slots; appending caches:
+  their kept prompt plus the tokens to decode, written by index), freed afterwards. An out-of-memory error halves
+  the chunk and redoes the chunk's items; finished chunks are kept.
 - ``loglikelihood``: one prefill per unique context; every continuation is scored against a copy of each branch's
   compressed context (:func:`score_contexts`).
+
+Greedy outputs do not depend on the chunk, and sampled ones neither: a request samples from its own seed (the lm-eval
+model gives every request one derived from its identity: task, document, request and repeat,
+:func:`snapeval.harness.lm_eval_model.request_seeds`, so an item shard samples what the whole run samples), or
+without one from the set's seed plus its index in the call, whatever chunk or engine row decodes it.
 
 Shapes: prompts are token-id lists; logits ``[V]``; caches hold one row per prompt.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
+import gc
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +44,8 @@ from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.capture import PromptCapture
 from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_generator,
                                stop_token_ids)
+from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, device_budget,
+                                  is_out_of_memory, plan_group)
 from snapeval.models.devices import input_device
 
 
@@ -38,19 +54,38 @@ def capture_window(configs: Sequence[MethodConfig]) -> int:
     return max([getattr(c, "observation", 1) for c in configs] + [1])
 
 
+def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = False) -> None:
+    """Build every cache of ``caches`` from ``capture`` one layer at a time (a layer kept in host memory comes back
+    to its layer's device once); ``release``: free each captured layer as soon as every cache holds it, so the
+    capture never lives beside a whole copy of itself."""
+    if not caches:  # nothing reads the capture (a set of presses only: their hooks already freed it)
+        return
+    for index, layer in enumerate(capture.layers):
+        prompt = capture.layer_prompt(index, layer.device)
+        for cache in caches:
+            cache.load_layer(index, prompt)
+        del prompt
+        if release:
+            capture.release(index)
+
+
 @dataclass
 class Prefilled:
-    """One prompt prefilled once: its last-position logits ``[V]`` and every layer's prompt (a capture)."""
+    """One prompt prefilled once: its last-position logits ``[V]``, every layer's prompt (a capture) and the
+    branches its presses built during the prefill (:class:`~snapeval.cache.kvpress.PressBranch`)."""
 
     logits: torch.Tensor
-    capture: PromptCapture
+    capture: PromptCapture | None
     seconds: float
+    presses: dict = field(default_factory=dict)
 
     def cache(self, model, config: MethodConfig, cache_class=None):
         """A fresh one-row cache of ``config`` holding this prompt, compressed as ``config`` says (``cache_class``:
         another layout of the same method, such as the engine's static rows)."""
+        if config in self.presses:
+            return self.presses[config].cache(model, cache_class)
         cache = make_cache(model, config) if cache_class is None else cache_class(model, config)
-        cache.load_prompt(self.capture.prompts)
+        load_caches(self.capture, [cache])
         return cache
 
 
@@ -62,6 +97,7 @@ class BranchStats:
     prefill_tokens: int = 0
     prefill_seconds: float = 0.0
     kv_bytes_per_row: dict[str, int] = field(default_factory=dict)  # largest one-row cache seen, per label
+    chunk_halvings: list[dict] = field(default_factory=list)  # out-of-memory retries: the chunk before and after
 
     def count_prefill(self, tokens: int, start: float) -> float:
         """Count one prefill of ``tokens`` started at ``start`` (``time.perf_counter``); returns its seconds."""
@@ -75,35 +111,93 @@ class BranchStats:
         self.kv_bytes_per_row[label] = max(self.kv_bytes_per_row.get(label, 0), cache.kv_bytes_per_row())
 
 
+#: ``sources(item, plan)``: the shared prefill(s) of one item and the configurations (indices) each one feeds; None
+#: for configurations that prefill themselves.
+Sources = Callable[[int, GroupPlan], Iterator["tuple[Prefilled | None, list[int]]"]]
+
+
 class BranchSet:
     """The branches (method configurations) of one model, fed from shared prefills.
 
     ``BranchSet(model, tokenizer, configs, batch=8)``; :meth:`generate` and :meth:`score` return one list of
-    results per configuration, in ``configs`` order.
+    results per configuration, in ``configs`` order. ``batch``: items in flight at most (the memory plan may take
+    fewer); ``max_memory``: the device's budget in bytes, weights included (default: what is in use plus what is
+    free, less a margin; :func:`snapeval.memory_plan.device_budget`).
     """
 
-    def __init__(self, model, tokenizer, configs: Sequence[MethodConfig], *, batch: int = 8, seed: int = 0):
+    def __init__(self, model, tokenizer, configs: Sequence[MethodConfig], *, batch: int = 8, seed: int = 0,
+                 max_memory: int | None = None):
         if not configs:
             raise ValueError("a BranchSet needs at least one configuration")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch={batch!r} is invalid; allowed: an integer >= 1")
         self.model, self.tokenizer, self.configs = model, tokenizer, list(configs)
-        self.batch, self.seed = batch, seed
-        self.window = capture_window(self.configs)
+        self.batch, self.seed, self.max_memory = batch, seed, max_memory
+        infos = [method_info(c) for c in self.configs]
+        # A press branches when it shares the prefill with another configuration; alone it prefills through
+        # kvpress's own hooks (the reference path of a per-cell run).
+        self._branches = [info.branches and (not info.prefill_hooks or len(self.configs) > 1) for info in infos]
+        self.presses = [c for c, b, info in zip(self.configs, self._branches, infos) if b and info.prefill_hooks]
+        self.from_capture = [c for c, b, info in zip(self.configs, self._branches, infos) if b and not info.prefill_hooks]
+        self.window = capture_window(self.from_capture)
         self.device = input_device(model)  # token ids go there; outputs come back there (a split model too)
         self.stops = stop_token_ids(model, tokenizer)
-        #: Whether any configuration builds its cache from the shared prefill (a kvpress press prefills itself).
-        self.shares = any(method_info(c).branches for c in self.configs)
+        #: Whether any configuration builds its cache from the shared prefill.
+        self.shares = any(self._branches)
         self.stats = BranchStats()
-        self._engines: dict[MethodConfig, object] = {}
+        self.plans: list[GroupPlan] = []  # the memory plan of every generate call, for the provenance
+        self.peaks: list[dict] = []  # ... and its measured peak
+        self._shape: ModelShape | None = None
+
+    def branches(self, config: MethodConfig) -> bool:
+        """Whether ``config`` is built from this set's shared prefill (else it prefills itself)."""
+        return self._branches[self.configs.index(config)]
+
+    # --- memory -----------------------------------------------------------------------------------------------
+    @property
+    def shape(self) -> ModelShape:
+        if self._shape is None:
+            self._shape = ModelShape.of(self.model)
+        return self._shape
+
+    def plan(self, items: Sequence[Item], chunk: int | None = None, own: Sequence[int] = ()) -> GroupPlan:
+        """The memory plan of these items (:func:`snapeval.memory_plan.plan_group`) on this model's device, within
+        ``max_memory``, for at most ``chunk`` items in flight (default: ``batch``); ``own``: configurations (indices)
+        that prefill themselves in this call besides those that never branch."""
+        alone = {c.label for i, (c, b) in enumerate(zip(self.configs, self._branches)) if not b or i in own}
+        return plan_group(self.shape, self.configs, items, chunk=chunk or self.batch, window=self.window,
+                          budget=device_budget(self.device, self.max_memory), in_use=bytes_in_use(self.device),
+                          device=str(self.device), alone=alone)
 
     # --- prefill ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def prefill(self, prompt: Sequence[int]) -> Prefilled:
-        """Prefill ``prompt`` (token ids) once, batch 1."""
+    def prefill(self, prompt: Sequence[int], *, tokens: int | None = None, store=None,
+                presses: bool = True) -> Prefilled:
+        """Prefill ``prompt`` (token ids) once, batch 1: into a capture (kept on ``store``, host memory, when given)
+        and, with ``presses``, every branching press's compression. ``tokens``: at most that many tokens per forward
+        (a long prompt continues its capture chunk by chunk: equal to one forward up to float rounding)."""
         start = time.perf_counter()
-        capture = PromptCapture(self.model, self.window)
-        ids = torch.tensor([list(prompt)], device=self.device)
-        logits = self.model(input_ids=ids, past_key_values=capture, use_cache=True, logits_to_keep=1).logits[0, -1]
-        return Prefilled(logits, capture, self.stats.count_prefill(len(prompt), start))
+        prompt = list(prompt)
+        capture = PromptCapture(self.model, self.window, store=store)
+        hooks = None
+        if presses and self.presses:
+            if tokens is not None and tokens < len(prompt):
+                raise ValueError("presses read the whole prompt's hidden states: their prefill cannot be chunked")
+            from snapeval.cache.kvpress import PressBranches
+
+            hooks = PressBranches(self.model, self.presses, len(prompt), capture, release=not self.from_capture)
+        step = len(prompt) if tokens is None else tokens
+        with hooks or nullcontext():
+            logits = self._forward(capture, prompt[:step])
+        for offset in range(step, len(prompt), step):
+            capture = capture.continued(self.model)  # each layer of the last piece goes once it is continued
+            logits = self._forward(capture, prompt[offset:offset + step])
+        return Prefilled(logits, capture, self.stats.count_prefill(len(prompt), start),
+                         dict(hooks.branches) if hooks is not None else {})
+
+    def _forward(self, capture: PromptCapture, ids: Sequence[int]) -> torch.Tensor:
+        ids = torch.tensor([list(ids)], device=self.device)
+        return self.model(input_ids=ids, past_key_values=capture, use_cache=True, logits_to_keep=1).logits[0, -1]
 
     @torch.inference_mode()
     def extend(self, prefix: Prefilled, suffix: Sequence[int]) -> Prefilled:
@@ -113,8 +207,7 @@ class BranchSet:
             raise ValueError("extend needs at least one suffix token")
         start = time.perf_counter()
         capture = prefix.capture.continued(self.model)
-        ids = torch.tensor([list(suffix)], device=self.device)
-        logits = self.model(input_ids=ids, past_key_values=capture, use_cache=True, logits_to_keep=1).logits[0, -1]
+        logits = self._forward(capture, suffix)
         return Prefilled(logits, capture, self.stats.count_prefill(len(suffix), start))
 
     def own_prefill(self, config: MethodConfig, prompt: Sequence[int]):
@@ -129,7 +222,7 @@ class BranchSet:
     def branch(self, config: MethodConfig, prefilled: "Prefilled | None", prompt: Sequence[int]):
         """``(logits [V], a fresh one-row cache)`` of ``config`` for a prompt: from the shared prefill when the
         method branches, else from its own prefill."""
-        if method_info(config).branches:
+        if self.branches(config):
             return prefilled.logits, prefilled.cache(self.model, config)
         return self.own_prefill(config, prompt)
 
@@ -137,19 +230,17 @@ class BranchSet:
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]) -> list[list[Completion]]:
         """Every prompt under every configuration: ``out[c][i]`` is configuration ``c``'s completion of prompt ``i``."""
-        from tqdm import tqdm
+        items = [Item(len(p), s.max_new_tokens) for p, s in zip(prompts, sampling)]
+        shared = [c for c, b in enumerate(self._branches) if b]
+        alone = [c for c, b in enumerate(self._branches) if not b]
 
-        out: list[list[Completion | None]] = [[None] * len(prompts) for _ in self.configs]
-        bar = tqdm(total=len(prompts), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
-        for start in range(0, len(prompts), self.batch):
-            chunk = list(range(start, min(start + self.batch, len(prompts))))
-            prefilled = {i: self.prefill(prompts[i]) if self.shares else None for i in chunk}
-            for c, config in enumerate(self.configs):
-                self._decode_chunk(c, chunk, prompts, sampling, prefilled.__getitem__, out)
-            del prefilled
-            bar.update(len(chunk))
-        bar.close()
-        return out
+        def sources(i: int, plan: GroupPlan):
+            if shared:
+                yield self.prefill(prompts[i], tokens=_tokens(plan, len(prompts[i])), store=_store(plan)), shared
+            if alone:
+                yield None, alone
+
+        return self._run(items, lambda c, i: list(prompts[i]), sampling, sources)
 
     @torch.inference_mode()
     def generate_each(self, prompts: Sequence[Sequence[Sequence[int]]], sampling: Sequence[SamplingParams]
@@ -160,76 +251,146 @@ class BranchSet:
 
         The prompts of one item share a prefix (the longest common one, less a token so that every prompt keeps a
         suffix): it is prefilled once per item, and each configuration computes only its own suffix on top of it
-        (:meth:`extend`), then compresses and decodes exactly as if it had prefilled its whole prompt alone.
+        (:meth:`extend`), then compresses and decodes exactly as if it had prefilled its whole prompt alone. Presses
+        read the whole prompt's hidden states, so they prefill their own prompts.
         """
         if len(prompts) != len(self.configs) or any(len(row) != len(sampling) for row in prompts):
             raise ValueError(f"prompts must be one list of {len(sampling)} prompts per configuration "
                              f"({len(self.configs)})")
-        out: list[list[Completion | None]] = [[None] * len(sampling) for _ in self.configs]
-        for start in range(0, len(sampling), self.batch):
-            chunk = list(range(start, min(start + self.batch, len(sampling))))
-            shared = {i: shared_prefix([row[i] for row in prompts]) for i in chunk}
-            prefixes = {i: self.prefill(prompts[0][i][:shared[i]]) for i in chunk if shared[i] and self.shares}
-            for c in range(len(self.configs)):
-                def prefilled(i, own=prompts[c]):
-                    if i in prefixes:
-                        return self.extend(prefixes[i], own[i][shared[i]:])
-                    return self.prefill(own[i]) if self.shares else None
+        heads = [shared_prefix([row[i] for row in prompts]) for i in range(len(sampling))]
+        items = [Item(max(len(row[i]) for row in prompts), s.max_new_tokens, prefix=heads[i])
+                 for i, s in enumerate(sampling)]
+        extended = [c for c, config in enumerate(self.configs) if config in self.from_capture]
 
-                self._decode_chunk(c, chunk, prompts[c], sampling, prefilled, out)
-            del prefixes
+        def sources(i: int, plan: GroupPlan):
+            head = heads[i]
+            prefix = self.prefill(prompts[0][i][:head], presses=False, store=_store(plan)) if head and extended else None
+            for c in range(len(self.configs)):
+                if c not in extended:
+                    yield None, [c]
+                elif prefix is not None:
+                    yield self.extend(prefix, prompts[c][i][head:]), [c]
+                else:
+                    yield self.prefill(prompts[c][i], presses=False, store=_store(plan)), [c]
+
+        own = [c for c in range(len(self.configs)) if c not in extended]  # presses: their own prompts' prefill
+        return self._run(items, lambda c, i: list(prompts[c][i]), sampling, sources, own)
+
+    def _run(self, items: Sequence[Item], prompt_of, sampling: Sequence[SamplingParams], sources: Sources,
+             own: Sequence[int] = ()) -> list[list[Completion]]:
+        """Every item under every configuration, chunk by chunk as the memory plan says (``own``: configurations
+        that prefill themselves in this call); an out-of-memory error halves the chunk and redoes that chunk's items
+        (finished chunks are kept)."""
+        from tqdm import tqdm
+
+        sampling = [self._seeded(params, i) for i, params in enumerate(sampling)]
+        out: list[list[Completion | None]] = [[None] * len(items) for _ in self.configs]
+        plan = self.plan(items, own=own)
+        pending = list(range(len(items)))
+        bar = tqdm(total=len(items), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
+        with PeakMeter(self.device) as meter:
+            while pending:
+                part = pending[:plan.chunk]
+                try:
+                    done = self._chunk(part, plan, prompt_of, sampling, sources)
+                except Exception as exc:  # noqa: BLE001 (anything but an allocation failure is re-raised)
+                    if plan.chunk == 1 or not is_out_of_memory(exc):
+                        raise
+                    halved = max(1, plan.chunk // 2)
+                    self.stats.chunk_halvings.append({"chunk": plan.chunk, "to": halved, "error": str(exc)[:200]})
+                else:
+                    for (c, i), completion in done.items():
+                        out[c][i] = completion
+                    pending = pending[len(part):]
+                    bar.update(len(part))
+                    continue
+                gc.collect()  # the failed chunk's tensors (the exception no longer holds its frames)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                plan = dataclasses.replace(self.plan(items, chunk=halved, own=own), reasons=(
+                    f"out of memory at chunk {halved * 2}: halved to {halved}",))
+        bar.close()
+        self.plans.append(plan)
+        self.peaks.append(meter.to_dict())
         return out
 
-    def _decode_chunk(self, c: int, chunk: list[int], prompts, sampling, prefilled, out) -> None:
-        """Configuration ``c`` decodes the items ``chunk`` of ``prompts``; ``prefilled(i)`` gives item ``i``'s shared
-        :class:`Prefilled` (called when the item is admitted, so a continuation lives only until its cache is built;
-        None for a configuration that prefills itself). Completions go to ``out[c][i]``."""
-        config = self.configs[c]
-        seconds: dict[int, float] = {}  # the shared prefill's time, reported as each completion's prefill time
-
-        def row_of(i):
-            row = prefilled(i) if method_info(config).branches else None  # a press prefills through its own hooks
-            if row is not None:
-                seconds[i] = row.seconds
-            return row
-
-        if method_info(config).static_rows:  # decoded together in the engine's static rows
-            engine = self._engine(config)
-
-            def engine_row(j, _prompt):
-                row = row_of(chunk[j])
-                return row.logits, row.cache(self.model, engine.config, engine.cache_class)
-
-            done = engine.generate([list(prompts[i]) for i in chunk], [sampling[i] for i in chunk], prefill=engine_row)
-        else:
-            done = [self._decode_alone(config, row_of(i), list(prompts[i]), sampling[i], i) for i in chunk]
-        for j, i in enumerate(chunk):
-            self.stats.kv_bytes_per_row[config.label] = max(self.stats.kv_bytes_per_row.get(config.label, 0),
-                                                            done[j].kv_bytes)
-            done[j].index = i
-            if i in seconds:
-                done[j].prefill_seconds = seconds[i]
-            out[c][i] = done[j]
-
-    def _engine(self, config: MethodConfig):
+    def _chunk(self, part: list[int], plan: GroupPlan, prompt_of, sampling, sources: Sources) -> dict:
+        """Items ``part``: each prefilled once and branched (decoded at once or held), then every held configuration
+        decodes them together in its engine's rows. Returns ``{(configuration, item): completion}``."""
         from snapeval.engine import Engine
 
-        if config not in self._engines:
-            self._engines[config] = Engine(self.model, self.tokenizer, config, num_slots=self.batch, seed=self.seed)
-        return self._engines[config]
+        done: dict[tuple[int, int], Completion] = {}
+        rows = {c for c, config in enumerate(self.configs) if plan.decode_mode(config.label).decode == "rows"}
+        held: dict[int, dict[int, tuple]] = {c: {} for c in rows}
+        for i in part:
+            for prefilled, members in sources(i, plan):
+                if prefilled is None:  # configurations that prefill through their own hooks, decoded alone
+                    for c in members:
+                        logits, cache = self.own_prefill(self.configs[c], prompt_of(c, i))
+                        done[c, i] = self._decode_alone(self.configs[c], logits, cache, prompt_of(c, i), sampling[i], i)
+                    continue
+                caches = {c: self._empty_branch(c, prefilled, c in rows) for c in members}
+                load_caches(prefilled.capture, [caches[c] for c in members if self.configs[c] not in prefilled.presses],
+                            release=True)
+                prefilled.capture = None
+                for c in members:
+                    if c in rows:
+                        held[c][i] = (prefilled.logits, caches.pop(c), prefilled.seconds)
+                for c in [c for c in members if c not in rows]:
+                    done[c, i] = self._decode_alone(self.configs[c], prefilled.logits, caches.pop(c), prompt_of(c, i),
+                                                    sampling[i], i, prefilled.seconds)
+                del prefilled, caches
+        for c in sorted(rows):
+            waiting = held.pop(c)
+            if not waiting:
+                continue
+            seconds = {i: waiting[i][2] for i in part}
+            engine = Engine(self.model, self.tokenizer, self.configs[c], num_slots=plan.chunk, seed=self.seed)
+            completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
+                                          prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
+            del engine
+            gc.collect()  # its rows go before the next configuration allocates its own (the engine refers to itself)
+            for j, i in enumerate(part):
+                completions[j].index = i
+                completions[j].prefill_seconds = seconds[i]
+                self._count_kv(self.configs[c], completions[j])
+                done[c, i] = completions[j]
+        return done
 
-    def _decode_alone(self, config: MethodConfig, prefilled: Prefilled | None, prompt: list[int],
-                      params: SamplingParams, index: int) -> Completion:
-        """Decode one prompt alone (a method without static rows, such as a kvpress press) with
+    def _empty_branch(self, c: int, prefilled: Prefilled, in_rows: bool):
+        """Configuration ``c``'s one-row cache for an item, to be filled from the capture (a press's comes whole
+        from the prefill's hooks): the engine's static-row layout when it decodes in rows, its own cache otherwise."""
+        config = self.configs[c]
+        cache_class = method_info(config).static_cache_class() if in_rows else None
+        if config in prefilled.presses:
+            return prefilled.presses[config].cache(self.model, cache_class)
+        return make_cache(self.model, config) if cache_class is None else cache_class(self.model, config)
+
+    def _seeded(self, params: SamplingParams, index: int) -> SamplingParams:
+        """A sampled request without its own seed samples from ``seed + index`` (its index in the call, as
+        :func:`~snapeval.decoding.request_generator` would seed it) whatever chunk or engine row decodes it."""
+        if params.do_sample and params.seed is None:
+            return dataclasses.replace(params, seed=self.seed + index)
+        return params
+
+    def _count_kv(self, config: MethodConfig, completion: Completion) -> None:
+        self.stats.kv_bytes_per_row[config.label] = max(self.stats.kv_bytes_per_row.get(config.label, 0),
+                                                        completion.kv_bytes)
+
+    def _decode_alone(self, config: MethodConfig, logits: torch.Tensor, cache, prompt: list[int],
+                      params: SamplingParams, index: int, prefill_seconds: float = 0.0) -> Completion:
+        """Decode one prompt alone from its prefilled ``cache`` and last ``logits`` ``[V]`` with
         :func:`snapeval.decoding.decode`: one token per forward, explicit positions (a compressed cache is shorter
         than the sequence)."""
         generator = request_generator(params, self.seed, index, self.device)
         request = Request(index=index, prompt=prompt, params=params, generator=generator)
-        logits, cache = self.branch(config, prefilled, prompt)
         decode(self.model, self.tokenizer, cache, logits[None], [request], torch.tensor([len(prompt)]),
                stops=self.stops, pad_id=pad_token_id(self.tokenizer))
         request.kv_bytes = cache.kv_bytes_per_row()
-        return request.completion(self.tokenizer, 0.0)
+        completion = request.completion(self.tokenizer, 0.0)
+        completion.prefill_seconds = prefill_seconds
+        self._count_kv(config, completion)
+        return completion
 
     # --- scoring ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -238,7 +399,15 @@ class BranchSet:
         return score_contexts(self, contexts, continuations)
 
 
-@torch.inference_mode()
+def _tokens(plan: GroupPlan, prompt: int) -> int | None:
+    """The plan's prefill chunk for a prompt (None: the whole prompt in one forward)."""
+    return plan.prefill_tokens if plan.prefill_tokens < prompt else None
+
+
+def _store(plan: GroupPlan):
+    return "cpu" if plan.capture_on_host else None
+
+
 def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tuple[float, bool]]]:
     """Score ``continuations[i]`` after ``contexts[i]`` (token ids, ``len(context) >= 2``) under every configuration.
 
@@ -256,7 +425,7 @@ def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tu
     for context, members in groups.items():
         prefilled = branches.prefill(context[:-1]) if branches.shares else None
         for c, config in enumerate(branches.configs):
-            own = None if method_info(config).branches else branches.own_prefill(config, context[:-1])[1]
+            own = None if branches.branches(config) else branches.own_prefill(config, context[:-1])[1]
             for i in members:
                 target = list(continuations[i])
                 cache = prefilled.cache(branches.model, config) if own is None else copy.deepcopy(own)
@@ -323,10 +492,15 @@ class SharedBranches:
         return self._answer(full_key, compute)[self._index[config]]
 
     def describe(self) -> dict:
-        """What the group computed so far: its configurations and the prefills they shared (provenance)."""
-        stats = self.branches.stats
-        return {"configurations": len(self.branches.configs), "prefills": stats.prefills,
-                "prefill_tokens": stats.prefill_tokens, "prefill_seconds": round(stats.prefill_seconds, 3)}
+        """What the group computed so far: its configurations, the prefills they shared, the memory plan and the
+        measured peak of each generation call in order (a two-pass task: the first pass's, then the second's) and
+        any out-of-memory halving (provenance)."""
+        branches = self.branches
+        stats = branches.stats
+        return {"configurations": len(branches.configs), "prefills": stats.prefills,
+                "prefill_tokens": stats.prefill_tokens, "prefill_seconds": round(stats.prefill_seconds, 3),
+                "memory_plans": [plan.to_dict() for plan in branches.plans], "measured_peaks": list(branches.peaks),
+                "chunk_halvings": list(stats.chunk_halvings)}
 
     def score(self, config: MethodConfig, contexts, continuations):
         key = ("loglikelihood", tuple(map(tuple, contexts)), tuple(map(tuple, continuations)))

@@ -130,3 +130,33 @@ def test_shared_sweep_equals_per_cell_sweep(tiny_dir, task_dir, tmp_path):
         assert scores_a == scores_b
         for m_a, m_b in zip(a["metrics"], b["metrics"]):
             assert m_a["value"] == pytest.approx(m_b["value"], abs=1e-9)
+
+
+def test_a_sampled_request_samples_the_same_in_any_chunk_or_shard():
+    """A sampled request's seed comes from its identity (task, document, request, repeat: the lm-eval model's
+    request_seeds), not from its place in the call: an item shard of the documents (or another chunk size) samples
+    exactly what the whole call samples."""
+    from types import SimpleNamespace
+
+    from snapeval.engine import SamplingParams
+    from snapeval.harness.lm_eval_model import request_seeds
+
+    model = tiny_model("llama")
+    docs = [0, 0, 1, 2]  # document 0 sampled twice (lm-eval's repeats: the same request identity)
+    requests = [SimpleNamespace(metadata=("tiny", doc, 2), idx=0) for doc in docs]
+    prompts = [random_prompt(20 + 7 * doc, seed=doc) for doc in docs]
+    configs = [SnapStreamConfig.from_budget(16), FullConfig()]
+
+    def sample(rows, batch):
+        seeds = request_seeds([requests[i] for i in rows], base_seed=3)
+        params = [SamplingParams(max_new_tokens=8, do_sample=True, temperature=1.5, seed=s) for s in seeds]
+        return BranchSet(model, TinyTokenizer(), configs, batch=batch, seed=0).generate([prompts[i] for i in rows],
+                                                                                        params)
+
+    whole = sample(range(4), batch=4)
+    for part in ([2], [0, 1, 3]):  # two shards of the documents (i % 2), one holding both repeats, chunk 1
+        shard = sample(part, batch=1)
+        for c in range(len(configs)):
+            assert [d.token_ids for d in shard[c]] == [whole[c][i].token_ids for i in part]
+    for c in range(len(configs)):
+        assert whole[c][0].token_ids != whole[c][1].token_ids  # two repeats of one document draw differently

@@ -63,7 +63,10 @@ def test_press_cells_in_a_sweep_config():
     cells = expand_grid(config)
     assert [c.policy.label for c in cells] == ["full", "kvpress:SnapKVPress@64", "kvpress:SnapKVPress@128"]
     assert cells[1].identity()["policy"] == {"method": "kvpress:SnapKVPress", "budget": 64, "window_size": 16}
-    assert not cells[1].shares_prefill  # a press prefills through its own hooks
+    assert cells[1].shares_prefill  # a press branches from its group's shared prefill
+    refused = expand_grid(parse_config({"models": ["smollm2-135m-instruct"], "tasks": ["snapeval_passkey"],
+                                        "methods": ["full", {"method": "kvpress:KVComposePress", "budgets": [64]}]}))
+    assert not refused[1].shares_prefill  # ... unless it cannot (it installs its own hooks): its own prefill
 
 
 def _longbench_prompts(tokenizer, lengths):
@@ -146,3 +149,118 @@ def test_plain_generate_refuses_a_press_it_cannot_apply():
 
     with pytest.raises(SnapevalError, match="prefills through its own hooks"):
         generate(tiny_model("llama"), TinyTokenizer(), [[5, 6, 7]], config=resolve_method("kvpress:TOVAPress", 16))
+
+
+BRANCHING = [(m, a) for m, a in DEFAULT_PRESSES]
+PROMPTS = [(60, 12), (23, 5), (41, 9), (14, 4)]  # (prompt tokens, new tokens): the 14-token one fits every budget
+
+
+def _layers_of(cache):
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("method, press_args", BRANCHING)
+def test_every_branching_press_equals_its_own_prefill(family, method, press_args):
+    """Each press of a shared prefill (two budgets of it, beside SnapStream) keeps exactly the keys and values, and
+    decodes exactly the tokens, of the press prefilling alone through kvpress's own hooks; so do its scores."""
+    from snapeval.branching import BranchSet
+    from snapeval.cache import SnapStreamConfig, method_info
+    from snapeval.cache.kvpress import keeps_budget_per_layer
+
+    model = tiny_model(family, heads=6, kv_heads=2)
+    presses = [resolve_method(method, budget, **press_args) for budget in (16, 24)]
+    assert all(method_info(p).branches for p in presses)
+    shared = BranchSet(model, TinyTokenizer(), [*presses, SnapStreamConfig.from_budget(16)], batch=3)
+    prompts = [random_prompt(n, seed=n) for n, _ in PROMPTS]
+    params = [SamplingParams(max_new_tokens=k) for _, k in PROMPTS]
+    out = shared.generate(prompts, params)
+    assert shared.stats.prefills == len(prompts)  # one prefill per item for every configuration
+    for c, press in enumerate(presses):
+        alone = BranchSet(model, TinyTokenizer(), [press])
+        assert not alone.branches(press)  # alone, a press prefills through kvpress's own hooks
+        reference = alone.generate(prompts, params)[0]
+        for i, prompt in enumerate(prompts):
+            assert out[c][i].token_ids == reference[i].token_ids, (press.label, i)
+            assert out[c][i].kv_bytes == reference[i].kv_bytes, (press.label, i)
+            logits, own = alone.own_prefill(press, prompt)
+            prefilled = shared.prefill(prompt)
+            assert torch.equal(prefilled.logits, logits)
+            for (k1, v1), (k2, v2) in zip(_layers_of(prefilled.cache(model, press)), _layers_of(own)):
+                assert torch.equal(k1, k2) and torch.equal(v1, v2), (press.label, i)
+    if not keeps_budget_per_layer(presses[0].press_name):
+        return  # scoring a cache whose layers hold different lengths (PyramidKV) fails on either path
+    contexts = [prompts[0], prompts[0], prompts[2]]
+    continuations = [[5, 6], [7], [8, 9, 10]]
+    scored = shared.score(contexts, continuations)
+    for c, press in enumerate(presses):
+        assert scored[c] == BranchSet(model, TinyTokenizer(), [press]).score(contexts, continuations)[0]
+
+
+def test_one_score_per_layer_serves_every_budget(monkeypatch):
+    """SnapKVPress at three budgets scores each layer once; StreamingLLMPress's score reads the ratio: once per budget."""
+    from snapeval.branching import BranchSet
+
+    calls = {"SnapKVPress": 0, "StreamingLLMPress": 0}
+    for name in calls:
+        cls = getattr(kvpress, name)
+        original = cls.score
+
+        def counting(self, *args, _original=original, _name=name):
+            calls[_name] += 1
+            return _original(self, *args)
+
+        monkeypatch.setattr(cls, "score", counting)
+    model = tiny_model("llama")
+    configs = [resolve_method("kvpress:SnapKVPress", b, window_size=8) for b in (12, 16, 24)]
+    configs += [resolve_method("kvpress:StreamingLLMPress", b) for b in (12, 16)]
+    BranchSet(model, TinyTokenizer(), configs).prefill(random_prompt(50, seed=2))
+    layers = model.config.num_hidden_layers
+    assert calls == {"SnapKVPress": layers, "StreamingLLMPress": 2 * layers}
+
+
+def test_a_press_that_cannot_branch_is_refused_with_a_reason():
+    from snapeval.branching import BranchSet
+    from snapeval.cache import SnapStreamConfig, method_info
+    from snapeval.cache.capture import PromptCapture
+    from snapeval.cache.kvpress import PressBranches, branch_refusal
+
+    model = tiny_model("llama")
+    config = resolve_method("kvpress:KVComposePress", 16)
+    assert not method_info(config).branches
+    assert "installs its own hooks" in branch_refusal("KVComposePress")
+    with pytest.raises(SnapevalError, match=r"kvpress:KVComposePress' cannot branch from a shared prefill: .*own "
+                                            r"hooks.*needs its own prefill"):
+        PressBranches(model, [config], 30, PromptCapture(model, 1))
+    branches = BranchSet(model, TinyTokenizer(), [config, SnapStreamConfig.from_budget(16)])
+    assert not branches.branches(config) and branches.branches(branches.configs[1])
+    assert branches.presses == []  # so the shared prefill never hands it a layer
+
+
+def test_press_rows_are_filled_from_a_branch_only():
+    """A press's static rows come from a shared prefill's branch; the engine cannot prefill a press itself."""
+    from snapeval.engine import Engine
+
+    config = resolve_method("kvpress:SnapKVPress", 16, window_size=8)
+    engine = Engine(tiny_model("llama"), TinyTokenizer(), config, num_slots=2)
+    with pytest.raises(SnapevalError, match="static rows are loaded from a shared prefill's branch"):
+        engine.generate([random_prompt(30, seed=1)], SamplingParams(max_new_tokens=3))
+    from snapeval.harness.lm_eval_model import use_engine
+
+    with pytest.raises(SnapevalError, match="engine=true needs a method with a static-row layout"):
+        use_engine("true", config)  # the lm-eval model says so before anything loads
+
+
+def test_a_set_of_presses_only_frees_each_captured_layer_once_compressed():
+    from snapeval.branching import BranchSet
+
+    model = tiny_model("qwen2")
+    presses = [resolve_method("kvpress:SnapKVPress", 16, window_size=8), resolve_method("kvpress:TOVAPress", 20)]
+    branches = BranchSet(model, TinyTokenizer(), presses)
+    prompts = [random_prompt(n, seed=n) for n in (50, 33)]
+    assert branches.prefill(prompts[0]).capture.nbytes() == 0  # nothing else reads the capture
+    params = [SamplingParams(max_new_tokens=6)] * 2
+    out = branches.generate(prompts, params)
+    for c, press in enumerate(presses):
+        alone = BranchSet(model, TinyTokenizer(), [press]).generate(prompts, params)[0]
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in alone]

@@ -339,7 +339,7 @@ def score(doc, results):
     return root
 
 
-def _two_pass_sweep(tiny_dir, task_dir, out, per_cell):
+def _two_pass_sweep(tiny_dir, task_dir, out, per_cell, **extra):
     import io
     import json as _json
 
@@ -348,7 +348,7 @@ def _two_pass_sweep(tiny_dir, task_dir, out, per_cell):
     config = parse_config({
         "name": "two_pass", "models": [{"pretrained": str(tiny_dir)}], "include_path": str(task_dir),
         "tasks": ["tiny_two_pass"], "methods": ["full", "snapstream", "streamingllm", "snapkv"], "budgets": [24],
-        "simulate": {"enabled": False},
+        "simulate": {"enabled": False}, **extra,
     })
     summary = run_sweep(config.per_cell() if per_cell else config, out, stream=io.StringIO(), report=False,
                         simulate=None)
@@ -368,6 +368,14 @@ def test_two_pass_shared_prefill_equals_each_configuration_alone(tiny_dir, two_p
     provenance = next(iter(shared.values()))["harness_config"]["shared_prefill"]
     # per item: one prefill of the first prompt, one of the second prompts' common prefix, one suffix per method
     assert provenance["prefills"] == 3 * (1 + 1 + 4)
+    # both passes ran under a memory plan: the second holds each item's shared prefix while the suffixes run
+    first, second = provenance["memory_plans"]
+    assert first["fits"] and second["fits"] and len(provenance["measured_peaks"]) == 2
+    assert (first["max_new_tokens"], second["max_new_tokens"]) == (9, 5)  # the task's two passes
+    sharded = _two_pass_sweep(tiny_dir, two_pass_task_dir, tmp_path / "sharded", per_cell=False, shards=2)
+    for name, cell in shared.items():  # item shards give the same texts and scores
+        assert [s["generations"] for s in sharded[name]["samples"]] == [s["generations"] for s in cell["samples"]]
+        assert sharded[name]["metrics"] == cell["metrics"]
 
 
 def test_sampling_seeds_follow_the_request_not_its_position():
@@ -381,4 +389,6 @@ def test_sampling_seeds_follow_the_request_not_its_position():
     assert len(set(seeds[:3])) == 3  # a problem's repeats draw differently
     assert request_seeds([b, a, a, a], 0) == [seeds[3], *seeds[:3]]  # order and batching do not matter
     assert request_seeds([a], 1) != request_seeds([a], 0)  # the run's seed does
+    renumbered = SimpleNamespace(metadata=("aime", 0, 8), idx=0)  # an item shard's first document is the task's 4th
+    assert request_seeds([renumbered], 0, documents={"aime": [4, 7]}) == [seeds[3]]
     assert request_seeds([SimpleNamespace(metadata=None, idx=0)] * 2, 5) == [5, 6]  # no identity: the position

@@ -133,6 +133,14 @@ def test_data_file_hash_enters_identity(tmp_path):
     ({"seeds": [0, 0]}, "seeds", "duplicate"),
     ({"budget": [64]}, "config", "did you mean 'budgets'"),
     ({"simulate": {"batch": "all"}}, "simulate.batch", "integer"),
+    ({"shards": 0}, "shards", ">= 1"),
+    ({"shard_size": "big"}, "shard_size", "integer"),
+    ({"shards": 2, "shard_size": 10}, "shards", "are exclusive; allowed: one of them"),
+    ({"models": [{"pretrained": "m", "max_memory": "lots"}]}, "models[0].max_memory",
+     "allowed: bytes as an integer or a string such as '70GiB'"),
+    ({"models": [{"pretrained": "m", "max_memory": {"tpu:0": "8GiB"}}]}, "models[0].max_memory",
+     "allowed: cpu, cuda, cuda:N"),
+    ({"models": [{"pretrained": "m", "max_memory": {"cpu": -5}}]}, "models[0].max_memory.cpu", "is invalid"),
 ])
 def test_bad_configs_fail_with_one_line_naming_the_field(change, field, allowed):
     with pytest.raises(SnapevalError) as err:
@@ -179,3 +187,15 @@ def test_shipped_configs_are_valid(name):
         return
     for model in config.models:
         get_preset(model.simulate_as or model.pretrained)  # every model is a real preset
+
+
+def test_shards_and_max_memory_parse_and_leave_the_identity_alone():
+    base = ids(cfg())
+    config = cfg(shards=4, models=[{"pretrained": "smollm2-135m-instruct", "max_memory": {"cpu": "12GiB", 1: "70GB"}}])
+    assert config.shards == 4 and config.shard_size is None
+    model = config.models[0]
+    assert model.memory_for("cpu") == 12 * 2**30 and model.memory_for("cuda:1") == 70 * 10**9
+    assert model.memory_for("cuda:0") is None
+    assert cfg(models=[{"pretrained": "smollm2-135m-instruct", "max_memory": "9GiB"}]).models[0].memory_for("cuda:3") \
+        == 9 * 2**30
+    assert ids(config) == base  # how the work is split and budgeted never changes what a cell measures

@@ -72,8 +72,8 @@ def test_ray_runs_a_shared_group_as_one_task(local_ray, tmp_path):
     """Cells of one (model, task, seed) group share one prefill per item: one Ray task runs all of them."""
     local_ray.unlink(missing_ok=True)
     executor = RayExecutor()
-    summary = run_sweep(parse_config(RAW), tmp_path, executor=executor, evaluate=fake_evaluate, simulate=fake_simulate,
-                        stream=io.StringIO(), report=False)
+    summary = run_sweep(parse_config({**RAW, "shards": 1}), tmp_path, executor=executor, evaluate=fake_evaluate,
+                        simulate=fake_simulate, stream=io.StringIO(), report=False)
     assert summary.ok and len(summary.ran) == 4
     rows = calls(local_ray)
     assert len({r["pid"] for r in rows}) == 1 and os.getpid() not in {r["pid"] for r in rows}
@@ -92,3 +92,28 @@ def test_ray_failure_is_reported_not_fatal(local_ray, tmp_path):
                         stream=io.StringIO(), report=False)
     assert len(summary.ran) == 3 and len(summary.failed) == 1
     assert "budget 256 exploded" in Path(summary.failed[0][1]).read_text()
+
+
+def test_ray_runs_a_groups_item_shards_in_parallel_with_the_models_resources(local_ray, tmp_path):
+    """Default shards on Ray: one per worker the cluster has for the model's resources; each shard a Ray task (every
+    configuration of its items); the merged cells equal the same shards run in process."""
+    local_ray.unlink(missing_ok=True)
+    executor = RayExecutor()
+    summary = run_sweep(parse_config(RAW), tmp_path / "ray", executor=executor, evaluate=fake_evaluate,
+                        simulate=fake_simulate, stream=io.StringIO(), report=False)
+    assert summary.ok and len(summary.ran) == 4
+    rows = calls(local_ray)
+    assert len(rows) == 8 and len({r["pid"] for r in rows}) == 2  # 2 shards x 4 configurations, two workers
+    assert overlaps(rows)
+    local = run_sweep(parse_config({**RAW, "shards": 2}), tmp_path / "local", evaluate=fake_evaluate,
+                      simulate=fake_simulate, stream=io.StringIO(), report=False)
+    assert len(local.ran) == 4
+    a = pd.read_parquet(tmp_path / "ray" / "results.parquet").drop(columns=["wall_s"])
+    b = pd.read_parquet(tmp_path / "local" / "results.parquet").drop(columns=["wall_s"])
+    pd.testing.assert_frame_equal(a, b)
+
+    local_ray.unlink(missing_ok=True)
+    two_cpus = parse_config({**RAW, "resources": {"num_cpus": 2}})  # one such worker fits: one shard
+    run_sweep(two_cpus, tmp_path / "big", executor=RayExecutor(), evaluate=fake_evaluate, simulate=fake_simulate,
+              stream=io.StringIO(), report=False)
+    assert len(calls(local_ray)) == 4 and not overlaps(calls(local_ray))

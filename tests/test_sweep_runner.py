@@ -5,9 +5,6 @@ import io
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,14 +12,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+from fixtures.sweep_fakes import fake_evaluate, fake_simulate, start_sweep_process
 from snapeval.cli import main as cli
 from snapeval.errors import SnapevalError
 from snapeval.results import ResultsStore
 from snapeval.sweep import expand_grid, parse_config, run_sweep
 from snapeval.sweep.runner import Progress, check_tasks
 
-REPO = Path(__file__).resolve().parents[1]
 RAW = {
     "name": "unit",
     "models": ["llama-3.1-8b-instruct"],
@@ -110,26 +106,9 @@ def test_corrupt_or_torn_cell_files_are_not_trusted(tmp_path):
     assert not list(cells.glob(".*.tmp"))
 
 
-KILL_SCRIPT = textwrap.dedent("""
-    import sys
-    sys.path[:0] = [{repo!r}, {tests!r}]
-    import yaml
-    from snapeval.sweep import parse_config, run_sweep
-    from fixtures.sweep_fakes import fake_evaluate, fake_simulate
-    raw = yaml.safe_load(open({cfg!r}))
-    run_sweep(parse_config(raw), {out!r}, evaluate=fake_evaluate, simulate=fake_simulate, report=False)
-""")
-
-
 def test_kill_minus_9_mid_sweep_resumes_to_the_same_table(tmp_path):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(RAW))
     killed, clean = tmp_path / "killed", tmp_path / "clean"
-    script = tmp_path / "run.py"
-    script.write_text(KILL_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"), cfg=str(cfg), out=str(killed)))
-    env = {**os.environ, "SNAPEVAL_FAKE_DELAY": "0.5"}
-    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = start_sweep_process(RAW, killed, tmp_path, delay=0.5)
     cells = killed / "cells"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(cells.glob("*.json"))) < 3:

@@ -273,8 +273,13 @@ class CompressedKVCache(Cache):
         :class:`~snapeval.cache.capture.PromptCapture`): the same cache as prefilling through this cache."""
         if len(prompts) != len(self.layers):
             raise ValueError(f"{len(prompts)} layer prompts for a cache of {len(self.layers)} layers")
-        for layer, prompt in zip(self.layers, prompts):
-            layer.build(prompt)
+        for index, prompt in enumerate(prompts):
+            self.load_layer(index, prompt)
+
+    def load_layer(self, index: int, prompt: "LayerPrompt") -> None:
+        """Compress one layer of a prompt prefilled elsewhere (:meth:`load_prompt`, one layer at a time: a shared
+        prefill frees each captured layer once every branch holds it)."""
+        self.layers[index].build(prompt)
 
     @property
     def compress_seconds(self) -> float:

@@ -24,8 +24,13 @@ class FullCache(DynamicCache):
         """Hold a prompt prefilled elsewhere (one :class:`~snapeval.cache.base.LayerPrompt` per layer), as if it
         had been prefilled through this cache."""
         for layer_idx, prompt in enumerate(prompts):
-            self.update(prompt.keys, prompt.values, layer_idx)
-        self.padding = prompts[0].padding
+            self.load_layer(layer_idx, prompt)
+
+    def load_layer(self, index: int, prompt) -> None:
+        """Hold one layer of a prompt prefilled elsewhere (:meth:`load_prompt`, one layer at a time)."""
+        self.update(prompt.keys, prompt.values, index)
+        if index == 0:
+            self.padding = prompt.padding
 
     def kv_bytes(self) -> int:
         return sum(l.keys.nbytes + l.values.nbytes for l in self.layers if l.keys is not None)

@@ -53,6 +53,8 @@ class MethodInfo:
         summary: one line for ``--help`` and the docs.
         static_cache: ``"module:Class"`` of the cache in the engine's static rows, when it differs from ``cache``
             (a growing cache then gets rows of its kept prompt plus the tokens to decode); empty: ``cache``.
+        prefill_hooks: it compresses inside the prefill through hooks on the attention layers (kvpress's presses),
+            so plain ``generate`` cannot apply it: its prompts go through :class:`snapeval.branching.BranchSet`.
         style: how reports draw it (None: a spare colour and marker, chosen per figure).
         reference: the uncompressed baseline: every other cell of a group is paired with its cell.
     """
@@ -63,6 +65,7 @@ class MethodInfo:
     branches: bool
     summary: str
     static_cache: str = ""
+    prefill_hooks: bool = False
     style: MethodStyle | None = None
     reference: bool = False
 

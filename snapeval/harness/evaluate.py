@@ -21,6 +21,7 @@ def evaluate(
     use_cache: str | None = None,
     chat: bool | None = None,
     lm=None,
+    shard: tuple[int, int] | None = None,
 ) -> dict:
     """Run lm-eval's ``simple_evaluate`` on ``tasks`` with a :class:`SnapStreamLM` built from ``model_args``.
 
@@ -29,6 +30,12 @@ def evaluate(
     ``chat`` applies the tokenizer's chat template (default: when the tokenizer has one). The task metadata gets
     ``pretrained`` and, for reasoning presets (R1 distills), ``reasoning=True`` so answers are extracted after the
     thinking section. ``lm`` reuses an already loaded model (its configuration must match ``model_args``).
+
+    ``shard=(k, S)`` evaluates only the documents ``i`` with ``i % S == k`` among those ``limit`` selects (lm-eval's
+    ``samples``; a task group is refused): one item shard of a sweep cell (:mod:`snapeval.sweep.shards` merges the
+    shards). ``out["snapeval"]["shard"]`` then records the documents, each metric's aggregation function (as
+    ``module:name``) and the bootstrap iterations, what the merge needs to recompute lm-eval's aggregates; a shard
+    with no documents returns no ``results``.
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -58,11 +65,19 @@ def evaluate(
     unknown = [t for t in tasks if not manager.match_tasks([t])]
     if unknown:
         raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include}`")
+    samples, shard_record = None, None
+    lm.documents = None
+    if shard is not None:
+        tasks, samples, shard_record = _shard_of(manager, tasks, limit, shard)
+        lm.documents = samples  # a request's sampling seed names its document as the whole task numbers it
+        limit = None
+        if not any(samples.values()):  # more shards than documents: nothing to evaluate here
+            return {"snapeval": {"shard": shard_record, "config": lm.describe()}}
     before = copy.copy(lm.stats)
     results = lm_eval.simple_evaluate(
-        model=lm, tasks=list(tasks), limit=limit, gen_kwargs=gen_kwargs, log_samples=log_samples,
+        model=lm, tasks=list(tasks), limit=limit, samples=samples, gen_kwargs=gen_kwargs, log_samples=log_samples,
         task_manager=manager, metadata=meta, use_cache=use_cache, random_seed=seed, numpy_random_seed=seed,
-        torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=1000, apply_chat_template=chat,
+        torch_random_seed=seed, fewshot_random_seed=seed, bootstrap_iters=BOOTSTRAP_ITERS, apply_chat_template=chat,
     )
     if results is None:  # non-zero rank in distributed runs
         return {}
@@ -70,8 +85,54 @@ def evaluate(
 
     run = lm.stats.since(before).to_dict()
     results["snapeval"] = {"config": lm.describe(), **run, "data": loaded_data_records(), "seed": seed,
-                           "limit": limit, "tasks": list(tasks), "metadata": meta, "chat_template": chat}
+                           "limit": limit, "tasks": [getattr(t, "task_name", t) for t in tasks], "metadata": meta,
+                           "chat_template": chat}
+    if shard_record is not None:
+        results["snapeval"]["shard"] = shard_record
     return results
+
+
+#: Bootstrap resamples for the stderr of metrics lm-eval bootstraps (its ``bootstrap_iters``).
+BOOTSTRAP_ITERS = 1000
+
+
+def _shard_of(manager, tasks, limit, shard: tuple[int, int]):
+    """The built tasks, lm-eval's ``samples`` of shard ``k`` of ``S`` (documents ``i % S == k`` among the first
+    ``limit``) and what the merge needs: the documents, each metric's aggregation and the bootstrap iterations."""
+    from lm_eval.evaluator_utils import get_sample_size
+
+    index, count = shard
+    loaded = manager.load(list(tasks))
+    if loaded["groups"]:
+        raise SnapevalError(f"task {', '.join(loaded['groups'])!r} is a group of tasks; sweep its tasks one by one to "
+                            "shard them, or set shards: 1")
+    built = list(loaded["tasks"].values())
+    samples, aggregations, original = {}, {}, {}
+    for name, task in loaded["tasks"].items():
+        size = len(task.eval_docs)
+        wanted = size if limit is None else min(size, get_sample_size(task, limit))
+        samples[name] = list(range(index, wanted, count))
+        aggregations[name] = {metric: _reference(fn) for metric, fn in task.aggregation().items()}
+        original[name] = size
+    record = {"index": index, "count": count, "documents": samples, "aggregations": aggregations,
+              "original_documents": original, "bootstrap_iters": BOOTSTRAP_ITERS}
+    return built, samples, record
+
+
+def _reference(fn) -> str | None:
+    """``module:qualified name`` of an aggregation function when it imports back to the same object, else None."""
+    import importlib
+
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not name:
+        return None
+    try:
+        target = importlib.import_module(module)
+        for part in name.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{name}" if target is fn else None
 
 
 def _is_reasoning(name: str) -> bool:

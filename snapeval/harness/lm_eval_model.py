@@ -84,11 +84,13 @@ def derived_seed(*parts) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def request_seeds(requests, base_seed: int) -> list[int]:
+def request_seeds(requests, base_seed: int, documents: dict[str, list[int]] | None = None) -> list[int]:
     """One sampling seed per ``generate_until`` request, from its identity: (task, document, request index, which of
     its repeats). A sampled answer then does not depend on batching, chunking, sharding or the order of requests,
     and every method and budget draws the same random numbers for the same item (common random numbers: their paired
-    comparison compares like with like). Requests without lm-eval metadata fall back to their position."""
+    comparison compares like with like). ``documents``: per task, the task's own index of each evaluated document (an
+    item shard's documents, which lm-eval numbers from 0 again); the identity holds that index. Requests without
+    lm-eval metadata fall back to their position."""
     occurrences: dict[tuple, int] = {}
     seeds = []
     for position, request in enumerate(requests):
@@ -96,7 +98,10 @@ def request_seeds(requests, base_seed: int) -> list[int]:
         if not metadata or metadata[1] is None:
             seeds.append(base_seed + position)
             continue
-        identity = (metadata[0], metadata[1], getattr(request, "idx", 0))
+        document = metadata[1]
+        if documents is not None and metadata[0] in documents:
+            document = documents[metadata[0]][document]
+        identity = (metadata[0], document, getattr(request, "idx", 0))
         repeat = occurrences.get(identity, 0)
         occurrences[identity] = repeat + 1
         seeds.append(derived_seed(base_seed, *identity, repeat))
@@ -177,7 +182,8 @@ def use_engine(engine, config: MethodConfig) -> bool:
         raise SnapevalError(f"engine={engine!r} is not allowed; choose one of: auto, true, false")
     if choice is None:
         return method_info(config).fixed_size
-    if choice and not method_info(config).static_rows:
+    info = method_info(config)
+    if choice and (not info.static_rows or info.prefill_hooks):  # a press compresses in its own prefill hooks
         raise SnapevalError(f"engine=true needs a method with a static-row layout; method={method!r} allowed: "
                             f"{', '.join(ENGINE_METHODS)}")
     return choice
@@ -265,12 +271,15 @@ class SnapStreamLM(HFLM):
         #: Base of the per-request sampling seeds (:func:`request_seeds`); :func:`snapeval.harness.evaluate` sets the
         #: run's seed.
         self.seed = 0
+        #: Per task, the task's own index of each document lm-eval evaluates (set for an item shard, whose documents
+        #: lm-eval renumbers from 0; None: lm-eval's numbering is the task's).
+        self.documents: dict[str, list[int]] | None = None
         self.stats = RunStats()
         self.use_engine = engine_on
         self.engine_slots = max(int(args["batch_size"] or 1), 8) if slots is None else slots
         self._engine = None
         self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
-        if shared is None and not method_info(cache_config).branches:  # a kvpress press: its own prefill, decoded alone
+        if shared is None and method_info(cache_config).prefill_hooks:  # a kvpress press: its own prefill hooks
             from snapeval.branching import BranchSet, SharedBranches
 
             self.shared = SharedBranches(BranchSet(model, tokenizer, [cache_config], seed=0))
@@ -339,7 +348,7 @@ class SnapStreamLM(HFLM):
         if self.specprefill is not None:
             self._compress_by_draft(requests)
         followups = [Followup.parse(r.args[1]["followup"]) if "followup" in r.args[1] else None for r in requests]
-        seeds = request_seeds(requests, self.seed)
+        seeds = request_seeds(requests, self.seed, self.documents)
         single = [i for i, f in enumerate(followups) if f is None]
         double = [i for i, f in enumerate(followups) if f is not None]
         out: list[str | None] = [None] * len(requests)

@@ -27,14 +27,18 @@ def load_once(pretrained: str, dtype: str | None = None, device: str = "cpu", de
 
 
 def group_models(cells) -> list:
-    """One :class:`~snapeval.harness.lm_eval_model.SnapStreamLM` per cell of a group, sharing one prefill per item."""
+    """One :class:`~snapeval.harness.lm_eval_model.SnapStreamLM` per cell of a group, sharing one prefill per item,
+    within the model's ``max_memory`` on the device its inputs go to (the memory plan's budget)."""
     from snapeval.branching import BranchSet, SharedBranches
     from snapeval.harness.lm_eval_model import SnapStreamLM
+    from snapeval.models.devices import input_device
 
     spec = cells[0].model
     kwargs = cells[0].evaluate_kwargs()["model_args"]
     loaded = load_once(spec.pretrained, spec.dtype, **spec.placement())
     slots = max(spec.batch_size, 8)
-    shared = SharedBranches(BranchSet(*loaded, [cell.policy for cell in cells], batch=slots, seed=cells[0].seed))
+    budget = spec.memory_for(input_device(loaded[0]))
+    shared = SharedBranches(BranchSet(*loaded, [cell.policy for cell in cells], batch=slots, seed=cells[0].seed,
+                                      max_memory=budget))
     common = {k: v for k, v in kwargs.items() if k != "cache_config"}
     return [SnapStreamLM(**common, cache_config=cell.policy, loaded=loaded, shared=shared) for cell in cells]

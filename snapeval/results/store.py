@@ -4,6 +4,8 @@ Layout::
 
     <dir>/cells/<cell_id>.json         finished cells (written atomically: tmp file, fsync, rename)
     <dir>/cells/<cell_id>.error.txt    the traceback of a cell that failed (it is retried on the next run)
+    <dir>/cells/<cell_id>.shards/<k>-of-<S>.json   finished item shards of a cell not yet merged (atomic too; merged
+                                       into the cell file, then removed: snapeval.sweep.shards)
     <dir>/manifest.json                the last sweep's cells, in grid order, with what the table needs to describe them
     <dir>/results.parquet, results.csv the tidy table (one row per cell and metric)
 
@@ -134,11 +136,42 @@ class ResultsStore:
         atomic_write_text(path, f"{label}\n\n{text}")
         return path
 
+    # item shards of a cell ----------------------------------------------------------------------------------------
+    def shard_dir(self, cell_id: str) -> Path:
+        return self.cells_dir / f"{cell_id}.shards"
+
+    def shard_path(self, cell_id: str, index: int, count: int) -> Path:
+        return self.shard_dir(cell_id) / f"{index + 1}-of-{count}.json"
+
+    def write_shard(self, cell_id: str, index: int, count: int, text: str) -> Path:
+        """Write one finished shard's JSON (:class:`snapeval.sweep.shards.ShardResult`) atomically."""
+        path = self.shard_path(cell_id, index, count)
+        atomic_write_text(path, text)
+        return path
+
+    def shard_texts(self, cell_id: str) -> dict[str, str]:
+        """``{file name: JSON}`` of a cell's shard files (an unreadable file is left out)."""
+        out = {}
+        for path in sorted(self.shard_dir(cell_id).glob("*-of-*.json")):
+            try:
+                out[path.name] = path.read_text(encoding="utf-8")
+            except OSError:
+                continue
+        return out
+
+    def clear_shards(self, cell_id: str) -> None:
+        """Remove a merged cell's shard files."""
+        folder = self.shard_dir(cell_id)
+        if folder.is_dir():
+            for path in folder.iterdir():
+                path.unlink(missing_ok=True)
+            folder.rmdir()
+
     def clean_tmp(self) -> int:
         """Remove temporary files left by an interrupted write; returns how many there were."""
         if not self.cells_dir.is_dir():
             return 0
-        stale = list(self.cells_dir.glob(".*.tmp"))
+        stale = list(self.cells_dir.glob(".*.tmp")) + list(self.cells_dir.glob("*.shards/.*.tmp"))
         for path in stale:
             path.unlink(missing_ok=True)
         return len(stale)

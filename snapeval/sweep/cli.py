@@ -9,15 +9,17 @@ def register(subparsers) -> None:
         "sweep", help="run a grid of lm-eval runs over models, tasks, methods and budgets (resumable)",
         description="Run every cell of a sweep config (models x tasks x methods x budgets x seeds) through the "
                     "snapstream lm-eval model, as one paired experiment: each item is prefilled once and every method "
-                    "and budget of its (model, task, seed) branches from that prefill. Finished cells are kept one "
-                    "file each and skipped on re-runs; the tidy table (Parquet, CSV) with paired comparisons against "
-                    "the full cache, and the report with plots, are written at the end.")
+                    "and budget of its (model, task, seed) branches from that prefill, in chunks of items sized by a "
+                    "memory plan (a model's max_memory). Finished cells (and item shards) are kept one file each and "
+                    "skipped on re-runs; the tidy table (Parquet, CSV) with paired comparisons against the full "
+                    "cache, and the report with plots, are written at the end.")
     p.add_argument("config", nargs="?", default="quickstart",
                    help="a sweep YAML, or the name of one in configs/ (default: quickstart)")
     p.add_argument("--out", help="results directory (default: the config's 'out', else results/<name>)")
     p.add_argument("--executor", default="inprocess", choices=("inprocess", "ray"),
                    help="run work units here one by one (default) or as Ray tasks with the model's resources (a unit is "
-                        "a shared-prefill group of cells, or one cell)")
+                        "a shared-prefill group of cells, or one cell, or one item shard of either: 'shards' or "
+                        "'shard_size' in the config; on Ray the default is one shard per worker)")
     p.add_argument("--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray instance)")
     p.add_argument("--limit", type=int, help="samples per task for every task (changes the cells' identities)")
     p.add_argument("--dry-run", action="store_true", help="list the cells and which are already done; run nothing")

@@ -1,13 +1,14 @@
 """Where cells run: in this process (default) or as Ray tasks on a Ray cluster (``--executor ray``).
 
 An executor takes the pending work units (:class:`~snapeval.sweep.runner.WorkUnit`: one shared-prefill group, or one
-cell) and a unit function that yields ``(cell, result, error)`` per cell of the unit (``error`` is a formatted
+cell, or one item shard of either) and a unit function that yields ``(cell, result, error)`` per cell of the unit (``error`` is a formatted
 traceback, ``result`` a :class:`~snapeval.results.schema.CellResult`), and yields them as cells finish. The runner, in
 the driver process, writes each result atomically as it arrives, so a crash loses only the units still running.
 """
 from __future__ import annotations
 
 import os
+import sys
 from typing import Callable, Iterator
 
 from snapeval.errors import SnapevalError
@@ -23,6 +24,10 @@ class InProcessExecutor:
     name = "inprocess"
     parallelism = 1
 
+    def workers(self, resources) -> int:
+        """Units this executor runs at once with ``resources`` each: one."""
+        return 1
+
     def run(self, units: list, unit_fn: UnitFn, on_start: Callable[[object], None]) -> Iterator[Outcome]:
         for unit in units:
             on_start(unit)
@@ -30,7 +35,12 @@ class InProcessExecutor:
 
 
 def _ray_unit(unit_fn: UnitFn, unit) -> tuple[list[Outcome], int]:
-    """Body of a Ray task: run one unit in a worker, return its cells' outcomes and the worker's pid."""
+    """Body of a Ray task: run one unit in a worker with as many torch threads as CPUs it asked for, return its
+    cells' outcomes and the worker's pid."""
+    threads = max(1, int(unit.cells[0].model.resources.num_cpus))
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # read by torch when it is first imported here
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
     return list(unit_fn(unit)), os.getpid()
 
 
@@ -57,6 +67,15 @@ class RayExecutor:
     @property
     def parallelism(self) -> int:
         return max(1, int(self.ray.cluster_resources().get("CPU", 1))) if self.ray.is_initialized() else 1
+
+    def workers(self, resources) -> int:
+        """Units the cluster runs at once with ``resources`` each (its GPUs or its CPUs, whichever the model asks
+        for); starts or joins Ray first."""
+        self._ensure_init()
+        cluster = self.ray.cluster_resources()
+        if resources.num_gpus > 0:
+            return max(1, int(cluster.get("GPU", 0) // resources.num_gpus))
+        return max(1, int(cluster.get("CPU", 1) // max(resources.num_cpus, 1e-9)))
 
     def _ensure_init(self) -> None:
         if self.ray.is_initialized():

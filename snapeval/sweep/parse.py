@@ -12,6 +12,11 @@ A config is plain YAML (see ``configs/quickstart.yaml`` for a commented example)
     seeds: [0]
     decision: {margin: 0.02, alpha: 0.05}       # the report's non-inferiority margin and test level (the defaults)
 
+Scale (docs/sweeps.md): ``shards: N`` or ``shard_size: N`` (items per shard) splits every group's items into shards,
+each its own work unit (default: one per worker of the executor); a model's ``max_memory`` (``20GiB``, or per
+device ``{cuda:0: 70GiB, cpu: 64GiB}``) is the memory budget of its shared groups (default: in use plus free, less a
+margin).
+
 Every mistake (an unknown key, a wrong type, a value out of range) raises :class:`~snapeval.errors.SnapevalError`
 with one line that names the field by its path in the file (``methods[1].recent``) and what is allowed.
 
@@ -134,9 +139,10 @@ def _is_json_value(value: Any) -> bool:
 # parsing
 
 _TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models", "tasks", "methods", "budgets",
-             "seeds", "limit", "generation", "resources", "simulate", "decision")
+             "seeds", "limit", "generation", "resources", "simulate", "decision", "shards", "shard_size")
 _MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine",
-               "share_prefill", "device_map")
+               "share_prefill", "device_map", "max_memory")
+_DEVICE_RE = re.compile(r"^(\*|cpu|cuda(:[0-9]+)?)$")
 _TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
 #: A method entry's own keys; besides them, every setting a method of the table declares (``sink``, ``recent``, ...).
 _METHOD_KEYS = ("method", "budgets", "press")
@@ -173,7 +179,28 @@ def _parse_model(ctx: _Ctx, raw: Any, path: str, resources: Resources) -> ModelS
         engine=_parse_engine(ctx, raw.get("engine", "auto"), f"{path}.engine"),
         share_prefill=_parse_bool(ctx, raw.get("share_prefill", True), f"{path}.share_prefill"),
         device_map=_parse_device_map(ctx, raw.get("device_map"), f"{path}.device_map"),
+        max_memory=_parse_max_memory(ctx, raw.get("max_memory"), f"{path}.max_memory"),
     )
+
+
+def _parse_max_memory(ctx: _Ctx, raw: Any, path: str):
+    """``20GiB`` (every device) or ``{cuda:0: 70GiB, cpu: 64GiB}`` (an integer key N means ``cuda:N``)."""
+    from snapeval.memory_plan import parse_bytes
+
+    if raw is None:
+        return None
+    entries = raw if isinstance(raw, dict) else {"*": raw}
+    out = []
+    for key, value in entries.items():
+        device = f"cuda:{key}" if isinstance(key, int) and not isinstance(key, bool) else key
+        if not isinstance(device, str) or not _DEVICE_RE.match(device):
+            raise ctx.fail(path, f"device {key!r} is not allowed; allowed: cpu, cuda, cuda:N (or N) as keys, or one "
+                                 "size for every device")
+        try:
+            out.append((device, parse_bytes(value, field_name="max_memory")))
+        except SnapevalError as exc:
+            raise ctx.fail(f"{path}" if device == "*" else f"{path}.{device}", str(exc)) from None
+    return tuple(sorted(out))
 
 
 def _parse_device_map(ctx: _Ctx, raw: Any, path: str):
@@ -354,11 +381,16 @@ def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
     for key in ("description", "out", "data_dir", "include_path"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ctx.fail(key, f"expected a string; got {raw[key]!r}")
+    shards = ctx.integer(raw.get("shards"), "shards", minimum=1, optional=True)
+    shard_size = ctx.integer(raw.get("shard_size"), "shard_size", minimum=1, optional=True)
+    if shards is not None and shard_size is not None:
+        raise ctx.fail("shards", f"shards={shards} and shard_size={shard_size} are exclusive; allowed: one of them "
+                                 "(shards: how many per group, shard_size: items per shard)")
     return SweepConfig(
         name=name, models=models, tasks=tasks, methods=methods, seeds=seeds,
         description=str(raw.get("description") or ""), out=raw.get("out"), data_dir=raw.get("data_dir"),
         include_path=raw.get("include_path"), simulate=_parse_simulate(ctx, raw.get("simulate")),
-        decision=_parse_decision(ctx, raw.get("decision")), source=source,
+        decision=_parse_decision(ctx, raw.get("decision")), source=source, shards=shards, shard_size=shard_size,
     )
 
 

@@ -3,15 +3,20 @@
 Work units. Cells of one group (same model, task, seed and items; :attr:`Cell.group_id`) run together as one unit:
 each item is prefilled once and every method and budget of the group branches from that prefill
 (:mod:`snapeval.branching`). A cell whose method cannot branch, or a model with ``share_prefill: false``
-(``--per-cell``), runs alone as its own lm-eval run: the reference path.
+(``--per-cell``), runs alone as its own lm-eval run: the reference path. With item shards
+(:mod:`snapeval.sweep.shards`: ``shards``/``shard_size`` in the config, default one per executor worker) a unit is
+one shard of a group: its items, every configuration; each cell is the merge of its shards.
 
 Resumability: a cell's result file is its proof of completion, named by the cell's identity hash. Re-running the
 same command finds them and runs only what is missing; a config change that alters a cell's meaning changes its
-hash, so an old result is never reused for a new question. ``kill -9`` loses at most the unit that was running.
+hash, so an old result is never reused for a new question. A finished shard is written at once, so ``kill -9``
+loses at most the units that were running, and a resumed sweep redoes only the missing shards (with the partition
+already on disk).
 """
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import sys
 import time
 import traceback
@@ -25,6 +30,7 @@ from snapeval.results.store import ResultsStore
 from snapeval.sweep.config import SweepConfig
 from snapeval.sweep.executors import InProcessExecutor
 from snapeval.sweep.grid import Cell, expand_grid
+from snapeval.sweep.shards import Shard, ShardResult, finished_shards, merge_shards
 
 EvaluateFn = Callable[..., dict]
 #: ``models(cells) -> one lm-eval model per cell`` (or ``None`` entries: each cell then loads its own).
@@ -47,30 +53,48 @@ def harness_group_models(cells: list) -> list:
 
 @dataclass(frozen=True)
 class WorkUnit:
-    """What an executor runs at once: the pending cells of one shared-prefill group, or one cell alone."""
+    """What an executor runs at once: the pending cells of one shared-prefill group, or one cell alone; with
+    ``shard``, only that item shard of them."""
 
     cells: tuple[Cell, ...]
     shared: bool
+    shard: Shard | None = None
 
     @property
     def label(self) -> str:
         first = self.cells[0]
-        if not self.shared:
-            return first.label
-        return f"{first.model.name} | {first.task.name} | {len(self.cells)} configurations (one prefill) | seed {first.seed}"
+        label = first.label if not self.shared else (
+            f"{first.model.name} | {first.task.name} | {len(self.cells)} configurations (one prefill) | seed {first.seed}")
+        return label if self.shard is None else f"{label} | shard {self.shard.name}"
 
 
-def work_units(cells: list[Cell]) -> list[WorkUnit]:
-    """Group ``cells`` (in grid order) into shared-prefill units; cells that cannot branch run alone."""
+#: ``shard_count(cells)``: how many item shards the unit of these cells (a group, or one cell) splits into.
+ShardCount = Callable[[list], int]
+
+
+def work_units(cells: list[Cell], shard_count: ShardCount | None = None, done: Callable[[Cell, Shard], bool] | None = None
+               ) -> list[WorkUnit]:
+    """Group ``cells`` (in grid order) into shared-prefill units; cells that cannot branch run alone. With
+    ``shard_count``, each unit becomes one unit per item shard, holding the cells whose shard is not ``done``."""
     groups: dict[str, list[Cell]] = {}
-    alone: list[WorkUnit] = []
+    alone: list[tuple[Cell, ...]] = []
     for cell in cells:
         if cell.shares_prefill:
             groups.setdefault(cell.group_id, []).append(cell)
         else:
-            alone.append(WorkUnit((cell,), shared=False))
-    return [WorkUnit(tuple(group), shared=len(group) > 1) if len(group) > 1 else WorkUnit(tuple(group), shared=False)
-            for group in groups.values()] + alone
+            alone.append((cell,))
+    units = []
+    for members in [tuple(group) for group in groups.values()] + alone:
+        count = shard_count(list(members)) if shard_count is not None else 1
+        if count == 1:
+            units.append(WorkUnit(members, shared=len(members) > 1))
+            continue
+        for index in range(count):
+            shard = Shard(index, count)
+            todo = tuple(c for c in members if done is None or not done(c, shard))
+            if todo:
+                units.append(WorkUnit(todo, shared=len(todo) > 1, shard=shard))
+    return units
 
 
 @dataclass(frozen=True)
@@ -84,12 +108,17 @@ class CellRunner:
     evaluate: EvaluateFn = harness_evaluate
     group_models: GroupModelsFn | None = harness_group_models
 
-    def run_cell(self, cell: Cell, lm=None) -> CellResult:
+    def run_cell(self, cell: Cell, lm=None, shard: Shard | None = None) -> CellResult | ShardResult:
         start = time.perf_counter()
         kwargs = cell.evaluate_kwargs()
+        if shard is not None:
+            kwargs["shard"] = (shard.index, shard.count)
         out = self.evaluate(**kwargs, lm=lm) if lm is not None else self.evaluate(**kwargs)
         wall = time.perf_counter() - start
         finished = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        if shard is not None:
+            return ShardResult.from_lm_eval(cell.cell_id, cell.identity(), out, wall_s=round(wall, 3),
+                                            finished_at=finished)
         return from_lm_eval(cell.cell_id, cell.identity(), out, wall_s=round(wall, 3), finished_at=finished)
 
     def __call__(self, unit: WorkUnit):
@@ -104,7 +133,7 @@ class CellRunner:
                 return
         for cell, lm in zip(unit.cells, models):
             try:
-                result = self.run_cell(cell, lm)
+                result = self.run_cell(cell, lm, unit.shard)
             except KeyboardInterrupt:
                 raise
             except Exception:  # a failing cell must not stop the sweep: it is reported and retried next time
@@ -180,6 +209,9 @@ class Progress:
         ids = ", ".join(c.cell_id for c in unit.cells)
         self._print(f"  -> running {unit.label} [{ids}]")
 
+    def shard_done(self, cell: Cell, shard: Shard, finished: int) -> None:
+        self._print(f"  <- shard   {shard.name} of {cell.label} ({finished}/{shard.count} shards written)")
+
     def ended(self, cell: Cell, result: CellResult | None, error: str | None) -> None:
         if result is not None:
             self.done += 1
@@ -222,6 +254,41 @@ class SweepSummary:
         if self.report:
             lines.append(f"report: {self.report}  (plots beside it)")
         return "\n".join(lines)
+
+
+class ShardPlanner:
+    """How many item shards each unit of a sweep splits into: the partition already on disk for a resumed cell; else
+    ``shards``; else ``ceil(items / shard_size)``; else enough to give every worker of the executor a unit (one in
+    process). A task group or tag is never sharded by default (lm-eval aggregates its subtasks itself)."""
+
+    def __init__(self, config: SweepConfig, executor, pending: list[Cell], on_disk: dict[str, dict]):
+        self.config, self.executor, self.on_disk = config, executor, on_disk
+        self.units = len(work_units(pending))
+        self._groups: dict[str, set[str]] = {}
+
+    def __call__(self, cells: list[Cell]) -> int:
+        resumed = {s.count for c in cells for s in self.on_disk.get(c.cell_id, {}).values()}
+        if resumed:
+            return max(resumed)
+        cell = cells[0]
+        if self.config.shards is not None:
+            return self.config.shards
+        if self.config.shard_size is not None:
+            from snapeval.sweep.shards import count_items
+
+            return max(1, math.ceil(count_items(cell) / self.config.shard_size))
+        workers = self.executor.workers(cell.model.resources)
+        if workers <= 1 or self._is_group(cell):
+            return 1
+        return max(1, math.ceil(workers / self.units))
+
+    def _is_group(self, cell: Cell) -> bool:
+        if cell.include_path not in self._groups:
+            from lm_eval.tasks import TaskManager
+
+            manager = TaskManager(include_path=cell.include_path or None, include_defaults=False)
+            self._groups[cell.include_path] = {*manager.all_groups, *manager.all_tags}
+        return cell.task.name in self._groups[cell.include_path]
 
 
 def resolve_out(config: SweepConfig, out: str | Path | None) -> Path:
@@ -286,6 +353,10 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
     store.write_manifest(config.name, views, sim_settings, config.decision.to_dict())
 
     pending = [c for c in cells if not store.has(c.cell_id)]
+    waiting = {c.cell_id for c in pending}
+    for cell in cells:  # a finished cell's shards were merged; a crash between the two writes may have left them
+        if cell.cell_id not in waiting:
+            store.clear_shards(cell.cell_id)
     summary = SweepSummary(name=config.name, out=out_dir, total=len(cells), skipped=len(cells) - len(pending))
     progress = Progress(len(cells), summary.skipped, stream)
     executor = executor if executor is not None else InProcessExecutor()
@@ -293,16 +364,40 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
         group_models = harness_group_models if evaluate is None else None
     cell_fn = CellRunner(evaluate or harness_evaluate, group_models)
     status: dict[str, tuple[str, str]] = {}
-    for cell, result, error in executor.run(work_units(pending), cell_fn, progress.started):
+    shards = {c.cell_id: {s.index: s for s in finished_shards(store, c.cell_id)} for c in pending}
+    counts = ShardPlanner(config, executor, pending, shards)
+    units = work_units(pending, counts, lambda cell, shard: shard.index in shards[cell.cell_id]
+                       and shards[cell.cell_id][shard.index].count == shard.count)
+
+    def finish(cell: Cell, result: CellResult | None, error: str | None) -> None:
         if result is not None:
             store.write(result)
+            store.clear_shards(cell.cell_id)
             summary.ran.append(cell.cell_id)
             status[cell.cell_id] = ("ran", headline(result, cell.task.metric))
-        else:
+        elif cell.cell_id not in status:  # one line per failed cell, however many of its shards failed
             path = store.write_error(cell.cell_id, cell.label, error or "")
             summary.failed.append((cell.label, str(path)))
             status[cell.cell_id] = ("FAILED", last_line(error))
+        else:
+            return
         progress.ended(cell, result, error)
+
+    for cell, result, error in executor.run(units, cell_fn, progress.started):
+        if not isinstance(result, ShardResult):
+            finish(cell, result, error)
+            continue
+        store.write_shard(cell.cell_id, result.index, result.count, result.to_json())
+        mine = shards[cell.cell_id] = {i: s for i, s in shards[cell.cell_id].items() if s.count == result.count}
+        mine[result.index] = result
+        progress.shard_done(cell, result.shard, len(mine))
+        if len(mine) == result.count:
+            try:
+                merged = merge_shards(cell.cell_id, cell.identity(), list(mine.values()))
+            except SnapevalError as exc:
+                finish(cell, None, f"SnapevalError: {exc}")
+            else:
+                finish(cell, merged, None)
 
     finished = {c.cell_id: store.read(c.cell_id) for c in cells if store.cell_path(c.cell_id).is_file()}
     for cell in cells:

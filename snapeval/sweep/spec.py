@@ -60,6 +60,20 @@ class ModelSpec:
     #: Spread the layers over devices (snapeval.models.devices): a strategy name or ``(module, device)`` pairs.
     #: None: ``balanced`` over the GPUs when ``resources.num_gpus`` > 1, one GPU for 1, else the CPU.
     device_map: str | tuple[tuple[str, Any], ...] | None = None
+    #: The memory budget of a shared group (snapeval.memory_plan), weights included: ``(device, bytes)`` pairs, the
+    #: device ``"*"`` for every device. None: what is in use plus what is free, less a margin. Not part of the
+    #: identity: the plan only changes how many items are in flight, never a result.
+    max_memory: tuple[tuple[str, int], ...] | None = None
+
+    def memory_for(self, device) -> int | None:
+        """The budget in bytes for ``device`` (``cuda:1``, ``cuda``, ``cpu``): its own entry, else its type's, else
+        ``"*"``; None when none applies."""
+        budgets = dict(self.max_memory or ())
+        device = str(device)
+        for key in (device, device.split(":")[0], "*"):
+            if key in budgets:
+                return budgets[key]
+        return None
 
     def placement(self) -> dict[str, Any]:
         """Where the model is loaded: ``{"device_map": ...}`` or ``{"device": ...}`` (keyword arguments of
@@ -181,6 +195,10 @@ class SweepConfig:
     #: The report's non-inferiority margin and test level (``decision: {margin, alpha}``; snapeval.stats.decision).
     decision: DecisionRule = DecisionRule()
     source: str = "<config>"
+    #: Item shards per (model, task, seed) group (snapeval.sweep.shards): ``shards`` of them, or as many as
+    #: ``shard_size`` items each need; neither: one per worker the executor has (one in process).
+    shards: int | None = None
+    shard_size: int | None = None
 
     @property
     def data_path(self) -> Path:

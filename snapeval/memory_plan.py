@@ -1,0 +1,553 @@
+"""The memory plan of a shared-prefill group: what it holds, per item and per row, before it runs.
+
+A group (:class:`snapeval.branching.BranchSet`) prefills each item once and builds every configuration's cache from
+that prefill. Items go through in *chunks* of ``chunk`` items:
+
+1. **prefill** (one item at a time): the model's weights, the one-row :class:`~snapeval.cache.capture.PromptCapture`
+   (every layer's prompt keys and values, the last window queries, the window attention sums), and the prefill's
+   activations (the largest is a decoder layer's MLP: three ``[tokens, intermediate]`` tensors at once);
+2. **branch**: right after the item's prefill, its one-row cache of every configuration that decodes in rows is
+   built and *held* until the chunk decodes (fixed-size caches: ``budget`` slots; appending ones: the kept
+   prompt); a configuration decoded *alone* (below) decodes this item now, from the capture, which is then freed;
+3. **decode**: each configuration in turn decodes the chunk's held branches in the static rows of its own engine
+   (``rows`` rows of :meth:`~snapeval.cache.config.MethodConfig.cache_slots` slots), which are freed after it.
+
+A growing cache that holds the whole prompt (the full cache, or SnapKV with a budget of at least the prompt) decodes
+in rows only while ``chunk`` of its rows hold fewer bytes than the weights (a decode step reads the weights once and
+every row's keys and values once: below that point it reads more weight bytes than KV bytes, so batching pays);
+beyond it, it decodes alone, item by item, straight from the capture, holding one row as the per-cell path does (the
+capture's layers move into its cache one by one).
+Fixed-size caches always decode in rows (``budget`` slots each, as their per-cell engine does).
+
+Every method's memory is read from the method (:meth:`~snapeval.cache.config.MethodConfig.kept_tokens`,
+:meth:`~snapeval.cache.config.MethodConfig.cache_slots`, ``FIXED_SIZE``) and the model's shape
+(:class:`ModelShape`); the plan's byte counts of the capture, the branches, the rows and the weights equal the
+tensors allocated (``tests/test_memory_plan.py``); activations are an estimate of the live tensors of one decoder
+layer's forward.
+
+:func:`plan_group` picks the largest chunk, at most the one asked for, whose predicted peak stays within the
+device's budget (``max_memory``; default: the memory in use plus what is free, less a margin), then, if even one
+item does not fit, prefills long prompts in token chunks (the capture's continuation: equal to one prefill up to
+float rounding) and, on a GPU, keeps the capture in host memory (streamed back layer by layer when branches are
+built). :class:`PeakMeter` measures the real peak for the cells' provenance.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from snapeval.cache.config import MethodConfig
+from snapeval.errors import SnapevalError
+
+GIB = 1 << 30
+#: Bytes of one int64 (slot positions, a row's next position and fill count).
+INT64 = 8
+#: Safety margin kept free when the budget is read from the device: the larger of this and a fraction of the total.
+MARGIN_BYTES = 1 * GIB
+MARGIN_FRACTION = 0.08
+#: Smallest prefill chunk (tokens) the plan will split a long prompt into.
+MIN_PREFILL_TOKENS = 512
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20,
+          "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_bytes(value, field_name: str = "max_memory") -> int:
+    """``"70GiB"``, ``"64GB"``, ``"512MiB"``, ``2**30`` -> bytes (one-line error naming the field otherwise)."""
+    if isinstance(value, bool):
+        raise SnapevalError(f"{field_name}={value!r} is invalid; allowed: bytes as an integer or a string such as "
+                            "'70GiB', '64GB', '512MiB'")
+    if isinstance(value, int) and value > 0:
+        return value
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", value) if isinstance(value, str) else None
+    if match and match.group(2).lower() in _UNITS and float(match.group(1)) > 0:
+        return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    raise SnapevalError(f"{field_name}={value!r} is invalid; allowed: bytes as an integer or a string such as "
+                        "'70GiB', '64GB', '512MiB'")
+
+
+def gib(value: int | float) -> float:
+    return round(value / GIB, 3)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the model's shape
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the plan needs to know of a decoder (Llama, Qwen2): sizes, the cache dtype and the weights' bytes."""
+
+    layers: int
+    kv_heads: int
+    q_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    dtype_bytes: int
+    weight_bytes: int
+
+    @classmethod
+    def of(cls, model) -> "ModelShape":
+        """The shape of a loaded model; ``weight_bytes`` is what its parameters and buffers hold."""
+        cfg = model.config
+        weights = sum(p.nbytes for p in model.parameters()) + sum(b.nbytes for b in model.buffers())
+        return cls.from_config(cfg, next(model.parameters()).dtype.itemsize, weights)
+
+    @classmethod
+    def from_config(cls, cfg, dtype_bytes: int, weight_bytes: int) -> "ModelShape":
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return cls(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads, q_heads=cfg.num_attention_heads,
+                   head_dim=head_dim, hidden=cfg.hidden_size, intermediate=cfg.intermediate_size,
+                   vocab=cfg.vocab_size, dtype_bytes=dtype_bytes, weight_bytes=weight_bytes)
+
+    @classmethod
+    def of_preset(cls, name: str, dtype_bytes: int = 2) -> "ModelShape":
+        """A preset's real shape (``snapeval models``), weights counted from its parameters, without loading it."""
+        from snapeval.models.presets import get_preset
+
+        preset = get_preset(name)
+        return cls.from_config(preset.hf_config(), dtype_bytes, preset.param_count() * dtype_bytes)
+
+    # --- KV bytes ----------------------------------------------------------------------------------------------
+    @property
+    def kv_token_bytes(self) -> int:
+        """Keys and values of one token over all layers (one row)."""
+        return self.layers * self.kv_heads * self.head_dim * 2 * self.dtype_bytes
+
+    def dynamic_cache_bytes(self, tokens: int, rows: int = 1) -> int:
+        """A Hugging Face ``DynamicCache`` (the full cache, a kvpress press's cache): keys and values only."""
+        return rows * tokens * self.kv_token_bytes
+
+    def rows_cache_bytes(self, slots: int, rows: int = 1) -> int:
+        """A compressed-cache layout (:class:`~snapeval.cache.base.CompressedKVCache`): per layer ``keys`` and
+        ``values`` ``[R, Hkv, S, D]``, ``positions`` ``[R, Hkv, S]`` int64, ``next_position`` and ``fill`` ``[R]``."""
+        per_layer = rows * (slots * self.kv_heads * (2 * self.head_dim * self.dtype_bytes + INT64) + 2 * INT64)
+        return self.layers * per_layer
+
+    def capture_bytes(self, prompt: int, window: int) -> int:
+        """A one-row capture of ``prompt`` tokens (:meth:`~snapeval.cache.capture.PromptCapture.nbytes`): per layer
+        the keys and values, the last ``window`` queries, the key validity ``[1, L]`` (bool) and positions
+        ``[1, L]`` (int64)."""
+        per_layer = (prompt * self.kv_heads * self.head_dim * 2 * self.dtype_bytes
+                     + self.q_heads * min(window, prompt) * self.head_dim * self.dtype_bytes + prompt * (1 + INT64))
+        return self.layers * per_layer
+
+    def window_transient_bytes(self, prompt: int, window: int) -> int:
+        """One layer's window attention while it is computed: float32 logits and softmax ``[Hq, W, L]``, and the
+        window sums ``[Hq, L]`` kept for every budget until the layer is released."""
+        return 2 * self.q_heads * min(window, prompt) * prompt * 4 + self.q_heads * prompt * 4
+
+    def activation_bytes(self, tokens: int, context: int | None = None) -> int:
+        """Live activations of one decoder layer's forward over ``tokens`` query tokens (estimate): the residual
+        stream and the normed input ``[T, hidden]`` with, at the MLP, gate/up/product ``[T, intermediate]``; at
+        the attention, the projected and rotated queries, keys and values and the output. Attention itself is
+        SDPA's fused kernel (no ``[T, L]`` matrix); the logits of the last position only. ``context``: keys
+        attended (a prefill chunk attends to the whole prefix), which adds nothing with the fused kernel."""
+        mlp = 3 * self.intermediate + 2 * self.hidden
+        attention = 3 * self.hidden + 3 * (self.q_heads + 2 * self.kv_heads) * self.head_dim
+        return tokens * max(mlp, attention) * self.dtype_bytes + self.vocab * 4
+
+    def decode_step_bytes(self, rows: int) -> int:
+        """A decode step of ``rows`` rows: one token's activations per row and the float logits ``[R, V]``."""
+        return rows * (self.activation_bytes(1) + self.vocab * self.dtype_bytes)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# what each configuration holds
+
+
+def _is_press(config: MethodConfig) -> bool:
+    return config.method.startswith("kvpress:")
+
+
+def _static_rows(config: MethodConfig) -> bool:
+    from snapeval.cache.methods import method_info
+
+    return method_info(config).static_rows
+
+
+def branch_bytes(shape: ModelShape, config: MethodConfig, prompt: int) -> int:
+    """One item's one-row branch of ``config`` as held until its rows decode: the engine's layout of its kept
+    prompt (fixed-size: ``budget`` slots; appending: :meth:`~snapeval.cache.config.MethodConfig.kept_tokens`), plus,
+    for a kvpress press, the cache its prefill hook built (keys and values of the kept tokens)."""
+    slots = config.cache_slots(prompt, 0)
+    held = shape.rows_cache_bytes(slots)
+    if _is_press(config):
+        held += shape.dynamic_cache_bytes(config.kept_tokens(prompt, 0))
+    return held
+
+
+def row_slots(config: MethodConfig, prompt: int, max_new: int) -> int:
+    """Slots of one engine row for a request (:meth:`~snapeval.cache.config.MethodConfig.cache_slots`)."""
+    return config.cache_slots(prompt, max_new)
+
+
+def engine_bytes(shape: ModelShape, config: MethodConfig, rows: int, prompt: int, max_new: int) -> int:
+    """An engine of ``rows`` rows for requests of up to ``prompt`` tokens and ``max_new`` new ones: its cache rows,
+    its token and position ids ``[R, 1]`` int64."""
+    return shape.rows_cache_bytes(row_slots(config, prompt, max_new), rows) + 2 * rows * INT64
+
+
+def alone_cache_bytes(shape: ModelShape, config: MethodConfig, prompt: int, generated: int = 0) -> int:
+    """The cache of a configuration decoded alone after its prefill and ``generated`` fed-back tokens (a decode of
+    ``n`` new tokens feeds back ``n - 1``): a ``DynamicCache`` of the kept tokens for the full cache and for presses,
+    the compressed layout otherwise."""
+    if config.budget is None or _is_press(config):
+        return shape.dynamic_cache_bytes(config.kept_tokens(prompt, generated))
+    return shape.rows_cache_bytes(config.cache_slots(prompt, generated))
+
+
+def holds_whole_prompt(config: MethodConfig, prompt: int) -> bool:
+    """Whether ``config`` keeps every prompt token (the full cache, or a budget of at least the prompt)."""
+    return config.kept_tokens(prompt, 0) >= prompt
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the plan
+
+
+@dataclass(frozen=True)
+class ConfigurationPlan:
+    """How one configuration of the group decodes and what it holds.
+
+    Attributes:
+        label: the configuration (``snapstream@1024``).
+        decode: ``"rows"`` (the chunk's items together in static engine rows) or ``"alone"`` (item by item, right
+            after each item's prefill: from the capture, or from its own prefill for a method that cannot branch).
+        rows: decode rows (the engine's slots; 1 alone).
+        branch_bytes: one item's held branch (rows only; 0 alone).
+        decode_bytes: the engine's rows, or the cache decoded alone at its largest.
+    """
+
+    label: str
+    decode: str
+    rows: int
+    branch_bytes: int
+    decode_bytes: int
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A shared group's memory plan (bytes; ``peak_bytes`` is above what was in use when the group started).
+
+    Attributes:
+        device: where the group's tensors live.
+        budget_bytes: the device's budget for everything (weights included); None: unbounded.
+        in_use_bytes: what was in use when the group started (weights included).
+        weights_bytes: the model's parameters and buffers.
+        chunk: items in flight (held branches, engine rows).
+        prefill_tokens: tokens per prefill forward (the longest prompt when the prompt is prefilled at once).
+        capture_on_host: the capture lives in host memory and is streamed back layer by layer.
+        prompt_tokens, max_new_tokens: the largest item the plan is sized for.
+        capture_bytes, activation_bytes, window_bytes: one item's capture, its prefill's activations, one layer's
+            window attention while computed.
+        configurations: each configuration's decode mode and bytes.
+        phases: the group's growth at the top of each phase (prefill, branch, alone, decode).
+        peak_bytes: the largest phase.
+        reasons: why the chunk or the prefill was cut (empty when the asked-for chunk fits).
+    """
+
+    device: str
+    budget_bytes: int | None
+    in_use_bytes: int
+    weights_bytes: int
+    chunk: int
+    prefill_tokens: int
+    capture_on_host: bool
+    prompt_tokens: int
+    max_new_tokens: int
+    capture_bytes: int
+    activation_bytes: int
+    window_bytes: int
+    configurations: tuple[ConfigurationPlan, ...]
+    phases: dict[str, int] = field(default_factory=dict)
+    peak_bytes: int = 0
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def total_bytes(self) -> int:
+        """What the device holds at the group's peak: in use at the start plus the group's own peak."""
+        return self.in_use_bytes + self.peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
+
+    def decode_mode(self, label: str) -> ConfigurationPlan:
+        return next(c for c in self.configurations if c.label == label)
+
+    @property
+    def held_bytes(self) -> int:
+        """Every configuration's branches of a full chunk, held until its rows decode."""
+        return self.chunk * sum(c.branch_bytes for c in self.configurations)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["configurations"] = [asdict(c) for c in self.configurations]
+        out["total_bytes"] = self.total_bytes
+        out["fits"] = self.fits
+        out["total_gib"] = gib(self.total_bytes)
+        out["peak_gib"] = gib(self.peak_bytes)
+        out["budget_gib"] = None if self.budget_bytes is None else gib(self.budget_bytes)
+        return out
+
+    def render(self) -> str:
+        """A few lines for people: the chunk, where the memory goes, and whether it fits."""
+        budget = "unbounded" if self.budget_bytes is None else f"{gib(self.budget_bytes)} GiB"
+        alone = [c.label for c in self.configurations if c.decode == "alone"]
+        lines = [f"memory plan on {self.device}: chunk {self.chunk}, prefill {self.prefill_tokens} tokens per forward"
+                 f"{', capture in host memory' if self.capture_on_host else ''}; peak {gib(self.total_bytes)} GiB "
+                 f"of {budget} ({'fits' if self.fits else 'does NOT fit'})",
+                 f"  weights {gib(self.weights_bytes)} GiB, capture {gib(self.capture_bytes)} GiB, activations "
+                 f"{gib(self.activation_bytes)} GiB, held branches {gib(self.held_bytes)} GiB per chunk",
+                 "  phases: " + ", ".join(f"{k} {gib(v)} GiB" for k, v in self.phases.items())]
+        if alone:
+            lines.append(f"  decoded alone from the capture: {', '.join(alone)}")
+        lines += [f"  {r}" for r in self.reasons]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item's lengths: ``prompt`` tokens (and a shared ``prefix`` held while its suffixes run), up to
+    ``max_new`` generated tokens."""
+
+    prompt: int
+    max_new: int
+    prefix: int = 0
+
+
+def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chunk: int, prompt: int,
+                         max_new: int, alone: set[str]) -> tuple[ConfigurationPlan, ...]:
+    plans = []
+    for config in configs:
+        in_rows = config.label not in alone and _static_rows(config)
+        if in_rows and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):  # pays while below the weights
+            in_rows = engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes
+        if in_rows:
+            plans.append(ConfigurationPlan(config.label, "rows", chunk, branch_bytes(shape, config, prompt),
+                                           engine_bytes(shape, config, chunk, prompt, max_new)))
+        else:
+            plans.append(ConfigurationPlan(config.label, "alone", 1, 0,
+                                           alone_cache_bytes(shape, config, prompt, max(max_new - 1, 0))))
+    return tuple(plans)
+
+
+def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[ConfigurationPlan, ...], chunk: int,
+            item: Item, prefill_tokens: int, window: int, alone: set[str], on_host: bool,
+            flight: int | None = None) -> dict[str, int]:
+    """The group's growth at the top of each phase of a chunk of the largest items (see the module's docstring);
+    ``flight``: the items a chunk actually holds (fewer than ``chunk`` rows when the call has fewer items)."""
+    by_label = {p.label: p for p in plans}
+    held_one = sum(p.branch_bytes for p in plans)
+    flight = chunk if flight is None else min(chunk, flight)
+    earlier = (flight - 1) * held_one  # the chunk's earlier items wait with their branches
+    capture = shape.capture_bytes(item.prompt, window)
+    layer = capture // shape.layers
+    on_device = layer if on_host else capture
+    prefix = shape.capture_bytes(item.prefix, window) if item.prefix else 0
+    presses = sum(shape.dynamic_cache_bytes(c.kept_tokens(item.prompt, 0)) for c in configs
+                  if _is_press(c) and c.label not in alone)
+    shared_alone = [c for c in configs if by_label[c.label].decode == "alone" and c.label not in alone]
+    built = held_one + sum(alone_cache_bytes(shape, c, item.prompt) for c in shared_alone)
+    phases = {"prefill": earlier + prefix + on_device + presses + shape.activation_bytes(prefill_tokens, item.prompt),
+              # the capture's layers move into the branches one by one: the larger of the two, plus a layer of each
+              "branch": earlier + prefix + presses + max(on_device, built) + layer + built // shape.layers
+              + shape.window_transient_bytes(item.prompt, window)}
+    decoded_alone = [c for c in configs if by_label[c.label].decode == "alone"]
+    if decoded_alone:
+        growth = max(by_label[c.label].decode_bytes - (alone_cache_bytes(shape, c, item.prompt)
+                                                        if c in shared_alone else 0)
+                     + by_label[c.label].decode_bytes // shape.layers for c in decoded_alone)
+        phases["alone"] = (flight * held_one + prefix + (built - held_one) + growth + shape.decode_step_bytes(1)
+                           + (shape.activation_bytes(prefill_tokens, item.prompt) if alone else 0))
+    in_rows = [p for p in plans if p.decode == "rows"]
+    if in_rows:
+        phases["decode"] = flight * held_one + max(p.decode_bytes for p in in_rows) + shape.decode_step_bytes(chunk)
+    return phases
+
+
+def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequence[Item], *, chunk: int,
+               window: int, budget: int | None = None, in_use: int = 0, device: str = "cpu",
+               prefill_tokens: int | None = None, alone: set[str] = frozenset()) -> GroupPlan:
+    """The plan of a group: the largest chunk, at most ``chunk``, whose peak fits ``budget``; if one item does not
+    fit, prompts are prefilled in token chunks (never below :data:`MIN_PREFILL_TOKENS`) and, on a GPU, the capture
+    is kept in host memory. Raises a one-line :class:`SnapevalError` when nothing fits. ``prefill_tokens`` forces
+    a prefill chunk (tokens per forward); ``alone``: labels of configurations that prefill themselves (a press
+    that cannot branch), decoded alone."""
+    if not items:
+        raise ValueError("a memory plan needs at least one item")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise SnapevalError(f"chunk={chunk!r} is invalid; allowed: an integer >= 1")
+    largest = Item(max(i.prompt for i in items), max(i.max_new for i in items), max(i.prefix for i in items))
+    presses = any(_is_press(c) and c.label not in alone for c in configs)
+    reasons: list[str] = []
+    asked = chunk  # rows per engine: as asked even for fewer items (the decode batch, so its numerics, stays the same)
+    whole = largest.prompt
+
+    def build(n: int, tokens: int, on_host: bool) -> GroupPlan:
+        plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone)
+        phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items))
+        return GroupPlan(device=device, budget_bytes=budget, in_use_bytes=in_use, weights_bytes=shape.weight_bytes,
+                         chunk=n, prefill_tokens=tokens, capture_on_host=on_host, prompt_tokens=largest.prompt,
+                         max_new_tokens=largest.max_new, capture_bytes=shape.capture_bytes(largest.prompt, window),
+                         activation_bytes=shape.activation_bytes(tokens, largest.prompt),
+                         window_bytes=shape.window_transient_bytes(largest.prompt, window), configurations=plans,
+                         phases=phases, peak_bytes=max(phases.values()), reasons=tuple(reasons))
+
+    tokens = whole if prefill_tokens is None else min(prefill_tokens, whole)
+    plan = build(chunk, tokens, False)
+    while not plan.fits and chunk > 1:
+        chunk = max(1, chunk // 2)
+        plan = build(chunk, tokens, False)
+    if chunk < asked and plan.fits:
+        reasons.append(f"chunk {asked} -> {chunk}: {asked} items' branches and rows exceed the budget")
+        plan = build(chunk, tokens, False)
+    if not plan.fits and prefill_tokens is None and not presses:  # presses read the whole prompt's hidden states
+        while not plan.fits and tokens > MIN_PREFILL_TOKENS:
+            tokens = max(MIN_PREFILL_TOKENS, tokens // 2)
+            plan = build(1, tokens, False)
+        if tokens < whole:
+            reasons.append(f"prefill in chunks of {tokens} tokens: one {whole}-token forward's activations exceed "
+                           "the budget")
+            plan = build(1, tokens, False)
+    if not plan.fits and device.startswith("cuda"):
+        plan = build(1, tokens, True)
+        reasons.append("capture in host memory, streamed back layer by layer")
+        plan = build(1, tokens, True)
+    if not plan.fits:
+        raise SnapevalError(
+            f"max_memory={gib(budget)} GiB on {device} is too small for this group: one {largest.prompt}-token item "
+            f"needs {gib(plan.total_bytes)} GiB ({gib(plan.in_use_bytes)} GiB already in use); allowed: a larger "
+            "max_memory, shorter prompts, or fewer configurations per group")
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the device's budget and the measured peak
+
+
+def _status_bytes(key: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"no {key} in /proc/self/status")
+
+
+def _meminfo_bytes(key: str) -> int:
+    for line in open("/proc/meminfo"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"no {key} in /proc/meminfo")
+
+
+def bytes_in_use(device) -> int:
+    """What the process holds on ``device`` now: CUDA: bytes allocated by torch; CPU: resident memory."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    return _status_bytes("VmRSS")
+
+
+def device_budget(device, max_memory: int | None = None) -> int:
+    """The bytes a group may use on ``device``, weights included: ``max_memory`` when given, else what is in use
+    plus what is free (CUDA: free device memory and torch's unused reserve; CPU: the kernel's available memory),
+    less a margin (the larger of 1 GiB and 8% of the device)."""
+    import torch
+
+    if max_memory is not None:
+        return int(max_memory)
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        usable = free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    else:
+        total, usable = _meminfo_bytes("MemTotal"), _meminfo_bytes("MemAvailable")
+    margin = max(MARGIN_BYTES, int(MARGIN_FRACTION * total))
+    return max(0, bytes_in_use(device) + usable - margin)
+
+
+class PeakMeter:
+    """The measured peak of a stretch of work on ``device``: CUDA: torch's peak allocated bytes; CPU: the process's
+    resident high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``). ``growth_bytes`` is the peak
+    above what was in use at the start (what a :class:`GroupPlan`'s ``peak_bytes`` predicts)."""
+
+    def __init__(self, device):
+        import torch
+
+        self.device = torch.device(device)
+        self.source = "cuda_max_memory_allocated" if self.device.type == "cuda" else "cpu_vmhwm"
+        self.start_bytes = 0
+        self.peak = 0
+
+    def __enter__(self) -> "PeakMeter":
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            try:
+                with open("/proc/self/clear_refs", "w") as fh:
+                    fh.write("5")  # resets VmHWM to the current RSS
+            except OSError:
+                self.source = "cpu_vmhwm_not_reset"
+        self.start_bytes = bytes_in_use(self.device)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = int(torch.cuda.max_memory_allocated(self.device))
+        else:
+            self.peak = _status_bytes("VmHWM")
+
+    @property
+    def growth_bytes(self) -> int:
+        return max(0, self.peak - self.start_bytes)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "start_bytes": self.start_bytes, "peak_bytes": self.peak,
+                "growth_bytes": self.growth_bytes, "growth_gib": gib(self.growth_bytes)}
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure (CUDA's ``OutOfMemoryError``, or the CPU allocator's)."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, (RuntimeError, MemoryError)) and ("out of memory" in text or "can't allocate memory" in text
+                                                             or isinstance(exc, MemoryError))
+
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the paper-scale prediction
+
+#: LongBench-v2 at Llama-3.1-8B's full context: prompts cut to 128k tokens less the 128 to generate
+#: (``configs/paper_llama.yaml``).
+PAPER_PROMPT, PAPER_NEW = 131072 - 128, 128
+PAPER_BUDGETS = (1024, 2048, 4096, 8192, 16384)
+
+
+def predict_paper_scale(device_bytes: float = 80e9, chunk: int = 8, model: str = "llama-3.1-8b-instruct") -> GroupPlan:
+    """The plan of the paper's Llama grid (full, SnapStream, StreamingLLM and SnapKV at 1k-16k tokens:
+    ``configs/paper_llama.yaml``) for ``chunk`` LongBench-v2 items of 128k tokens, in bfloat16, on one GPU of
+    ``device_bytes`` (less the margin), the weights already loaded. Raises if it does not fit."""
+    from snapeval.cache import resolve_method
+
+    shape = ModelShape.of_preset(model, dtype_bytes=2)
+    configs = [resolve_method("full")] + [resolve_method(method, budget) for method in ("snapstream", "streamingllm",
+                                                                                       "snapkv")
+                                          for budget in PAPER_BUDGETS]
+    window = max(getattr(c, "observation", 1) for c in configs)
+    return plan_group(shape, configs, [Item(PAPER_PROMPT, PAPER_NEW)] * chunk, chunk=chunk, window=window,
+                      budget=int(device_bytes * (1 - MARGIN_FRACTION)), in_use=shape.weight_bytes, device="cuda:0")

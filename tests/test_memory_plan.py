@@ -1,0 +1,192 @@
+"""The memory plan of a shared group: its byte counts equal the tensors a group allocates, a memory limit shrinks the
+chunk without changing a token, an out-of-memory error halves the chunk and the group completes, and the paper-scale
+prediction (Llama-3.1-8B at 128k tokens on one 80 GB device) fits."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from snapeval.branching import BranchSet, load_caches
+from snapeval.cache import FullConfig, SnapKVConfig, SnapStreamConfig, StreamingLLMConfig, method_info
+from snapeval.engine import Engine, SamplingParams
+from snapeval.errors import SnapevalError
+from snapeval.memory_plan import (Item, ModelShape, alone_cache_bytes, branch_bytes, engine_bytes, parse_bytes,
+                                  plan_group, predict_paper_scale)
+from tests.conftest import TinyTokenizer, random_prompt, tiny_model
+
+CONFIGS = [FullConfig(), SnapStreamConfig.from_budget(16), StreamingLLMConfig.from_budget(24),
+           SnapKVConfig.from_budget(16), SnapKVConfig(budget=24, observation=6)]
+
+
+def nbytes(*tensors) -> int:
+    return sum(t.nbytes for t in tensors if t is not None)
+
+
+def row_tensors_bytes(cache) -> int:
+    """Every tensor a compressed-cache layout holds (keys, values, positions, next position, fill per layer)."""
+    return sum(nbytes(l.keys, l.values, l.positions, l.next_position, l.fill) for l in cache.layers)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_plan_byte_counts_equal_the_allocated_tensors(family):
+    model = tiny_model(family, heads=6, kv_heads=2)
+    shape = ModelShape.of(model)
+    assert shape.weight_bytes == sum(t.nbytes for t in model.state_dict().values()) + sum(
+        b.nbytes for b in model.buffers())
+    branches = BranchSet(model, TinyTokenizer(), CONFIGS)
+    prompt = random_prompt(60, seed=1)
+    prefilled = branches.prefill(prompt)
+    capture = prefilled.capture
+    held = sum(nbytes(l.prompt.keys, l.prompt.values, l.prompt.queries, l.prompt.key_valid, l.positions)
+               for l in capture.layers)
+    assert held == capture.nbytes() == shape.capture_bytes(60, branches.window)
+
+    for config in CONFIGS:  # one item's held branch: the engine's static-row layout of its kept prompt
+        branch = method_info(config).static_cache_class()(model, config)
+        load_caches(capture, [branch])
+        assert row_tensors_bytes(branch) == branch_bytes(shape, config, 60), config.label
+
+        engine = Engine(model, TinyTokenizer(), config, num_slots=3)
+        engine.generate([prompt] * 3, [SamplingParams(max_new_tokens=9)] * 3,
+                        prefill=lambda j, _p: (prefilled.logits, prefilled.cache(model, config, engine.cache_class)))
+        held = row_tensors_bytes(engine.cache) + nbytes(engine.input_ids, engine.position_ids)
+        assert held == engine_bytes(shape, config, 3, 60, 9), config.label
+
+        alone = prefilled.cache(model, config)  # decoded alone: the method's own cache, grown by decoding
+        done = branches._decode_alone(config, prefilled.logits, alone, prompt, SamplingParams(max_new_tokens=7), 0)
+        fed_back = len(done.token_ids) - 1
+        grown = alone.kv_bytes() if config.budget is None else row_tensors_bytes(alone)
+        assert grown == alone_cache_bytes(shape, config, 60, fed_back), config.label
+
+
+def test_parse_bytes_and_its_errors():
+    assert parse_bytes("70GiB") == 70 * 2**30 and parse_bytes("64GB") == 64 * 10**9 and parse_bytes(4096) == 4096
+    assert parse_bytes("1.5 MiB") == 3 * 2**19
+    for bad in ("lots", "-3GB", 0, True, "12 parsecs"):
+        with pytest.raises(SnapevalError, match=r"max_memory=.* is invalid; allowed: bytes as an integer or a string"):
+            parse_bytes(bad)
+
+
+def _items_and_prompts(n=8, length=120, new=6):
+    prompts = [random_prompt(length - i, seed=i) for i in range(n)]
+    return prompts, [SamplingParams(max_new_tokens=new - i % 3) for i in range(n)]
+
+
+def test_a_memory_limit_that_fits_one_capture_but_not_eight_completes_identically(monkeypatch):
+    model = tiny_model("llama")
+    prompts, params = _items_and_prompts()
+    free = BranchSet(model, TinyTokenizer(), CONFIGS, batch=8)
+    reference = free.generate(prompts, params)
+    assert free.plans[-1].chunk == 8
+
+    monkeypatch.setattr("snapeval.branching.bytes_in_use", lambda device: 0)  # the budget is the group's own
+    shape = ModelShape.of(model)
+    items = [Item(len(p), s.max_new_tokens) for p, s in zip(prompts, params)]
+    one = plan_group(shape, CONFIGS, items, chunk=1, window=free.window)
+    capture = shape.capture_bytes(120, free.window)
+    limit = one.peak_bytes + capture  # room for one capture and a bit, never for eight
+    assert limit < 8 * capture
+    tight = BranchSet(model, TinyTokenizer(), CONFIGS, batch=8, max_memory=limit)
+    out = tight.generate(prompts, params)
+    plan = tight.plans[-1]
+    assert 1 <= plan.chunk < 8 and plan.fits and plan.total_bytes <= limit
+    assert plan.reasons and "exceed the budget" in plan.reasons[0]
+    for c in range(len(CONFIGS)):
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], CONFIGS[c].label
+
+    with pytest.raises(SnapevalError, match=r"max_memory=.* GiB on cpu is too small for this group: one 120-token"):
+        BranchSet(model, TinyTokenizer(), CONFIGS, max_memory=one.peak_bytes // 4).generate(prompts, params)
+
+
+def test_an_out_of_memory_error_mid_group_halves_the_chunk_and_completes(monkeypatch):
+    model = tiny_model("qwen2")
+    prompts, params = _items_and_prompts()
+    reference = BranchSet(model, TinyTokenizer(), CONFIGS, batch=4).generate(prompts, params)
+
+    calls = []
+    original = Engine.generate
+
+    def flaky(self, prompts, sampling=None, *, prefill=None):
+        calls.append(len(prompts))
+        if len(calls) == len(CONFIGS) + 2:  # the second chunk, mid-way through its configurations
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(self, prompts, sampling, prefill=prefill)
+
+    monkeypatch.setattr(Engine, "generate", flaky)
+    branches = BranchSet(model, TinyTokenizer(), CONFIGS, batch=4)
+    out = branches.generate(prompts, params)
+    for c in range(len(CONFIGS)):
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], CONFIGS[c].label
+        assert [d.index for d in out[c]] == list(range(8))
+    (halving,) = branches.stats.chunk_halvings
+    assert halving["chunk"] == 4 and halving["to"] == 2 and "out of memory" in halving["error"]
+    assert branches.plans[-1].chunk == 2 and "halved to 2" in branches.plans[-1].reasons[0]
+    rows = sum(1 for c in CONFIGS if branches.plans[-1].decode_mode(c.label).decode == "rows")
+    # chunk 1 (4 items) ran every configuration; chunk 2 failed mid-way, then items 4-5 and 6-7 ran at chunk 2
+    assert calls[:rows] == [4] * rows and calls[-2 * rows:] == [2] * (2 * rows)
+
+    def broken(self, prompts, sampling=None, *, prefill=None):
+        raise RuntimeError("a bug, not a lack of memory")
+
+    monkeypatch.setattr(Engine, "generate", broken)
+    with pytest.raises(RuntimeError, match="a bug"):  # anything else is never retried
+        BranchSet(model, TinyTokenizer(), CONFIGS, batch=4).generate(prompts, params)
+
+
+def test_whole_prompt_rows_decode_alone_when_they_would_outweigh_the_weights():
+    shape = ModelShape.of_preset("smollm2-135m-instruct", dtype_bytes=4)
+    configs = [FullConfig(), SnapStreamConfig.from_budget(1024), SnapKVConfig.from_budget(1024)]
+    short = plan_group(shape, configs, [Item(540, 16)] * 8, chunk=8, window=32)
+    assert [c.decode for c in short.configurations] == ["rows", "rows", "rows"]
+    long = plan_group(shape, configs, [Item(16384, 32)] * 8, chunk=8, window=32)
+    assert [c.decode for c in long.configurations] == ["alone", "rows", "rows"]  # a 16k full row is 0.75 GiB
+
+
+def test_prefill_in_chunks_only_when_one_forward_does_not_fit():
+    shape = ModelShape.of_preset("llama-3.1-8b-instruct")
+    configs = [FullConfig(), SnapStreamConfig.from_budget(4096)]
+    items = [Item(131072, 128)] * 4
+    roomy = plan_group(shape, configs, items, chunk=4, window=32, budget=200 * 2**30, in_use=shape.weight_bytes)
+    assert roomy.prefill_tokens == 131072 and not roomy.capture_on_host
+    tight = plan_group(shape, configs, items, chunk=4, window=32, budget=40 * 2**30, in_use=shape.weight_bytes)
+    assert tight.chunk == 1 and tight.prefill_tokens < 131072 and tight.fits
+    assert any("prefill in chunks" in r for r in tight.reasons)
+    assert tight.activation_bytes < roomy.activation_bytes
+
+
+def test_llama_8b_at_128k_fits_one_80gb_device(capsys):
+    """The paper's Llama grid (full, SnapStream, StreamingLLM, SnapKV at 1k-16k) on LongBench-v2 cut to 128k tokens:
+    the plan's prediction, printed by ``python -m benchmarks.sweep_memory --predict``, fits one 80 GB device."""
+    plan = predict_paper_scale()
+    print(plan.render())
+    assert plan.fits and plan.budget_bytes == int(80e9 * 0.92)
+    assert plan.chunk >= 1 and plan.prompt_tokens == 131072 - 128
+    assert plan.decode_mode("full").decode == "alone"  # a 16 GiB row is decoded alone, straight from the capture
+    assert 50 * 2**30 < plan.total_bytes <= plan.budget_bytes
+    assert "fits" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_a_prefill_in_token_chunks_holds_the_prompt_of_one_forward(family):
+    """What the plan falls back to when one forward's activations do not fit: the capture continued piece by piece
+    holds the same prompt (up to float rounding), and a group prefilled that way generates the same tokens."""
+    model = tiny_model(family, heads=6, kv_heads=2)
+    branches = BranchSet(model, TinyTokenizer(), CONFIGS)
+    prompt = random_prompt(70, seed=4)
+    whole, pieces = branches.prefill(prompt), branches.prefill(prompt, tokens=16)
+    torch.testing.assert_close(pieces.logits, whole.logits, rtol=0, atol=1e-10)
+    assert pieces.capture.nbytes() == whole.capture.nbytes()
+    for a, b in zip(pieces.capture.prompts, whole.capture.prompts):
+        for name in ("keys", "values", "queries"):
+            torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=0, atol=1e-10)
+    prompts, params = _items_and_prompts(n=3, length=70)
+    reference = branches.generate(prompts, params)
+    plan = branches.plan([Item(len(p), s.max_new_tokens) for p, s in zip(prompts, params)])
+    forced = dataclasses.replace(plan, prefill_tokens=16)
+    branches.plan = lambda items, chunk=None, own=(): forced
+    out = branches.generate(prompts, params)
+    assert branches.plans[-1].prefill_tokens == 16
+    for c in range(len(CONFIGS)):
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], CONFIGS[c].label
