@@ -84,7 +84,7 @@ def test_ray_failure_is_reported_not_fatal(local_ray, tmp_path):
     config = parse_config(RAW)
 
     def broken(**kw):
-        if kw["model_args"]["cache_config"].budget == 256:
+        if kw["model_args"]["config"].budget == 256:
             raise ValueError("budget 256 exploded")
         return fake_evaluate(**kw)
 
