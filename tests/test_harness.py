@@ -66,6 +66,23 @@ def test_response_cache_is_namespaced_by_configuration(tiny_dir, task_dir, tmp_p
     assert "k" not in cached_b.dbdict
 
 
+def test_a_resolved_config_travels_unchanged_and_the_old_argument_name_still_works(tiny_dir):
+    from snapeval.cache import resolve_method
+    from snapeval.errors import SnapevalError
+    from snapeval.harness.lm_eval_model import SnapStreamLM
+
+    config = resolve_method("snapstream", budget=64)
+    lm = SnapStreamLM(pretrained=str(tiny_dir), config=config, dtype="float64")
+    assert lm.method_config is config and lm.config is lm.model.config  # lm-eval's config: the model's
+    with pytest.warns(DeprecationWarning, match="cache_config"):
+        old = SnapStreamLM(pretrained=str(tiny_dir), cache_config=config, dtype="float64")
+    assert old.method_config is config
+    with pytest.raises(SnapevalError, match="not both"), pytest.warns(DeprecationWarning):
+        SnapStreamLM(pretrained=str(tiny_dir), config=config, cache_config=config, dtype="float64")
+    with pytest.raises(SnapevalError, match="given alone"):
+        SnapStreamLM(pretrained=str(tiny_dir), config=config, budget=128, dtype="float64")
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["run", "--task", "tiny_gen", "--method", "lru", "--budget", "64"], "method='lru'"),
     (["run", "--task", "tiny_gen", "--budget", "1"], "budget=1"),

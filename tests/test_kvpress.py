@@ -61,7 +61,7 @@ def test_press_cells_in_a_sweep_config():
                            "methods": ["full", {"method": "kvpress:SnapKVPress", "budgets": [64, 128],
                                                 "press": {"window_size": 16}}]})
     cells = expand_grid(config)
-    assert [c.policy.label for c in cells] == ["full", "kvpress:SnapKVPress@64", "kvpress:SnapKVPress@128"]
+    assert [c.config.label for c in cells] == ["full", "kvpress:SnapKVPress@64", "kvpress:SnapKVPress@128"]
     assert cells[1].identity()["policy"] == {"method": "kvpress:SnapKVPress", "budget": 64, "window_size": 16}
     assert cells[1].shares_prefill  # a press branches from its group's shared prefill
     refused = expand_grid(parse_config({"models": ["smollm2-135m-instruct"], "tasks": ["snapeval_passkey"],

@@ -224,7 +224,7 @@ def test_the_example_method_is_a_sweep_method_entry():
            "tasks": [{"name": "snapeval_passkey", "limit": 2, "metadata": {"max_seq_lengths": [512]}}],
            "methods": ["full", {"method": "strided", "budgets": [64, 128], "stride": 3}]}
     cells = expand_grid(parse_config(raw))
-    strided = [c.policy for c in cells if c.policy.method == "strided"]
+    strided = [c.config for c in cells if c.config.method == "strided"]
     assert sorted(c.budget for c in strided) == [64, 128] and all(c.stride == 3 for c in strided)
     raw["methods"][1]["stride"] = 0
     with pytest.raises(SnapevalError, match=r"methods\[1\]\.stride: stride=0 is invalid; allowed: an integer >= 1"):

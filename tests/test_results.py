@@ -60,7 +60,7 @@ filter_list:
 
 
 def lm_eval_like(**over):
-    out = fake_evaluate({"pretrained": "m", "cache_config": FullConfig()}, ["t"], limit=4)
+    out = fake_evaluate({"pretrained": "m", "config": FullConfig()}, ["t"], limit=4)
     out.update(over)
     return out
 
@@ -259,12 +259,12 @@ def test_every_method_of_a_task_is_priced_at_the_full_cache_lengths():
     results = {}
     for cell in cells:
         res = from_lm_eval(cell.cell_id, cell.identity(), fake_evaluate(**cell.evaluate_kwargs()))
-        if cell.policy.method != "full":
+        if cell.config.method != "full":
             res = dataclasses.replace(res, generated_tokens=res.generated_tokens * 5)
         results[cell.cell_id] = res
     frame = build_table([c.view() for c in cells], results, {}, simulate=fake_simulate)
     assert set(frame["sim_gen_len"]) == {8} and set(frame["sim_prompt_len"]) == {2000}
-    no_full = [c for c in cells if c.policy.method != "full"]
+    no_full = [c for c in cells if c.config.method != "full"]
     frame = build_table([c.view() for c in no_full], results, {}, simulate=fake_simulate)
     assert set(frame["sim_gen_len"]) == {40}  # without a full-cache cell: the mean over the task's cells
 

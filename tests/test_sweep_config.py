@@ -36,17 +36,17 @@ def ids(config):
 
 def test_grid_expansion_and_splits():
     cells = expand_grid(cfg(seeds=[0, 1]))
-    assert [c.policy.label for c in cells] == ["full", "full", "snapstream@64", "snapstream@64", "snapstream@128",
+    assert [c.config.label for c in cells] == ["full", "full", "snapstream@64", "snapstream@64", "snapstream@128",
                                                "snapstream@128", "streamingllm@64", "streamingllm@64"]
-    snap = cells[2].policy
+    snap = cells[2].config
     assert (snap.sink, snap.recent, snap.topk) == (4, 32, 28)  # the cache's default: a ring of half the budget
     assert snap.sink + snap.recent + snap.topk == snap.budget
-    stream = cells[6].policy
+    stream = cells[6].config
     assert (stream.sink, stream.recent, stream.topk) == (4, 60, 0)
     args = cells[2].evaluate_kwargs()
     assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "dtype": "auto", "batch_size": 1, "engine": "auto", "device": "cpu",
-                                  "cache_config": snap}
-    assert args["model_args"]["cache_config"] is snap  # the resolved object travels unchanged, never re-derived
+                                  "config": snap}
+    assert args["model_args"]["config"] is snap  # the resolved object travels unchanged, never re-derived
     assert cells[2].identity()["policy"] == {"method": "snapstream", "budget": 64, "sink": 4, "recent": 32, "topk": 28,
                                              "observation": 32, "kernel": 5, "pooling": "avg"}
     assert args["tasks"] == ["snapeval_passkey"] and args["limit"] == 4 and args["seed"] == 0
@@ -81,8 +81,8 @@ def test_identity_is_stable_and_ignores_key_order_and_paths(tmp_path):
 def test_meaning_changes_give_new_identities(change):
     change = dict(change)
     only_budgeted = change.pop("_check", None) == "budgeted"
-    before = {c.policy.label: c.cell_id for c in expand_grid(cfg())}
-    after = {c.policy.label: c.cell_id for c in expand_grid(cfg(**change))}
+    before = {c.config.label: c.cell_id for c in expand_grid(cfg())}
+    after = {c.config.label: c.cell_id for c in expand_grid(cfg(**change))}
     labels = [k for k in before if k in after and (k != "full" or not only_budgeted)]
     assert labels and all(before[k] != after[k] for k in labels)
     if only_budgeted:

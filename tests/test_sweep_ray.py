@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -28,11 +29,23 @@ RAW = {
 def local_ray(tmp_path_factory):
     log = tmp_path_factory.mktemp("raylog") / "calls.jsonl"
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "SNAPEVAL_FAKE_LOG": str(log),
-           "SNAPEVAL_FAKE_DELAY": "0.6"}
+           "SNAPEVAL_FAKE_DELAY": "1.0"}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env},
              _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    # Start both workers and import what a unit imports before any test measures overlap: on a loaded machine a
+    # worker that starts late would otherwise find every task already done by the first (no overlap to see).
+    ray.get([_warm_worker.remote() for _ in range(2)])
     yield log
     ray.shutdown()
+
+
+@ray.remote(num_cpus=1)
+def _warm_worker() -> int:
+    import fixtures.sweep_fakes  # noqa: F401
+    import snapeval.sweep.executors  # noqa: F401
+
+    time.sleep(1.0)  # both warm-up tasks hold their worker at once, so two workers exist
+    return os.getpid()
 
 
 def calls(log: Path) -> list[dict]:
@@ -84,7 +97,7 @@ def test_ray_failure_is_reported_not_fatal(local_ray, tmp_path):
     config = parse_config(RAW)
 
     def broken(**kw):
-        if kw["model_args"]["cache_config"].budget == 256:
+        if kw["model_args"]["config"].budget == 256:
             raise ValueError("budget 256 exploded")
         return fake_evaluate(**kw)
 

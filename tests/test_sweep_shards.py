@@ -115,12 +115,12 @@ def test_kill_minus_9_during_a_sharded_sweep_resumes_only_unfinished_shards(tmp_
     calls = []
 
     def counting(**kwargs):
-        calls.append((kwargs["model_args"]["cache_config"].label, kwargs["tasks"][0], kwargs["shard"][0]))
+        calls.append((kwargs["model_args"]["config"].label, kwargs["tasks"][0], kwargs["shard"][0]))
         return fake_evaluate(**kwargs)
 
     resumed = run_sweep(parse_config(RAW), killed, evaluate=counting, simulate=fake_simulate, stream=io.StringIO(),
                         report=False)
-    label = {c.cell_id: (c.policy.label, c.task.name) for c in cells}
+    label = {c.cell_id: (c.config.label, c.task.name) for c in cells}
     redone = {(label[cid][0], label[cid][1], index) for cid, index in on_disk}
     assert resumed.ok and len(calls) == 3 * (len(cells) - len(merged)) - len(on_disk)
     assert not redone & set(calls)  # no finished shard is computed again
@@ -133,7 +133,7 @@ def test_kill_minus_9_during_a_sharded_sweep_resumes_only_unfinished_shards(tmp_
 
 def test_a_failed_shard_fails_its_cell_once_and_keeps_the_other_shards(tmp_path, monkeypatch):
     def flaky(**kwargs):
-        if kwargs["shard"][0] == 1 and kwargs["model_args"]["cache_config"].method == "snapstream":
+        if kwargs["shard"][0] == 1 and kwargs["model_args"]["config"].method == "snapstream":
             raise RuntimeError("shard 2 exploded")
         return fake_evaluate(**kwargs)
 

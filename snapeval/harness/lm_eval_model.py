@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import asdict, dataclass
 
 import torch
@@ -196,7 +197,8 @@ class SnapStreamLM(HFLM):
     model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (a name of the method table:
     full | snapstream | streamingllm | snapkv), ``budget`` and the split fields of that method (``sink``, ``recent``,
     ``topk``, ``observation``, ``kernel``, ``pooling``; for ``method=kvpress:<Press>``, the press's own arguments as
-    ``press_<name>``), or, from Python, ``cache_config`` (a resolved method configuration, used unchanged);
+    ``press_<name>``), or, from Python, ``config`` (a resolved method configuration, used unchanged; the old name
+    ``cache_config`` is still accepted, deprecated);
     ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``, ``device_map`` (layers over several
     devices: auto | balanced | balanced_low_0 | sequential | a JSON {module: device} object); speculative prefill of
     generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
@@ -209,7 +211,7 @@ class SnapStreamLM(HFLM):
         self,
         pretrained: str = "smollm2-135m-instruct",
         method: str = "snapstream",
-        cache_config: MethodConfig | None = None,
+        config: MethodConfig | None = None,
         budget: int | None = None,
         dtype: str | None = None,
         batch_size: int = 1,
@@ -234,11 +236,16 @@ class SnapStreamLM(HFLM):
         given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in METHOD_TABLE.setting_names()]}
         split = settings_from_text(method, {k: v for k, v in given.items() if _coerce(k, v) is not None})
         press = {k[len("press_"):]: press_value(kwargs.pop(k)) for k in [k for k in kwargs if k.startswith("press_")]}
-        if cache_config is None:
-            cache_config = resolve_method(method, budget=args["budget"], **split, **press)
-        elif not isinstance(cache_config, MethodConfig) or args["budget"] is not None or split:
-            raise SnapevalError("cache_config must be a method configuration given alone (no budget or split fields)")
-        engine_on = use_engine(engine, cache_config)  # checked before the model loads
+        if "cache_config" in kwargs:  # the old name of ``config`` (a documented argument until this release)
+            warnings.warn("SnapStreamLM(cache_config=...) is deprecated; pass config=...", DeprecationWarning, 2)
+            if config is not None:
+                raise SnapevalError("give config or cache_config (its old name), not both")
+            config = kwargs.pop("cache_config")
+        if config is None:
+            config = resolve_method(method, budget=args["budget"], **split, **press)
+        elif not isinstance(config, MethodConfig) or args["budget"] is not None or split:
+            raise SnapevalError("config must be a method configuration given alone (no budget or split fields)")
+        engine_on = use_engine(engine, config)  # checked before the model loads
         device_map = parse_device_map(device_map)
         if dtype is not None and dtype != "auto":
             check_choice("dtype", dtype, DTYPES)
@@ -251,11 +258,13 @@ class SnapStreamLM(HFLM):
             allowed = ", ".join(sorted({*METHOD_TABLE.setting_names(), *INT_ARGS, "pretrained", "method", "dtype", "device",
                                         "device_map", "engine", "specprefill_draft", "specprefill_keep", *_hflm_arguments()}))
             raise SnapevalError(f"model_args: unknown argument {unknown[0]!r}; allowed: {allowed}")
-        self.cache_config = cache_config
+        # A method configuration is a ``config`` everywhere; here ``self.config`` is lm-eval's (the Hugging Face
+        # model's configuration), so the method's is ``self.method_config``.
+        self.method_config = config
         self.pretrained_name = str(pretrained)
         device = usable_device(device)
         if loaded is None:
-            check_declared_architecture(self.pretrained_name, cache_config)  # before minutes of loading
+            check_declared_architecture(self.pretrained_name, config)  # before minutes of loading
             loaded = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device,
                                 device_map=device_map)
         model, tokenizer = loaded
@@ -279,10 +288,10 @@ class SnapStreamLM(HFLM):
         self.engine_slots = max(int(args["batch_size"] or 1), 8) if slots is None else slots
         self._engine = None
         self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
-        if shared is None and method_info(cache_config).prefill_hooks:  # a kvpress press: its own prefill hooks
+        if shared is None and method_info(config).prefill_hooks:  # a kvpress press: its own prefill hooks
             from snapeval.branching import BranchSet, SharedBranches
 
-            self.shared = SharedBranches(BranchSet(model, tokenizer, [cache_config], seed=0))
+            self.shared = SharedBranches(BranchSet(model, tokenizer, [config], seed=0))
         self.specprefill = None
         if specprefill_draft:
             from snapeval.specprefill import SpecPrefillConfig
@@ -303,10 +312,10 @@ class SnapStreamLM(HFLM):
         import lm_eval
         import transformers
 
-        config = self.cache_config.to_dict()
+        config = self.method_config.to_dict()
         return {
             "model": self.pretrained_name,
-            "method": self.cache_config.method,
+            "method": self.method_config.method,
             "budget": config.get("budget"),
             "split": config,
             "dtype": self.dtype_name,
@@ -381,7 +390,7 @@ class SnapStreamLM(HFLM):
         """One pass over ``requests``: the shared branches, the engine or lm-eval's padded batches."""
         if self.shared is not None:
             prompts, params = self._engine_inputs(requests, seeds)
-            return self._finish_generations(requests, self.shared.generate(self.cache_config, prompts, params))
+            return self._finish_generations(requests, self.shared.generate(self.method_config, prompts, params))
         if self.use_engine:
             return self._generate_with_engine(requests, seeds)
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
@@ -405,7 +414,7 @@ class SnapStreamLM(HFLM):
                 return ids[0], params2[0]
 
             key = tuple(f.identity() for f in followups)
-            pairs = self.shared.generate_two_pass(self.cache_config, prompts, params, second, key)
+            pairs = self.shared.generate_two_pass(self.method_config, prompts, params, second, key)
             for first_done, second_done in pairs:
                 self._record_completion(first_done)
                 self._record_completion(second_done)
@@ -452,7 +461,7 @@ class SnapStreamLM(HFLM):
         from snapeval.engine import Engine
 
         if self._engine is None:
-            self._engine = Engine(self.model, self.tokenizer, self.cache_config, num_slots=self.engine_slots)
+            self._engine = Engine(self.model, self.tokenizer, self.method_config, num_slots=self.engine_slots)
         prompts, params = self._engine_inputs(requests, seeds)
         return self._finish_generations(requests, self._engine.generate(prompts, params))
 
@@ -483,7 +492,7 @@ class SnapStreamLM(HFLM):
             attention_mask = torch.ones_like(context)
         eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         params = self._sampling_params(generation_kwargs, stop, max_length - context.shape[1], None, eos)
-        run = generate_ids(self.model, self.tokenizer, context, attention_mask, self.cache_config, params)
+        run = generate_ids(self.model, self.tokenizer, context, attention_mask, self.method_config, params)
         pad = pad_token_id(self.tokenizer)
         new = torch.full((context.shape[0], max(map(len, run.token_ids))), pad, dtype=context.dtype,
                          device=context.device)
@@ -527,12 +536,12 @@ class SnapStreamLM(HFLM):
             contexts.append(context_ids[-room:])
             continuations.append(continuation_ids)
         if self.shared is not None:
-            results, stats = self.shared.score(self.cache_config, contexts, continuations)
+            results, stats = self.shared.score(self.method_config, contexts, continuations)
         else:
-            branches = BranchSet(self.model, self.tokenizer, [self.cache_config])
+            branches = BranchSet(self.model, self.tokenizer, [self.method_config])
             results, stats = branches.score(contexts, continuations)[0], branches.stats
         self._record(len(requests), stats.prefill_tokens + len(requests), 0, stats.prefill_seconds, 0.0, 0.0, 0,
-                     stats.kv_bytes_per_row.get(self.cache_config.label, 0))
+                     stats.kv_bytes_per_row.get(self.method_config.label, 0))
         for request, answer in zip(requests, results):
             if request[0] is not None:
                 self.cache_hook.add_partial("loglikelihood", request[0], answer)

@@ -38,7 +38,7 @@ def group_models(cells) -> list:
     loaded = load_once(spec.pretrained, spec.dtype, **spec.placement())
     slots = max(spec.batch_size, 8)
     budget = spec.memory_for(input_device(loaded[0]))
-    shared = SharedBranches(BranchSet(*loaded, [cell.policy for cell in cells], batch=slots, seed=cells[0].seed,
+    shared = SharedBranches(BranchSet(*loaded, [cell.config for cell in cells], batch=slots, seed=cells[0].seed,
                                       max_memory=budget))
-    common = {k: v for k, v in kwargs.items() if k != "cache_config"}
-    return [SnapStreamLM(**common, cache_config=cell.policy, loaded=loaded, shared=shared) for cell in cells]
+    common = {k: v for k, v in kwargs.items() if k != "config"}
+    return [SnapStreamLM(**common, config=cell.config, loaded=loaded, shared=shared) for cell in cells]

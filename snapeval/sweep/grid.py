@@ -1,10 +1,11 @@
 """Grid expansion and cell identity.
 
-A cell is one lm-eval run: one model, one task, one KV policy at one budget split, one seed. Its identity is the
-SHA-256 of a canonical JSON of everything that changes what the cell measures: the model and its loading settings,
-the task with its parameters, sample limit, generation settings and the hashes of the data files it reads, the
-policy with its full split, the seed, and the snapeval version (the code that produces the number). Paths, output
-directories and cluster resources are not part of it: moving the data or running elsewhere reuses results.
+A cell is one lm-eval run: one model, one task, one method configuration (a method at one budget and split), one
+seed. Its identity is the SHA-256 of a canonical JSON of everything that changes what the cell measures: the model
+and its loading settings, the task with its parameters, sample limit, generation settings and the hashes of the data
+files it reads, the method configuration with its full split (stored under the key "policy", so cell ids stay
+stable), the seed, and the snapeval version (the code that produces the number). Paths, output directories and
+cluster resources are not part of it: moving the data or running elsewhere reuses results.
 """
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ class Cell:
 
     model: ModelSpec
     task: TaskSpec
-    policy: MethodConfig
+    config: MethodConfig  # stored in the identity under its old key, "policy" (cell ids stay stable)
     seed: int
     data: tuple[tuple[str, str], ...] = ()
     snapeval_version: str = ""
@@ -108,13 +109,13 @@ class Cell:
             "model": self.model.identity(),
             "task": {"name": self.task.name, "metadata": self.task.metadata_dict, "limit": self.task.limit,
                      "generation": self.task.generation_dict, "data": dict(self.data)},
-            "policy": self.policy.identity(),
+            "policy": self.config.identity(),
             "seed": self.seed,
         }
 
     @property
     def group_id(self) -> str:
-        """Everything but the policy, hashed (:func:`snapeval.results.schema.group_id_of`): cells of one group
+        """Everything but the method configuration, hashed (:func:`snapeval.results.schema.group_id_of`): cells of one group
         answer the same items, so they share one prefill per item and are compared item by item."""
         return group_id_of(self.identity())
 
@@ -124,24 +125,24 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return f"{self.model.name} | {self.task.name} | {self.policy.label} | seed {self.seed}"
+        return f"{self.model.name} | {self.task.name} | {self.config.label} | seed {self.seed}"
 
     @property
     def shares_prefill(self) -> bool:
         """Whether this cell can be one branch of a shared prefill (its method builds caches from a capture)."""
         from snapeval.cache import method_info
 
-        return self.model.share_prefill and method_info(self.policy).branches
+        return self.model.share_prefill and method_info(self.config).branches
 
     def view(self) -> CellView:
         """The flat description of this cell that the results table and reports use (stored in the manifest)."""
-        policy = self.policy
-        names = dict.fromkeys([*METHOD_TABLE.setting_names(), *(s.name for s in policy.settings())])
+        config = self.config
+        names = dict.fromkeys([*METHOD_TABLE.setting_names(), *(s.name for s in config.settings())])
         return CellView(
             cell_id=self.cell_id, label=self.label, model=self.model.name, dtype=self.model.dtype,
             simulate_as=self.model.simulate_as, task=self.task.name, metric=self.task.metric,
-            method=policy.method, budget=policy.budget,
-            settings=tuple((name, getattr(policy, name, None)) for name in names), seed=self.seed,
+            method=config.method, budget=config.budget,
+            settings=tuple((name, getattr(config, name, None)) for name in names), seed=self.seed,
             limit=self.task.limit,
             sim_prompt_len=self.task.sim.prompt_len, sim_gen_len=self.task.sim.gen_len, group_id=self.group_id,
         )
@@ -150,7 +151,7 @@ class Cell:
         """Keyword arguments of :func:`snapeval.harness.evaluate` for this cell."""
         model_args: dict[str, Any] = {"pretrained": self.model.pretrained, "dtype": self.model.dtype,
                                       "batch_size": self.model.batch_size, "engine": self.model.engine,
-                                      "cache_config": self.policy, **self.model.placement()}
+                                      "config": self.config, **self.model.placement()}
         if self.model.max_gen_toks is not None:
             model_args["max_gen_toks"] = self.model.max_gen_toks
         metadata = {**self.task.metadata_dict, "pretrained": self.model.pretrained}
@@ -178,9 +179,9 @@ def expand_grid(config: SweepConfig) -> list[Cell]:
     for model in config.models:
         for task in config.tasks:
             for spec in config.methods:
-                for policy in spec.points():
+                for point in spec.points():  # a resolved method configuration
                     for seed in config.seeds:
-                        cell = Cell(model=model, task=task, policy=policy, seed=seed, data=hashes[task.name],
+                        cell = Cell(model=model, task=task, config=point, seed=seed, data=hashes[task.name],
                                     snapeval_version=__version__, data_dir=str(data_dir),
                                     include_path=config.include_dir)
                         if cell.cell_id not in seen:  # e.g. the same budget listed under two entries
