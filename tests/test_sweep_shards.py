@@ -20,7 +20,6 @@ from snapeval.results import ResultsStore
 from snapeval.sweep import expand_grid, parse_config, run_sweep
 from snapeval.sweep.shards import Shard, finished_shards, merge_shards
 
-REPO = Path(__file__).resolve().parents[1]
 #: Fields that may differ between two runs of the same cells (timings) or that describe how they ran.
 VOLATILE = ("wall_s", "finished_at", "harness_config", "decode_tokens_per_s", "prefill_tokens_per_s")
 
