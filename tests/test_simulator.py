@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from snapeval.errors import SnapevalError
 from snapeval.models import get_preset
 from snapeval.cache import resolve_method
-from snapeval.simulator import Deployment, get_hardware, list_hardware, simulate, simulate_point
+from snapeval.simulator import (
+    Deployment, forward_flops_per_token, get_hardware, list_hardware, simulate, simulate_point,
+)
 from snapeval.simulator.hardware import hardware_from_dict, load_hardware_file
 
 MODELS = ["smollm2-135m-instruct", "llama-3.1-8b-instruct", "deepseek-r1-distill-qwen-7b", "deepseek-r1"]
@@ -464,6 +466,25 @@ def test_llama_roofline_row():
     assert r.kv_bytes_per_seq / 2**30 == pytest.approx(0.5, rel=0.01)
     assert r.decode_bytes_per_step / 2**30 == pytest.approx(15.4, rel=0.07)  # embedding rows are gathered, not streamed
     assert r.decode_flops_per_step / 1e9 == pytest.approx(20, rel=0.15)
+
+
+def test_forward_flops_per_token_is_the_textbook_count():
+    """2N + 4LHQT, the forward third of PaLM's (Appendix B) / nanoGPT's estimate_mfu 6N + 12LHQT, with N every
+    parameter: Llama-3.1-8B at 4096 is 2 x 8,030,261,248 + 4 x 32 x 32 x 128 x 4096 FLOPs (18.21 GFLOP, within 10%
+    of the Kernel Looping paper's "about 20"). It differs from the step model's count only by the embedding, which a
+    decode step gathers instead of multiplying, and the norms' scale vectors (a GQA model, whose attention FLOPs
+    are 4 x heads x head_dim per cached token in both)."""
+    llama = get_preset("llama-3.1-8b-instruct")
+    six_n = 6 * llama.param_count() + 12 * llama.num_layers * llama.num_attention_heads * llama.head_dim * 4096
+    assert forward_flops_per_token(llama, 4096) == 2 * 8_030_261_248 + 4 * 32 * 32 * 128 * 4096 == six_n / 3
+    assert forward_flops_per_token("llama-3.1-8b-instruct", 4096) / 1e9 == pytest.approx(20, rel=0.10)
+    step = simulate_point(llama, "sn40l", prompt_len=4096, gen_len=0, batch=1).decode_flops_per_step
+    norms = llama.hidden_size * (2 * llama.num_layers + 1)  # scale vectors: no matmul in the step model either
+    assert forward_flops_per_token(llama, 4096) - step == pytest.approx(2 * (llama.embedding_params() + norms),
+                                                                        rel=1e-9)
+    assert forward_flops_per_token(llama, 0) == 2 * llama.param_count()
+    with pytest.raises(SnapevalError, match="context"):
+        forward_flops_per_token(llama, -1)
 
 
 def test_kernel_looping_mechanism():

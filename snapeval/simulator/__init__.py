@@ -7,7 +7,7 @@ prices a results-table row.
 from __future__ import annotations
 
 from snapeval.simulator.core import (
-    DTYPE_BYTES, Deployment, KernelTime, SimResult, TierUsage, simulate, simulate_point,
+    DTYPE_BYTES, Deployment, KernelTime, SimResult, TierUsage, forward_flops_per_token, simulate, simulate_point,
 )
 from snapeval.simulator.hardware import (
     Assumptions, HardwareSpec, SocketSpec, get_hardware, list_hardware, load_hardware_file,
@@ -15,5 +15,6 @@ from snapeval.simulator.hardware import (
 
 __all__ = [
     "Assumptions", "DTYPE_BYTES", "Deployment", "HardwareSpec", "KernelTime", "SimResult", "SocketSpec",
-    "TierUsage", "get_hardware", "list_hardware", "load_hardware_file", "simulate", "simulate_point",
+    "TierUsage", "forward_flops_per_token", "get_hardware", "list_hardware", "load_hardware_file", "simulate",
+    "simulate_point",
 ]

@@ -1012,6 +1012,19 @@ def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment:
     )
 
 
+def forward_flops_per_token(model: str | ModelPreset, context: int) -> float:
+    """FLOPs of one token's forward pass at ``context`` cached tokens, by the textbook count: ``2 N + 4 L H Q T``
+    with ``N`` every parameter (embedding and LM head included), ``L`` layers, ``H`` heads, ``Q`` head dimension,
+    ``T`` the context. It is the forward third of the ``6 N + 12 L H Q T`` FLOPs per training token of PaLM
+    (arXiv 2204.02311, Appendix B) and nanoGPT's ``estimate_mfu``. A reporting convention, for comparing with
+    figures counted that way (Kernel Looping's Table 1 counts every weight per token: 14.9 GiB = 8.03e9 x 2 B); the
+    step model's own ``decode_flops_per_step`` counts what a step computes (the embedding rows are gathered, not
+    multiplied; MLA and GQA attention by their real shapes)."""
+    m = _resolve_model(model)
+    _int_field("context", context, 0)
+    return 2.0 * m.param_count() + 4.0 * m.num_layers * m.num_attention_heads * m.head_dim * context
+
+
 def simulate_point(model: str | ModelPreset, hardware: str | HardwareSpec = "sn40l-16", prompt_len: int = 4096,
                    gen_len: int = 1024, budget: int | None = None, batch: int = 1, *,
                    method: str | MethodConfig | None = None, split: dict[str, Any] | None = None,
