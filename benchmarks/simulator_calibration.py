@@ -81,11 +81,12 @@ LLAMA_405B = llama_shape("llama-3.1-405b", hub_id="meta-llama/Llama-3.1-405B-Ins
                          published_params=405_853_388_800)
 
 
-def r1(prompt: int, budget: int | None, batch: int | None = None, hardware="sn40l-16", **kw):
-    """DeepSeek-R1 at ``prompt`` with SnapStream at ``budget`` (None: full cache), at ``batch`` (None: its max)."""
+def r1(prompt: int, budget: int | None, batch: int | None = None, hardware="sn40l-16", gen: int = R1_GEN, **kw):
+    """DeepSeek-R1 at ``prompt`` with SnapStream at ``budget`` (None: full cache), at ``batch`` (None: its max),
+    generating ``gen`` tokens."""
     if batch is None:
-        batch = max(1, simulate_point("deepseek-r1", hardware, prompt, R1_GEN, budget=budget, batch=1, **kw).max_batch)
-    return simulate_point("deepseek-r1", hardware, prompt, R1_GEN, budget=budget, batch=batch, **kw)
+        batch = max(1, simulate_point("deepseek-r1", hardware, prompt, gen, budget=budget, batch=1, **kw).max_batch)
+    return simulate_point("deepseek-r1", hardware, prompt, gen, budget=budget, batch=batch, **kw)
 
 
 def gain_at_max_batch(prompt: int, hardware="sn40l-16", **kw) -> float:
@@ -278,6 +279,12 @@ def decode_hypotheses() -> list[dict]:
                _hw("sn40l-16", socket={"sram_bandwidth": bw * 1e12}), {}) for bw in (30, 10, 5, 3)]
     cases.append(("H2: query tokens x heads (384 rows per sequence) as the only parallel dimension: the key axis "
                   "is never split", rack, {"attention_tiling": "rows"}))
+    # the other side of the ratio: the full cache's mean context grows with the (unpublished) generation length,
+    # SnapStream's does not; the paper's Table 3 gives R1-0528's mean output per benchmark
+    cases += [(f"H4: {gen:,} generated tokens ({source}) instead of {R1_GEN:,}", rack, {"gen": gen})
+              for gen, source in ((1296, "Table 3: LongBench-v2, the long-prompt benchmark"),
+                                  (10634, "Table 3: LiveCodeBench, 476-token prompts"),
+                                  (15424, "Table 3: AIME24, 140-token prompts"))]
     out = []
     for label, hw, deployment in cases:
         try:
@@ -300,6 +307,25 @@ def decode_hypotheses() -> list[dict]:
                     "gain_at_max_batch_128k_64k_32k": gains,
                     "in_4_to_4_6": all(4.0 <= g <= 4.6 for g in gains),
                     "keeps_1832_within_10": abs(rel(snap, 1832)) <= TOLERANCE})
+    return out
+
+
+def expert_streaming() -> dict:
+    """Expert streaming at the three points of ~2^21 resident tokens (1 x 128K, 4 x 32K, 16 x 8K per socket): the
+    distinct routed experts the busiest socket streams per MoE layer (from the MoE kernel's bytes: EP16 holds 16
+    whole experts per socket), and the MoE kernel's time. With 256 experts, 8 per token and 3 query tokens per
+    sequence (MTP), batch 16 already touches most of a socket's 16 experts: the streamed bytes saturate."""
+    m = get_preset("deepseek-r1")
+    expert_bytes = m.expert_params() * 1.0  # FP8
+    fixed = (m.n_shared_experts * m.expert_params() / 16 + m.router_params() / 16) * 1.0
+    out = {}
+    for prompt, budget, batch in ((R1_PROMPT, None, 16), (R1_PROMPT, 32768, 64), (32768, 8192, 256)):
+        r = r1(prompt, budget, batch)
+        moe = next(k for k in r.decode_kernels if k.name.startswith("MoE FFN"))
+        experts = (moe.bytes / m.num_moe_layers - fixed) / expert_bytes
+        out[f"batch {batch} ({3 * batch} query tokens)"] = {
+            "experts_streamed_per_socket_and_layer": experts, "of_local_experts": m.n_routed_experts // 16,
+            "moe_ms": moe.seconds * 1e3, "step_ms": r.decode_step_seconds * 1e3}
     return out
 
 
@@ -383,6 +409,150 @@ def prefill_bound() -> dict:
             "least_overhead_percent_from_the_simulator_prefill": simulated,
             "compression_seconds_at_128k_from_the_shares": at_128k,
             "exponent_needed_for_5_percent_at_32k": needed}
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def selection_network(width: int, keep: int, topk: bool) -> tuple[int, float]:
+    """(stages, element passes) of a data-independent selection network over ``width`` scores (a power of two),
+    the only way a static graph ranks without branching on data. A bitonic sort has log2(w)(log2(w)+1)/2 stages
+    of w/2 compare-exchanges, each stage reading and writing every element. A bitonic top-k (``topk``) sorts runs of
+    ``keep`` (a power of two) the same way, then halves the runs until ``keep`` are left: each round one stage
+    keeps the larger half of two sorted runs (reads n, writes n/2) and log2(keep) stages sort the kept half again."""
+    if not topk:
+        s = width.bit_length() - 1
+        return s * (s + 1) // 2, width * s * (s + 1) / 2
+    k = keep.bit_length() - 1
+    stages, passes, n = k * (k + 1) // 2, width * k * (k + 1) / 2, width
+    while n > keep:
+        stages += 1 + k
+        passes += 0.75 * n + k * n / 2  # the halving stage (n read, n / 2 written: 1.5 n element moves / 2) + resort
+        n //= 2
+    return stages, passes
+
+
+#: Bytes of one ranked element: an fp32 score and an int32 token index travel together.
+RANKED_ELEMENT_BYTES = 8.0
+
+
+def topk_seconds(prompt: int, variant: dict, hw) -> float:
+    """Seconds per layer on one socket of SnapStream's top-k (budget = prompt / 4) done by a selection network
+    (``variant``: ``topk`` bitonic top-k or full sort; ``vectors`` ranked per socket: its 8 query heads' own scores
+    under TP16 prefill, or 1 vector of scores summed over every head, all-reduced over the sockets first; ``where``
+    each stage's elements go: ``hbm`` (a round trip per stage at HBM bandwidth), ``sram`` (on-chip bandwidth) or
+    ``call`` (on chip, but each stage a kernel call paying one call boundary))."""
+    from snapeval.cache import resolve_method
+
+    method = resolve_method("snapstream", prompt // 4)
+    scored = method.prefill_work(prompt).scored_tokens
+    width, keep = _pow2_ceil(scored), _pow2_ceil(method.topk)
+    stages, passes = selection_network(width, keep, variant["topk"])
+    s, a = hw.socket, hw.assumptions
+    heads = get_preset("deepseek-r1").num_attention_heads / hw.sockets
+    vectors = heads if variant["vectors"] == "per head" else 1
+    moved = vectors * passes * RANKED_ELEMENT_BYTES * 2  # every stage reads and writes its elements
+    if variant["where"] == "hbm":
+        seconds = moved / (s.hbm_bandwidth * a.bandwidth_efficiency)
+    elif variant["where"] == "sram":
+        seconds = moved / s.sram_bandwidth
+    else:
+        seconds = stages * (a.kernel_call_sync_s + a.cross_socket_sync_s) + moved / s.sram_bandwidth
+    if variant["vectors"] != "per head":  # the socket's partial sums over its heads, all-reduced over the sockets
+        link = hw.link_bandwidth or a.assumed_link_bandwidth
+        seconds += 2 * (hw.sockets - 1) / hw.sockets * scored * 4.0 / link
+    return seconds
+
+
+TOPK_VARIANTS = [
+    {"name": "bitonic sort, per-head scores (8 per socket), every stage through HBM", "topk": False,
+     "vectors": "per head", "where": "hbm"},
+    {"name": "bitonic top-k, per-head scores, every stage through HBM", "topk": True, "vectors": "per head",
+     "where": "hbm"},
+    {"name": "bitonic sort, one score vector summed over the 128 heads (MLA's shared latent), through HBM",
+     "topk": False, "vectors": "shared", "where": "hbm"},
+    {"name": "bitonic sort, per-head scores held on chip (8.4 MB of 520 MB), stages at on-chip bandwidth",
+     "topk": False, "vectors": "per head", "where": "sram"},
+    {"name": "bitonic sort, per-head scores on chip, one kernel call per stage (19 us each)", "topk": False,
+     "vectors": "per head", "where": "call"},
+]
+
+
+def prefill_hypotheses() -> dict:
+    """SnapStream's top-k priced as a selection network (a static graph cannot branch on data), added to the
+    simulator's scoring kernel: per variant, its time per layer at 128K / 64K / 32K, its growth from 32K to 128K,
+    the SnapKV share and overhead with SnapKV's own window (32), and the overhead once the window is set again from
+    the 2.52% share. Also, whatever the variant, the least 32K overhead a network cost ~ L log^2 L can give once the
+    share is matched with the window at 32."""
+    hw = get_hardware("sn40l-16")
+    layers = {}
+    for prompt in CONTEXTS:
+        r = r1(prompt, prompt // 4, 1, split={"observation": 32})
+        share = r.prefill_kernel_share
+        layers[prompt] = {"layer": r.prefill_compression_seconds / R1_LAYERS / (share["scoring"] + share["gather"]),
+                          "base": r.prefill_seconds - r.prefill_compression_seconds}
+    windows = {}  # the simulator's compression seconds and 128K scoring share at every window of the grid
+    for w in WINDOW_GRID:
+        at = {p: r1(p, p // 4, 1, split={"observation": w}) for p in (CONTEXTS if w == 32 else CONTEXTS[:1])}
+        windows[w] = {"compress": {p: x.prefill_compression_seconds for p, x in at.items()},
+                      "scoring": at[R1_PROMPT].prefill_kernel_share["scoring"],
+                      "layer": at[R1_PROMPT].prefill_compression_seconds / R1_LAYERS / (
+                          at[R1_PROMPT].prefill_kernel_share["scoring"] + at[R1_PROMPT].prefill_kernel_share["gather"])}
+
+    def overhead(w: int, extra: dict) -> dict:
+        compress = windows[w]["compress"] if len(windows[w]["compress"]) == 3 else \
+            {p: r1(p, p // 4, 1, split={"observation": w}).prefill_compression_seconds for p in CONTEXTS}
+        return {f"{p // 1024}K": (compress[p] + R1_LAYERS * extra[p]) / layers[p]["base"] * 100 for p in CONTEXTS}
+
+    def share_at(w: int, extra_128k: float) -> float:
+        layer = windows[w]["layer"]
+        return (windows[w]["scoring"] * layer + extra_128k) / (layer + extra_128k) * 100
+
+    out = []
+    for v in TOPK_VARIANTS:
+        extra = {p: topk_seconds(p, v, hw) for p in CONTEXTS}
+        refit = min(WINDOW_GRID, key=lambda w: abs(share_at(w, extra[R1_PROMPT]) - PUBLISHED_SHARES["scoring"]))
+        out.append({"hypothesis": v["name"], "ms_per_layer": {f"{p // 1024}K": extra[p] * 1e3 for p in CONTEXTS},
+                    "growth_32k_to_128k": extra[R1_PROMPT] / extra[32768],
+                    "window_32": {"snapkv_share_percent": share_at(32, extra[R1_PROMPT]),
+                                  "overhead_percent": overhead(32, extra)},
+                    "window_set_from_the_share": refit,
+                    "refit": {"snapkv_share_percent": share_at(refit, extra[R1_PROMPT]),
+                              "overhead_percent": overhead(refit, extra)}})
+    # any network ~ L log^2 L: scaled so that window 32 + network give the published 128K SnapKV share
+    growth = out[0]["growth_32k_to_128k"]
+    layer = windows[32]["layer"]
+    needed = (PUBLISHED_SHARES["scoring"] / 100 * layer - windows[32]["scoring"] * layer) / (
+        1 - PUBLISHED_SHARES["scoring"] / 100)
+    scaled = {R1_PROMPT: needed, 65536: needed / out[0]["ms_per_layer"]["128K"] * out[0]["ms_per_layer"]["64K"],
+              32768: needed / growth}
+    return {"variants": out, "least_with_window_32_and_a_network_matching_the_share": {
+        "network_ms_per_layer_at_128k": needed * 1e3, "overhead_percent": overhead(32, scaled)},
+        "fixed_cost_per_prefill_kernel": prefill_kernel_fixed_cost()}
+
+
+def prefill_kernel_fixed_cost() -> dict:
+    """The other way to 5% at 32K: a prefill that is relatively costlier when short. A fixed cost per prefill
+    kernel (the published breakdown has 5 per MoE layer: QKV, attention, output projection, router, MoE FFN; a
+    dense layer 4) that lifts the 32K prefill enough for the shipped compression (window 320) to be 5% of it, and
+    what that cost does to the published 128K shares."""
+    m = get_preset("deepseek-r1")
+    kernels = 5 * m.num_moe_layers + 4 * m.num_dense_layers
+    at = {p: r1(p, p // 4, 1, split={"observation": 320}) for p in CONTEXTS}
+    base = {p: r.prefill_seconds - r.prefill_compression_seconds for p, r in at.items()}
+    cost = (at[32768].prefill_compression_seconds / 0.05 - base[32768]) / kernels
+    share = at[R1_PROMPT].prefill_kernel_share
+    layer = at[R1_PROMPT].prefill_compression_seconds / R1_LAYERS / (share["scoring"] + share["gather"])
+    five = ("QKV projections", "attention", "output projection", "router", "MoE FFN")
+    shares = {k: (share[k] * layer + (cost if k in five else 0.0)) / (layer + 5 * cost) * 100 for k in share}
+    return {"prefill_kernels": kernels, "fixed_cost_per_kernel_ms": cost * 1e3,
+            "times_the_call_boundary": cost / (get_hardware("sn40l-16").assumptions.kernel_call_sync_s
+                                               + get_hardware("sn40l-16").assumptions.cross_socket_sync_s),
+            "overhead_percent": {f"{p // 1024}K": at[p].prefill_compression_seconds / (base[p] + kernels * cost) * 100
+                                 for p in CONTEXTS},
+            "shares_at_128k_percent": shares,
+            "share_errors": {k: rel(v, PUBLISHED_SHARES[k]) for k, v in shares.items()}}
 
 
 def speculation_table() -> list[dict]:
@@ -664,8 +834,10 @@ def main() -> dict:
         "methods priced by what they hold and compute": methods_table(),
     }
     bound = prefill_bound()
+    topk = prefill_hypotheses()
     hypotheses = decode_hypotheses()
     implied = implied_attention()
+    experts = expert_streaming()
     plots, sens = sensitivity(window)
     within = sum(r["within_tolerance"] for r in rows)
     out = {
@@ -678,8 +850,10 @@ def main() -> dict:
         "cross_socket_sync_s), as every prefill kernel; no cost of its own is fitted",
         "held_out": tables,
         "prefill_overhead_bound": bound,
+        "prefill_topk_hypotheses": topk,
         "decode_step_hypotheses": hypotheses,
         "attention_implied_by_the_published_steps": implied,
+        "expert_streaming_at_constant_resident_tokens": experts,
         "sensitivity": sens,
         "sensitivity_plots": plots,
         "seconds_per_point": timing(),
@@ -705,9 +879,31 @@ def main() -> dict:
           + " (published shares alone); "
           + ", ".join(f"{k} {v:.2f}%" for k, v in bound["least_overhead_percent_from_the_simulator_prefill"].items())
           + f" (simulator prefill); 5% at 32K needs a cost ~ L^{bound['exponent_needed_for_5_percent_at_32k']:.2f}.")
+    print("\n**top-k as a selection network (added to the SnapKV kernel)**\n")
+    print("| hypothesis | ms per layer 128K / 64K / 32K | growth 32K->128K | window 32: SnapKV share, overhead 128K / 64K "
+          "/ 32K | window set from the share: window, overhead 128K / 64K / 32K |")
+    print("| --- | --- | --- | --- | --- |")
+    for h in topk["variants"]:
+        print(f"| {h['hypothesis']} | " + " / ".join(f"{v:.3g}" for v in h["ms_per_layer"].values())
+              + f" | {h['growth_32k_to_128k']:.2f}x | {h['window_32']['snapkv_share_percent']:.2f}%; "
+              + " / ".join(f"{v:.2f}" for v in h["window_32"]["overhead_percent"].values())
+              + f"% | {h['window_set_from_the_share']}; "
+              + " / ".join(f"{v:.2f}" for v in h["refit"]["overhead_percent"].values()) + "% |")
+    least = topk["least_with_window_32_and_a_network_matching_the_share"]
+    print(f"\nWindow 32 + any L log^2 L network matching the 2.52% share ({least['network_ms_per_layer_at_128k']:.2f} ms "
+          "per layer at 128K): overhead " + " / ".join(f"{v:.2f}" for v in least["overhead_percent"].values()) + "%")
     print("\nAttention implied by the published steps (step - the other kernels), over the 1 x 128K point: "
           + "; ".join(f"{k}: {v['implied_attention_ms']:.1f} ms, {v['implied_over_1x128k']:.3f} "
                       f"(log2 ratio {v['log2_tokens_per_sequence_over_log2_128k']:.3f})" for k, v in implied.items()))
+    fixed = topk["fixed_cost_per_prefill_kernel"]
+    print(f"\nA fixed cost per prefill kernel for 5% at 32K: {fixed['fixed_cost_per_kernel_ms']:.2f} ms x "
+          f"{fixed['prefill_kernels']} kernels ({fixed['times_the_call_boundary']:.0f}x the call boundary): overhead "
+          + " / ".join(f"{v:.2f}" for v in fixed["overhead_percent"].values()) + "%; 128K shares "
+          + ", ".join(f"{k} {v:.2f}% ({fixed['share_errors'][k] * 100:+.0f}%)" for k, v in
+                      fixed["shares_at_128k_percent"].items()))
+    print("\nExpert streaming (busiest socket, per MoE layer): " + "; ".join(
+        f"{k}: {v['experts_streamed_per_socket_and_layer']:.2f} of {v['of_local_experts']} experts, MoE "
+        f"{v['moe_ms']:.1f} ms, step {v['step_ms']:.1f} ms" for k, v in experts.items()))
     print("\n**decode-step hypotheses (decode_attention_efficiency set again from 434 tok/s)**\n")
     print("| hypothesis | efficiency | steps 1x128K / 4x32K / 16x8K (ms; published 88.5 / 83.8 / ~78) | 1832 tok/s row "
           "| gain at max batch 128K / 64K / 32K |")
