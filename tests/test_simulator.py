@@ -647,3 +647,56 @@ def test_cli_bad_values_exit_2_with_one_line(capsys, argv, match):
     assert main(["simulate", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("snapeval: error:") and match in err and err.count("\n") == 1
+
+
+def _bitonic(values: list[float], topk: int | None = None) -> tuple[list[float], int, int]:
+    """The textbook bitonic network, run: a full sort (``topk`` None) or a bitonic top-k (sort runs of ``topk``
+    in alternating directions; then, round after round, keep the larger of each pair of elements of two adjacent runs
+    and merge the kept bitonic run again). Returns (the result, stages, element reads + writes)."""
+    a, n = list(values), len(values)
+    stages = moved = 0
+
+    def merge_stages(length: int, size: int) -> None:  # the compare-exchange stages for blocks of ``size``
+        nonlocal stages, moved
+        j = size // 2
+        while j:
+            for i in range(length):
+                partner = i ^ j
+                if partner > i and (a[i] > a[partner]) == ((i & size) == 0):
+                    a[i], a[partner] = a[partner], a[i]
+            stages, moved, j = stages + 1, moved + 2 * length, j // 2
+
+    run = topk or n
+    size = 2
+    while size <= run:
+        merge_stages(n, size)
+        size *= 2
+    while topk and len(a) > topk:  # keep the larger half of each (ascending, descending) pair of runs
+        kept = []
+        for start in range(0, len(a), 2 * topk):
+            kept += [max(a[start + i], a[start + topk + i]) for i in range(topk)]
+        stages, moved, a = stages + 1, moved + len(a) + len(kept), kept
+        merge_stages(len(a), topk)
+    return a, stages, moved
+
+
+@pytest.mark.parametrize("width,keep", [(16, 4), (64, 8), (256, 32), (1024, 1024)])
+def test_selection_network_counts_are_the_textbook_bitonic_network(width, keep):
+    """The calibration prices SnapStream's top-k as a static graph's selection network: its stage and element-pass
+    counts are those of the textbook bitonic sort (log2(w)(log2(w)+1)/2 stages of w/2 compare-exchanges) and bitonic
+    top-k, checked against the networks run on random scores (which they sort, or whose top ``keep`` they keep)."""
+    import random
+
+    from benchmarks.simulator_calibration import selection_network
+
+    scores = [random.Random(i * 7919 + width).random() for i in range(width)]
+    ranked, stages, moved = _bitonic(scores)
+    assert ranked == sorted(scores)
+    s = width.bit_length() - 1
+    assert selection_network(width, keep, topk=False) == (stages, moved / 2) == (s * (s + 1) // 2,
+                                                                                width * s * (s + 1) / 2)
+    if keep < width:
+        kept, stages, moved = _bitonic(scores, keep)
+        assert sorted(kept) == sorted(scores)[-keep:]
+        assert selection_network(width, keep, topk=True) == (stages, pytest.approx(moved / 2))
+        assert selection_network(width, keep, topk=True)[1] < selection_network(width, keep, topk=False)[1]
