@@ -527,8 +527,13 @@ def prefill_hypotheses() -> dict:
         1 - PUBLISHED_SHARES["scoring"] / 100)
     scaled = {R1_PROMPT: needed, 65536: needed / out[0]["ms_per_layer"]["128K"] * out[0]["ms_per_layer"]["64K"],
               32768: needed / growth}
+    # how fast the network would have to grow for 5% at 32K, the rest of the compression (window 32) unchanged
+    allowed = (0.05 * layers[32768]["base"] - windows[32]["compress"][32768]) / R1_LAYERS
     return {"variants": out, "least_with_window_32_and_a_network_matching_the_share": {
-        "network_ms_per_layer_at_128k": needed * 1e3, "overhead_percent": overhead(32, scaled)},
+        "network_ms_per_layer_at_128k": needed * 1e3, "overhead_percent": overhead(32, scaled),
+        "network_ms_per_layer_at_32k_for_5_percent": allowed * 1e3,
+        "network_exponent_needed_32k_to_128k": math.log(needed / allowed) / math.log(R1_PROMPT / 32768),
+        "network_exponent_of_l_log2_l": math.log(growth) / math.log(R1_PROMPT / 32768)},
         "fixed_cost_per_prefill_kernel": prefill_kernel_fixed_cost()}
 
 
@@ -891,7 +896,9 @@ def main() -> dict:
               + " / ".join(f"{v:.2f}" for v in h["refit"]["overhead_percent"].values()) + "% |")
     least = topk["least_with_window_32_and_a_network_matching_the_share"]
     print(f"\nWindow 32 + any L log^2 L network matching the 2.52% share ({least['network_ms_per_layer_at_128k']:.2f} ms "
-          "per layer at 128K): overhead " + " / ".join(f"{v:.2f}" for v in least["overhead_percent"].values()) + "%")
+          "per layer at 128K): overhead " + " / ".join(f"{v:.2f}" for v in least["overhead_percent"].values())
+          + f"%; 5% at 32K needs the network to grow as L^{least['network_exponent_needed_32k_to_128k']:.2f} from 32K "
+          f"to 128K (L log^2 L: L^{least['network_exponent_of_l_log2_l']:.2f})")
     print("\nAttention implied by the published steps (step - the other kernels), over the 1 x 128K point: "
           + "; ".join(f"{k}: {v['implied_attention_ms']:.1f} ms, {v['implied_over_1x128k']:.3f} "
                       f"(log2 ratio {v['log2_tokens_per_sequence_over_log2_128k']:.3f})" for k, v in implied.items()))
