@@ -3,11 +3,13 @@ was not given.
 
 Writes results/bench/simulator_calibration.json (calibration rows: predicted, published, relative error, points
 used; held-out tables, one per mechanism; every hypothesis for the decode step's trend with the batch, priced with
-the attention efficiency set again from 434 tok/s, and the attention the published steps imply; the least prefill
-overhead any compression cost growing at most linearly with the prompt can give; sensitivity of the figures to
-every parameter set from a figure, to the decode attention tiling and to every discrete choice that decides a
-batch) and two PNGs of sensitivity panels, and prints the Markdown tables copied into docs/simulator.md. Everything but ``seconds_per_point`` (the cost of one simulated point, a timing) is
-deterministic.
+the attention efficiency set again from 434 tok/s (the generation length among them), the attention the published
+steps imply and the experts streamed at each batch; the least prefill overhead any compression cost growing at most
+linearly with the prompt can give, the top-k priced as a static graph's bitonic selection network and a fixed cost
+per prefill kernel; sensitivity of the figures to every parameter set from a figure, to the decode attention tiling
+and to every discrete choice that decides a batch) and two PNGs of sensitivity panels, and prints the Markdown
+tables copied into docs/simulator.md. Everything but ``seconds_per_point`` (the cost of one simulated point, a
+timing) is deterministic.
 
     PYTHONPATH=. python benchmarks/simulator_calibration.py
 """
