@@ -887,8 +887,8 @@ def main() -> dict:
           + ", ".join(f"{k} {v:.2f}%" for k, v in bound["least_overhead_percent_from_the_simulator_prefill"].items())
           + f" (simulator prefill); 5% at 32K needs a cost ~ L^{bound['exponent_needed_for_5_percent_at_32k']:.2f}.")
     print("\n**top-k as a selection network (added to the SnapKV kernel)**\n")
-    print("| hypothesis | ms per layer 128K / 64K / 32K | growth 32K->128K | window 32: SnapKV share, overhead 128K / 64K "
-          "/ 32K | window set from the share: window, overhead 128K / 64K / 32K |")
+    print("| hypothesis | ms per layer 128K / 64K / 32K | growth 32K->128K | window 32: SnapKV share, overhead "
+          "128K / 64K / 32K | window set from the share: window, overhead 128K / 64K / 32K |")
     print("| --- | --- | --- | --- | --- |")
     for h in topk["variants"]:
         print(f"| {h['hypothesis']} | " + " / ".join(f"{v:.3g}" for v in h["ms_per_layer"].values())
@@ -897,8 +897,8 @@ def main() -> dict:
               + f"% | {h['window_set_from_the_share']}; "
               + " / ".join(f"{v:.2f}" for v in h["refit"]["overhead_percent"].values()) + "% |")
     least = topk["least_with_window_32_and_a_network_matching_the_share"]
-    print(f"\nWindow 32 + any L log^2 L network matching the 2.52% share ({least['network_ms_per_layer_at_128k']:.2f} ms "
-          "per layer at 128K): overhead " + " / ".join(f"{v:.2f}" for v in least["overhead_percent"].values())
+    print("\nWindow 32 + any L log^2 L network matching the 2.52% share "
+          f"({least['network_ms_per_layer_at_128k']:.2f} ms per layer at 128K): overhead " + " / ".join(f"{v:.2f}" for v in least["overhead_percent"].values())
           + f"%; 5% at 32K needs the network to grow as L^{least['network_exponent_needed_32k_to_128k']:.2f} from 32K "
           f"to 128K (L log^2 L: L^{least['network_exponent_of_l_log2_l']:.2f})")
     print("\nAttention implied by the published steps (step - the other kernels), over the 1 x 128K point: "
