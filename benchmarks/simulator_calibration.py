@@ -898,7 +898,8 @@ def main() -> dict:
               + " / ".join(f"{v:.2f}" for v in h["refit"]["overhead_percent"].values()) + "% |")
     least = topk["least_with_window_32_and_a_network_matching_the_share"]
     print("\nWindow 32 + any L log^2 L network matching the 2.52% share "
-          f"({least['network_ms_per_layer_at_128k']:.2f} ms per layer at 128K): overhead " + " / ".join(f"{v:.2f}" for v in least["overhead_percent"].values())
+          f"({least['network_ms_per_layer_at_128k']:.2f} ms per layer at 128K): overhead "
+          + " / ".join(f"{v:.2f}" for v in least["overhead_percent"].values())
           + f"%; 5% at 32K needs the network to grow as L^{least['network_exponent_needed_32k_to_128k']:.2f} from 32K "
           f"to 128K (L log^2 L: L^{least['network_exponent_of_l_log2_l']:.2f})")
     print("\nAttention implied by the published steps (step - the other kernels), over the 1 x 128K point: "
