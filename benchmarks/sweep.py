@@ -27,6 +27,7 @@ difference between the two sets of log-likelihoods.
     python -m benchmarks.sweep --quick    # 8 items, 2 minutes: a smoke run (writes sweep_quick.json)
     python -m benchmarks.sweep --sharded-only   # part 3 alone (writes sweep_sharded.json; about 8 min)
     python -m benchmarks.sweep --config configs/kvpress.yaml   # any sweep: shared vs per-cell (sweep_<name>.json)
+    python -m benchmarks.sweep --config configs/kvpress.yaml --keep results/kvpress   # and keep the shared cells
 
 Writes results/bench/sweep.json (``sweep_quick.json`` with ``--quick``; ``sweep_custom.json`` for other sizes).
 """
@@ -121,14 +122,16 @@ def sharded_part(config, tmp: Path) -> dict:
             "identical_cells": f"{identical}/{len(one['generations'])}"}
 
 
-def compare_config(path: str, load: list[str]) -> int:
+def compare_config(path: str, load: list[str], keep: str | None = None) -> int:
     """A sweep config's grid, shared (default) then per cell (``--per-cell``), in this process: walls, prefills and
-    whether every cell's greedy texts and metrics are identical."""
+    whether every cell's greedy texts and metrics are identical. With ``keep``, the shared run's cells are written
+    there instead of a scratch directory (the config's own ``out`` regenerates its committed results from the timed
+    run; ``snapeval sweep CONFIG`` then finds every cell done and writes the table and report)."""
     from snapeval.sweep import load_config
 
     config = load_config(path)
     with tempfile.TemporaryDirectory() as tmp:
-        shared = run_path(config, Path(tmp) / "shared", "shared")
+        shared = run_path(config, Path(keep) if keep else Path(tmp) / "shared", "shared")
         print(f"shared: {shared['wall_s']} s, {shared['prefills']} prefills", flush=True)
         per_cell = run_path(config.per_cell(), Path(tmp) / "per_cell", "per-cell")
         print(f"per-cell: {per_cell['wall_s']} s, {per_cell['prefills']} prefills", flush=True)
@@ -193,6 +196,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a 2-minute smoke run (writes sweep_quick.json)")
     parser.add_argument("--sharded-only", action="store_true", help="only part 3, shards on Ray (sweep_sharded.json)")
     parser.add_argument("--config", help="a sweep YAML: its grid shared vs per-cell only (writes sweep_<name>.json)")
+    parser.add_argument("--keep", help="with --config: write the shared run's cells to this results directory")
     for key, value in DEFAULTS.items():
         flag = "--" + key.replace("_", "-")
         if isinstance(value, list):
@@ -216,7 +220,7 @@ def main(argv=None) -> int:
     load = open("/proc/loadavg").read().split()[:3]
     model, tokenizer = load_once(MODEL, "float32")
     if args.config:
-        return compare_config(args.config, load)
+        return compare_config(args.config, load, args.keep)
     config = sweep_config(sizes["items"], sizes["length"], sizes["budgets"], sizes["max_gen"])
     if args.sharded_only:
         with tempfile.TemporaryDirectory() as tmp:

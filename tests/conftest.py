@@ -12,6 +12,11 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+# Under pytest-xdist (the README's test command runs one worker per core) each worker gets one torch thread, so the
+# workers do not oversubscribe the cores they share.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("SNAPEVAL_DATA_DIR", REPO.parent / "shared" / "data"))
 

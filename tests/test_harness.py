@@ -143,3 +143,18 @@ def test_engine_choice_errors(method, engine, message):
 
     with pytest.raises(SnapevalError, match=re.escape(message)):
         use_engine(engine, resolve_method(method, None if method == "full" else 64))
+
+
+def test_environment_info_is_collected_once_per_process_and_kept_in_every_run(tiny_dir, task_dir, full, monkeypatch):
+    """lm-eval's ``add_env_info`` (subprocesses, about 1 s) runs once per process, not once per run; every run still
+    carries its fields."""
+    import torch.utils.collect_env as collect_env
+
+    calls = []
+    real = collect_env.get_pretty_env_info
+    monkeypatch.setattr(collect_env, "get_pretty_env_info", lambda: calls.append(1) or real())
+    first = _run(tiny_dir, task_dir, ["tiny_mc"], method="full")
+    second = _run(tiny_dir, task_dir, ["tiny_mc"], method="snapstream", budget=48)
+    assert calls == []  # the module's first run (the ``full`` fixture) already collected it
+    for run in (full, first, second):
+        assert run["pretty_env_info"] == full["pretty_env_info"] and run["lm_eval_version"]
