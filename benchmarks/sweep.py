@@ -15,7 +15,12 @@ greedy texts are identical (the generations hash of each cell).
 Part 3, item shards (``--sharded``, also in the full run): the same generation grid on a local Ray instance,
 ``shards: 2`` on 2 workers of 1 CPU (one torch thread) each against ``shards: 1`` on 1 worker of 1 CPU; each worker
 loads the model itself (inside the measured wall time on both sides). Reports both walls, the speedup (target 1.8x)
-and whether every cell is identical (generations hash and every metric value and stderr).
+and whether every cell is identical (generations hash and every metric value and stderr). Its default is
+``SHARDED_ITEMS`` = 48 items, not 40: a shard decodes its items in chunks of 8 rows per configuration, and on a CPU a
+decode step of 4 rows costs well over half of a step of 8 (the weights are streamed either way), so 40 items (5
+chunks in one shard; 8 + 8 + 4 in each of two) keep the two-worker decode below 2x whatever the harness does; 48
+items are 6 chunks, 3 whole ones per shard.
+``--items 40`` measures that case (``sweep_sharded_custom.json``).
 
 Part 2, loglikelihood. A 4-choice task built from real LongBench-v2 questions (document cut to ``--mc-length``
 tokens, question, "Answer:"; the continuation is each choice's text), scored by :class:`snapeval.branching.BranchSet`
@@ -25,7 +30,7 @@ difference between the two sets of log-likelihoods.
 
     python -m benchmarks.sweep            # about 30 min on 2 idle cores
     python -m benchmarks.sweep --quick    # 8 items, 2 minutes: a smoke run (writes sweep_quick.json)
-    python -m benchmarks.sweep --sharded-only   # part 3 alone (writes sweep_sharded.json; about 8 min)
+    python -m benchmarks.sweep --sharded-only   # part 3 alone (writes sweep_sharded.json; about 10 min)
     python -m benchmarks.sweep --config configs/kvpress.yaml   # any sweep: shared vs per-cell (sweep_<name>.json)
     python -m benchmarks.sweep --config configs/kvpress.yaml --keep results/kvpress   # and keep the shared cells
 
@@ -46,6 +51,8 @@ from benchmarks.common import data_dir, machine, middle_truncate, write_json
 MODEL = "smollm2-135m-instruct"
 DEFAULTS = {"items": 40, "length": 512, "budgets": [32, 64, 128, 256, 384], "max_gen": 16, "mc_questions": 10,
             "mc_length": 768}
+#: Part 3's items: 2 shards x 3 whole chunks of 8 (see the module docstring).
+SHARDED_ITEMS = 48
 QUICK = {"items": 8, "length": 256, "budgets": [32, 64, 128, 192, 224], "max_gen": 8, "mc_questions": 3,
          "mc_length": 256}
 
@@ -77,13 +84,14 @@ def run_path(config, out: Path, label: str, executor=None) -> dict:
     def group_totals(config: dict) -> dict | None:  # a sharded cell: its shards' groups together
         if config.get("shards"):
             parts = [s["shared_prefill"] for s in config["shards"] if s.get("shared_prefill")]
-            return {k: sum(p[k] for p in parts) for k in ("prefills", "prefill_tokens")} if parts else None
+            return ({**{k: sum(p[k] for p in parts) for k in ("prefills", "prefill_tokens")},
+                     "configurations": parts[0]["configurations"]} if parts else None)
         return config.get("shared_prefill")
 
     shared = [group_totals(c.harness_config) for c in cells.values() if group_totals(c.harness_config)]
-    if shared:  # every cell of the group reports the group's prefills; the last one has the totals
-        prefill_tokens = max(s["prefill_tokens"] for s in shared)
-        prefills = max(s["prefills"] for s in shared)
+    if shared:  # every cell of a group reports its group's prefills: a cell's share is 1/configurations of them
+        prefill_tokens = round(sum(s["prefill_tokens"] / s["configurations"] for s in shared))
+        prefills = round(sum(s["prefills"] / s["configurations"] for s in shared))
     else:
         prefill_tokens = sum(c.prompt_tokens or 0 for c in cells.values())
         prefills = sum(len(c.samples) for c in cells.values())
@@ -94,7 +102,7 @@ def run_path(config, out: Path, label: str, executor=None) -> dict:
             "metrics": {cid: [[m.key, m.value, m.stderr, m.n] for m in c.metrics] for cid, c in cells.items()}}
 
 
-def sharded_part(config, tmp: Path) -> dict:
+def sharded_part(config, tmp: Path, items: int) -> dict:
     """The grid on a local Ray instance: 2 shards on 2 one-CPU workers against 1 shard on 1 one-CPU worker."""
     import dataclasses
 
@@ -116,7 +124,7 @@ def sharded_part(config, tmp: Path) -> dict:
     one, two = runs[1], runs[2]
     identical = sum(one["generations"][c] == two["generations"][c] and one["metrics"][c] == two["metrics"][c]
                     for c in one["generations"])
-    return {"one_worker": {k: v for k, v in one.items() if k not in ("generations", "scores", "metrics")},
+    return {"items": items, "one_worker": {k: v for k, v in one.items() if k not in ("generations", "scores", "metrics")},
             "two_workers": {k: v for k, v in two.items() if k not in ("generations", "scores", "metrics")},
             "speedup": round(one["wall_s"] / two["wall_s"], 2),
             "identical_cells": f"{identical}/{len(one['generations'])}"}
@@ -206,6 +214,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes = dict(QUICK if args.quick else DEFAULTS)
     custom = {k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}
+    if args.sharded_only and not args.quick:
+        sizes["items"] = SHARDED_ITEMS
     sizes.update(custom)
     name = "sweep_custom.json" if custom else ("sweep_quick.json" if args.quick else "sweep.json")
     if args.sharded_only:
@@ -224,7 +234,7 @@ def main(argv=None) -> int:
     config = sweep_config(sizes["items"], sizes["length"], sizes["budgets"], sizes["max_gen"])
     if args.sharded_only:
         with tempfile.TemporaryDirectory() as tmp:
-            part = sharded_part(config, Path(tmp))
+            part = sharded_part(config, Path(tmp), sizes["items"])
         payload = {"benchmark": "sweep_sharded", "model": MODEL, "dtype": "float32", "sizes": sizes,
                    "load_average_before": load, "load_average_after": open("/proc/loadavg").read().split()[:3],
                    "machine": machine(), "sharded": part}
@@ -236,7 +246,9 @@ def main(argv=None) -> int:
         print(f"shared: {shared['wall_s']} s, {shared['prefills']} prefills", flush=True)
         per_cell = run_path(config.per_cell(), Path(tmp) / "per_cell", "per-cell")
         print(f"per-cell: {per_cell['wall_s']} s, {per_cell['prefills']} prefills", flush=True)
-        sharded = sharded_part(config, Path(tmp))
+        sharded_items = sizes["items"] if args.quick or "items" in custom else SHARDED_ITEMS
+        sharded = sharded_part(sweep_config(sharded_items, sizes["length"], sizes["budgets"], sizes["max_gen"]),
+                               Path(tmp), sharded_items)
     identical = sum(shared["generations"][c] == per_cell["generations"][c] for c in per_cell["generations"])
     configs = [resolve_method("full")] + [resolve_method(m, b) for m in ("snapstream", "streamingllm", "snapkv")
                                            for b in sizes["budgets"]]
