@@ -19,8 +19,7 @@ and whether every cell is identical (generations hash and every metric value and
 ``SHARDED_ITEMS`` = 48 items, not 40: a shard decodes its items in chunks of 8 rows per configuration, and on a CPU a
 decode step of 4 rows costs well over half of a step of 8 (the weights are streamed either way), so 40 items (5
 chunks in one shard; 8 + 8 + 4 in each of two) keep the two-worker decode below 2x whatever the harness does; 48
-items are 6 chunks, 3 whole ones per shard.
-``--items 40`` measures that case (``sweep_sharded_custom.json``).
+items are 6 chunks, 3 whole ones per shard. ``--items 40`` measures that case (``sweep_sharded_custom.json``).
 
 Part 2, loglikelihood. A 4-choice task built from real LongBench-v2 questions (document cut to ``--mc-length``
 tokens, question, "Answer:"; the continuation is each choice's text), scored by :class:`snapeval.branching.BranchSet`
@@ -214,9 +213,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes = dict(QUICK if args.quick else DEFAULTS)
     custom = {k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None}
-    if args.sharded_only and not args.quick:
-        sizes["items"] = SHARDED_ITEMS
     sizes.update(custom)
+    sharded_items = custom.get("items", sizes["items"] if args.quick else SHARDED_ITEMS)  # part 3's items
+    if args.sharded_only:
+        sizes["items"] = sharded_items
     name = "sweep_custom.json" if custom else ("sweep_quick.json" if args.quick else "sweep.json")
     if args.sharded_only:
         name = name.replace("sweep", "sweep_sharded", 1)
@@ -246,7 +246,6 @@ def main(argv=None) -> int:
         print(f"shared: {shared['wall_s']} s, {shared['prefills']} prefills", flush=True)
         per_cell = run_path(config.per_cell(), Path(tmp) / "per_cell", "per-cell")
         print(f"per-cell: {per_cell['wall_s']} s, {per_cell['prefills']} prefills", flush=True)
-        sharded_items = sizes["items"] if args.quick or "items" in custom else SHARDED_ITEMS
         sharded = sharded_part(sweep_config(sharded_items, sizes["length"], sizes["budgets"], sizes["max_gen"]),
                                Path(tmp), sharded_items)
     identical = sum(shared["generations"][c] == per_cell["generations"][c] for c in per_cell["generations"])

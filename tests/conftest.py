@@ -12,8 +12,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-# Under pytest-xdist (the README's test command runs one worker per core) each worker gets one torch thread, so the
-# workers do not oversubscribe the cores they share.
+# Under pytest-xdist (the README's test command runs 2 workers, one per core of the 2-core reference machine) each
+# worker gets one torch thread, so the workers do not oversubscribe the cores they share.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
