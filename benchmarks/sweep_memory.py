@@ -22,7 +22,8 @@ within 1.3x of per-cell and within 15% of the plan. Also printed and stored: the
 Llama-3.1-8B-Instruct at 128k tokens on one 80 GB GPU (``--predict`` prints only that).
 
     python -m benchmarks.sweep_memory                 # about 2 h on 2 idle cores (16k prefills dominate)
-    python -m benchmarks.sweep_memory --lengths 4096  # one length
+    python -m benchmarks.sweep_memory --lengths 4096  # one length (rows of other lengths in the file are kept)
+    python -m benchmarks.sweep_memory --lengths 8192 --per-cell-items 2  # the 8k row as committed (about 1 h)
     python -m benchmarks.sweep_memory --smoke         # 2 items of 512 tokens, 2 minutes: writes sweep_memory_smoke.json
     python -m benchmarks.sweep_memory --predict       # the Llama-3.1-8B 128k figure alone (no model loaded)
 
@@ -37,7 +38,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import REPO, machine, middle_truncate, write_json
+from benchmarks.common import BENCH_DIR, REPO, machine, middle_truncate, write_json
 
 MODEL = "smollm2-135m-instruct"
 DEFAULTS = {"lengths": [4096, 8192, 16384], "items": 8, "budgets": [256, 512, 1024], "max_new": 16}
@@ -69,7 +70,8 @@ def prompts(tokenizer, length: int, count: int) -> list[list[int]]:
 
 def measure(path: str, length: int, items: int, budgets, max_new: int, allowance: int | None = None) -> dict:
     """One path at one length, in this process (run by :func:`main` in a fresh process per path); ``allowance``:
-    the shared group's budget above the memory in use when it starts (``shared_budgeted``)."""
+    the shared group's budget above the memory in use when it starts (``shared_budgeted``); ``items``: prompts
+    (the first ``items`` of the same documents on every path)."""
     import torch
 
     from snapeval.branching import BranchSet
@@ -119,8 +121,9 @@ def measure(path: str, length: int, items: int, budgets, max_new: int, allowance
 
 def run_in_child(path: str, length: int, sizes: dict, allowance: int | None = None) -> dict:
     """:func:`measure` in a fresh interpreter (a clean resident high-water mark)."""
+    items = sizes["per_cell_items"] if path == "per_cell" else sizes["items"]
     code = ("import json, sys; from benchmarks.sweep_memory import measure; "
-            f"print('RESULT ' + json.dumps(measure({path!r}, {length}, {sizes['items']}, {sizes['budgets']}, "
+            f"print('RESULT ' + json.dumps(measure({path!r}, {length}, {items}, {sizes['budgets']}, "
             f"{sizes['max_new']}, {allowance})))")
     env = {**os.environ, "PYTHONPATH": str(REPO), "MALLOC_MMAP_THRESHOLD_": "131072"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
@@ -145,6 +148,11 @@ def main(argv=None) -> int:
     parser.add_argument("--items", type=int)
     parser.add_argument("--budgets", type=int, nargs="+")
     parser.add_argument("--max-new", type=int)
+    parser.add_argument("--per-cell-items", type=int,
+                        help="prompts for the per-cell path (default: --items): its full-cache and SnapKV cells "
+                             "hold one prompt at a time, so their peak does not depend on the count; SnapStream's "
+                             "engine holds one budget-sized row per prompt, so fewer prompts can only lower the "
+                             "per-cell reference (the shared/per-cell ratio errs high)")
     parser.add_argument("--out", help="output file name under results/bench/")
     args = parser.parse_args(argv)
     predicted = paper_scale()
@@ -154,14 +162,18 @@ def main(argv=None) -> int:
     sizes = dict(SMOKE if args.smoke else DEFAULTS)
     sizes.update({k: v for k, v in (("lengths", args.lengths), ("items", args.items), ("budgets", args.budgets),
                                     ("max_new", args.max_new)) if v is not None})
+    sizes["per_cell_items"] = min(args.per_cell_items or sizes["items"], sizes["items"])
     load = open("/proc/loadavg").read().split()[:3]
-    rows = []
+    out_name = args.out or ("sweep_memory_smoke.json" if args.smoke else "sweep_memory.json")
+    rows = kept_rows(out_name, sizes["lengths"])
     for length in sizes["lengths"]:
         per_cell = run_in_child("per_cell", length, sizes)
         reference = per_cell["peak"]["growth_bytes"]
         shared = run_in_child("shared", length, sizes)
         budgeted = run_in_child("shared_budgeted", length, sizes, allowance=int(1.3 * reference))
-        row = {"length": length, "items": sizes["items"], "per_cell_peak_gib": per_cell["peak"]["growth_gib"],
+        row = {"length": length, "items": sizes["items"], "per_cell_items": sizes["per_cell_items"],
+               "budgets": sizes["budgets"], "max_new": sizes["max_new"], "load_average_before": load,
+               "per_cell_peak_gib": per_cell["peak"]["growth_gib"],
                "per_cell_wall_s": per_cell["wall_s"], "per_cell": {k: v for k, v in per_cell.items() if k != "token_ids"}}
         for name, run in (("shared", shared), ("shared_budgeted", budgeted)):
             if "does_not_fit" in run:
@@ -169,7 +181,9 @@ def main(argv=None) -> int:
                 print(f"{length} tokens, {name}: {run['does_not_fit']}", flush=True)
                 continue
             growth = run["peak"]["growth_bytes"]
-            same = {label: run["token_ids"][label] == per_cell["token_ids"][label] for label in run["token_ids"]}
+            common = len(per_cell["token_ids"][next(iter(per_cell["token_ids"]))])  # the per-cell path's prompts
+            same = {label: run["token_ids"][label][:common] == per_cell["token_ids"][label]
+                    for label in run["token_ids"]}
             row[name] = {"peak_gib": run["peak"]["growth_gib"], "predicted_gib": run["predicted_growth_gib"],
                          "over_per_cell": round(growth / reference, 3) if reference else None,
                          "measured_over_predicted": round(growth / run["predicted_growth_bytes"], 3),
@@ -182,14 +196,23 @@ def main(argv=None) -> int:
                   f"{row[name]['predicted_gib']} GiB (measured/predicted {row[name]['measured_over_predicted']}), "
                   f"greedy tokens identical to per-cell in {row[name]['identical_greedy_tokens']} configurations",
                   flush=True)
-        rows.append(row)
-    payload = {"benchmark": "sweep_memory", "model": MODEL, "dtype": "float32", "sizes": sizes,
-               "configurations": [c.label for c in configs(sizes["budgets"])], "rows": rows,
-               "paper_scale_prediction": predicted, "load_average_before": load,
-               "load_average_after": open("/proc/loadavg").read().split()[:3], "machine": machine()}
-    name = args.out or ("sweep_memory_smoke.json" if args.smoke else "sweep_memory.json")
-    print(f"wrote {write_json(name, payload)}")
+        row["load_average_after"] = open("/proc/loadavg").read().split()[:3]
+        rows = sorted([r for r in rows if r["length"] != length] + [row], key=lambda r: r["length"])
+        payload = {"benchmark": "sweep_memory", "model": MODEL, "dtype": "float32", "sizes": sizes,
+                   "configurations": [c.label for c in configs(sizes["budgets"])], "rows": rows,
+                   "paper_scale_prediction": predicted, "load_average_before": load,
+                   "load_average_after": row["load_average_after"], "machine": machine()}
+        print(f"wrote {write_json(out_name, payload)}", flush=True)  # after every length: a kill keeps finished rows
     return 0
+
+
+def kept_rows(name: str, lengths) -> list[dict]:
+    """The rows of an earlier run in ``results/bench/name`` at lengths this run does not measure (a run of
+    ``--lengths 8192`` adds its row next to the 4k one instead of replacing the file)."""
+    path = BENCH_DIR / name
+    if not path.exists():
+        return []
+    return [row for row in json.loads(path.read_text()).get("rows", []) if row["length"] not in lengths]
 
 
 if __name__ == "__main__":
