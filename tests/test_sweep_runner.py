@@ -173,3 +173,67 @@ def test_unknown_task_fails_before_any_model_loads(tmp_path):
     check_tasks(["my_probe"], str(tmp_path))  # found in the include path: lm-eval's own tasks are not indexed
     with pytest.raises(SnapevalError, match="'my_prob' is not an lm-eval task.*did you mean my_probe"):
         check_tasks(["my_prob"], str(tmp_path), include_defaults=False)
+
+
+def _task_folder(root: Path) -> Path:
+    """An include_path whose two folders define the sweep's two tasks (the fake harness does not read them)."""
+    for family, task in (("passkey", "snapeval_passkey"), ("needle", "snapeval_kv_needle")):
+        (root / family).mkdir(parents=True)
+        (root / family / f"{task}.yaml").write_text(f"task: {task}\ndoc_to_text: '{{{{prompt}}}}'\n")
+        (root / family / "hooks.py").write_text("def score(doc, results):\n    return {'exact_match': 1.0}\n")
+    return root
+
+
+def test_task_source_hash_covers_the_task_folder_and_nothing_else(tmp_path):
+    from snapeval.sweep.grid import task_source_sha256
+
+    root = _task_folder(tmp_path / "tasks")
+    passkey, needle = task_source_sha256("snapeval_passkey", root), task_source_sha256("snapeval_kv_needle", root)
+    assert len(passkey) == 64 and passkey != needle and task_source_sha256("not_here", root) is None
+    (root / "passkey" / "__pycache__").mkdir()
+    (root / "passkey" / "__pycache__" / "hooks.cpython-312.pyc").write_bytes(b"\0")
+    (root / "passkey" / ".notes.swp").write_text("editor state")
+    assert task_source_sha256("snapeval_passkey", root) == passkey  # caches and hidden files are not the task
+    (root / "passkey" / "hooks.py").write_text("def score(doc, results):\n    return {'exact_match': 0.0}\n")
+    edited = task_source_sha256("snapeval_passkey", root)
+    assert edited != passkey and task_source_sha256("snapeval_kv_needle", root) == needle
+    (root / "passkey" / "template.yaml").write_text("generation_kwargs: {until: ['\\n']}\n")  # a new shared file
+    assert task_source_sha256("snapeval_passkey", root) not in (passkey, edited)
+
+
+def test_a_cell_finished_under_other_task_files_is_not_reused(tmp_path, capsys):
+    root = _task_folder(tmp_path / "tasks")
+    raw = {**RAW, "include_path": str(root)}
+    out = tmp_path / "out"
+
+    def run(**kw):
+        return run_sweep(parse_config(raw), out, evaluate=fake_evaluate, simulate=fake_simulate,
+                         stream=io.StringIO(), report=False, **kw)
+
+    assert len(run().ran) == 8
+    cells = expand_grid(parse_config(raw))
+    stored = {ResultsStore(out).read(c.cell_id).task_source_sha256 for c in cells}
+    assert stored == {c.task_source for c in cells} and None not in stored and len(stored) == 2
+    (root / "passkey" / "snapeval_passkey.yaml").write_text("task: snapeval_passkey\ndoc_to_text: 'Q: {{prompt}}'\n")
+    assert [c.cell_id for c in expand_grid(parse_config(raw))] == [c.cell_id for c in cells]  # same identities
+    with pytest.raises(SnapevalError, match=r"4 finished cell\(s\) .* task\(s\) snapeval_passkey .*--rerun-stale"):
+        run()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    assert cli(["sweep", str(cfg), "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "8 cells, 4 done, 4 to run (4 stale: --rerun-stale)" in text and text.count("  stale  ") == 4
+    redone = run(rerun_stale=True)
+    assert len(redone.ran) == 4 and redone.skipped == 4
+    assert {c.task.name for c in cells if c.cell_id in redone.ran} == {"snapeval_passkey"}
+    assert run().skipped == 8  # now current
+
+
+def test_cells_written_before_task_sources_were_recorded_are_reused(tmp_path):
+    first = sweep(tmp_path, report=False)
+    store = ResultsStore(tmp_path)
+    for cell_id in first.ran:  # as an older snapeval wrote them: no task_source_sha256
+        data = json.loads(store.cell_path(cell_id).read_text())
+        data.pop("task_source_sha256")
+        store.cell_path(cell_id).write_text(json.dumps(data))
+    assert sweep(tmp_path, report=False).skipped == 8

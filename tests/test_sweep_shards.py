@@ -173,3 +173,32 @@ def test_shard_count_from_shard_size_workers_and_the_partition_on_disk(monkeypat
     assert ShardPlanner(parse_config(two_groups), FourWorkers(), cells, {})(group) == 2  # 4 workers, 2 groups
     resumed = {group[1].cell_id: {0: _run(group[1], Shard(0, 5))}}
     assert ShardPlanner(parse_config({**two_groups, "shards": 2}), InProcessExecutor(), cells, resumed)(group) == 5
+
+
+def test_shards_finished_under_other_task_files_are_redone(tmp_path):
+    root = tmp_path / "tasks" / "passkey"
+    root.mkdir(parents=True)
+    (root / "snapeval_passkey.yaml").write_text("task: snapeval_passkey\n")
+
+    def flaky(**kwargs):
+        if kwargs["shard"][0] == 1 and kwargs["model_args"]["config"].method == "snapstream":
+            raise RuntimeError("shard 2 exploded")
+        return fake_evaluate(**kwargs)
+
+    raw = {**RAW, "tasks": RAW["tasks"][:1], "include_path": str(root.parent)}
+    run_sweep(parse_config(raw), tmp_path / "out", evaluate=flaky, simulate=fake_simulate, stream=io.StringIO(),
+              report=False)
+    cells = expand_grid(parse_config(raw))
+    kept = [finished_shards(ResultsStore(tmp_path / "out"), c.cell_id) for c in cells]
+    assert [len(k) for k in kept] == [0, 2, 2]
+    assert {s.run["task_source_sha256"] for k in kept for s in k} == {cells[0].task_source}
+    (root / "snapeval_passkey.yaml").write_text("task: snapeval_passkey\n# edited\n")
+    calls = []
+
+    def counting(**kwargs):
+        calls.append(kwargs["shard"][0])
+        return fake_evaluate(**kwargs)
+
+    again = run_sweep(parse_config(raw), tmp_path / "out", evaluate=counting, simulate=fake_simulate,
+                      stream=io.StringIO(), report=False, rerun_stale=True)  # the finished full cell is stale too
+    assert again.ok and len(again.ran) == 3 and sorted(calls) == [0, 0, 0, 1, 1, 1, 2, 2, 2]  # no kept shard reused

@@ -80,6 +80,7 @@ class CellResult:
     versions: dict[str, Any] = field(default_factory=dict)
     data_records: dict[str, Any] = field(default_factory=dict)  # datasets the run loaded: source, sha256, rows
     finished_at: str = ""
+    task_source_sha256: str | None = None  # the task's folder when it ran (snapeval.sweep.grid.task_source_sha256)
     schema: int = SCHEMA_VERSION
 
     # ---------------------------------------------------------------------------------------------------------------
@@ -172,6 +173,9 @@ def validate_cell_dict(data: dict[str, Any]) -> None:
         _check(isinstance(data["identity"], dict), "identity", data["identity"], "a JSON object")
         _check(isinstance(data["metrics"], list), "metrics", data["metrics"], "a list")
         _check(isinstance(data["samples"], list), "samples", data["samples"], "a list")
+        source = data.get("task_source_sha256")
+        _check(source is None or (isinstance(source, str) and len(source) == 64), "task_source_sha256", source,
+               "null or a 64-digit hex SHA-256")
         for i, m in enumerate(data["metrics"]):
             where = f"metrics[{i}]"
             _check(isinstance(m, dict), where, m, "a JSON object")

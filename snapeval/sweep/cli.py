@@ -27,6 +27,9 @@ def register(subparsers) -> None:
                    help="run every cell as its own lm-eval run (the reference path) instead of one prefill per item "
                         "shared by every method and budget of a model and task")
     p.add_argument("--no-report", action="store_true", help="write the table but not the report and plots")
+    p.add_argument("--rerun-stale", action="store_true",
+                   help="redo finished cells whose task files (the YAML, templates and hooks in the task's folder) "
+                        "changed since they ran; without it such a sweep stops with the count")
     p.set_defaults(func=main)
 
 
@@ -40,13 +43,14 @@ def main(args: argparse.Namespace) -> int:
         config = config.per_cell()
     if args.dry_run:
         cells = plan(config, args.out)
-        done = sum(d for _, d in cells)
+        done = sum(state == "done" for _, state in cells)
+        stale = sum(state == "stale" for _, state in cells)
         print(f"sweep {config.name!r} -> {resolve_out(config, args.out)}: {len(cells)} cells, {done} done, "
-              f"{len(cells) - done} to run")
-        for cell, is_done in cells:
-            print(f"  {'done' if is_done else 'todo'}  {cell.cell_id}  {cell.label}")
+              f"{len(cells) - done} to run" + (f" ({stale} stale: --rerun-stale)" if stale else ""))
+        for cell, state in cells:
+            print(f"  {state:5}  {cell.cell_id}  {cell.label}")
         return 0
     executor = make_executor(args.executor, ray_address=args.ray_address)
-    summary = run_sweep(config, args.out, executor=executor, report=not args.no_report)
+    summary = run_sweep(config, args.out, executor=executor, report=not args.no_report, rerun_stale=args.rerun_stale)
     print(summary.render())
     return 0 if summary.ok else 1

@@ -6,11 +6,18 @@ and its loading settings, the task with its parameters, sample limit, generation
 files it reads, the method configuration with its full split (stored under the key "policy", so cell ids stay
 stable), the seed, and the snapeval version (the code that produces the number). Paths, output directories and
 cluster resources are not part of it: moving the data or running elsewhere reuses results.
+
+The task's own files are not part of the identity either (the shipped tasks change with the snapeval version; a
+cell id must not move when a comment in a YAML does), but they are recorded: :func:`task_source_sha256` hashes the
+folder that defines the task (its YAML, templates and hooks), every finished cell and shard stores it, and a
+resumed sweep refuses to reuse a cell finished under other task files (``snapeval sweep --rerun-stale`` redoes
+them) and redoes such shards.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -40,6 +47,38 @@ def file_sha256(path: Path) -> str:
 
         _HASH_CACHE[key] = sha256_file(path)
     return _HASH_CACHE[key]
+
+
+_TASK_KEY = re.compile(r"^(task|group):[ \t]*['\"]?([^'\"#\s]+)", re.MULTILINE)
+_SKIPPED_PARTS = {"__pycache__", ".ipynb_checkpoints"}
+
+
+def task_source_sha256(name: str, include_dir: str | Path) -> str | None:
+    """SHA-256 over the folders under ``include_dir`` whose lm-eval YAML defines ``name`` (a top-level ``task:`` or
+    ``group:`` key): every file in them and below (relative path and bytes; caches and hidden files skipped), so an
+    edited prompt, template, metric or hook in the task's folder gives another hash. None when no YAML there
+    defines it (an lm-eval built-in task: the lm-eval version, recorded with every cell, covers it)."""
+    root = Path(include_dir)
+    folders = sorted({yaml.parent for yaml in sorted(root.rglob("*.yaml")) if not _skipped(yaml.relative_to(root))
+                      and any(m.group(2) == name for m in _TASK_KEY.finditer(_read_text(yaml)))})
+    if not folders:
+        return None
+    digest = hashlib.sha256()
+    for folder in folders:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() and not _skipped(p.relative_to(folder))):
+            digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\0".encode())
+    return digest.hexdigest()
+
+
+def _skipped(relative: Path) -> bool:
+    return any(part in _SKIPPED_PARTS or part.startswith(".") for part in relative.parts)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def data_hashes(task: TaskSpec, data_dir: Path) -> dict[str, str]:
@@ -101,6 +140,7 @@ class Cell:
     snapeval_version: str = ""
     data_dir: str = field(default="", compare=False)
     include_path: str = field(default="", compare=False)
+    task_source: str | None = field(default=None, compare=False)  # task_source_sha256: recorded, not identity
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes the meaning of this cell's numbers (hashed into :attr:`cell_id`)."""
@@ -174,6 +214,7 @@ def expand_grid(config: SweepConfig) -> list[Cell]:
 
     data_dir = config.data_path
     hashes = {task.name: tuple(sorted(data_hashes(task, data_dir).items())) for task in config.tasks}
+    sources = {task.name: task_source_sha256(task.name, config.include_dir) for task in config.tasks}
     cells: list[Cell] = []
     seen: set[str] = set()
     for model in config.models:
@@ -183,7 +224,7 @@ def expand_grid(config: SweepConfig) -> list[Cell]:
                     for seed in config.seeds:
                         cell = Cell(model=model, task=task, config=point, seed=seed, data=hashes[task.name],
                                     snapeval_version=__version__, data_dir=str(data_dir),
-                                    include_path=config.include_dir)
+                                    include_path=config.include_dir, task_source=sources[task.name])
                         if cell.cell_id not in seen:  # e.g. the same budget listed under two entries
                             seen.add(cell.cell_id)
                             cells.append(cell)

@@ -295,10 +295,29 @@ def resolve_out(config: SweepConfig, out: str | Path | None) -> Path:
     return Path(out) if out is not None else Path(config.out or f"results/{config.name}")
 
 
-def plan(config: SweepConfig, out: str | Path | None = None) -> list[tuple[Cell, bool]]:
-    """Every cell of the grid with whether a finished result already exists in the output directory."""
+def plan(config: SweepConfig, out: str | Path | None = None) -> list[tuple[Cell, str]]:
+    """Every cell of the grid with its state in the output directory: ``"done"`` (a finished result that a run
+    reuses), ``"stale"`` (finished under other task files: :func:`stale_cells`; ``--rerun-stale`` redoes it) or
+    ``"todo"``."""
     store = ResultsStore(resolve_out(config, out))
-    return [(cell, store.has(cell.cell_id)) for cell in expand_grid(config)]
+    cells = expand_grid(config)
+    stale = {c.cell_id for c in stale_cells(store, cells)}
+    return [(cell, "stale" if cell.cell_id in stale else "done" if store.has(cell.cell_id) else "todo")
+            for cell in cells]
+
+
+def stale_cells(store: ResultsStore, cells: list[Cell]) -> list[Cell]:
+    """The finished cells whose stored task-source hash differs from their task's files now
+    (:func:`snapeval.sweep.grid.task_source_sha256`). A cell stored without one (written before snapeval recorded
+    it) or a task with none (an lm-eval built-in) is not stale."""
+    out = []
+    for cell in cells:
+        if cell.task_source is None or not store.has(cell.cell_id):
+            continue
+        stored = store.read(cell.cell_id).task_source_sha256
+        if stored is not None and stored != cell.task_source:
+            out.append(cell)
+    return out
 
 
 def check_tasks(names: list[str], include_path: str, *, include_defaults: bool = True) -> None:
@@ -323,7 +342,8 @@ def check_tasks(names: list[str], include_path: str, *, include_defaults: bool =
 
 def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=None,
               evaluate: EvaluateFn | None = None, stream: TextIO | None = None, simulate: Any = "default",
-              report: bool = True, group_models: GroupModelsFn | None | str = "default") -> SweepSummary:
+              report: bool = True, group_models: GroupModelsFn | None | str = "default",
+              rerun_stale: bool = False) -> SweepSummary:
     """Run every unfinished cell of ``config``; write results, the tidy table and (optionally) the report.
 
     ``evaluate`` replaces :func:`snapeval.harness.evaluate` (same signature; used by tests); ``group_models``
@@ -334,11 +354,11 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
     out_dir = resolve_out(config, out)
     with ResultsStore(out_dir).lock():
         return _run_sweep(config, out_dir, executor=executor, evaluate=evaluate, stream=stream, simulate=simulate,
-                          report=report, group_models=group_models)
+                          report=report, group_models=group_models, rerun_stale=rerun_stale)
 
 
 def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream, simulate, report,
-               group_models) -> SweepSummary:
+               group_models, rerun_stale) -> SweepSummary:
     from snapeval.report.results_table import build_table
 
     t0 = time.monotonic()
@@ -352,7 +372,14 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
                     "batch_cap": config.simulate.batch_cap, "enabled": config.simulate.enabled}
     store.write_manifest(config.name, views, sim_settings, config.decision.to_dict())
 
-    pending = [c for c in cells if not store.has(c.cell_id)]
+    stale = stale_cells(store, cells)
+    if stale and not rerun_stale:
+        names = ", ".join(sorted({c.task.name for c in stale}))
+        raise SnapevalError(f"{len(stale)} finished cell(s) in {out_dir} ran under other files of task(s) {names} "
+                            "(a YAML, template or hook in the task's folder changed since); run again with "
+                            "--rerun-stale to redo them, or restore the task's files")
+    redo = {c.cell_id for c in stale}
+    pending = [c for c in cells if c.cell_id in redo or not store.has(c.cell_id)]
     waiting = {c.cell_id for c in pending}
     for cell in cells:  # a finished cell's shards were merged; a crash between the two writes may have left them
         if cell.cell_id not in waiting:
@@ -364,13 +391,15 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
         group_models = harness_group_models if evaluate is None else None
     cell_fn = CellRunner(evaluate or harness_evaluate, group_models)
     status: dict[str, tuple[str, str]] = {}
-    shards = {c.cell_id: {s.index: s for s in finished_shards(store, c.cell_id)} for c in pending}
+    shards = {c.cell_id: {s.index: s for s in finished_shards(store, c.cell_id)  # shards of other task files: redone
+                          if s.run.get("task_source_sha256") == c.task_source} for c in pending}
     counts = ShardPlanner(config, executor, pending, shards)
     units = work_units(pending, counts, lambda cell, shard: shard.index in shards[cell.cell_id]
                        and shards[cell.cell_id][shard.index].count == shard.count)
 
     def finish(cell: Cell, result: CellResult | None, error: str | None) -> None:
         if result is not None:
+            result.task_source_sha256 = cell.task_source
             store.write(result)
             store.clear_shards(cell.cell_id)
             summary.ran.append(cell.cell_id)
@@ -387,6 +416,7 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
         if not isinstance(result, ShardResult):
             finish(cell, result, error)
             continue
+        result.run["task_source_sha256"] = cell.task_source
         store.write_shard(cell.cell_id, result.index, result.count, result.to_json())
         mine = shards[cell.cell_id] = {i: s for i, s in shards[cell.cell_id].items() if s.count == result.count}
         mine[result.index] = result
