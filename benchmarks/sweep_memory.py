@@ -21,9 +21,10 @@ such as what loading the model left, and reuses it without the resident size mov
 within 1.3x of per-cell and within 15% of the plan. Also printed and stored: the plan's prediction for
 Llama-3.1-8B-Instruct at 128k tokens on one 80 GB GPU (``--predict`` prints only that).
 
-    python -m benchmarks.sweep_memory                 # about 2 h on 2 idle cores (16k prefills dominate)
-    python -m benchmarks.sweep_memory --lengths 4096  # one length (rows of other lengths in the file are kept)
-    python -m benchmarks.sweep_memory --lengths 8192 --per-cell-items 2  # the 8k row as committed (about 1 h)
+    python -m benchmarks.sweep_memory                 # hours on 2 cores: the per-cell path prefills 8 x 7 times
+    python -m benchmarks.sweep_memory --lengths 4096  # one length (rows of other lengths in the file are kept): 43 min
+    python -m benchmarks.sweep_memory --lengths 8192 --per-cell-items 2   # the committed 8k row: 26 min
+    python -m benchmarks.sweep_memory --lengths 16384 --per-cell-items 2  # the committed 16k row: 64 min
     python -m benchmarks.sweep_memory --smoke         # 2 items of 512 tokens, 2 minutes: writes sweep_memory_smoke.json
     python -m benchmarks.sweep_memory --predict       # the Llama-3.1-8B 128k figure alone (no model loaded)
 

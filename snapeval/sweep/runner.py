@@ -312,10 +312,13 @@ def stale_cells(store: ResultsStore, cells: list[Cell]) -> list[Cell]:
     it) or a task with none (an lm-eval built-in) is not stale."""
     out = []
     for cell in cells:
-        if cell.task_source is None or not store.has(cell.cell_id):
+        if cell.task_source is None or not store.cell_path(cell.cell_id).is_file():
             continue
-        stored = store.read(cell.cell_id).task_source_sha256
-        if stored is not None and stored != cell.task_source:
+        try:
+            stored = store.read(cell.cell_id)
+        except SnapevalError:  # unreadable: the sweep redoes it as missing
+            continue
+        if stored.cell_id == cell.cell_id and stored.task_source_sha256 not in (None, cell.task_source):
             out.append(cell)
     return out
 
