@@ -151,9 +151,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new", type=int)
     parser.add_argument("--per-cell-items", type=int,
                         help="prompts for the per-cell path (default: --items): its full-cache and SnapKV cells "
-                             "hold one prompt at a time, so their peak does not depend on the count; SnapStream's "
-                             "engine holds one budget-sized row per prompt, so fewer prompts can only lower the "
-                             "per-cell reference (the shared/per-cell ratio errs high)")
+                             "hold one prompt at a time and SnapStream's engine allocates its 8 slots whatever the "
+                             "count, so fewer prompts can only lower the per-cell reference (the shared/per-cell "
+                             "ratio errs high)")
     parser.add_argument("--out", help="output file name under results/bench/")
     args = parser.parse_args(argv)
     predicted = paper_scale()
