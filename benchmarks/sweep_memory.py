@@ -182,7 +182,7 @@ def main(argv=None) -> int:
                 print(f"{length} tokens, {name}: {run['does_not_fit']}", flush=True)
                 continue
             growth = run["peak"]["growth_bytes"]
-            common = len(per_cell["token_ids"][next(iter(per_cell["token_ids"]))])  # the per-cell path's prompts
+            common = sizes["per_cell_items"]  # the per-cell path ran the first of the same prompts
             same = {label: run["token_ids"][label][:common] == per_cell["token_ids"][label]
                     for label in run["token_ids"]}
             row[name] = {"peak_gib": run["peak"]["growth_gib"], "predicted_gib": run["predicted_growth_gib"],

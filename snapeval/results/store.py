@@ -100,13 +100,17 @@ class ResultsStore:
 
     def has(self, cell_id: str) -> bool:
         """True if a complete, readable result for this cell exists (a corrupt file counts as absent)."""
-        path = self.cell_path(cell_id)
-        if not path.is_file():
-            return False
+        return self.finished_or_none(cell_id) is not None
+
+    def finished_or_none(self, cell_id: str) -> CellResult | None:
+        """This cell's complete, readable result, or None (no file, a corrupt one, or another cell's)."""
+        if not self.cell_path(cell_id).is_file():
+            return None
         try:
-            return self.read(cell_id).cell_id == cell_id
+            result = self.read(cell_id)
         except SnapevalError:
-            return False
+            return None
+        return result if result.cell_id == cell_id else None
 
     def read(self, cell_id: str) -> CellResult:
         """A finished cell, validated as it is read (:func:`snapeval.results.schema.validate_cell_dict`). Anything

@@ -296,31 +296,28 @@ def resolve_out(config: SweepConfig, out: str | Path | None) -> Path:
 
 
 def plan(config: SweepConfig, out: str | Path | None = None) -> list[tuple[Cell, str]]:
-    """Every cell of the grid with its state in the output directory: ``"done"`` (a finished result that a run
-    reuses), ``"stale"`` (finished under other task files: :func:`stale_cells`; ``--rerun-stale`` redoes it) or
-    ``"todo"``."""
-    store = ResultsStore(resolve_out(config, out))
+    """Every cell of the grid with its state in the output directory (:func:`cell_states`)."""
     cells = expand_grid(config)
-    stale = {c.cell_id for c in stale_cells(store, cells)}
-    return [(cell, "stale" if cell.cell_id in stale else "done" if store.has(cell.cell_id) else "todo")
-            for cell in cells]
+    states = cell_states(ResultsStore(resolve_out(config, out)), cells)
+    return [(cell, states[cell.cell_id]) for cell in cells]
 
 
-def stale_cells(store: ResultsStore, cells: list[Cell]) -> list[Cell]:
-    """The finished cells whose stored task-source hash differs from their task's files now
-    (:func:`snapeval.sweep.grid.task_source_sha256`). A cell stored without one (written before snapeval recorded
-    it) or a task with none (an lm-eval built-in) is not stale."""
-    out = []
+def cell_states(store: ResultsStore, cells: list[Cell]) -> dict[str, str]:
+    """``{cell_id: state}``, each cell's file read once: ``"done"`` (a finished result that a run reuses),
+    ``"stale"`` (finished under other task files than its task's now,
+    :func:`snapeval.sweep.grid.task_source_sha256`; ``--rerun-stale`` redoes it) or ``"todo"``. A cell stored
+    without a task-source hash (written before snapeval recorded it) or of a task with none (an lm-eval built-in)
+    is never stale."""
+    states = {}
     for cell in cells:
-        if cell.task_source is None or not store.cell_path(cell.cell_id).is_file():
-            continue
-        try:
-            stored = store.read(cell.cell_id)
-        except SnapevalError:  # unreadable: the sweep redoes it as missing
-            continue
-        if stored.cell_id == cell.cell_id and stored.task_source_sha256 not in (None, cell.task_source):
-            out.append(cell)
-    return out
+        stored = store.finished_or_none(cell.cell_id)
+        if stored is None:
+            states[cell.cell_id] = "todo"
+        elif cell.task_source is not None and stored.task_source_sha256 not in (None, cell.task_source):
+            states[cell.cell_id] = "stale"
+        else:
+            states[cell.cell_id] = "done"
+    return states
 
 
 def check_tasks(names: list[str], include_path: str, *, include_defaults: bool = True) -> None:
@@ -375,14 +372,14 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
                     "batch_cap": config.simulate.batch_cap, "enabled": config.simulate.enabled}
     store.write_manifest(config.name, views, sim_settings, config.decision.to_dict())
 
-    stale = stale_cells(store, cells)
+    states = cell_states(store, cells)
+    stale = [c for c in cells if states[c.cell_id] == "stale"]
     if stale and not rerun_stale:
         names = ", ".join(sorted({c.task.name for c in stale}))
         raise SnapevalError(f"{len(stale)} finished cell(s) in {out_dir} ran under other files of task(s) {names} "
                             "(a YAML, template or hook in the task's folder changed since); run again with "
                             "--rerun-stale to redo them, or restore the task's files")
-    redo = {c.cell_id for c in stale}
-    pending = [c for c in cells if c.cell_id in redo or not store.has(c.cell_id)]
+    pending = [c for c in cells if states[c.cell_id] != "done"]
     waiting = {c.cell_id for c in pending}
     for cell in cells:  # a finished cell's shards were merged; a crash between the two writes may have left them
         if cell.cell_id not in waiting:
