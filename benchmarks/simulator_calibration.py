@@ -21,6 +21,7 @@ import platform
 import time
 from pathlib import Path
 
+from snapeval.cache import resolve_method
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import get_preset, with_overrides
 from snapeval.simulator import forward_flops_per_token, get_hardware, simulate_point
@@ -46,6 +47,10 @@ CLOUD_PUBLISHED = {("llama-3.1-8b-instruct", 16): 1042, ("llama-3.1-70b", 16): 4
 #: tokenizer; the acceptance is the paper's (its MTP factor assumes 80%); the lookahead is the fastest (0..16).
 DRAFT = "llama-3.1-8b-instruct"
 ACCEPTANCE = 0.8
+#: The observation window as a fraction of the cache budget: multiples of 1/1024 (32 queries at the 32K budget of
+#: the 128K calibration point) up to 1/8.
+WINDOW_FRACTIONS = [k / 1024 for k in range(1, 129)]
+#: Fixed observation windows (the same queries at every prompt; the hypotheses a fraction of the budget replaced).
 WINDOW_GRID = range(32, 4097, 32)
 
 
@@ -115,9 +120,10 @@ def looping_speedups(hardware_of=lambda name: name):
     return one, multi, frac
 
 
-def window_for_share(hardware="sn40l-16", share=2.52) -> int:
-    """The observation window (a multiple of 32 up to 4096) whose scoring share is closest to ``share`` %."""
-    return min(WINDOW_GRID, key=lambda w: abs(simulate_point(
+def window_for_share(hardware="sn40l-16", share=2.52) -> float:
+    """The observation window, as a fraction of the budget (a multiple of 1/1024, i.e. of 32 queries at the 32K
+    budget), whose scoring share of the 128K MoE-layer prefill is closest to ``share`` %."""
+    return min(WINDOW_FRACTIONS, key=lambda w: abs(simulate_point(
         "deepseek-r1", hardware, R1_PROMPT, R1_GEN, budget=32768, split={"observation": w}
     ).prefill_kernel_share["scoring"] * 100 - share))
 
@@ -135,7 +141,12 @@ def cloud(model, sockets: int, hardware=None, speculate: bool = False, acceptanc
 # ---------------------------------------------------------------------------------------------------------------
 # calibration
 
-def calibration(window: int) -> list[dict]:
+def window_text(fraction: float, budget: int = 32768) -> str:
+    tokens = resolve_method("snapstream", budget, observation=fraction).observation
+    return f"{fraction * 100:.3g}% of the budget ({tokens} queries at {budget // 1024}K)"
+
+
+def calibration(window: float) -> list[dict]:
     rows = []
     full, snap = r1(R1_PROMPT, None, 16), r1(R1_PROMPT, 32768, 64)
     pts = f"deepseek-r1, sn40l-16, prompt {R1_PROMPT}, gen {R1_GEN}, DP16 attention, TP16 GEMMs, fp8 weights"
@@ -151,7 +162,8 @@ def calibration(window: int) -> list[dict]:
                     1832 / 434, "x", pts))
     snap_w = r1(R1_PROMPT, 32768, 64, split={"observation": window})
     share = snap_w.prefill_kernel_share
-    pts_w = pts + f", observation window {window} (the window found for the scoring share; default 32 gives " \
+    pts_w = pts + f", observation window {window_text(window)} (the window found for the scoring share; default 32 " \
+        "gives " \
         f"{snap.prefill_kernel_share['scoring'] * 100:.2f}%)"
     rows.append(row("SnapStream prefill overhead, 128K (whole prefill, paper: 2-5%)",
                     snap_w.prefill_overhead_fraction * 100, (2.0, 5.0), "% of prefill", pts_w, kind="range",
@@ -369,21 +381,31 @@ def capacity_table() -> list[dict]:
     return out
 
 
-def prefill_table(window: int) -> list[dict]:
+def prefill_table(window: float) -> list[dict]:
+    """The prefill overhead at 128K / 64K / 32K with the observation window a fixed fraction of the budget (set
+    once, from the 128K SnapKV share): its scoring grows as window x prompt, so as the prompt squared at a budget of
+    a quarter of the prompt, as prefill attention does. Each row also names what a window of fixed length (the same
+    queries at every prompt: the one set at 128K) gives there."""
     out = []
     hw = get_hardware("sn40l-16")
     call = hw.assumptions.kernel_call_sync_s + hw.assumptions.cross_socket_sync_s
+    fixed = resolve_method("snapstream", 32768, observation=window).observation
     for prompt in CONTEXTS:
         r = r1(prompt, prompt // 4, 1, split={"observation": window})
+        queries = resolve_method("snapstream", prompt // 4, observation=window).observation
+        constant = r1(prompt, prompt // 4, 1, split={"observation": fixed}).prefill_overhead_fraction * 100
         parts = r.prefill_kernel_share
         latent = prompt * r.kv_bytes_per_token / R1_LAYERS
         out.append({"prediction": f"R1 {prompt // 1024}K, SnapStream {prompt // 4 // 1024}K: prefill overhead",
                     "value": r.prefill_overhead_fraction * 100, "unit": "% of prefill", "published": (2.0, 5.0),
-                    "mechanism": f"window {window} scoring ({parts['scoring'] * 100:.2f}% of a MoE layer) + 3 masked "
+                    "fixed_window_percent": constant,
+                    "mechanism": f"window {queries} ({window * 100:.3g}% of the budget) scoring "
+                    f"({parts['scoring'] * 100:.2f}% of a MoE layer) + 3 masked "
                     f"selects over the prompt's latent ({latent / 1e6:.0f} MB per layer each) and a concatenation "
                     f"({parts['gather'] * 100:.2f}%); 8 kernels x one call boundary ({call * 1e6:.0f} us): "
                     f"{r.prefill_compression_seconds * 1e3:.0f} ms of a "
-                    f"{r.prefill_seconds - r.prefill_compression_seconds:.2f} s prefill"})
+                    f"{r.prefill_seconds - r.prefill_compression_seconds:.2f} s prefill; a fixed {fixed}-query "
+                    f"window: {constant:.2f}%"})
     return out
 
 
@@ -542,7 +564,7 @@ def prefill_hypotheses() -> dict:
 def prefill_kernel_fixed_cost() -> dict:
     """The other way to 5% at 32K: a prefill that is relatively costlier when short. A fixed cost per prefill
     kernel (the published breakdown has 5 per MoE layer: QKV, attention, output projection, router, MoE FFN; a
-    dense layer 4) that lifts the 32K prefill enough for the shipped compression (window 320) to be 5% of it, and
+    dense layer 4) that lifts the 32K prefill enough for a fixed 320-query window's compression to be 5% of it, and
     what that cost does to the published 128K shares."""
     m = get_preset("deepseek-r1")
     kernels = 5 * m.num_moe_layers + 4 * m.num_dense_layers
@@ -623,7 +645,13 @@ def _r1_figures(hw, **deployment) -> dict[str, float]:
             f"gain 32K / {mid}": gain_at_max_batch(32768, hw, **deployment) / mid}
 
 
-def _shares(hw, window: int, which=("QKV projections", "attention", "output projection", "router", "MoE FFN"),
+def _overheads(window: float) -> dict[str, float]:
+    """The prefill overhead at 64K and 32K (budget a quarter of the prompt) over the top of the paper's 2-5%."""
+    return {f"overhead {p // 1024}K / 5%": r1(p, p // 4, 1, split={"observation": window}).prefill_overhead_fraction
+            * 100 / 5.0 for p in CONTEXTS[1:]}
+
+
+def _shares(hw, window: float, which=("QKV projections", "attention", "output projection", "router", "MoE FFN"),
             ) -> dict[str, float]:
     share = simulate_point("deepseek-r1", hw, R1_PROMPT, R1_GEN, budget=32768,
                            split={"observation": window}).prefill_kernel_share
@@ -664,7 +692,7 @@ def _batches(hardware="sn40l-16", **deployment) -> dict[str, int]:
     return out
 
 
-def sensitivity(window: int) -> tuple[list[str], dict]:
+def sensitivity(window: float) -> tuple[list[str], dict]:
     """Every parameter set from a figure, and every discrete choice that decides a batch, against the figures it
     moves. Two PNGs of panels under results/bench/: parameters (predicted / published) and choices (max batch)."""
     used = get_hardware("sn40l-16").assumptions
@@ -698,8 +726,9 @@ def sensitivity(window: int) -> tuple[list[str], dict]:
         ("kernel_call_sync_s (us)", [1, 2.5, 5, 10, 20], used.kernel_call_sync_s * 1e6, "assumption",
          lambda v: {**_looping(kernel_call_sync_s=v * 1e-6),
                     **_shares(_hw("sn40l-16", kernel_call_sync_s=v * 1e-6), window, ("gather",))}),
-        ("SnapKV observation window (tokens)", [32, 128, 256, window, 512, 1024], window, "set from the SnapKV share",
-         lambda v: _shares("sn40l-16", v, ("scoring", "gather"))),
+        ("SnapKV observation window (fraction of the budget)", [1 / 1024, 4 / 1024, 8 / 1024, window, 16 / 1024,
+                                                                32 / 1024], window, "set from the SnapKV share",
+         lambda v: {**_shares("sn40l-16", v, ("scoring", "gather")), **_overheads(v)}),
         ("attention_tiling (discrete; 'keys' does not fit)", ["auto", "rows"], "auto",
          "the cheapest tiling that fits on-chip", lambda v: _r1_figures("sn40l-16", attention_tiling=v)),
         ("link_hop_latency_s (us)", [0, 0.05, 0.1, 0.2, 0.4], used.link_hop_latency_s * 1e6,
@@ -835,7 +864,8 @@ def main() -> dict:
     tables = {
         "tiled decode attention (decode step at ~2^21 resident tokens)": split_attention_table(),
         "capacity (static-graph memory plan)": capacity_table(),
-        "prefill overhead (gathers scan the prompt's KV; one window, one call boundary per kernel)":
+        "prefill overhead (gathers scan the prompt's KV; the window a fixed fraction of the budget, one call "
+        "boundary per kernel)":
             prefill_table(window),
         "speculative decoding (one draft, one acceptance, the fastest lookahead)": speculation_table(),
         "methods priced by what they hold and compute": methods_table(),
@@ -852,7 +882,9 @@ def main() -> dict:
         "within_tolerance": within,
         "figures": len(rows),
         "rows": rows,
-        "snapkv_observation_length_reproducing_published_share": window,
+        "snapkv_observation_fraction_reproducing_published_share": window,
+        "snapkv_observation_length_reproducing_published_share_at_32k": resolve_method(
+            "snapstream", 32768, observation=window).observation,
         "compression_kernel_cost_note": "every compression kernel pays one call boundary (kernel_call_sync_s + "
         "cross_socket_sync_s), as every prefill kernel; no cost of its own is fitted",
         "held_out": tables,
@@ -929,7 +961,7 @@ def main() -> dict:
     sp = out["seconds_per_point"]
     print(f"\n{within}/{len(rows)} figures within 10%. One point: {sp['deepseek-r1 sn40l-16'] * 1e6:.0f} us (R1), "
           f"{sp['llama-3.1-8b sn40l-8 (batch sweep)'] * 1e6:.0f} us (Llama batch sweep). SnapKV window reproducing "
-          f"2.52%: {window}")
+          f"2.52%: {window_text(window)}")
     return out
 
 

@@ -51,6 +51,26 @@ def test_bad_values_name_the_field_and_the_allowed_range(kwargs, field):
     assert "\n" not in message
 
 
+def test_observation_window_as_a_fraction_of_the_budget():
+    """A float observation window is a fraction of the budget, stored as tokens (rounded, at least one query), for
+    SnapStream and SnapKV alike; the configuration stores tokens only, so its identity is that of the tokens."""
+    cfg = resolve_method("snapstream", 32768, observation=10 / 1024)
+    assert cfg.observation == 320 and cfg == resolve_method("snapstream", 32768, observation=320)
+    assert resolve_method("snapstream", 8192, observation=10 / 1024).observation == 80
+    assert resolve_method("snapstream", 100, observation=0.001).observation == 1
+    assert resolve_method("snapkv", 1000, observation=0.05).observation == 50
+    for method in ("snapstream", "snapkv"):
+        for bad in (0.0, 1.5, -0.2):
+            with pytest.raises(SnapevalError, match=rf"observation={bad!r} is invalid; allowed: an integer >= 1 "
+                                                    r"\(tokens\) or a fraction of the budget in \(0, 1\]"):
+                resolve_method(method, 1024, observation=bad)
+    with pytest.raises(ValueError, match="SnapStreamConfig.observation=0.5 is invalid; allowed: an integer >= 1$"):
+        SnapStreamConfig(sink=4, recent=8, topk=4, observation=0.5)  # a stored configuration holds tokens
+    with pytest.raises(ValueError, match="fraction of the budget; without a budget"):
+        SnapStreamConfig.from_budget(None, recent=8, topk=4, observation=0.5)
+    assert SnapStreamConfig.setting_named("observation").parse("0.25", "x") == 0.25  # a flag's text
+
+
 def test_ring_smaller_than_window_is_fine_without_topk():
     assert SnapStreamConfig(sink=1, recent=4, topk=0, observation=32).budget == 5
 

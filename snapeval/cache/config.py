@@ -126,6 +126,15 @@ def _require_budget(budget, owner_class) -> None:
         raise ValueError(f"{owner_class.__name__}.budget={budget} is invalid; allowed: {MIN_BUDGET}..{MAX_BUDGET}")
 
 
+def _window_tokens(owner_class, budget: int, observation):
+    """An observation window given as tokens, or as a float fraction of the budget in (0, 1] (rounded, at least one
+    query), in tokens; checked against the class's declaration."""
+    owner_class.setting_named("observation").check(observation, owner_class.__name__)
+    if isinstance(observation, float):
+        return max(1, int(round(budget * observation)))
+    return observation
+
+
 def _default_sink(budget: int, sink: int | None, owner: str) -> int:
     """An explicit ``sink`` must leave room for one more slot; the default (4) shrinks to fit tiny budgets."""
     if sink is None:
@@ -330,7 +339,7 @@ class SnapStreamConfig(MethodConfig):
     topk: int = setting(512, "middle prompt tokens kept by SnapKV selection at the end of prefill", minimum=0,
                         default_text="the rest of the budget (an explicit value must add up)")
     observation: int = setting(DEFAULT_OBSERVATION, "last prompt queries that score the middle tokens", minimum=1,
-                               default_text=str(DEFAULT_OBSERVATION))
+                               fraction=True, default_text=str(DEFAULT_OBSERVATION))
     kernel: int = setting(DEFAULT_KERNEL, "pooling kernel over the scores along the key axis", odd=True,
                           default_text=str(DEFAULT_KERNEL))
     pooling: str = setting(DEFAULT_POOLING, "pooling of the scores", type=str, choices=POOLINGS,
@@ -370,7 +379,7 @@ class SnapStreamConfig(MethodConfig):
         sink: int | None = None,
         recent: int | float | None = None,
         topk: int | None = None,
-        observation: int = DEFAULT_OBSERVATION,
+        observation: int | float = DEFAULT_OBSERVATION,
         kernel: int = DEFAULT_KERNEL,
         pooling: str = DEFAULT_POOLING,
         recent_fraction: float | None = None,
@@ -380,8 +389,10 @@ class SnapStreamConfig(MethodConfig):
         Defaults: 4 sinks (fewer only when the budget is tiny; an explicit ``sink`` must be below the budget); a
         ring of half the budget, at least ``observation`` slots (``recent``: tokens, or a float fraction of the
         budget in (0, 1]); the rest is top-k (an explicit ``topk`` must add up). Example: budget 1024 -> sink 4,
-        recent 512, topk 508. Without a budget, ``recent`` and ``topk`` (and optionally ``sink``) give the split
-        directly. ``recent_fraction`` is the deprecated spelling of a float ``recent``.
+        recent 512, topk 508. ``observation`` is tokens (default 32) or a float fraction of the budget in (0, 1]
+        (``0.01``: 328 queries at budget 32768, 82 at 8192: a window that grows with the cache). Without a budget,
+        ``recent`` and ``topk`` (and optionally ``sink``) give the split directly (a fractional ``observation``
+        then needs a budget). ``recent_fraction`` is the deprecated spelling of a float ``recent``.
         """
         if recent_fraction is not None:
             if recent is not None:
@@ -389,9 +400,13 @@ class SnapStreamConfig(MethodConfig):
             whole = isinstance(recent_fraction, int) and not isinstance(recent_fraction, bool)
             recent = float(recent_fraction) if whole else recent_fraction
         if budget is None and isinstance(recent, int) and topk is not None:
+            if isinstance(observation, float):
+                raise ValueError(f"{cls.__name__}.observation={observation!r} is a fraction of the budget; without "
+                                 "a budget allowed: an integer >= 1")
             return cls(sink=DEFAULT_SINK if sink is None else sink, recent=recent, topk=topk, observation=observation,
                        kernel=kernel, pooling=pooling)
         _require_budget(budget, cls)
+        observation = _window_tokens(cls, budget, observation)
         fraction = DEFAULT_RECENT_FRACTION
         if recent is not None:
             cls.setting_named("recent").check(recent, cls.__name__)
@@ -462,7 +477,7 @@ class SnapKVConfig(MethodConfig):
 
     budget: int
     observation: int = setting(DEFAULT_OBSERVATION, "last prompt queries that score the earlier tokens (always kept)",
-                               minimum=1,
+                               minimum=1, fraction=True,
                                default_text=f"{DEFAULT_OBSERVATION}, or half a budget below {2 * DEFAULT_OBSERVATION}")
     kernel: int = setting(DEFAULT_KERNEL, "pooling kernel over the scores along the key axis", odd=True,
                           default_text=str(DEFAULT_KERNEL))
@@ -487,12 +502,14 @@ class SnapKVConfig(MethodConfig):
                            score_inputs=("queries",), gathered_tokens=self.budget, gathered_segments=2)
 
     @classmethod
-    def from_budget(cls, budget: int, *, observation: int | None = None, kernel: int = DEFAULT_KERNEL,
+    def from_budget(cls, budget: int, *, observation: int | float | None = None, kernel: int = DEFAULT_KERNEL,
                     pooling: str = DEFAULT_POOLING) -> "SnapKVConfig":
-        """The observation window defaults to 32, or half the budget when the budget is under 64."""
+        """The observation window defaults to 32, or half the budget when the budget is under 64; it may be given
+        as tokens or as a float fraction of the budget in (0, 1]."""
         _require_budget(budget, cls)
         if observation is None:
             observation = min(DEFAULT_OBSERVATION, max(1, budget // 2))
+        observation = _window_tokens(cls, budget, observation)
         return cls(budget=budget, observation=observation, kernel=kernel, pooling=pooling)
 
 

@@ -13,6 +13,17 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer (suffix k = x1024 allowed)") from None
 
 
+def _window(text: str) -> int | float:
+    """Tokens (suffix k allowed), or a fraction of the budget in (0, 1] when written with a decimal point."""
+    if "." in text:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of tokens or a fraction of the budget in "
+                                             "(0, 1]") from None
+    return _int(text)
+
+
 def register(subparsers) -> None:
     from snapeval.cache import METHOD_TABLE
 
@@ -57,9 +68,9 @@ def register(subparsers) -> None:
                         "fastest)")
     p.add_argument("--draft-model", default=None, help="speculative decoding with this draft model (a preset name)")
     p.add_argument("--draft-acceptance", type=float, default=0.8, help="probability a draft token is accepted")
-    p.add_argument("--observation-length", type=_int, default=None,
-                   help="SnapKV observation window of snapstream/snapkv (tokens; default 32); same as "
-                        "--split observation=N")
+    p.add_argument("--observation-length", type=_window, default=None,
+                   help="SnapKV observation window of snapstream/snapkv: tokens (default 32) or a fraction of the "
+                        "budget in (0, 1] (0.01); same as --split observation=N")
     p.add_argument("--sweep", help="NAME=V1,V2,... with NAME in batch, prompt_len, gen_len, budget (full allowed), "
                                    "sockets, tp")
     p.add_argument("--plot", help="write a PNG of the sweep here")
@@ -80,7 +91,7 @@ def _model(spec: str):
     return get_preset(spec)
 
 
-def _split(items: list[str], observation: int | None) -> dict:
+def _split(items: list[str], observation: int | float | None) -> dict:
     """``--split KEY=VALUE`` pairs (integers, floats, true/false, else strings) and ``--observation-length``."""
     from snapeval.errors import SnapevalError
 

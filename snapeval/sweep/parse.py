@@ -25,10 +25,11 @@ the cache's own rules (:func:`snapeval.cache.resolve_method`), so that it is par
 default can never silently reuse an old result):
 
 * ``snapstream``: ``sink`` + ``recent`` (ring buffer) + ``topk`` (SnapKV-selected middle tokens) = ``budget``;
-  ``recent`` is a token count (int) or a fraction of the budget (float in (0, 1]); ``topk`` is what is left.
+  ``recent`` and ``observation`` are token counts (int) or fractions of the budget (float in (0, 1]: a window
+  that grows with the budget); ``topk`` is what is left.
 * ``streamingllm``: ``sink`` + ``recent`` = ``budget`` (no selection).
-* ``snapkv``: ``budget`` prompt entries chosen by SnapKV at prefill (the observation window included); the cache
-  grows again while decoding, as in the original method.
+* ``snapkv``: ``budget`` prompt entries chosen by SnapKV at prefill (the observation window included, tokens or
+  a fraction of the budget); the cache grows again while decoding, as in the original method.
 * ``full``: no budget; one cell per (model, task, seed) whatever the budgets are.
 
 A method entry's keys besides ``method``, ``budgets`` and ``press`` are the settings its method declares
