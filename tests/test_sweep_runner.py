@@ -201,6 +201,43 @@ def test_task_source_hash_covers_the_task_folder_and_nothing_else(tmp_path):
     assert task_source_sha256("snapeval_passkey", root) not in (passkey, edited)
 
 
+def test_task_source_hash_follows_includes_out_of_the_task_folder(tmp_path):
+    """A task YAML that includes a shared base config from another folder (lm-eval resolves it relative to the
+    including YAML) is hashed with that base, the modules of the base's ``!function`` tags and the base's own
+    includes; the rest of the shared folder and other tasks' folders do not move it."""
+    from snapeval.sweep.grid import task_source_sha256
+
+    root = _task_folder(tmp_path / "tasks")
+    common = root / "common"
+    common.mkdir()
+    (common / "base.yaml").write_text("include: deeper.yaml\noutput_type: generate_until\n"
+                                      "process_results: !function scoring.score\n")
+    (common / "deeper.yaml").write_text("generation_kwargs: {until: ['\\n']}\n")
+    (common / "scoring.py").write_text("def score(doc, results):\n    return {'exact_match': 1.0}\n")
+    (common / "unrelated.py").write_text("x = 1\n")
+    (root / "passkey" / "snapeval_passkey.yaml").write_text(
+        "include: ../common/base.yaml\ntask: snapeval_passkey\ndoc_to_text: '{{prompt}}'\n")
+    (root / "listed").mkdir()
+    (root / "listed" / "t.yaml").write_text("include:\n  - ../common/deeper.yaml\ntask: listed_task\n")
+    before = task_source_sha256("snapeval_passkey", root)
+    listed = task_source_sha256("listed_task", root)
+    needle = task_source_sha256("snapeval_kv_needle", root)
+
+    (common / "unrelated.py").write_text("x = 2\n")  # in the shared folder but named by nothing
+    assert task_source_sha256("snapeval_passkey", root) == before
+    for edit in ((common / "scoring.py", "def score(doc, results):\n    return {'exact_match': 0.0}\n"),
+                 (common / "base.yaml", "include: deeper.yaml\noutput_type: loglikelihood\n"
+                                        "process_results: !function scoring.score\n")):
+        edit[0].write_text(edit[1])
+        after = task_source_sha256("snapeval_passkey", root)
+        assert after != before and task_source_sha256("snapeval_kv_needle", root) == needle
+        before = after
+    assert task_source_sha256("listed_task", root) == listed  # its include is untouched so far
+    (common / "deeper.yaml").write_text("generation_kwargs: {until: ['.']}\n")  # included by base and by listed
+    assert task_source_sha256("snapeval_passkey", root) != before
+    assert task_source_sha256("listed_task", root) != listed
+
+
 def test_a_cell_finished_under_other_task_files_is_not_reused(tmp_path, capsys):
     root = _task_folder(tmp_path / "tasks")
     raw = {**RAW, "include_path": str(root)}

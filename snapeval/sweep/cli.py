@@ -28,8 +28,9 @@ def register(subparsers) -> None:
                         "shared by every method and budget of a model and task")
     p.add_argument("--no-report", action="store_true", help="write the table but not the report and plots")
     p.add_argument("--rerun-stale", action="store_true",
-                   help="redo finished cells whose task files (the YAML, templates and hooks in the task's folder) "
-                        "changed since they ran; without it such a sweep stops with the count")
+                   help="redo finished cells whose task files (the YAML, templates and hooks in the task's folder, "
+                        "and the base configs it includes) changed since they ran; without it such a sweep stops "
+                        "with the count")
     p.set_defaults(func=main)
 
 

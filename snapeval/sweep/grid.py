@@ -9,18 +9,21 @@ cluster resources are not part of it: moving the data or running elsewhere reuse
 
 The task's own files are not part of the identity either (the shipped tasks change with the snapeval version; a
 cell id must not move when a comment in a YAML does), but they are recorded: :func:`task_source_sha256` hashes the
-folder that defines the task (its YAML, templates and hooks), every finished cell and shard stores it, and a
-resumed sweep refuses to reuse a cell finished under other task files (``snapeval sweep --rerun-stale`` redoes
-them) and redoes such shards.
+folder that defines the task (its YAML, templates and hooks, and the base configs it includes from elsewhere),
+every finished cell and shard stores it, and a resumed sweep refuses to reuse a cell finished under other task
+files (``snapeval sweep --rerun-stale`` redoes them) and redoes such shards.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from snapeval.cache import METHOD_TABLE, MethodConfig
 from snapeval.errors import SnapevalError
@@ -56,18 +59,73 @@ _SKIPPED_PARTS = {"__pycache__", ".ipynb_checkpoints"}
 def task_source_sha256(name: str, include_dir: str | Path) -> str | None:
     """SHA-256 over the folders under ``include_dir`` whose lm-eval YAML defines ``name`` (a top-level ``task:`` or
     ``group:`` key): every file in them and below (relative path and bytes; caches and hidden files skipped), so an
-    edited prompt, template, metric or hook in the task's folder gives another hash. None when no YAML there
-    defines it (an lm-eval built-in task: the lm-eval version, recorded with every cell, covers it)."""
+    edited prompt, template, metric or hook in the task's folder gives another hash. A YAML there that ``include:``s
+    a file from another folder (a shared base config, as lm-eval resolves it: relative to the including YAML) brings
+    that file in, with the modules its ``!function`` tags name and, in turn, its own includes; the rest of that
+    folder does not. None when no YAML under ``include_dir`` defines the task (an lm-eval built-in task: the lm-eval
+    version, recorded with every cell, covers it)."""
     root = Path(include_dir)
-    folders = sorted({yaml.parent for yaml in sorted(root.rglob("*.yaml")) if not _skipped(yaml.relative_to(root))
-                      and any(m.group(2) == name for m in _TASK_KEY.finditer(_read_text(yaml)))})
+    folders = sorted({path.parent for path in sorted(root.rglob("*.yaml")) if not _skipped(path.relative_to(root))
+                      and any(m.group(2) == name for m in _TASK_KEY.finditer(_read_text(path)))})
     if not folders:
         return None
     digest = hashlib.sha256()
+    inside: list[Path] = []
     for folder in folders:
         for path in sorted(p for p in folder.rglob("*") if p.is_file() and not _skipped(p.relative_to(folder))):
             digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\0".encode())
+            inside.append(path)
+    for path in _referenced_outside(inside, folders):
+        digest.update(f"{Path(os.path.relpath(path, root)).as_posix()}\0{file_sha256(path)}\0".encode())
     return digest.hexdigest()
+
+
+def _referenced_outside(files: list[Path], folders: list[Path]) -> list[Path]:
+    """The files outside ``folders`` that the YAMLs among ``files`` include, directly or through other included YAMLs,
+    and the modules of the included YAMLs' ``!function`` tags (existing files only, sorted)."""
+    roots = [folder.resolve() for folder in folders]
+
+    def outside(path: Path) -> bool:
+        return not any(path == r or r in path.parents for r in roots)
+
+    found: set[Path] = set()
+    pending = [path.resolve() for path in files if path.suffix in (".yaml", ".yml")]
+    seen = set(pending)
+    while pending:
+        includes, modules = _yaml_references(pending.pop())
+        for path in includes + modules:
+            path = path.resolve()
+            if path.is_file() and outside(path):
+                found.add(path)
+            if path in includes and path not in seen and path.is_file():
+                seen.add(path)
+                pending.append(path)
+    return sorted(found)
+
+
+def _yaml_references(path: Path) -> tuple[list[Path], list[Path]]:
+    """(the YAML files ``path`` includes, the Python modules its ``!function`` tags name), resolved as lm-eval
+    resolves them: relative to the YAML's folder (``utils.process_docs`` -> ``utils.py``). A YAML that does not
+    parse names nothing (lm-eval reports it when it loads the task)."""
+    functions: list[str] = []
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def function(loader, node):
+        functions.append(str(loader.construct_scalar(node)))
+        return functions[-1]
+
+    Loader.add_constructor("!function", function)
+    try:
+        data = yaml.load(_read_text(path), Loader=Loader)  # noqa: S506 (a SafeLoader with one string tag)
+    except yaml.YAMLError:
+        return [], []
+    raw = data.get("include") if isinstance(data, dict) else None
+    names = [raw] if isinstance(raw, str) else [x for x in raw if isinstance(x, str)] if isinstance(raw, list) else []
+    includes = [Path(n) if Path(n).is_absolute() else path.parent / n for n in names]
+    modules = [path.parent / f"{spec.rpartition('.')[0].replace('.', '/')}.py" for spec in functions if "." in spec]
+    return [p.resolve() for p in includes], [p.resolve() for p in modules]
 
 
 def _skipped(relative: Path) -> bool:
