@@ -81,6 +81,12 @@ class Setting:
         where = f"{owner}.{self.name}" if owner else self.name
         raise ValueError(f"{where}={value!r} is invalid; allowed: {self.allowed(resolved=resolved)}")
 
+    def in_tokens(self, value: Any, budget: int, owner: str = "") -> int:
+        """``value`` checked and, for a fraction of the budget (a float, when :attr:`fraction`), the tokens it stands
+        for at ``budget`` (rounded, at least one): what a configuration stores."""
+        value = self.check(value, owner)
+        return max(1, int(round(budget * value))) if isinstance(value, float) else value
+
     def _ok(self, value: Any, resolved: bool) -> bool:
         if self.type is str:
             return isinstance(value, str) and (not self.choices or value in self.choices)
@@ -124,15 +130,6 @@ def _require_budget(budget, owner_class) -> None:
     _require_int("budget", budget, MIN_BUDGET, owner_class.__name__)
     if budget > MAX_BUDGET:
         raise ValueError(f"{owner_class.__name__}.budget={budget} is invalid; allowed: {MIN_BUDGET}..{MAX_BUDGET}")
-
-
-def _window_tokens(owner_class, budget: int, observation):
-    """An observation window given as tokens, or as a float fraction of the budget in (0, 1] (rounded, at least one
-    query), in tokens; checked against the class's declaration."""
-    owner_class.setting_named("observation").check(observation, owner_class.__name__)
-    if isinstance(observation, float):
-        return max(1, int(round(budget * observation)))
-    return observation
 
 
 def _default_sink(budget: int, sink: int | None, owner: str) -> int:
@@ -406,7 +403,7 @@ class SnapStreamConfig(MethodConfig):
             return cls(sink=DEFAULT_SINK if sink is None else sink, recent=recent, topk=topk, observation=observation,
                        kernel=kernel, pooling=pooling)
         _require_budget(budget, cls)
-        observation = _window_tokens(cls, budget, observation)
+        observation = cls.setting_named("observation").in_tokens(observation, budget, cls.__name__)
         fraction = DEFAULT_RECENT_FRACTION
         if recent is not None:
             cls.setting_named("recent").check(recent, cls.__name__)
@@ -509,7 +506,7 @@ class SnapKVConfig(MethodConfig):
         _require_budget(budget, cls)
         if observation is None:
             observation = min(DEFAULT_OBSERVATION, max(1, budget // 2))
-        observation = _window_tokens(cls, budget, observation)
+        observation = cls.setting_named("observation").in_tokens(observation, budget, cls.__name__)
         return cls(budget=budget, observation=observation, kernel=kernel, pooling=pooling)
 
 

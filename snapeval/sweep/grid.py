@@ -93,11 +93,9 @@ def _referenced_outside(files: list[Path], folders: list[Path]) -> list[Path]:
     seen = set(pending)
     while pending:
         includes, modules = _yaml_references(pending.pop())
-        for path in includes + modules:
-            path = path.resolve()
-            if path.is_file() and outside(path):
-                found.add(path)
-            if path in includes and path not in seen and path.is_file():
+        found.update(path for path in includes + modules if path.is_file() and outside(path))
+        for path in includes:
+            if path not in seen and path.is_file():  # an included YAML's own includes and modules
                 seen.add(path)
                 pending.append(path)
     return sorted(found)

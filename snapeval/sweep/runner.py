@@ -377,7 +377,7 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
     if stale and not rerun_stale:
         names = ", ".join(sorted({c.task.name for c in stale}))
         raise SnapevalError(f"{len(stale)} finished cell(s) in {out_dir} ran under other files of task(s) {names} "
-                            "(a YAML, template or hook in the task's folder changed since); run again with "
+                            "(a YAML, template or hook of the task, or a base config it includes, changed since); run again with "
                             "--rerun-stale to redo them, or restore the task's files")
     pending = [c for c in cells if states[c.cell_id] != "done"]
     waiting = {c.cell_id for c in pending}
