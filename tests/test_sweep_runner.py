@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -236,6 +237,27 @@ def test_task_source_hash_follows_includes_out_of_the_task_folder(tmp_path):
     (common / "deeper.yaml").write_text("generation_kwargs: {until: ['.']}\n")  # included by base and by listed
     assert task_source_sha256("snapeval_passkey", root) != before
     assert task_source_sha256("listed_task", root) != listed
+
+
+def test_a_sweeps_task_hashes_read_each_yaml_once(tmp_path, monkeypatch):
+    """The hashes of all of a sweep's tasks come from one pass over the include folder's YAMLs (not one per task),
+    and equal each task's own hash."""
+    from snapeval.sweep import grid
+
+    root = _task_folder(tmp_path / "tasks")
+    for i in range(5):  # a larger suite: tasks the sweep does not run
+        (root / f"other{i}").mkdir()
+        (root / f"other{i}" / "t.yaml").write_text(f"task: other_{i}\n")
+    names = ["snapeval_passkey", "snapeval_kv_needle", "not_here"]
+    single = {name: grid.task_source_sha256(name, root) for name in names}
+    reads: list[Path] = []
+    read_text = grid._read_text
+    monkeypatch.setattr(grid, "_read_text", lambda path: reads.append(path) or read_text(path))
+    assert grid.task_source_hashes(names, root) == single and single["not_here"] is None
+    counts = Counter(reads)
+    assert set(counts) == set(root.rglob("*.yaml"))
+    assert all(counts[root / f"other{i}" / "t.yaml"] == 1 for i in range(5))  # once, to find the defining folders
+    assert counts[root / "passkey" / "snapeval_passkey.yaml"] == 2  # and once more for its includes
 
 
 def test_a_cell_finished_under_other_task_files_is_not_reused(tmp_path, capsys):

@@ -64,11 +64,26 @@ def task_source_sha256(name: str, include_dir: str | Path) -> str | None:
     that file in, with the modules its ``!function`` tags name and, in turn, its own includes; the rest of that
     folder does not. None when no YAML under ``include_dir`` defines the task (an lm-eval built-in task: the lm-eval
     version, recorded with every cell, covers it)."""
+    return task_source_hashes([name], include_dir)[name]
+
+
+def task_source_hashes(names: list[str], include_dir: str | Path) -> dict[str, str | None]:
+    """:func:`task_source_sha256` of every task in ``names``, reading the YAMLs under ``include_dir`` once for all of
+    them (a sweep's tasks against a large task suite)."""
     root = Path(include_dir)
-    folders = sorted({path.parent for path in sorted(root.rglob("*.yaml")) if not _skipped(path.relative_to(root))
-                      and any(m.group(2) == name for m in _TASK_KEY.finditer(_read_text(path)))})
-    if not folders:
-        return None
+    defining: dict[str, set[Path]] = {name: set() for name in names}
+    for path in sorted(root.rglob("*.yaml")):
+        if _skipped(path.relative_to(root)):
+            continue
+        for match in _TASK_KEY.finditer(_read_text(path)):
+            if match.group(2) in defining:
+                defining[match.group(2)].add(path.parent)
+    return {name: _folders_sha256(root, sorted(folders)) if folders else None for name, folders in defining.items()}
+
+
+def _folders_sha256(root: Path, folders: list[Path]) -> str:
+    """SHA-256 of the task folders ``folders`` (relative path and bytes of every file) and of what their YAMLs
+    reference outside them (:func:`_referenced_outside`)."""
     digest = hashlib.sha256()
     inside: list[Path] = []
     for folder in folders:
@@ -270,7 +285,7 @@ def expand_grid(config: SweepConfig) -> list[Cell]:
 
     data_dir = config.data_path
     hashes = {task.name: tuple(sorted(data_hashes(task, data_dir).items())) for task in config.tasks}
-    sources = {task.name: task_source_sha256(task.name, config.include_dir) for task in config.tasks}
+    sources = task_source_hashes([task.name for task in config.tasks], config.include_dir)
     cells: list[Cell] = []
     seen: set[str] = set()
     for model in config.models:
