@@ -377,8 +377,8 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
     if stale and not rerun_stale:
         names = ", ".join(sorted({c.task.name for c in stale}))
         raise SnapevalError(f"{len(stale)} finished cell(s) in {out_dir} ran under other files of task(s) {names} "
-                            "(a YAML, template or hook of the task, or a base config it includes, changed since); run again with "
-                            "--rerun-stale to redo them, or restore the task's files")
+                            "(a YAML, template or hook of the task, or a base config it includes, changed since); "
+                            "run again with --rerun-stale to redo them, or restore the task's files")
     pending = [c for c in cells if states[c.cell_id] != "done"]
     waiting = {c.cell_id for c in pending}
     for cell in cells:  # a finished cell's shards were merged; a crash between the two writes may have left them
