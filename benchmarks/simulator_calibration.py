@@ -86,6 +86,12 @@ LLAMA_70B = llama_shape("llama-3.1-70b")
 LLAMA_405B = llama_shape("llama-3.1-405b", hub_id="meta-llama/Llama-3.1-405B-Instruct", num_layers=126,
                          hidden_size=16384, intermediate_size=53248, num_attention_heads=128, num_kv_heads=8,
                          published_params=405_853_388_800)
+#: The smallest public model with the Llama 3 tokenizer (public config: 16 layers, hidden 2048, FFN 8192, 32 heads,
+#: 8 KV heads of 64, tied embeddings): the draft of a what-if beside the one setting, not a preset.
+LLAMA_1B = with_overrides(get_preset("llama-3.1-8b-instruct"), name="llama-3.2-1b-instruct",
+                          hub_id="meta-llama/Llama-3.2-1B-Instruct", num_layers=16, hidden_size=2048,
+                          intermediate_size=8192, num_attention_heads=32, num_kv_heads=8, head_dim=64,
+                          tie_word_embeddings=True, published_params=1_235_814_400)
 
 
 def r1(prompt: int, budget: int | None, batch: int | None = None, hardware="sn40l-16", gen: int = R1_GEN, **kw):
@@ -128,9 +134,10 @@ def window_for_share(hardware="sn40l-16", share=2.52) -> float:
     ).prefill_kernel_share["scoring"] * 100 - share))
 
 
-def cloud(model, sockets: int, hardware=None, speculate: bool = False, acceptance: float = ACCEPTANCE):
+def cloud(model, sockets: int, hardware=None, speculate: bool = False, acceptance: float = ACCEPTANCE,
+          draft=DRAFT):
     hw = hardware or f"sn40l-{sockets}"
-    extra = dict(draft_model=DRAFT, draft_acceptance=acceptance) if speculate else {}
+    extra = dict(draft_model=draft, draft_acceptance=acceptance) if speculate else {}
     r = simulate_point(model, hw, **CLOUD, **extra)
     if r.fits:
         return r, ""
@@ -684,6 +691,23 @@ def speculation_table() -> list[dict]:
     return out
 
 
+def draft_what_if() -> dict:
+    """Beside the one setting: every Llama target at 16 sockets drafted by Llama-3.2-1B instead of the 8B preset
+    (same acceptance, the fastest lookahead), against the published per-user speeds. Whether one draft smaller than
+    the one setting's explains the 70B and 405B speeds, and what it then says of the 8B."""
+    out = {}
+    for model in ("llama-3.1-8b-instruct", LLAMA_70B, LLAMA_405B):
+        name = getattr(model, "name", model)
+        spec, how = cloud(model, 16, speculate=True, draft=LLAMA_1B)
+        pub = CLOUD_PUBLISHED[(name, 16)]
+        drafting = spec.draft_seconds_per_step or 0.0
+        out[name] = {"tokens_per_s": spec.decode_tokens_per_s, "published": pub,
+                     "error": rel(spec.decode_tokens_per_s, pub), "lookahead": spec.draft_tokens,
+                     "tokens_per_step": spec.tokens_per_step, "step_ms": spec.decode_step_seconds * 1e3,
+                     "draft_ms": drafting * 1e3, "note": how.rstrip("; ")}
+    return {"draft": LLAMA_1B.name, "acceptance": ACCEPTANCE, "sockets": 16, "targets": out}
+
+
 def methods_table() -> list[dict]:
     """Every method at the published 128K deployment, budget 32K, each at its own max batch: priced by what it
     holds (its slot, its mean kept tokens) and computes (its prefill work)."""
@@ -950,6 +974,7 @@ def main() -> dict:
     implied = implied_attention()
     experts = expert_streaming()
     what_ifs = overlap_what_ifs()
+    smaller_draft = draft_what_if()
     plots, sens = sensitivity(window)
     within = sum(r["within_tolerance"] for r in rows)
     out = {
@@ -969,6 +994,7 @@ def main() -> dict:
         "attention_implied_by_the_published_steps": implied,
         "expert_streaming_at_constant_resident_tokens": experts,
         "decode_step_overlap_what_ifs": what_ifs,
+        "speculation_with_a_1b_draft": smaller_draft,
         "sensitivity": sens,
         "sensitivity_plots": plots,
         "seconds_per_point": timing(),
@@ -1044,6 +1070,10 @@ def main() -> dict:
               + f" | {w['snapstream_128k_tokens_per_s']:.0f} ({w['error_vs_1832'] * 100:+.1f}%) | "
               + " / ".join(f"{g:.2f}" for g in w["gain_at_max_batch_128k_64k_32k"])
               + f" | {w['per_user_batch_1_tokens_per_s']:.0f} |")
+    d = smaller_draft
+    print(f"\nWith {d['draft']} as every Llama target's draft (acceptance {d['acceptance']}, {d['sockets']} sockets): "
+          + "; ".join(f"{k} {v['tokens_per_s']:.1f} tok/s vs {v['published']} ({v['error'] * 100:+.1f}%, lookahead "
+                      f"{v['lookahead']})" for k, v in d["targets"].items()))
     sp = out["seconds_per_point"]
     print(f"\n{within}/{len(rows)} figures within 10%. One point: {sp['deepseek-r1 sn40l-16'] * 1e6:.0f} us (R1), "
           f"{sp['llama-3.1-8b sn40l-8 (batch sweep)'] * 1e6:.0f} us (Llama batch sweep). SnapKV window reproducing "

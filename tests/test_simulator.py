@@ -726,3 +726,13 @@ def test_selection_network_counts_are_the_textbook_bitonic_network(width, keep):
         assert sorted(kept) == sorted(scores)[-keep:]
         assert selection_network(width, keep, topk=True) == (stages, pytest.approx(moved / 2))
         assert selection_network(width, keep, topk=True)[1] < selection_network(width, keep, topk=False)[1]
+
+
+def test_the_calibrations_llama_shapes_have_their_published_parameter_counts():
+    """The Llama 3 shapes the calibration builds beside the presets (the 70B and 405B targets of the per-user speeds,
+    the Llama-3.2-1B draft of its what-if) count exactly the parameters their public releases state."""
+    from benchmarks.simulator_calibration import LLAMA_1B, LLAMA_70B, LLAMA_405B
+
+    for shape, published in ((LLAMA_70B, 70_553_706_496), (LLAMA_405B, 405_853_388_800),
+                             (LLAMA_1B, 1_235_814_400)):
+        assert shape.param_count() == published, shape.name
