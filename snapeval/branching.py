@@ -349,7 +349,7 @@ class BranchSet:
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
             del engine
-            gc.collect()  # its rows go before the next configuration allocates its own (the engine refers to itself)
+            gc.collect()  # whatever the decode left in reference cycles goes before the next rows are allocated
             for j, i in enumerate(part):
                 completions[j].index = i
                 completions[j].prefill_seconds = seconds[i]

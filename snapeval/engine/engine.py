@@ -129,7 +129,9 @@ class Engine:
         self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
         self.compiled = bool(compile)
         mode = compile if isinstance(compile, str) else None
-        self._forward = torch.compile(self._decode_logits, dynamic=False, mode=mode) if compile else self._decode_logits
+        # the step function, not a bound method: an engine that held its own method would sit in a reference cycle,
+        # and its rows (gigabytes on a GPU) would outlive it until the cyclic collector happened to run
+        self._step_function = torch.compile(decode_step, dynamic=False, mode=mode) if compile else decode_step
         self._allocate(config.budget if self.fixed_size else 1)
         self.stats = EngineStats(num_slots=num_slots)
 
@@ -241,10 +243,10 @@ class Engine:
         request.prefill_seconds = time.perf_counter() - t0
         return finished
 
-    def _decode_logits(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """One decode step of every slot (:func:`~snapeval.decoding.step.decode_step`): ``[N, 1]`` ids and positions
-        -> ``[N, V]`` logits."""
-        return decode_step(self.model, self.cache, input_ids, position_ids)
+    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """One decode step of every slot (:func:`~snapeval.decoding.step.decode_step`, compiled when the engine is):
+        ``[N, 1]`` ids and positions -> ``[N, V]`` logits."""
+        return self._step_function(self.model, self.cache, input_ids, position_ids)
 
     def _decode(self) -> torch.Tensor:
         """One static decode step of every slot from :attr:`input_ids`; returns ``[num_slots, V]`` logits."""

@@ -1,0 +1,182 @@
+"""The shared-prefill group at real shape on a GPU: one prefill per item for every configuration, under the memory
+plan, with a random-weight Llama-3.1-8B-Instruct in bfloat16.
+
+Model: the preset's real architecture, random weights, built on the GPU (``benchmarks.gpu.build_model``). Prompts:
+real LongBench-v2 documents in the real tokenizer, cut to ``--lengths`` tokens (default 32k, 64k, 128k;
+``benchmarks.gpu.prompt_ids``). The grid is the full cache plus SnapStream and SnapKV at ``--budgets`` (default 4k,
+8k, 16k), greedy, ``--max-new`` new tokens. Per length:
+
+- ``shared``: :class:`snapeval.branching.BranchSet` with ``--chunk`` items in flight at most and ``max_memory`` left
+  to its default (what is in use plus what the GPU has free, less the plan's margin): the plan the group ran under
+  (chunk, tokens per prefill forward, whether the capture lives in host memory, which configurations decode alone,
+  the predicted peak), the measured peak (torch's peak allocated bytes above what was in use when the group
+  started, what the plan's ``peak_bytes`` predicts) and their ratio, the wall time and the prefill time;
+- ``per_cell`` (at the lengths in ``--per-cell-lengths``, default 32k): every configuration with its own prefill,
+  as ``snapeval sweep --per-cell`` runs it (SnapStream on the continuous-batching engine, the others through
+  ``snapeval.generate`` one prompt at a time): wall time, the largest peak, and how many greedy outputs equal the
+  shared group's (bfloat16 reductions may depend on the batch shape: counted, not assumed).
+
+``--smoke`` runs the same code on the CPU at tiny layer shapes and short prompts (the test suite runs it; its
+numbers mean nothing). Without ``--smoke`` a CUDA device is required. Writes results/bench/gpu_shared.json.
+
+    python -m benchmarks.gpu_shared                 # on a GPU machine (about 4 min on one H100)
+    python -m benchmarks.gpu_shared --smoke --out /tmp/gpu_shared_smoke.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import BENCH_DIR, machine
+from benchmarks.gpu import build_model, prompt_ids, release, sync
+
+MODEL = "llama-3.1-8b-instruct"
+
+
+def grid(budgets):
+    from snapeval.cache import resolve_method
+
+    return [resolve_method("full")] + [resolve_method(m, b) for m in ("snapstream", "snapkv") for b in budgets]
+
+
+def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tuple[dict, dict]:
+    """One :class:`BranchSet` over ``prompts``: (the point's figures, each configuration's greedy token ids)."""
+    from snapeval.branching import BranchSet
+    from snapeval.engine import SamplingParams
+
+    branches = BranchSet(model, tokenizer, configs, batch=chunk)
+    sync(branches.device)
+    start = time.perf_counter()
+    out = branches.generate(prompts, [SamplingParams(max_new_tokens=max_new)] * len(prompts))
+    sync(branches.device)
+    wall = time.perf_counter() - start
+    plan, peak = branches.plans[-1], branches.peaks[-1]
+    figures = {
+        "wall_s": wall, "prefills": branches.stats.prefills, "prefill_s": branches.stats.prefill_seconds,
+        "plan": plan.to_dict(), "plan_text": plan.render(), "peak": peak,
+        "peak_measured_over_predicted": peak["growth_bytes"] / plan.peak_bytes if plan.peak_bytes else None,
+        "within_budget": plan.budget_bytes is None or peak["peak_bytes"] <= plan.budget_bytes,
+        "chunk_halvings": branches.stats.chunk_halvings,
+        "kv_gib_per_row": {k: v / 2**30 for k, v in branches.stats.kv_bytes_per_row.items()},
+    }
+    return figures, {c.label: [d.token_ids for d in out[k]] for k, c in enumerate(configs)}
+
+
+def per_cell(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tuple[dict, dict]:
+    """Every configuration alone, with its own prefill of every prompt: (figures, greedy token ids)."""
+    from snapeval.engine import Engine, SamplingParams
+    from snapeval.generation import generate
+    from snapeval.memory_plan import PeakMeter
+
+    device = next(model.parameters()).device
+    cells, texts = {}, {}
+    sync(device)
+    start = time.perf_counter()
+    for config in configs:
+        with PeakMeter(device) as meter:
+            if config.method == "snapstream":  # the lm-eval model's engine path
+                done = Engine(model, tokenizer, config, num_slots=chunk).generate(
+                    prompts, [SamplingParams(max_new_tokens=max_new)] * len(prompts))
+                texts[config.label] = [d.token_ids for d in done]
+            else:  # lm-eval's padded batches of batch_size 1
+                texts[config.label] = [generate(model, tokenizer, [p], config=config, max_new_tokens=max_new)[0]
+                                       .token_ids for p in prompts]
+        cells[config.label] = meter.to_dict()
+        release(device)  # the next configuration sizes nothing from memory this one still holds
+    sync(device)
+    worst = max(cells.values(), key=lambda m: m["growth_bytes"])
+    return {"wall_s": time.perf_counter() - start, "prefills": len(configs) * len(prompts), "peak": worst,
+            "cells": cells}, texts
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first generated position where two greedy outputs differ (None: identical)."""
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def run(args) -> dict:
+    from snapeval.generation import generate
+    from snapeval.models.loading import packaged_tokenizer
+
+    smoke = args.smoke
+    if not smoke and not torch.cuda.is_available():
+        sys.exit("benchmarks.gpu_shared: no CUDA device; run with --smoke for the CPU code path")
+    device = torch.device("cpu" if smoke else "cuda")
+    started, load_start = time.perf_counter(), os.getloadavg()
+    tokenizer = packaged_tokenizer(MODEL)
+    model = build_model(MODEL, device, torch.float32 if smoke else torch.bfloat16, smoke)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    configs = grid(args.budgets)
+    warm = prompt_ids(tokenizer, 64, 1)
+    generate(model, tokenizer, warm, config=configs[0], max_new_tokens=2)  # kernels, allocator
+    points = {}
+    for length in args.lengths:
+        prompts = prompt_ids(tokenizer, length, args.items)
+        point, texts = shared(model, tokenizer, configs, prompts, args.max_new, args.chunk)
+        if length in args.per_cell_lengths:
+            alone, alone_texts = per_cell(model, tokenizer, configs, prompts, args.max_new, args.chunk)
+            alone["identical_outputs"] = {label: sum(a == b for a, b in zip(texts[label], alone_texts[label]))
+                                          for label in texts}
+            alone["first_divergence"] = {label: [first_difference(a, b) for a, b in zip(texts[label],
+                                                                                       alone_texts[label])]
+                                         for label in texts}
+            alone["shared_speedup"] = alone["wall_s"] / point["wall_s"]
+            alone["peak_shared_over_per_cell"] = (point["peak"]["growth_bytes"] / alone["peak"]["growth_bytes"]
+                                                  if alone["peak"]["growth_bytes"] else None)
+            point["per_cell"] = alone
+        point.update(items=args.items, prompt_tokens=length, token_ids=texts)
+        points[str(length)] = point
+        print(f"[{time.perf_counter() - started:7.0f}s] {MODEL} @ {length}: shared {point['wall_s']:.1f} s, chunk "
+              f"{point['plan']['chunk']}, peak {point['peak']['growth_gib']:.2f} GiB "
+              f"(plan {point['plan']['peak_gib']:.2f} GiB)"
+              + (f"; per-cell {point['per_cell']['wall_s']:.1f} s" if "per_cell" in point else ""), flush=True)
+        release(device)
+    return {
+        "benchmark": "gpu_shared", "smoke": smoke, "machine": machine(), "model": MODEL,
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "wall_seconds": time.perf_counter() - started,
+        "configurations": [c.label for c in configs],
+        "settings": {k: v for k, v in vars(args).items() if k != "out"}, "lengths": points,
+    }
+
+
+def main(argv=None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny shapes on the CPU: the same code, meaningless numbers")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None)
+    parser.add_argument("--items", type=int, default=None, help="prompts per length")
+    parser.add_argument("--budgets", type=int, nargs="+", default=None)
+    parser.add_argument("--max-new", type=int, default=None)
+    parser.add_argument("--chunk", type=int, default=8, help="items in flight at most (the plan may take fewer)")
+    parser.add_argument("--per-cell-lengths", type=int, nargs="*", default=None,
+                        help="lengths at which the per-cell path runs too (none: an empty list)")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "gpu_shared.json")
+    args = parser.parse_args(argv)
+    defaults = (dict(lengths=[256, 512], items=2, budgets=[64, 128], max_new=4, per_cell_lengths=[256])
+                if args.smoke else
+                dict(lengths=[32768, 65536, 131072], items=2, budgets=[4096, 8192, 16384], max_new=32,
+                     per_cell_lengths=[32768]))
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    payload = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
+    return args.out
+
+
+if __name__ == "__main__":
+    main()
