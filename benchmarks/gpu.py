@@ -77,7 +77,7 @@ def free_bytes(device) -> int:
 
 def release(device) -> None:
     """Free what the last section left (anything in a reference cycle goes only when the collector runs: the first
-    H100 run sized its 64k decode batch at 1 because the 32k engines, which then referred to themselves, were alive);
+    H100 run sized its 64k decode batch at 1 with the 32k engines, which then referred to themselves, still alive);
     then the allocator's cache, so that the next section sizes its batch from what is really free."""
     gc.collect()
     if torch.device(device).type == "cuda":
