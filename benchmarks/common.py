@@ -70,9 +70,13 @@ def middle_truncate(ids: list[int], length: int) -> list[int]:
 
 
 def write_json(name: str, payload: dict) -> Path:
-    BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    out = BENCH_DIR / name
-    tmp = out.with_suffix(".tmp")
+    return write_json_at(BENCH_DIR / name, payload)
+
+
+def write_json_at(path: Path, payload: dict) -> Path:
+    """Write ``payload`` to ``path`` at once (a temporary file renamed over it: a kill never leaves half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, out)
-    return out
+    os.replace(tmp, path)
+    return path

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import BENCH_DIR, data_dir, machine
+from benchmarks.common import BENCH_DIR, data_dir, machine, write_json_at
 from benchmarks.engine import time_decode_step
 
 MODELS = ("llama-3.1-8b-instruct", "deepseek-r1-distill-qwen-7b")
@@ -384,14 +384,9 @@ def main(argv=None) -> Path:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     earlier = json.loads(args.out.read_text()) if args.out.exists() and not args.smoke else None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-
     def save(payload: dict) -> None:
-        if earlier and earlier.get("device") == payload["device"]:
-            payload = merged(earlier, payload)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload, indent=2) + "\n")
-        os.replace(tmp, args.out)
+        write_json_at(args.out, merged(earlier, payload) if earlier and earlier.get("device") == payload["device"]
+                      else payload)
 
     run(args, save)
     print(f"wrote {args.out}")

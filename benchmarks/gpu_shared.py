@@ -17,7 +17,8 @@ real LongBench-v2 documents in the real tokenizer, cut to ``--lengths`` tokens (
   shared group's (bfloat16 reductions may depend on the batch shape: counted, not assumed).
 
 ``--smoke`` runs the same code on the CPU at tiny layer shapes and short prompts (the test suite runs it; its
-numbers mean nothing). Without ``--smoke`` a CUDA device is required. Writes results/bench/gpu_shared.json.
+numbers mean nothing). Without ``--smoke`` a CUDA device is required. Writes results/bench/gpu_shared.json after
+every length (a crash or a kill keeps the finished ones).
 
     python -m benchmarks.gpu_shared                 # on a GPU machine (about 4 min on one H100)
     python -m benchmarks.gpu_shared --smoke --out /tmp/gpu_shared_smoke.json
@@ -25,7 +26,6 @@ numbers mean nothing). Without ``--smoke`` a CUDA device is required. Writes res
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import BENCH_DIR, machine
+from benchmarks.common import BENCH_DIR, machine, write_json_at
 from benchmarks.gpu import build_model, prompt_ids, release, sync
 
 MODEL = "llama-3.1-8b-instruct"
@@ -102,7 +102,8 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def run(args) -> dict:
+def run(args, save=lambda payload: None) -> dict:
+    """Every length of ``args``; ``save(payload)`` after each, so that a crash or a kill keeps the finished ones."""
     from snapeval.generation import generate
     from snapeval.models.loading import packaged_tokenizer
 
@@ -117,7 +118,13 @@ def run(args) -> dict:
     configs = grid(args.budgets)
     warm = prompt_ids(tokenizer, 64, 1)
     generate(model, tokenizer, warm, config=configs[0], max_new_tokens=2)  # kernels, allocator
-    points = {}
+    payload = {
+        "benchmark": "gpu_shared", "smoke": smoke, "machine": machine(), "model": MODEL,
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "load_average_start": load_start, "load_average_end": None, "wall_seconds": None,
+        "configurations": [c.label for c in configs],
+        "settings": {k: v for k, v in vars(args).items() if k != "out"}, "lengths": {},
+    }
     for length in args.lengths:
         prompts = prompt_ids(tokenizer, length, args.items)
         point, texts = shared(model, tokenizer, configs, prompts, args.max_new, args.chunk)
@@ -133,20 +140,15 @@ def run(args) -> dict:
                                                   if alone["peak"]["growth_bytes"] else None)
             point["per_cell"] = alone
         point.update(items=args.items, prompt_tokens=length, token_ids=texts)
-        points[str(length)] = point
+        payload["lengths"][str(length)] = point
+        payload.update(load_average_end=os.getloadavg(), wall_seconds=time.perf_counter() - started)
+        save(payload)
         print(f"[{time.perf_counter() - started:7.0f}s] {MODEL} @ {length}: shared {point['wall_s']:.1f} s, chunk "
               f"{point['plan']['chunk']}, peak {point['peak']['growth_gib']:.2f} GiB "
               f"(plan {point['plan']['peak_gib']:.2f} GiB)"
               + (f"; per-cell {point['per_cell']['wall_s']:.1f} s" if "per_cell" in point else ""), flush=True)
         release(device)
-    return {
-        "benchmark": "gpu_shared", "smoke": smoke, "machine": machine(), "model": MODEL,
-        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "load_average_start": load_start, "load_average_end": os.getloadavg(),
-        "wall_seconds": time.perf_counter() - started,
-        "configurations": [c.label for c in configs],
-        "settings": {k: v for k, v in vars(args).items() if k != "out"}, "lengths": points,
-    }
+    return payload
 
 
 def main(argv=None) -> Path:
@@ -169,11 +171,7 @@ def main(argv=None) -> Path:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    payload = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, args.out)
+    run(args, lambda payload: write_json_at(args.out, payload))
     print(f"wrote {args.out}")
     return args.out
 

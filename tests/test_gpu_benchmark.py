@@ -110,3 +110,21 @@ def test_a_gpu_run_that_crashes_keeps_what_it_finished(tmp_path, data_dir, monke
                   "--out", str(out)])
     (entry,) = json.loads(out.read_text())["results"]
     assert list(entry["lengths"]) == ["256"] and "compile" in entry and "agreement" not in entry
+
+
+def test_a_gpu_shared_run_that_crashes_keeps_its_finished_lengths(tmp_path, data_dir, monkeypatch):
+    from benchmarks import gpu_shared
+
+    real = gpu_shared.shared
+
+    def shared_then_broken(model, tokenizer, configs, prompts, *args):
+        if len(prompts[0]) == 512:
+            raise RuntimeError("planted failure at the second length")
+        return real(model, tokenizer, configs, prompts, *args)
+
+    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
+    monkeypatch.setattr(gpu_shared, "shared", shared_then_broken)
+    out = tmp_path / "gpu_shared.json"
+    with pytest.raises(RuntimeError, match="planted failure"):
+        gpu_shared.main(["--smoke", "--per-cell-lengths", "--out", str(out)])
+    assert list(json.loads(out.read_text())["lengths"]) == ["256"]
