@@ -140,14 +140,19 @@ class ModelShape:
         return 2 * self.q_heads * min(window, prompt) * prompt * 4 + self.q_heads * prompt * 4
 
     def activation_bytes(self, tokens: int, context: int | None = None) -> int:
-        """Live activations of one decoder layer's forward over ``tokens`` query tokens (estimate): the residual
-        stream and the normed input ``[T, hidden]`` with, at the MLP, gate/up/product ``[T, intermediate]``; at
-        the attention, the projected and rotated queries, keys and values and the output. Attention itself is
-        SDPA's fused kernel (no ``[T, L]`` matrix); the logits of the last position only. ``context``: keys
-        attended (a prefill chunk attends to the whole prefix), which adds nothing with the fused kernel."""
+        """Live activations of one decoder layer's forward over ``tokens`` query tokens: what the model's forward
+        holds through every layer (the embeddings' output and the layer's input ``[T, hidden]``, RoPE's cos and sin
+        ``[T, head_dim]``) and, inside the layer, the residual stream and the normed input ``[T, hidden]`` with, at
+        the MLP, gate/up/product ``[T, intermediate]``; at the attention, the projected and rotated queries, keys
+        and values and the output. Attention itself is SDPA's fused kernel (no ``[T, L]`` matrix); the logits of
+        the last position only. ``context``: keys attended (a prefill chunk attends to the whole prefix), which
+        adds nothing with the fused kernel. Checked against the live tensors of a real forward
+        (``tests/test_memory_plan.py``); an H100 run of Llama-3.1-8B at 128k measured the two held ``[T, hidden]``
+        tensors and cos/sin (2.07 GiB) that an earlier estimate left out (``results/bench/gpu_shared.json``)."""
+        held = 2 * self.hidden + 2 * self.head_dim
         mlp = 3 * self.intermediate + 2 * self.hidden
         attention = 3 * self.hidden + 3 * (self.q_heads + 2 * self.kv_heads) * self.head_dim
-        return tokens * max(mlp, attention) * self.dtype_bytes + self.vocab * 4
+        return tokens * (held + max(mlp, attention)) * self.dtype_bytes + self.vocab * 4
 
     def decode_step_bytes(self, rows: int) -> int:
         """A decode step of ``rows`` rows: one token's activations per row and the float logits ``[R, V]``."""

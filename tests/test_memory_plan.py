@@ -61,6 +61,74 @@ def test_plan_byte_counts_equal_the_allocated_tensors(family):
         assert grown == alone_cache_bytes(shape, config, 60, fed_back), config.label
 
 
+class LiveTensors:
+    """A dispatch mode that counts the bytes of every tensor storage alive while it is active (new storages added
+    when an operator returns them, removed when they are freed) and their peak: the allocations a device's peak
+    counter sees, on the CPU."""
+
+    def __init__(self):
+        self.live = self.peak = 0
+        self.storages: set[int] = set()
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        meter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in torch.utils._pytree.tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor):
+                        meter.count(t.untyped_storage())
+                return out
+
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def count(self, storage) -> None:
+        import weakref
+
+        key, size = storage.data_ptr(), storage.nbytes()
+        if key in self.storages or size == 0:
+            return
+        self.storages.add(key)
+        self.live += size
+        self.peak = max(self.peak, self.live)
+
+        def freed(key=key, size=size):
+            self.storages.discard(key)
+            self.live -= size
+
+        weakref.finalize(storage, freed)
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+@pytest.mark.parametrize("family,dtype", [("llama", torch.float32), ("qwen2", torch.float32),
+                                          ("llama", torch.bfloat16)])
+def test_the_activation_estimate_equals_the_live_tensors_of_a_real_forward(family, dtype):
+    """A prefill forward's peak of live tensors (no cache: the capture is counted apart) is the plan's activation
+    estimate within 1%: the layer's own tensors and what the model's forward holds through every layer (the
+    embeddings' output and the layer's input, RoPE's cos and sin). Without the held ``[T, hidden]`` tensors the
+    estimate was 15% short here and 2.07 GiB short of an H100's measured peak at 128k (Llama-3.1-8B)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=512, hidden_size=256, intermediate_size=896, num_hidden_layers=2, num_attention_heads=8,
+                  num_key_value_heads=2, max_position_embeddings=4096)
+    model = (LlamaForCausalLM(LlamaConfig(**common)) if family == "llama"
+             else Qwen2ForCausalLM(Qwen2Config(**common))).to(dtype).eval()
+    tokens = 2048
+    ids = torch.randint(3, 512, (1, tokens))
+    with torch.inference_mode(), LiveTensors() as meter:
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)
+    estimate = ModelShape.of(model).activation_bytes(tokens, tokens)
+    assert estimate == pytest.approx(meter.peak, rel=0.01)
+
+
 def test_parse_bytes_and_its_errors():
     assert parse_bytes("70GiB") == 70 * 2**30 and parse_bytes("64GB") == 64 * 10**9 and parse_bytes(4096) == 4096
     assert parse_bytes("1.5 MiB") == 3 * 2**19
