@@ -80,3 +80,24 @@ def write_json_at(path: Path, payload: dict) -> Path:
     tmp.write_text(json.dumps(payload, indent=2) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def full_snapstream_snapkv(budgets) -> list:
+    """The shared-prefill benchmarks' grid: the full cache, then SnapStream and SnapKV at each of ``budgets``."""
+    from snapeval.cache import resolve_method
+
+    return [resolve_method("full")] + [resolve_method(m, b) for m in ("snapstream", "snapkv") for b in budgets]
+
+
+def alone_token_ids(model, tokenizer, config, prompts, max_new: int, slots: int) -> list[list[int]]:
+    """Greedy token ids of one configuration with its own prefill of every prompt, as ``snapeval sweep --per-cell``
+    runs it: SnapStream on the continuous-batching engine (``slots`` slots), the others through
+    ``snapeval.generate`` one prompt at a time (lm-eval's padded batches of ``batch_size: 1``)."""
+    from snapeval.engine import Engine, SamplingParams
+    from snapeval.generation import generate
+
+    if config.method == "snapstream":
+        done = Engine(model, tokenizer, config, num_slots=slots).generate(
+            prompts, [SamplingParams(max_new_tokens=max_new)] * len(prompts))
+        return [d.token_ids for d in done]
+    return [generate(model, tokenizer, [p], config=config, max_new_tokens=max_new)[0].token_ids for p in prompts]

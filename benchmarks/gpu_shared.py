@@ -33,16 +33,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import BENCH_DIR, machine, write_json_at
+from benchmarks.common import BENCH_DIR, alone_token_ids, full_snapstream_snapkv, machine, write_json_at
 from benchmarks.gpu import build_model, prompt_ids, release, sync
 
 MODEL = "llama-3.1-8b-instruct"
-
-
-def grid(budgets):
-    from snapeval.cache import resolve_method
-
-    return [resolve_method("full")] + [resolve_method(m, b) for m in ("snapstream", "snapkv") for b in budgets]
 
 
 def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tuple[dict, dict]:
@@ -70,8 +64,6 @@ def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tupl
 
 def per_cell(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tuple[dict, dict]:
     """Every configuration alone, with its own prefill of every prompt: (figures, greedy token ids)."""
-    from snapeval.engine import Engine, SamplingParams
-    from snapeval.generation import generate
     from snapeval.memory_plan import PeakMeter
 
     device = next(model.parameters()).device
@@ -80,13 +72,7 @@ def per_cell(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tu
     start = time.perf_counter()
     for config in configs:
         with PeakMeter(device) as meter:
-            if config.method == "snapstream":  # the lm-eval model's engine path
-                done = Engine(model, tokenizer, config, num_slots=chunk).generate(
-                    prompts, [SamplingParams(max_new_tokens=max_new)] * len(prompts))
-                texts[config.label] = [d.token_ids for d in done]
-            else:  # lm-eval's padded batches of batch_size 1
-                texts[config.label] = [generate(model, tokenizer, [p], config=config, max_new_tokens=max_new)[0]
-                                       .token_ids for p in prompts]
+            texts[config.label] = alone_token_ids(model, tokenizer, config, prompts, max_new, slots=chunk)
         cells[config.label] = meter.to_dict()
         release(device)  # the next configuration sizes nothing from memory this one still holds
     sync(device)
@@ -115,7 +101,7 @@ def run(args, save=lambda payload: None) -> dict:
     tokenizer = packaged_tokenizer(MODEL)
     model = build_model(MODEL, device, torch.float32 if smoke else torch.bfloat16, smoke)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    configs = grid(args.budgets)
+    configs = full_snapstream_snapkv(args.budgets)
     warm = prompt_ids(tokenizer, 64, 1)
     generate(model, tokenizer, warm, config=configs[0], max_new_tokens=2)  # kernels, allocator
     payload = {

@@ -39,17 +39,12 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import BENCH_DIR, REPO, machine, middle_truncate, write_json
+from benchmarks.common import (BENCH_DIR, REPO, alone_token_ids, full_snapstream_snapkv, machine,
+                               middle_truncate, write_json)
 
 MODEL = "smollm2-135m-instruct"
 DEFAULTS = {"lengths": [4096, 8192, 16384], "items": 8, "budgets": [256, 512, 1024], "max_new": 16}
 SMOKE = {"lengths": [512], "items": 2, "budgets": [64, 128, 256], "max_new": 4}
-
-
-def configs(budgets):
-    from snapeval.cache import resolve_method
-
-    return [resolve_method("full")] + [resolve_method(m, b) for m in ("snapstream", "snapkv") for b in budgets]
 
 
 def prompts(tokenizer, length: int, count: int) -> list[list[int]]:
@@ -76,7 +71,7 @@ def measure(path: str, length: int, items: int, budgets, max_new: int, allowance
     import torch
 
     from snapeval.branching import BranchSet
-    from snapeval.engine import Engine, SamplingParams
+    from snapeval.engine import SamplingParams
     from snapeval.errors import SnapevalError
     from snapeval.generation import generate
     from snapeval.harness.shared import load_once
@@ -84,7 +79,7 @@ def measure(path: str, length: int, items: int, budgets, max_new: int, allowance
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     model, tokenizer = load_once(MODEL, "float32")
-    grid = configs(budgets)
+    grid = full_snapstream_snapkv(budgets)
     batch = prompts(tokenizer, length, items)
     params = [SamplingParams(max_new_tokens=max_new)] * items
     generate(model, tokenizer, [batch[0][:32]], config=grid[0], max_new_tokens=2)  # warm-up: kernels, allocator
@@ -104,12 +99,7 @@ def measure(path: str, length: int, items: int, budgets, max_new: int, allowance
         cells, texts = {}, {}
         for config in grid:
             with PeakMeter("cpu") as meter:
-                if config.method == "snapstream":  # the lm-eval model's engine path: 8 slots
-                    done = Engine(model, tokenizer, config, num_slots=8).generate(batch, params)
-                    texts[config.label] = [d.token_ids for d in done]
-                else:  # lm-eval's padded batches of batch_size 1
-                    texts[config.label] = [generate(model, tokenizer, [p], config=config, max_new_tokens=max_new)[0]
-                                           .token_ids for p in batch]
+                texts[config.label] = alone_token_ids(model, tokenizer, config, batch, max_new, slots=8)
             cells[config.label] = meter.to_dict()
         worst = max(cells.values(), key=lambda m: m["growth_bytes"])
         result = {"peak": worst, "cells": cells}
@@ -200,7 +190,7 @@ def main(argv=None) -> int:
         row["load_average_after"] = open("/proc/loadavg").read().split()[:3]
         rows = sorted([r for r in rows if r["length"] != length] + [row], key=lambda r: r["length"])
         payload = {"benchmark": "sweep_memory", "model": MODEL, "dtype": "float32", "sizes": sizes,
-                   "configurations": [c.label for c in configs(sizes["budgets"])], "rows": rows,
+                   "configurations": [c.label for c in full_snapstream_snapkv(sizes["budgets"])], "rows": rows,
                    "paper_scale_prediction": predicted, "load_average_before": load,
                    "load_average_after": row["load_average_after"], "machine": machine()}
         print(f"wrote {write_json(out_name, payload)}", flush=True)  # after every length: a kill keeps finished rows

@@ -4,9 +4,12 @@ prediction (Llama-3.1-8B at 128k tokens on one 80 GB device) fits."""
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from snapeval.branching import BranchSet, load_caches
 from snapeval.cache import FullConfig, SnapKVConfig, SnapStreamConfig, StreamingLLMConfig, method_info
@@ -61,35 +64,24 @@ def test_plan_byte_counts_equal_the_allocated_tensors(family):
         assert grown == alone_cache_bytes(shape, config, 60, fed_back), config.label
 
 
-class LiveTensors:
+class LiveTensors(TorchDispatchMode):
     """A dispatch mode that counts the bytes of every tensor storage alive while it is active (new storages added
     when an operator returns them, removed when they are freed) and their peak: the allocations a device's peak
     counter sees, on the CPU."""
 
     def __init__(self):
+        super().__init__()
         self.live = self.peak = 0
         self.storages: set[int] = set()
 
-    def __enter__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        meter = self
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                for t in torch.utils._pytree.tree_flatten(out)[0]:
-                    if isinstance(t, torch.Tensor):
-                        meter.count(t.untyped_storage())
-                return out
-
-        self.mode = Mode()
-        self.mode.__enter__()
-        return self
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.count(t.untyped_storage())
+        return out
 
     def count(self, storage) -> None:
-        import weakref
-
         key, size = storage.data_ptr(), storage.nbytes()
         if key in self.storages or size == 0:
             return
@@ -102,9 +94,6 @@ class LiveTensors:
             self.live -= size
 
         weakref.finalize(storage, freed)
-
-    def __exit__(self, *exc):
-        self.mode.__exit__(*exc)
 
 
 @pytest.mark.parametrize("family,dtype", [("llama", torch.float32), ("qwen2", torch.float32),
