@@ -26,10 +26,16 @@ def test_binary_single_items_use_mcnemar_midp_and_tango():
     cmp = compare_cells(ref, cand, "acc,none")
     assert (cmp.worse, cmp.better, cmp.n, cmp.clusters, cmp.unpaired) == (2, 0, 40, 40, 0)
     assert cmp.test == "McNemar mid-p" and cmp.p_value == pytest.approx(mcnemar_midp(2, 0))
-    assert (cmp.ci_low, cmp.ci_high) == pytest.approx(tango_interval(2, 0, 40))
+    # the interval is two-sided 90% (1 - 2 alpha): its lower end is the decision's one-sided 95% bound
+    assert (cmp.ci_low, cmp.ci_high) == pytest.approx(tango_interval(2, 0, 40, 0.90))
+    assert cmp.ci_low == pytest.approx(-cmp.drop_bound)
     assert cmp.interval == "Tango score"
     assert (cmp.ni_p, cmp.drop_bound) == pytest.approx(tango_noninferiority(2, 0, 40, 0.02, 0.05))
-    assert not cmp.non_inferior and cmp.n_for_margin == noninferiority_items(0.02, 0.05, 2 / 40)
+    # the items that would settle it are computed at the observed difference: -0.05 is beyond the margin, none do
+    assert not cmp.non_inferior and cmp.n_for_margin == math.inf
+    one = compare_cells(_cell({i: 1 for i in range(400)}), _cell({i: (0 if i < 2 else 1) for i in range(400)}),
+                        "acc,none")
+    assert one.non_inferior and one.n_for_margin == noninferiority_items(0.02, 0.05, 2 / 400, -2 / 400) == 373
     loose = compare_cells(ref, cand, "acc,none", rule=DecisionRule(margin=0.2))
     assert loose.non_inferior and loose.drop_bound < 0.2
 
@@ -37,8 +43,10 @@ def test_binary_single_items_use_mcnemar_midp_and_tango():
 def test_no_discordant_item_keeps_a_real_interval():
     ref = _cell({i: 1 for i in range(40)})
     cmp = compare_cells(ref, ref, "acc,none")
-    assert cmp.ci_low < -0.08 and cmp.ci_high > 0.08  # issue #21: the old bootstrap gave [0, 0]
-    assert cmp.p_value == 1.0 and cmp.drop_bound == pytest.approx(0.0634, abs=1e-3)
+    assert cmp.ci_low < -0.06 and cmp.ci_high > 0.06  # issue #21: the old bootstrap gave [0, 0]
+    assert cmp.p_value == 1.0 and cmp.drop_bound == pytest.approx(0.0634, abs=1e-3) == -cmp.ci_low
+    # issue #39: no 40 items can show non-inferiority at 2 points, and that is an n to name, not "unreachable"
+    assert not cmp.non_inferior and cmp.n_for_margin == 133
 
 
 def test_lower_is_better_metrics_are_oriented():

@@ -16,8 +16,11 @@ Sources (the reference values in ``tests/test_stats.py`` are the published ones)
   (the same book, chapter 8: Cavo example -0.0621 (95% CI -0.1240 to -0.0054)). Unlike a Wald or percentile-bootstrap
   interval it does not collapse to a point when no item is discordant: at n = 40 it is about +-0.09.
 - Clustered items (several questions on one document): Rao & Scott, "A simple method for the analysis of clustered
-  binary data", Biometrics 48:577-585 (1992): divide the counts by the estimated design effect and use the
-  unclustered method on the effective counts (see :func:`design_effect`).
+  binary data", Biometrics 48:577-585 (1992): divide the counts by a design effect and use the unclustered method on
+  the effective counts. The design effect is Kish's for clusters of unequal size at an intra-cluster correlation of 1,
+  ``sum(m_k^2) / n`` (Kish, "Survey Sampling", Wiley 1965, section 5.4: ``1 + (m - 1) rho``; unequal sizes:
+  Eldridge, Ashby & Kerry, Int. J. Epidemiol. 35:1292-1300, 2006, ``1 + ((cv^2 + 1) mean(m) - 1) rho``), not one
+  estimated from the data: see :func:`worst_case_design_effect` for why.
 """
 from __future__ import annotations
 
@@ -134,23 +137,37 @@ def tango_noninferiority(worse: float, better: float, n: float, margin: float, a
     return float(p), float(-lower)
 
 
-def design_effect(differences, clusters) -> float:
-    """Rao-Scott design effect of the mean paired difference: the cluster-robust variance (clusters resampled as
-    units, with the ``k / (k - 1)`` small-sample factor) over the variance the same items would have if independent.
+def worst_case_design_effect(sizes) -> float:
+    """The design effect of a sum of per-item scores over clusters of ``sizes`` items when the items of a cluster are
+    perfectly correlated: ``sum(m_k^2) / sum(m_k)`` (1 when every cluster holds one item).
 
-    Floored at 1: items of one document are not assumed to be *less* alike than strangers, so clustering never
-    narrows an interval. 1.0 when every cluster holds one item, or when no item is discordant (then there is nothing
-    to inflate and Tango's interval at the full n is the honest one).
+    It bounds the variance of the sum at any intra-cluster correlation ``rho <= 1`` (``Var = sum m_k sigma^2 (1 +
+    (m_k - 1) rho) <= sum m_k^2 sigma^2``), so Tango's score test on counts divided by it keeps its level whatever the
+    correlation. An estimated design effect does not: the non-inferiority test rejects when few items are discordant,
+    exactly where the data say nothing about the correlation (the Rao-Scott ratio estimated from the data, and the
+    cluster-robust variance under the null referred to t on clusters - 1 df, both exceed the level on clustered data
+    where the compressed cache only breaks items: ``docs/statistics.md`` gives the simulation). LongBench-v2's 395
+    local items (357 single, 38 in 10 documents of 2-6) have a worst-case design effect of 523 / 395 = 1.32.
     """
-    d = np.asarray(differences, dtype=np.float64)
-    labels = np.unique(np.asarray(clusters, dtype=object), return_inverse=True)[1]
-    k, n = int(labels.max()) + 1, d.size
-    if k == n or k < 2:
+    m = np.asarray(sizes, dtype=np.float64)
+    if m.size == 0 or m.sum() <= 0:
         return 1.0
-    mean = d.mean()
-    totals = np.bincount(labels, weights=d - mean, minlength=k)
-    robust = k / (k - 1) * float((totals ** 2).sum()) / n ** 2
-    independent = float(((d - mean) ** 2).sum()) / (n * (n - 1))
-    if independent <= 0:
-        return 1.0
-    return max(1.0, robust / independent)
+    return float(max(1.0, (m * m).sum() / m.sum()))
+
+
+def clustered_tango(worse: int, better: int, sizes, margin: float, alpha: float,
+                    confidence: float) -> tuple[float, float, float, float, float]:
+    """Tango's non-inferiority test and score interval for ``worse`` and ``better`` discordant items among items in
+    clusters of ``sizes`` (one entry per cluster; all 1: independent items, exactly Tango's), on Rao-Scott effective
+    counts: every count divided by :func:`worst_case_design_effect`.
+
+    Returns ``(ni_p, drop_bound, low, high, design_effect)``: the one-sided p of H0 "difference <= -margin", the
+    one-sided ``1 - alpha`` upper bound of the drop, the two-sided ``confidence`` interval of the difference
+    (candidate - reference) and the design effect used.
+    """
+    deff = worst_case_design_effect(sizes)
+    n = float(np.sum(sizes))
+    w, b, n_eff = worse / deff, better / deff, n / deff
+    ni_p, drop_bound = tango_noninferiority(w, b, n_eff, margin, alpha)
+    low, high = tango_interval(w, b, n_eff, confidence)
+    return ni_p, drop_bound, low, high, deff

@@ -43,8 +43,9 @@ class DecisionRule:
 
     @property
     def confidence(self) -> float:
-        """Level of the two-sided intervals shown next to the tests (0.95 at alpha = 0.05)."""
-        return 1 - self.alpha
+        """Level of the two-sided intervals shown with the decision: ``1 - 2 alpha`` (0.90 at alpha = 0.05), so that
+        an interval's lower end is the one-sided ``1 - alpha`` bound the non-inferiority test uses."""
+        return 1 - 2 * self.alpha
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)

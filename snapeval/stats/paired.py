@@ -17,20 +17,25 @@ difference test        McNemar mid-p (one item per cluster), else the  sign-flip
 (two-sided)            sign-flip test over clusters (the same test:    mid-p (:mod:`snapeval.stats.permutation`)
                        :mod:`snapeval.stats.permutation`)
 interval (two-sided,   Tango's score interval; clustered: on Rao-      cluster bootstrap, expanded percentile
-``1 - alpha``)         Scott effective counts (:mod:`.binary`)         (:mod:`snapeval.stats.bootstrap`)
+``1 - 2 alpha``)       Scott effective counts (:mod:`.binary`)         (:mod:`snapeval.stats.bootstrap`)
 non-inferiority        Tango's score test at ``-margin`` and its       sign-flip test of the shifted null and the
 (one-sided ``alpha``)  one-sided bound (same effective counts)         bound that inverts it
 power                  exact power of the mid-p test                   normal approximation with the cluster-robust
                        (:mod:`snapeval.stats.power`)                   standard error
 =====================  ==============================================  ============================================
 
+The interval is two-sided at ``1 - 2 alpha`` (90% at alpha = 0.05): its lower end is the one-sided ``1 - alpha``
+bound the non-inferiority decision uses, so an interval drawn against the margin line shows the decision itself.
 Significance needs the whole family (Holm, :mod:`snapeval.stats.multiplicity`), so a :class:`PairedComparison`
-carries the raw p-value and the table adds the adjusted one.
+carries the raw p-value and the table adds the adjusted one; ``family`` sizes the minimum detectable drop at Holm's
+most stringent level ``alpha / family``.
 
-Clustered 0/1 scores: the test flips whole clusters (exact at any correlation). Tango's interval has no clustered
-form, so its counts are divided by the Rao-Scott design effect of the paired difference (at least 1): the interval
-keeps its score form (it does not collapse with zero discordant items) and widens by the information the correlation
-inside clusters removes. The simulation test checks its coverage on clustered data.
+Clustered 0/1 scores: the test flips whole clusters (exact at any correlation). Tango's interval and test have no
+clustered form, so their counts are divided by the worst-case design effect of the cluster sizes
+(:func:`~snapeval.stats.binary.worst_case_design_effect`, ``sum(m^2) / n``; 1 for single items, where everything is
+Tango's as for independent items): the interval keeps its score form (it does not collapse with zero discordant
+items) and keeps its level at any correlation inside clusters, which an estimated design effect does not
+(``tests/test_stats_simulation.py``, ``docs/statistics.md``).
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from snapeval.errors import SnapevalError
-from snapeval.stats.binary import design_effect, mcnemar_midp, tango_interval, tango_noninferiority
+from snapeval.stats.binary import clustered_tango, mcnemar_midp, worst_case_design_effect
 from snapeval.stats.bootstrap import FEW_CLUSTERS, cluster_bootstrap_interval
 from snapeval.stats.decision import DecisionRule
 from snapeval.stats.permutation import cluster_totals, sign_flip_lower_bound, sign_flip_test, smallest_p
@@ -70,7 +75,7 @@ class PairedComparison:
     reference_mean: float
     candidate_mean: float
     mean_diff: float  # candidate - reference, in the metric's units
-    ci_low: float  # two-sided 1 - alpha interval of mean_diff
+    ci_low: float  # two-sided 1 - 2 alpha interval of mean_diff (its lower end: the decision's one-sided bound)
     ci_high: float
     interval: str  # how the interval was computed
     binary: bool  # every score is 0 or 1
@@ -83,9 +88,10 @@ class PairedComparison:
     alpha: float
     ni_p: float  # one-sided non-inferiority p: H0 drop >= margin
     drop_bound: float  # one-sided 1 - alpha upper confidence bound of the drop
-    mdd: float  # smallest drop the two-sided test catches with 80% power at this n (inf: none)
-    n_for_margin: float  # items needed to show non-inferiority at the margin with 80% power (true difference 0)
-    design_effect: float  # Rao-Scott design effect used for clustered 0/1 scores (1: none)
+    mdd: float  # smallest drop the two-sided test catches with 80% power at this n and alpha / family (inf: none)
+    n_for_margin: float  # items that would show non-inferiority with 80% power if the true difference were the
+    #                      observed one (inf: the observed drop is at or beyond the margin, no n settles it)
+    design_effect: float  # worst-case design effect dividing clustered 0/1 counts (1: single items)
     few_clusters: bool  # a bootstrap interval over fewer than FEW_CLUSTERS clusters (coverage not reached)
 
     @property
@@ -167,14 +173,18 @@ def _items(result, metric: str, subtask: str | None) -> dict[tuple[str, int], tu
 
 
 def compare_cells(reference, candidate, metric: str, *, rule: DecisionRule = DecisionRule(),
-                  higher_is_better: bool = True, subtask: str | None = None) -> PairedComparison:
+                  higher_is_better: bool = True, subtask: str | None = None, family: int = 1) -> PairedComparison:
     """Pair two :class:`~snapeval.results.schema.CellResult` s item by item on ``metric`` (see the module
-    docstring for what is computed). ``subtask`` restricts the items to one subtask.
+    docstring for what is computed). ``subtask`` restricts the items to one subtask; ``family``: the number of tests
+    this one is adjusted with (Holm), which sets the level of the minimum detectable drop.
 
     Raises a one-line :class:`SnapevalError` when no item can be paired (different items, or no per-item scores).
     """
+    if not (isinstance(family, int) and family >= 1):
+        raise SnapevalError(f"family={family!r} is invalid; allowed: an integer >= 1 (the tests adjusted together)")
     pairs = _Pairs(reference, candidate, metric, subtask, higher_is_better)
     alpha, margin = rule.alpha, rule.margin
+    observed = float(pairs.diff.mean())  # oriented: negative = worse
     deff, few = 1.0, False
     if pairs.binary:
         if pairs.singletons:
@@ -182,13 +192,12 @@ def compare_cells(reference, candidate, metric: str, *, rule: DecisionRule = Dec
         else:
             p, how = sign_flip_test(pairs.totals)
             test = f"sign-flip over {pairs.k} clusters (mid-p, {how})"
-            deff = design_effect(pairs.diff, pairs.labels)
-        w, b, n_eff = pairs.worse / deff, pairs.better / deff, pairs.n / deff
-        low, high = tango_interval(w, b, n_eff, rule.confidence)
-        interval = "Tango score" + (f", Rao-Scott design effect {deff:.2f}" if deff > 1 else "")
-        ni_p, drop_bound = tango_noninferiority(w, b, n_eff, margin, alpha)
-        mdd = minimum_detectable_drop(max(1, round(n_eff)), pairs.better / pairs.n, alpha)
-        needed = noninferiority_items(margin, alpha, (pairs.worse + pairs.better) / pairs.n) * deff \
+        ni_p, drop_bound, low, high, deff = clustered_tango(pairs.worse, pairs.better, pairs.sizes, margin, alpha,
+                                                            rule.confidence)
+        n_eff = pairs.n / deff
+        interval = "Tango score" + (f", worst-case design effect {deff:.2f}" if deff > 1 else "")
+        mdd = minimum_detectable_drop(max(1, round(n_eff)), pairs.better / pairs.n, alpha / family)
+        needed = noninferiority_items(margin, alpha, (pairs.worse + pairs.better) / pairs.n, observed) * deff \
             if margin > 0 else math.inf
     else:
         p, how = sign_flip_test(pairs.totals)
@@ -200,8 +209,8 @@ def compare_cells(reference, candidate, metric: str, *, rule: DecisionRule = Dec
         drop_bound = -sign_flip_lower_bound(pairs.totals, pairs.sizes, alpha)
         se = pairs.cluster_se()
         if se > 0:
-            mdd = normal_minimum_detectable_drop(se, alpha)
-            needed = normal_noninferiority_clusters(pairs.k * se ** 2, margin, alpha) * pairs.n / pairs.k
+            mdd = normal_minimum_detectable_drop(se, alpha / family)
+            needed = normal_noninferiority_clusters(pairs.k * se ** 2, margin, alpha, observed) * pairs.n / pairs.k
         else:  # every cluster differs by the same amount: no variance to plan with
             mdd, needed = math.nan, math.nan
     low, high = pairs.raw(low, high)
@@ -211,8 +220,9 @@ def compare_cells(reference, candidate, metric: str, *, rule: DecisionRule = Dec
         mean_diff=float((pairs.cand - pairs.ref).mean()), ci_low=low, ci_high=high, interval=interval,
         binary=pairs.binary, test=test, p_value=float(p), worse=pairs.worse, better=pairs.better,
         length_change=float(np.mean(pairs.lengths)) if pairs.lengths else None, margin=margin, alpha=alpha,
-        ni_p=float(ni_p), drop_bound=float(drop_bound), mdd=float(mdd), n_for_margin=float(needed if not math.isfinite(needed) else math.ceil(needed)),
-        design_effect=float(deff), few_clusters=few,
+        ni_p=float(ni_p), drop_bound=float(drop_bound), mdd=float(mdd),
+        n_for_margin=float(math.ceil(needed) if math.isfinite(needed) else needed), design_effect=float(deff),
+        few_clusters=few,
     )
 
 
@@ -230,7 +240,7 @@ def drop_check(reference, candidate, metric: str, *, alpha: float, higher_is_bet
         p, how = sign_flip_test(pairs.totals, alternative="less")
         test = f"sign-flip over {pairs.k} clusters, one-sided (mid-p, {how})"
         if pairs.binary:
-            deff = design_effect(pairs.diff, pairs.labels)
+            deff = worst_case_design_effect(pairs.sizes)
             churn = pairs.better / pairs.n
             power = mcnemar_power(max(1, round(pairs.n / deff)), min(1.0 - churn, churn + REGRESSION_DROP), churn,
                                   alpha, "less")

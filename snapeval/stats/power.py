@@ -117,12 +117,14 @@ def normal_minimum_detectable_drop(se: float, alpha: float, power: float = POWER
     return (_NORMAL.inv_cdf(1 - alpha / 2) + _NORMAL.inv_cdf(power)) * se
 
 
-def normal_noninferiority_clusters(cluster_variance: float, margin: float, alpha: float,
+def normal_noninferiority_clusters(cluster_variance: float, margin: float, alpha: float, difference: float = 0.0,
                                    power: float = POWER) -> float:
     """Clusters a one-sided test at ``alpha`` needs to show non-inferiority at ``margin`` with ``power`` when the
-    true difference is 0 and one cluster's contribution to the mean has variance ``cluster_variance``
-    (``k * var(mean)``)."""
-    if margin <= 0:
+    true difference is ``difference`` (negative: worse) and one cluster's contribution to the mean has variance
+    ``cluster_variance`` (``k * var(mean)``): ``((z_(1-alpha) + z_power) sigma / (margin + difference))^2``;
+    ``inf`` when the difference is at or beyond ``-margin``."""
+    gap = margin + difference
+    if gap <= 0:
         return math.inf
     z = _NORMAL.inv_cdf(1 - alpha) + _NORMAL.inv_cdf(power)
-    return math.ceil(z * z * cluster_variance / margin ** 2)
+    return math.ceil(z * z * cluster_variance / gap ** 2)
