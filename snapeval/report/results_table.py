@@ -19,6 +19,7 @@ from snapeval.results.schema import CellResult, group_id_of
 from snapeval.results.store import ResultsStore
 from snapeval.simulator.pricing import CellPricing, SimulateFn, measured_lengths
 from snapeval.stats.decision import DecisionRule
+from snapeval.stats.headline import headline_metric
 
 _CELL = ["cell_id", "model", "task", "subtask", "method", "budget"]
 _MEASURED = [
@@ -101,19 +102,6 @@ def add_decisions(table, rule: DecisionRule) -> None:
 
 
 
-def _primary_keys(view: dict[str, Any], result: CellResult) -> tuple[str, str]:
-    """(subtask, "metric,filter") of the cell's headline number: the config's ``metric`` or the first reported."""
-    subtasks = [m.subtask for m in result.metrics]
-    subtask = view["task"] if view["task"] in subtasks else subtasks[0]
-    mine = [m for m in result.metrics if m.subtask == subtask]
-    wanted = view.get("metric")
-    if wanted:
-        for m in mine:
-            if wanted in (m.metric, m.key):
-                return subtask, m.key
-    return subtask, mine[0].key
-
-
 def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], simulate_settings: dict[str, Any],
                 simulate: SimulateFn | None | str = "default", decision: DecisionRule | None = None):
     """The tidy table of the finished cells among ``views`` (manifest entries, grid order), as a DataFrame.
@@ -140,7 +128,7 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
         result = results.get(view["cell_id"])
         if result is None:
             continue
-        primary = _primary_keys(view, result)
+        primary = headline_metric(view, result)
         cell_cols = {k: view.get(k)
                      for k in ("cell_id", "model", "task", "method", "budget", *settings, "seed", "limit", "dtype")}
         cell_cols.update(

@@ -117,7 +117,9 @@ class DropCheck:
     test: str
     p_value: float  # one-sided: small when the candidate is worse
     smallest_p: float  # the smallest p this test can give at this n: >= alpha means it cannot reject at all
-    power: float  # power against a REGRESSION_DROP drop at alpha, at the observed churn
+    churn: float  # share of items the candidate scored better on: the background churn of two sampled runs
+    drop: float  # the drop the power is computed against
+    power: float  # power against ``drop`` at the level the check was given, at the observed churn
 
 
 class _Pairs:
@@ -226,28 +228,30 @@ def compare_cells(reference, candidate, metric: str, *, rule: DecisionRule = Dec
     )
 
 
-def drop_check(reference, candidate, metric: str, *, alpha: float, higher_is_better: bool = True,
-               subtask: str | None = None) -> DropCheck:
+def drop_check(reference, candidate, metric: str, *, alpha: float, drop: float = REGRESSION_DROP,
+               higher_is_better: bool = True, subtask: str | None = None) -> DropCheck:
     """The one-sided paired test that ``candidate`` dropped below ``reference`` on ``metric`` (``snapeval
-    regress``), with its power against a :data:`~snapeval.stats.power.REGRESSION_DROP` drop at the observed rate of
-    improved items, and the smallest p-value the test can reach at this n."""
+    regress``), with its power at level ``alpha`` against a ``drop`` (default
+    :data:`~snapeval.stats.power.REGRESSION_DROP`) made of worse items on top of the observed churn (the rate of
+    improved items, which two sampled runs with no change show in both directions), and the smallest p-value the
+    test can reach at this n. ``alpha`` is the level the guard applies to this test (``alpha / m`` for the first of
+    ``m`` Holm-adjusted tests)."""
     pairs = _Pairs(reference, candidate, metric, subtask, higher_is_better)
+    churn = pairs.better / pairs.n
     if pairs.binary and pairs.singletons:
         p, test = mcnemar_midp(pairs.worse, pairs.better, "less"), "McNemar mid-p, one-sided"
-        churn = pairs.better / pairs.n
-        power = mcnemar_power(pairs.n, min(1.0 - churn, churn + REGRESSION_DROP), churn, alpha, "less")
+        power = mcnemar_power(pairs.n, min(1.0 - churn, churn + drop), churn, alpha, "less")
     else:
         p, how = sign_flip_test(pairs.totals, alternative="less")
         test = f"sign-flip over {pairs.k} clusters, one-sided (mid-p, {how})"
         if pairs.binary:
             deff = worst_case_design_effect(pairs.sizes)
-            churn = pairs.better / pairs.n
-            power = mcnemar_power(max(1, round(pairs.n / deff)), min(1.0 - churn, churn + REGRESSION_DROP), churn,
-                                  alpha, "less")
+            power = mcnemar_power(max(1, round(pairs.n / deff)), min(1.0 - churn, churn + drop), churn, alpha, "less")
         else:
             se = pairs.cluster_se()
-            power = 1.0 if se == 0 else 1 - _NORMAL.cdf(_NORMAL.inv_cdf(1 - alpha) - REGRESSION_DROP / se)
+            power = 1.0 if se == 0 else 1 - _NORMAL.cdf(_NORMAL.inv_cdf(1 - alpha) - drop / se)
     floor = 0.5 * 2.0 ** -pairs.n if pairs.binary and pairs.singletons else smallest_p(pairs.k)
     return DropCheck(n=pairs.n, clusters=pairs.k, unpaired=pairs.unpaired, binary=pairs.binary,
                      mean_diff=float((pairs.cand - pairs.ref).mean()), worse=pairs.worse, better=pairs.better,
-                     test=test, p_value=float(p), smallest_p=float(floor), power=float(power))
+                     test=test, p_value=float(p), smallest_p=float(floor), churn=float(churn), drop=float(drop),
+                     power=float(power))

@@ -1,33 +1,44 @@
 """``snapeval regress``: accuracy regression check of a results directory against a committed baseline.
 
-Cells are matched on (model, task, method, budget, every method setting, seed: :func:`key_fields`). It guards drops
-(one-sided), per baseline cell:
+Cells are matched on (model, task, method, budget, every method setting, seed: :func:`key_fields`). A baseline
+fixes its items, so every current cell must **pair** with its baseline cell, or the check fails with one line naming
+what is missing (exit 1):
+
+* the current cell must cover exactly the baseline's items (``(subtask, doc_id)``): none missing, none other;
+* it must carry per-item samples scored on the headline metric (a cell without them could hide any drop);
+* it must report the headline aggregate (the cell's headline metric: the config's ``metric``, else the task's
+  first) and every other aggregate the baseline has a value for;
+* its greedy status must be the baseline's: a greedy baseline is checked by the greedy rule and a current run that
+  sampled even one item is not the same experiment (it would otherwise slip to the weaker sampled test).
+
+Then, per baseline cell:
 
 * **greedy cells** (both sides decoded greedily): decoding is deterministic, so *any* change of a per-item score or
   a generated text fails, named item by item (a scoring-code change that keeps every text is caught as well as a
-  cache change that alters an answer), and so does an item present on one side only;
-* **sampled cells**, every metric with per-item scores on both sides: the one-sided paired test of a drop
-  (:func:`snapeval.stats.paired.drop_check`: McNemar mid-p for 0/1 scores, the sign-flip test over clusters
-  otherwise) fails at ``p < alpha``; its power against a 10-point drop at this n is printed. Below the n at which the
-  test can reject at all (its smallest possible p is ``>= alpha``) it says so and the tolerance rule below applies
-  too. Items present on one side only are counted as unpaired and left out;
-* metrics without per-item scores (or ``--unpaired``): a drop larger than
-  ``max(z * sqrt(se_base^2 + se_cur^2), margin)`` fails (for a lower-is-better metric a rise is a drop);
-* a baseline cell or metric missing from the current results fails.
+  cache change that alters an answer). One broken item is caught with certainty;
+* **sampled cells**: the one-sided paired test of a drop of the headline metric
+  (:func:`snapeval.stats.paired.drop_check`: McNemar mid-p for 0/1 scores of single items, the sign-flip test over
+  clusters otherwise), **Holm-adjusted over the sampled cells of the run** (family-wise false-alarm rate at most
+  ``alpha`` when nothing changed, whatever the churn between two sampled runs); a cell fails at adjusted ``p <
+  alpha``. Each line states the test's power against ``--drop`` (default 10 points) at the churn it measured (the
+  share of items the current run scored better on: two sampled runs disagree in both directions), at Holm's most
+  stringent level ``alpha / m``. Where the test cannot reject at all at that level (its smallest possible p is not
+  below it), it says so and a drop beyond the tolerance rule fails too.
 
-No multiplicity adjustment: every paired test runs at ``alpha``, because a guard prefers an alarm to a miss (with no
-real change, expect at most ``alpha`` x the number of sampled tests false alarms; greedy cells have none).
+The tolerance rule, ``max(z * sqrt(se_base^2 + se_cur^2), margin)``, is otherwise used only with
+``--allow-unpaired``, an exploration mode for comparing runs that do not pair (other items, no per-item samples):
+it turns the pairing failures above into notes, pairs what is shared and falls back to the tolerance rule where
+nothing is; its verdict says it is not a regression guard.
 
-Exit codes: 0 no regression, 1 regression, 2 unusable input (unreadable or invalid files, nothing to compare, or
-cells that ran under different conditions: another sample limit, generation settings, task parameters or data).
+Exit codes: 0 no regression, 1 regression (or a cell that does not pair), 2 unusable input (unreadable or invalid
+files, nothing to compare, or cells that ran under different conditions: another sample limit, generation
+settings, task parameters or data).
 
 Baselines are JSON files written by ``snapeval regress --current DIR --baseline FILE --write-baseline``; a results
 directory is accepted as a baseline too.
 
-Sizing ``configs/regression.yaml``: at 64 items per cell the one-sided mid-p McNemar test at alpha = 0.05 catches a
-10-point drop made of broken items (``p_worse = 0.10``, ``p_better = 0``) with probability
-``mcnemar_power(64, 0.10, 0.0, 0.05, "less") = 0.894``; at 55 items 0.813, at 40 items 0.577, at the old 4 items it
-needed all 4 items broken (``tests/test_regress.py`` recomputes this from the config file).
+What CI runs: ``configs/regression.yaml`` is greedy, so CI applies the greedy rule (any per-item change fails); the
+sampled test and its power are what a sampled configuration would get.
 """
 from __future__ import annotations
 
@@ -43,6 +54,8 @@ from typing import Any, TextIO
 from snapeval.cache.methods import METHOD_TABLE
 from snapeval.errors import SnapevalError
 from snapeval.stats.decision import DEFAULT_ALPHA, DEFAULT_MARGIN, DecisionRule
+from snapeval.stats.headline import headline_metric
+from snapeval.stats.multiplicity import holm
 from snapeval.stats.power import REGRESSION_DROP
 
 BASELINE_FORMAT = "snapeval-baseline/1"
@@ -144,18 +157,22 @@ def write_baseline(results_dir: str | Path, path: str | Path) -> int:
 
 @dataclass
 class Finding:
-    kind: str  # "regression", "changed", "missing", "unpaired", "improved", "ok"
+    kind: str  # "regression", "changed", "missing", "unpaired", "mismatch", "note", "improved", "ok"
     label: str
     text: str
 
 
-FAILING = ("regression", "changed", "missing")
+FAILING = ("regression", "changed", "missing", "unpaired", "mismatch")
+TAGS = {"regression": "REGRESSION", "changed": "CHANGED", "missing": "MISSING", "unpaired": "UNPAIRED",
+        "mismatch": "MISMATCH", "note": "note", "improved": "improved", "ok": "ok"}
 
 
 @dataclass
 class Comparison:
     findings: list[Finding] = field(default_factory=list)
     cells: int = 0
+    allow_unpaired: bool = False
+    sampled_tests: int = 0  # the Holm family: sampled cells whose headline metric was tested
 
     def count(self, kind: str) -> int:
         return sum(f.kind == kind for f in self.findings)
@@ -187,6 +204,62 @@ def _comparable(base: Entry, cur: Entry) -> str | None:
 
 def _fmt(value: float | None) -> str:
     return "none" if value is None else f"{value:g}"
+
+
+def _docs(keys, limit: int = 5) -> str:
+    """``"doc 3, doc 7, ... (+12 more)"`` for a set of ``(subtask, doc_id)`` items."""
+    ordered = sorted(keys)
+    shown = ", ".join(f"doc {d}" if s == ordered[0][0] else f"{s} doc {d}" for s, d in ordered[:limit])
+    return shown + (f" (+{len(ordered) - limit} more)" if len(ordered) > limit else "")
+
+
+def _headline(entry: Entry):
+    """The cell's headline :class:`~snapeval.results.schema.MetricValue` (None when it reports no metric)."""
+    if not entry.result.metrics:
+        return None
+    subtask, key = headline_metric(entry.view, entry.result)
+    return next(m for m in entry.result.metrics if (m.subtask, m.key) == (subtask, key))
+
+
+def pairing_problems(base: Entry, cur: Entry) -> list[tuple[str, str]]:
+    """Why ``cur`` does not pair with ``base``, one ``(kind, line)`` per problem (empty: it pairs): another greedy
+    status, no per-item samples on the headline metric, other or fewer items, a baseline aggregate missing."""
+    problems = []
+    b, c = base.result, cur.result
+    head = _headline(base)
+    if head is not None and head.value is not None:
+        if not any(head.key in s.scores for s in b.samples if s.subtask == head.subtask):
+            return [("unpaired", f"the baseline has no per-item samples scored on the headline metric "
+                                 f"{_metric_name(base, head)}: write it again with --write-baseline from a run that "
+                                 "logs samples")]
+        if not any(head.key in s.scores for s in c.samples if s.subtask == head.subtask):
+            return [("unpaired", f"no per-item samples scored on the headline metric {_metric_name(base, head)} in "
+                                 f"the current run (the baseline has {len(b.samples)}): it cannot be paired")]
+    if b.deterministic != c.deterministic:
+        sampled = [(s.subtask, s.doc_id) for s in (c if b.deterministic else b).samples if not s.greedy]
+        side = "current" if b.deterministic else "baseline"
+        problems.append(("mismatch", f"greedy status differs: the baseline is {'greedy' if b.deterministic else 'sampled'}"
+                                     f", the current run is {'greedy' if c.deterministic else 'sampled'} ({len(sampled)} "
+                                     f"{side} item(s) not greedy: {_docs(sampled)}); rerun with the baseline's "
+                                     "generation settings"))
+    bi = {(s.subtask, s.doc_id) for s in b.samples}
+    ci = {(s.subtask, s.doc_id) for s in c.samples}
+    if bi != ci:
+        missing, other = bi - ci, ci - bi
+        parts = [f"the current run scored {len(bi & ci)} of the baseline's {len(bi)} items"]
+        if missing:
+            parts.append(f"{len(missing)} missing: {_docs(missing)}")
+        if other:
+            parts.append(f"{len(other)} not in the baseline: {_docs(other)}")
+        problems.append(("unpaired", "; ".join(parts)))
+    cur_metrics = {(m.subtask, m.key): m for m in c.metrics}
+    absent = [_metric_name(base, m) for m in b.metrics if m.value is not None
+              and (cur_metrics.get((m.subtask, m.key)) is None or cur_metrics[(m.subtask, m.key)].value is None)]
+    if absent:
+        lead = "the headline aggregate " if head is not None and _metric_name(base, head) in absent else "aggregates "
+        problems.append(("missing", f"{lead}missing from the current cell: {', '.join(absent[:6])}"
+                                    + (f" (+{len(absent) - 6} more)" if len(absent) > 6 else "")))
+    return problems
 
 
 def _item_changes(base, cur) -> tuple[list[str], int]:
@@ -248,71 +321,88 @@ def _greedy_findings(base: Entry, cur: Entry) -> list[Finding]:
     return [Finding("changed", base.label, "\n".join(text))]
 
 
-def _has_items(result, metric) -> bool:
-    return any(metric.key in s.scores for s in result.samples if s.subtask == metric.subtask)
+@dataclass
+class _SampledTest:
+    """One sampled cell's headline test, held until the whole family is known (Holm)."""
+
+    base: Entry
+    cur: Entry
+    metric: Any  # the baseline's MetricValue
+    p: float
 
 
-def _sampled_findings(base: Entry, cur: Entry, rule: DecisionRule, z: float, paired: bool) -> list[Finding]:
+def _tolerance_finding(base: Entry, bm, cm, rule: DecisionRule, z: float, why: str) -> Finding:
+    drop = (bm.value - cm.value) if bm.higher_is_better else (cm.value - bm.value)
+    tol = tolerance(bm.stderr, cm.stderr, z, rule.margin)
+    kind = "regression" if drop > tol else "improved" if -drop > tol else "ok"
+    return Finding(kind, base.label, f"{_metric_name(base, bm)}: {bm.value:.4f} -> {cm.value:.4f} ({-drop:+.4f}; "
+                                     f"tolerance {tol:.4f}; {why})")
+
+
+def _sampled_test(base: Entry, cur: Entry, rule: DecisionRule, z: float) -> _SampledTest | Finding | None:
+    """The headline metric's paired test of a drop (None: no headline value to guard); a tolerance-rule
+    :class:`Finding` where nothing can be paired (only reached with ``--allow-unpaired``)."""
     from snapeval.stats.paired import drop_check
 
-    out = []
-    cur_metrics = {(m.subtask, m.key): m for m in cur.result.metrics}
-    bi = {(s.subtask, s.doc_id) for s in base.result.samples}
-    ci = {(s.subtask, s.doc_id) for s in cur.result.samples}
-    if bi != ci:
-        out.append(Finding("unpaired", base.label, f"{len(bi ^ ci)} items in only one of the two runs "
-                                                   f"({len(bi - ci)} baseline-only, {len(ci - bi)} current-only) are "
-                                                   "left unpaired"))
-    for bm in base.result.metrics:
-        name = _metric_name(base, bm)
-        if bm.value is None:  # e.g. a per-length score of a length this cell does not have: nothing to guard
-            continue
-        cm = cur_metrics.get((bm.subtask, bm.key))
+    bm = _headline(base)
+    if bm is None or bm.value is None:
+        return None
+    cm = next((m for m in cur.result.metrics if (m.subtask, m.key) == (bm.subtask, bm.key)), None)
+    try:
+        check = drop_check(base.result, cur.result, bm.key, alpha=rule.alpha, higher_is_better=bm.higher_is_better,
+                           subtask=bm.subtask)
+    except SnapevalError:  # nothing shared: the tolerance rule, if the aggregate is there
         if cm is None or cm.value is None:
-            out.append(Finding("missing", base.label, f"{name}: missing from the current results"))
-            continue
-        drop = (bm.value - cm.value) if bm.higher_is_better else (cm.value - bm.value)
-        tol = tolerance(bm.stderr, cm.stderr, z, rule.margin)
-        head = f"{name}: {bm.value:.4f} -> {cm.value:.4f}"
-        check = None
-        if paired and _has_items(base.result, bm) and _has_items(cur.result, cm):
-            try:
-                check = drop_check(base.result, cur.result, bm.key, alpha=rule.alpha,
-                                   higher_is_better=bm.higher_is_better, subtask=bm.subtask)
-            except SnapevalError:  # no shared item: the unpaired rule below
-                check = None
-        if check is None:
-            text = f"{head} ({-drop:+.4f}; tolerance {tol:.4f}; unpaired)"
-            kind = "regression" if drop > tol else "improved" if -drop > tol else "ok"
-            out.append(Finding(kind, base.label, text))
-            continue
-        text = (f"{head} (paired over {check.n} items in {check.clusters} clusters: {check.mean_diff:+.4f}, "
-                f"{check.worse} worse, {check.better} better; {check.test} p={check.p_value:.3g}; power "
-                f"{check.power:.0%} against a {REGRESSION_DROP * 100:g}-point drop)")
-        kind = "regression" if check.p_value < rule.alpha else "ok"
-        if kind == "ok" and check.smallest_p >= rule.alpha:
+            return Finding("note", base.label, f"{_metric_name(base, bm)}: nothing to compare (no shared item, no "
+                                               "aggregate)")
+        return _tolerance_finding(base, bm, cm, rule, z, "unpaired: --allow-unpaired")
+    return _SampledTest(base, cur, bm, check.p_value)
+
+
+def _sampled_findings(tests: list[_SampledTest], rule: DecisionRule, z: float, drop: float) -> list[Finding]:
+    """Holm over the family of sampled headline tests: a cell fails at adjusted p < alpha. Power is stated at Holm's
+    first level ``alpha / m`` against ``drop``, at the churn each cell measured."""
+    from snapeval.stats.paired import drop_check
+
+    m = len(tests)
+    level = rule.alpha / max(1, m)
+    out = []
+    for t, adjusted in zip(tests, holm([t.p for t in tests])):
+        bm, base, cur = t.metric, t.base, t.cur
+        check = drop_check(base.result, cur.result, bm.key, alpha=level, drop=drop,
+                           higher_is_better=bm.higher_is_better, subtask=bm.subtask)
+        cm = next((x for x in cur.result.metrics if (x.subtask, x.key) == (bm.subtask, bm.key)), None)
+        cur_value = None if cm is None else cm.value
+        text = (f"{_metric_name(base, bm)}: {bm.value:.4f} -> {_fmt(cur_value)} (paired over {check.n} items in "
+                f"{check.clusters} clusters: {check.mean_diff:+.4f}, {check.worse} worse, {check.better} better; "
+                f"{check.test} p={check.p_value:.3g}, Holm p={adjusted:.3g} over {m} sampled cells; power "
+                f"{check.power:.0%} against a {drop * 100:g}-point drop at {check.churn:.0%} churn, level "
+                f"{level:.3g})")
+        kind = "regression" if adjusted < rule.alpha else "ok"
+        if kind == "ok" and check.smallest_p >= level and cur_value is not None:
+            observed = (bm.value - cur_value) if bm.higher_is_better else (cur_value - bm.value)
+            tol = tolerance(bm.stderr, cm.stderr, z, rule.margin)
             text += (f"; the paired test cannot reject at n={check.n} (smallest possible p {check.smallest_p:.3g} >= "
-                     f"alpha {rule.alpha:g}), so the tolerance rule applies too: drop {drop:+.4f} vs tolerance "
+                     f"level {level:.3g}), so the tolerance rule applies too: drop {observed:+.4f} vs tolerance "
                      f"{tol:.4f}")
-            kind = "regression" if drop > tol else "ok"
-        if kind == "ok" and drop_check(cur.result, base.result, bm.key, alpha=rule.alpha,
-                                       higher_is_better=bm.higher_is_better, subtask=bm.subtask).p_value < rule.alpha:
+            kind = "regression" if observed > tol else "ok"
+        if kind == "ok" and drop_check(cur.result, base.result, bm.key, alpha=level,
+                                       higher_is_better=bm.higher_is_better, subtask=bm.subtask).p_value < level:
             kind = "improved"
         out.append(Finding(kind, base.label, text))
-    if not out:
-        out.append(Finding("ok", base.label, "no metric to compare"))
     return out
 
 
 def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule = DecisionRule(),
-            z: float = DEFAULT_Z, paired: bool = True) -> Comparison:
+            z: float = DEFAULT_Z, allow_unpaired: bool = False, drop: float = REGRESSION_DROP) -> Comparison:
     """Compare every baseline cell with the current cell of the same key (see the module docstring)."""
     cur_by_key = {e.key: e for e in current}
     if not baseline:
         raise UnusableInput("the baseline has no cells")
     if not any(b.key in cur_by_key for b in baseline):
         raise UnusableInput("no cell of the baseline is in the current results (different models, tasks or budgets?)")
-    out = Comparison(cells=len(baseline))
+    out = Comparison(cells=len(baseline), allow_unpaired=allow_unpaired)
+    sampled: list[_SampledTest] = []
     for base in baseline:
         cur = cur_by_key.get(base.key)
         if cur is None:
@@ -321,54 +411,75 @@ def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule =
         why = _comparable(base, cur)
         if why:
             raise UnusableInput(f"{base.label}: cannot compare: {why}")
+        problems = pairing_problems(base, cur)
+        if problems and not allow_unpaired:
+            out.findings += [Finding(kind, base.label, line) for kind, line in problems]
+            continue
+        out.findings += [Finding("note", base.label, f"{line} (--allow-unpaired: compared anyway)")
+                         for _, line in problems]
         if base.result.deterministic and cur.result.deterministic:
             out.findings += _greedy_findings(base, cur)
-        else:
-            out.findings += _sampled_findings(base, cur, rule, z, paired)
+            continue
+        test = _sampled_test(base, cur, rule, z)
+        if isinstance(test, Finding):
+            out.findings.append(test)
+        elif test is not None:
+            sampled.append(test)
+    out.sampled_tests = len(sampled)
+    out.findings += _sampled_findings(sampled, rule, z, drop)
     return out
 
 
-def render(comp: Comparison, base_desc: str, cur_desc: str, rule: DecisionRule, z: float) -> str:
-    tags = {"regression": "REGRESSION", "changed": "CHANGED", "missing": "MISSING", "unpaired": "unpaired",
-            "improved": "improved", "ok": "ok"}
+def render(comp: Comparison, base_desc: str, cur_desc: str, rule: DecisionRule, z: float,
+           drop: float = REGRESSION_DROP) -> str:
     lines = [f"snapeval regress: {cur_desc} vs {base_desc}",
-             "greedy cells: any change of a per-item score or text fails, item by item; sampled cells: a one-sided "
-             f"paired test of a drop at alpha={rule.alpha:g} per metric (power against a "
-             f"{REGRESSION_DROP * 100:g}-point drop shown); where items cannot be paired, or the paired test cannot "
-             f"reject at that n: a drop beyond max({z:g} x sqrt(se_base^2 + se_cur^2), margin {rule.margin:g}) fails"]
-    order = list(tags)
+             "every current cell must pair with its baseline cell (the same items, per-item samples, the baseline's "
+             "aggregates, the same greedy status); greedy cells: any change of a per-item score or text fails, item "
+             f"by item; sampled cells: a one-sided paired test of a drop of the headline metric, Holm-adjusted over "
+             f"the {comp.sampled_tests} sampled cells at family-wise alpha={rule.alpha:g} (power against a "
+             f"{drop * 100:g}-point drop at the churn measured shown); where the paired test cannot reject at all: a "
+             f"drop beyond max({z:g} x sqrt(se_base^2 + se_cur^2), margin {rule.margin:g}) fails"]
+    if comp.allow_unpaired:
+        lines.append("--allow-unpaired: EXPLORATION ONLY, not a regression guard: cells that do not pair are "
+                     "compared on what they share, or by the tolerance rule")
+    order = list(TAGS)
     for f in sorted(comp.findings, key=lambda f: order.index(f.kind)):
         first, *rest = f.text.splitlines() or [""]
-        lines.append(f"{tags[f.kind]:<11} {f.label}: {first}")
+        lines.append(f"{TAGS[f.kind]:<11} {f.label}: {first}")
         lines += rest
     verdict = "FAIL" if comp.failed else "PASS"
-    lines.append(f"{verdict}: {comp.cells} baseline cells; {comp.count('regression')} accuracy regressions, "
-                 f"{comp.count('changed')} greedy cells with changed items, {comp.count('missing')} missing, "
-                 f"{comp.count('improved')} improvements")
+    lines.append(f"{verdict}{' (exploration, --allow-unpaired)' if comp.allow_unpaired else ''}: {comp.cells} "
+                 f"baseline cells; {comp.count('regression')} accuracy regressions, {comp.count('changed')} greedy "
+                 f"cells with changed items, {comp.count('unpaired') + comp.count('mismatch')} not paired, "
+                 f"{comp.count('missing')} missing, {comp.count('improved')} improvements")
     return "\n".join(lines)
 
 
 def run(baseline: str | Path, current: str | Path, *, rule: DecisionRule = DecisionRule(), z: float = DEFAULT_Z,
-        stream: TextIO | None = None, paired: bool = True) -> int:
-    """Compare and print; returns the exit code (0 ok, 1 regression, 2 unusable input)."""
+        stream: TextIO | None = None, allow_unpaired: bool = False, drop: float = REGRESSION_DROP) -> int:
+    """Compare and print; returns the exit code (0 ok, 1 regression or unpaired cells, 2 unusable input)."""
     stream = stream if stream is not None else sys.stdout
     if not (isinstance(z, (int, float)) and z > 0 and math.isfinite(z)):
         raise UnusableInput(f"--z={z} is invalid; allowed: a number > 0")
+    if not (isinstance(drop, (int, float)) and 0 < drop < 1):
+        raise UnusableInput(f"--drop={drop} is invalid; allowed: a number in (0, 1), e.g. {REGRESSION_DROP}")
     base_desc, base = load_entries(baseline)
     if not Path(current).is_dir():
         raise UnusableInput(f"--current {current} is not a results directory (run `snapeval sweep` first)")
     cur_desc, cur = load_entries(current, "--current")
-    comp = compare(base, cur, rule=rule, z=z, paired=paired)
-    print(render(comp, base_desc, cur_desc, rule, z), file=stream)
+    comp = compare(base, cur, rule=rule, z=z, allow_unpaired=allow_unpaired, drop=drop)
+    print(render(comp, base_desc, cur_desc, rule, z, drop), file=stream)
     return 1 if comp.failed else 0
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "regress", help="fail when a greedy cell changes any item or accuracy drops significantly vs a baseline",
-        description="Compare every (model, task, method, budget) cell of a results directory with a baseline. Greedy "
-                    "cells fail on any per-item score or text change; sampled cells on a significant one-sided "
-                    "paired drop. Exit 0: no regression; 1: regression; 2: unusable input.")
+        description="Compare every (model, task, method, budget) cell of a results directory with a baseline. Every "
+                    "cell must pair with the baseline's (same items, per-item samples, aggregates, greedy status). "
+                    "Greedy cells fail on any per-item score or text change; sampled cells on a significant "
+                    "one-sided paired drop, Holm-adjusted over the sampled cells. Exit 0: no regression; 1: "
+                    "regression or a cell that does not pair; 2: unusable input.")
     p.add_argument("--baseline", required=True, help="baseline JSON file (or a results directory)")
     p.add_argument("--current", required=True, help="results directory written by `snapeval sweep`")
     p.add_argument("--alpha", type=float, default=None,
@@ -377,9 +488,13 @@ def register(subparsers) -> None:
                    help=f"drops up to this size (metric units) never fail the tolerance rule (default {DEFAULT_MARGIN})")
     p.add_argument("--z", type=float, default=DEFAULT_Z,
                    help=f"tolerance rule: stderr multiple a drop must exceed to fail (default {DEFAULT_Z})")
-    p.add_argument("--unpaired", action="store_true",
-                   help="compare sampled cells with the tolerance rule only, even where both sides scored the same "
-                        "items (default: the paired test there)")
+    p.add_argument("--drop", type=float, default=REGRESSION_DROP,
+                   help=f"the drop (metric units) whose detection power each sampled cell states (default "
+                        f"{REGRESSION_DROP})")
+    p.add_argument("--allow-unpaired", action="store_true",
+                   help="EXPLORATION ONLY: compare cells that do not pair with the baseline (other or fewer items, "
+                        "no per-item samples, another greedy status) on what they share or by the tolerance rule, "
+                        "instead of failing; not a regression guard")
     p.add_argument("--write-baseline", action="store_true",
                    help="instead of comparing, freeze --current into the --baseline file (its directory must exist)")
     p.set_defaults(func=main)
@@ -394,4 +509,4 @@ def main(args: argparse.Namespace) -> int:
         rule = DecisionRule().with_overrides(margin=args.margin, alpha=args.alpha)
     except SnapevalError as exc:
         raise UnusableInput(str(exc).replace("decision.", "--", 1)) from None
-    return run(args.baseline, args.current, rule=rule, z=args.z, paired=not args.unpaired)
+    return run(args.baseline, args.current, rule=rule, z=args.z, allow_unpaired=args.allow_unpaired, drop=args.drop)
