@@ -337,11 +337,16 @@ def _with(entry, **changes):
     return Entry(entry.view, dataclasses.replace(entry.result, **changes))
 
 
+def _aggregate(entry, value: float, n: int):
+    """The cell with its headline aggregate set to ``value`` over ``n`` items (lm-eval's binomial stderr)."""
+    stderr = (value * (1 - value) / max(1, n - 1)) ** 0.5
+    return _with(entry, metrics=[dataclasses.replace(entry.result.metrics[0], value=value, stderr=stderr, n=n)])
+
+
 def _resolve(entry):
     """The cell's aggregate recomputed from its items."""
     samples = entry.result.samples
-    value = sum(s.scores["acc,none"] for s in samples) / len(samples)
-    return _with(entry, metrics=[dataclasses.replace(entry.result.metrics[0], value=value)])
+    return _aggregate(entry, sum(s.scores["acc,none"] for s in samples) / len(samples), len(samples))
 
 
 def _walk_arounds():
@@ -354,7 +359,7 @@ def _walk_arounds():
     first = dataclasses.replace(broken.result.samples[0], greedy=False)
     one_sampled = _with(broken, samples=[first] + broken.result.samples[1:])
     # 2. a current cell without per-item samples, 15 points lower (the unpaired tolerance was 0.245)
-    no_samples = _with(sampled, samples=[], metrics=[dataclasses.replace(sampled.result.metrics[0], value=0.78)])
+    no_samples = _aggregate(_with(sampled, samples=[]), 0.78, 64)
     # 3. a sampled current run logging 29 of the 64 items, its failures missing
     solved = [s for s in sampled.result.samples if s.scores["acc,none"] == 1.0][:29]
     fewer = _resolve(_with(sampled, samples=solved))
