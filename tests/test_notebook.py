@@ -28,4 +28,4 @@ def test_analysis_notebook_executes(monkeypatch):
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     assert "snapstream" in html and "kv_reduction_sim" in html and "paired_p_holm" in html
     markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
-    assert "smallest non-inferior budget" in markdown and "none in the grid" in markdown  # 4 items: nothing shown
+    assert "Non-inferiority margin" in markdown and "inconclusive at this n" in markdown  # 4 items: nothing shown

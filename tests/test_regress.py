@@ -369,7 +369,8 @@ def _walk_arounds():
     # 5. a greedy current cell without the headline aggregate
     no_headline = _with(greedy, metrics=[])
     return [("greedy status", greedy, one_sampled, "MISMATCH", "greedy status differs: the baseline is greedy, the "
-             "current run is sampled (1 current item(s) not greedy: doc 0); rerun with the baseline's generation settings"),
+             "current run is sampled (1 current item(s) not greedy: doc 0); rerun with the baseline's generation "
+             "settings"),
             ("no samples", sampled, no_samples, "UNPAIRED", "no per-item samples scored on the headline metric "
              "acc,none in the current run (the baseline has 64): it cannot be paired"),
             ("fewer items", sampled, fewer, "UNPAIRED", "the current run scored 29 of the baseline's 64 items; 35 "

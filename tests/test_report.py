@@ -76,7 +76,7 @@ def test_report_files_and_markdown(results, tmp_path):
     assert sorted(p.name for p in paths.plots) == sorted([f"{name}.png" for name in PLOTS] +
                                                          ["paired_difference_vs_budget.png"])
     assert md.index("## Which budget can I deploy?") < md.index("## What the numbers are")  # the report opens with it
-    assert "| llama-3.1-8b-instruct | snapeval_passkey | snapstream |" in md and "items needed for δ" in md
+    assert "| llama-3.1-8b-instruct | snapeval_passkey | snapstream |" in md and "n that would settle it" in md
     for png in paths.plots:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
@@ -108,7 +108,7 @@ def test_budget_plots_offset_methods_mark_decisions_and_name_the_smallest_budget
         xs[container.get_label()] = list(container.lines[0].get_xdata())
     assert xs["snapstream"][0] != xs["streamingllm"][0]  # the same budget, offset per method
     assert xs["snapstream"][0] == pytest.approx(128, rel=0.1)
-    assert "smallest non-inferior budget (δ = 0.02): snapstream" in " ".join(ax.get_xlabel().split())  # wrapped
+    assert "decision (δ = 0.02): snapstream " in " ".join(ax.get_xlabel().split())  # wrapped
     labels = fig.legends[0].get_texts()
     assert {"ringed: non-inferior at δ", "filled: differs significantly (Holm)"} <= {t.get_text() for t in labels}
     assert any("margin" in t.get_text() for t in labels)
@@ -215,3 +215,118 @@ def test_margin_and_alpha_from_the_sweep_and_the_cli(tmp_path, capsys):
     capsys.readouterr()
     assert cli(["report", str(out), "--margin", "2"]) == 2
     assert "--margin=2.0 is invalid; allowed: a number in [0, 1)" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #39: a report that says what it knows
+
+
+def _cell(cell_id, method, budget, scores, *, task="t", docs=None):
+    """A finished cell of model "m" on ``task``: item d scored ``scores[i]`` (0/1) for doc ``docs[i]``."""
+    from snapeval.results.schema import CellResult, MetricValue, SampleRecord
+
+    docs = list(range(len(scores))) if docs is None else docs
+    samples = [SampleRecord(task, d, "1", ("1",), {"acc,none": float(v)}, True) for d, v in zip(docs, scores)]
+    value = sum(scores) / len(scores)
+    metric = MetricValue(task, "acc", "none", value, (value * (1 - value) / (len(scores) - 1)) ** 0.5, len(scores))
+    view = {"cell_id": cell_id, "model": "m", "task": task, "method": method, "budget": budget, "seed": 0,
+            "group_id": f"g-{task}"}
+    return view, CellResult(cell_id, {"task": {}, "model": {}}, [metric], samples)
+
+
+def _decided(cells, rule=None):
+    from snapeval.report.results_table import build_table
+    from snapeval.stats import DecisionRule
+
+    views = [v for v, _ in cells]
+    table = build_table(views, {r.cell_id: r for _, r in cells}, {}, simulate=None, decision=rule or DecisionRule())
+    pair = tables.paired(table)
+    return table, pair, {(r.task, r.method): r for r in tables.decisions(pair).itertuples()}
+
+
+def test_each_method_is_non_inferior_not_non_inferior_or_inconclusive_with_the_n_that_settles_it():
+    from snapeval.stats.power import noninferiority_items
+
+    full = [1] * 40
+    cells = [_cell("f", "full", None, full),
+             _cell("a512", "snapkv", 512, full), _cell("a256", "snapkv", 256, full),  # nothing changed
+             _cell("b512", "streamingllm", 512, [0] * 40), _cell("b256", "streamingllm", 256, [0] * 40),  # all lost
+             _cell("F", "full", None, [1] * 400, task="big"),
+             _cell("c512", "snapkv", 512, [1] * 400, task="big"), _cell("c256", "snapkv", 256, [0] + [1] * 399,
+                                                                        task="big")]
+    _, pair, decided = _decided(cells)
+    # 40 items with no discordant item cannot show a 2-point margin (bound 0.063): inconclusive, 133 items settle it
+    a = decided[("t", "snapkv")]
+    assert a.decision == "inconclusive" and a.items_to_settle == noninferiority_items(0.02, 0.05, 0.0, 0.0) == 133
+    assert tables.verdict(a) == "inconclusive at this n (n that would settle it: 133)"
+    # a cell that lost every item: beyond the margin, no n settles it (the old report printed "needs 15,453 items")
+    b = decided[("t", "streamingllm")]
+    assert b.decision == "not non-inferior"
+    assert tables.verdict(b) == "not non-inferior (observed drop beyond the margin)"
+    # 400 items: non-inferior down to 256
+    c = decided[("big", "snapkv")]
+    assert c.decision == "non-inferior" and tables.verdict(c) == "**non-inferior at budget 256**"
+    md = "\n".join(tables.decision_markdown(pair))
+    assert "| m | t | snapkv | inconclusive at this n (n that would settle it: 133) | snapkv@512 |" in md
+    assert "none in the grid" not in md and "15,453" not in md
+
+
+def test_unpaired_items_and_undecidable_tasks_are_said_never_dropped():
+    from snapeval.report import _nothing_to_decide
+
+    cells = [_cell("F", "full", None, [1] * 400),
+             _cell("c512", "snapkv", 512, [1] * 300, docs=list(range(300))),  # logged 300 of the 400 items
+             _cell("O", "full", None, [1] * 40, task="other"),
+             _cell("o512", "snapkv", 512, [1] * 40, task="other", docs=list(range(100, 140)))]  # other items
+    table, pair, decided = _decided(cells)
+    c = decided[("t", "snapkv")]
+    assert c.decision == "non-inferior" and c.unpaired == 100
+    assert tables.verdict(c) == "**non-inferior at budget 512**; 100 items unpaired, not compared"
+    o = decided[("other", "snapkv")]
+    assert o.decision == "no paired comparison" and "share no scored item" in tables.verdict(o)
+    summary = "\n".join(tables.significance_summary(pair))
+    assert "- m / other: none of its 1 compressed cells could be paired with the full cache (" in summary
+    views = [v for v, _ in cells] + [{"cell_id": "x", "model": "m", "task": "lost", "method": "full", "budget": None},
+                                     {"cell_id": "y", "model": "m", "task": "t", "method": "snapkv", "budget": 64}]
+    missing = _nothing_to_decide(views, table)
+    assert missing == ["m / t: 1 of 3 cells unfinished, not decided on: snapkv@64",
+                       "m / lost: no finished cell (1 in the sweep): no decision"]
+    md = "\n".join(tables.decision_markdown(pair, missing))
+    assert "| m | other | snapkv | no paired comparison (" in md and "- m / lost: no finished cell" in md
+
+
+def test_detectable_is_after_holm_and_intervals_are_at_the_decisions_level():
+    from snapeval.stats.power import minimum_detectable_drop
+
+    full = [1] * 40
+    cells = [_cell("f", "full", None, full)] + [_cell(f"c{b}", method, b, [0, 0] + [1] * 38)
+                                                 for method in ("snapkv", "streamingllm", "snapstream")
+                                                 for b in (128, 256, 512, 1024, 2048)]
+    table, pair, _ = _decided(cells)
+    row = pair.iloc[0]
+    # 15 cells in the family: the detectable drop is at alpha / 15 (the old report used alpha: 0.162)
+    assert row["paired_mdd"] == pytest.approx(minimum_detectable_drop(40, 0.0, 0.05 / 15))
+    assert row["paired_mdd"] > minimum_detectable_drop(40, 0.0, 0.05) + 0.05
+    # the interval is 90%, its lower end the one-sided 95% bound of the decision
+    assert row["paired_ci_low"] == pytest.approx(-row["ni_drop_bound"])
+    text = tables.paired_markdown(pair)[("m", "t")]
+    assert "| 90% CI |" in text and f"detectable after Holm: {row['paired_mdd']:.3f}" in text
+    bars = tables.paired_bars(pair)
+    diff, low, high = bars[("m", "t", "snapkv", 128.0)]
+    assert (diff, low, high) == pytest.approx((-0.05, -row["ni_drop_bound"], row["paired_ci_high"]))
+    # the plotted bars are these intervals, around the points
+    fig = paired_difference_vs_budget(pair, "m")
+    container = next(c for c in fig.axes[0].containers if c.get_label() == "snapkv")
+    segments = container.lines[2][0].get_segments()
+    assert segments[0][:, 1] == pytest.approx([low, high])
+    assert "paired 90% interval" in fig.legends[0].get_title().get_text()
+    matplotlib.pyplot.close(fig)
+    acc = PLOTS["accuracy_vs_budget"](tables.comparison(table), "m", pair)
+    container = next(c for c in acc.axes[0].containers if c.get_label() == "snapkv")
+    # around the accuracy 0.95: the interval of the difference moved onto it, cut at 1 (no accuracy passes it)
+    assert 0.95 + high + 0.05 > 1
+    assert container.lines[2][0].get_segments()[0][:, 1] == pytest.approx([0.95 + low + 0.05, 1.0])
+    assert not acc.axes[0].patches  # no unpaired ±1 s.e. band around the full cache
+    matplotlib.pyplot.close(acc)
+    pivot = tables.accuracy_vs_budget(table)[("m", "t")]
+    assert pivot.loc["full", "full"] == "1.000"  # no "1.000 ± 0.000"

@@ -256,7 +256,9 @@ def _clustered_counts(rng, sizes: np.ndarray, p_worse: float, p_better: float, r
     spread = 1 / ICC - 1  # a + b
 
     def rates(p):
-        return rng.beta(p * spread, (1 - p) * spread, size=(reps, sizes.size)) if p > 0 else np.zeros((reps, sizes.size))
+        if p == 0:
+            return np.zeros((reps, sizes.size))
+        return rng.beta(p * spread, (1 - p) * spread, size=(reps, sizes.size))
 
     q_worse, q_better = rates(p_worse), rates(p_better)
     labels = np.repeat(np.arange(sizes.size), sizes)

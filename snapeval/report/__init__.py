@@ -56,15 +56,18 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
     atomic_write_text(decision_csv, tables.decisions(pair).to_csv(index=False))
     pngs = plots.write_plots(comp, out, pair)
 
-    name = store.read_manifest().get("sweep", store.root.name) if store.manifest_path.is_file() else store.root.name
+    manifest = store.read_manifest() if store.manifest_path.is_file() else {}
+    name = manifest.get("sweep", store.root.name) if manifest else store.root.name
     md = [f"# snapeval report: {name}", ""]
-    deploy = tables.decision_markdown(pair)
+    deploy = tables.decision_markdown(pair, _nothing_to_decide(manifest.get("cells") or [], table))
     if deploy:
         md += ["## Which budget can I deploy?", ""] + deploy + [""]
     md += ["## What the numbers are", "",
           f"Results: `{store.root}` ({table['cell_id'].nunique()} cells, {len(table)} metric rows). Accuracy is each "
-          "task's headline metric ± its stderr (lm-eval). `sim` columns are the SN40L simulation of the matching "
-          "full-size deployment (the model preset at its real size, the task's typical prompt/output lengths, "
+          "task's headline metric; its uncertainty is given as paired intervals against the full cache at the "
+          "decision's level (lm-eval's unpaired stderr stays in the CSV files). `sim` columns are the SN40L "
+          "simulation of the matching full-size deployment (the model preset at its real size, the task's typical "
+          "prompt/output lengths, "
           "the budget); measured KV bytes are this run's cache. Reductions are full / compressed; gains are "
           "compressed / full.", ""]
     summary = tables.significance_summary(pair)
@@ -73,9 +76,9 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
     paired_md = tables.paired_markdown(pair)
     items = tables.items_summary(pair)
     sims = comp.drop_duplicates(["model", "task"])
-    for (model, task), text in tables.comparison_markdown(comp).items():
+    for (model, task), text in tables.comparison_markdown(comp, pair).items():
         pivot = pivots[(model, task)]
-        md += [f"## {model} — {task}", "", "Accuracy vs budget:", "", _pivot_markdown(pivot), "", "Delta vs full cache, memory and simulated throughput:", "", text, ""]
+        md += [f"## {model} — {task}", "", "Accuracy vs budget:", "", _pivot_markdown(pivot), "", "Paired difference vs the full cache, memory and simulated throughput:", "", text, ""]
         if (model, task) in paired_md:
             md += ["Paired difference vs the full cache:", "", items.get((model, task), ""), "",
                    paired_md[(model, task)], ""]
@@ -99,6 +102,32 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
     atomic_write_text(md_path, "\n".join(md))
     return ReportPaths(markdown=md_path, csvs=[comp_csv, acc_csv, pair_csv, decision_csv], plots=pngs,
                        foreign_cells=foreign)
+
+
+def _nothing_to_decide(views: list[dict], table) -> list[str]:
+    """Lines for the decision section about the sweep's (model, task) groups that cannot be decided in full: no
+    finished cell at all, unfinished cells (named), or no compressed cell finished."""
+    from snapeval.report.style import is_reference
+    from snapeval.report.tables import budget_label
+
+    finished = set(table["cell_id"])
+    lines = []
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for v in views:
+        groups.setdefault((v.get("model"), v.get("task")), []).append(v)
+    for (model, task), cells in groups.items():
+        done = [v for v in cells if v.get("cell_id") in finished]
+        todo = [f"{v.get('method')}@{budget_label(v.get('method'), v.get('budget'))}" for v in cells
+                if v.get("cell_id") not in finished]
+        if not done:
+            lines.append(f"{model} / {task}: no finished cell ({len(cells)} in the sweep): no decision")
+            continue
+        if todo:
+            lines.append(f"{model} / {task}: {len(todo)} of {len(cells)} cells unfinished, not decided on: "
+                         + ", ".join(todo[:12]) + (" ..." if len(todo) > 12 else ""))
+        if not any(not is_reference(v.get("method")) for v in done):
+            lines.append(f"{model} / {task}: no compressed cell finished: nothing to compare with the full cache")
+    return lines
 
 
 def _isna(value) -> bool:

@@ -3,10 +3,13 @@ accuracy / simulated-throughput Pareto front.
 
 One figure per model and plot kind, one panel per task, one legend per figure (beside the panels, never over the
 data). Every method keeps one colour and marker (:mod:`snapeval.report.style`); methods sharing a budget are offset
-a little along the budget axis so their bars do not overlap; every error bar says in the figure what it is. On the
-budget plots a ringed point is non-inferior to the full cache at the report's margin, a filled one differs
-significantly (Holm), a hollow one does not, and each panel names every method's smallest non-inferior budget
-under its axis.
+a little along the budget axis so their bars do not overlap; every error bar says in the figure what it is. Error
+bars are paired: each compressed point's interval of its difference with the full cache on the same items, at the
+decision's level (the end on the worse side is the one-sided non-inferiority bound, the other the two-sided
+``1 - 2 alpha`` interval's), drawn around the point (:func:`snapeval.report.tables.paired_bars`); the full cache has
+no bar of its own (it is the reference). On the budget plots a ringed point is non-inferior to the full cache at
+the report's margin, a filled one differs significantly (Holm), a hollow one does not, and each panel states every
+method's decision under its axis.
 Figures are drawn with matplotlib's Agg backend (no display needed) and returned so notebooks can show them inline.
 """
 from __future__ import annotations
@@ -18,10 +21,25 @@ from pathlib import Path
 import pandas as pd
 
 from snapeval.report.style import is_reference, method_label, method_rank, styles_for
-from snapeval.report.tables import budget_label
+from snapeval.report.tables import (
+    INCONCLUSIVE,
+    NO_COMPARISON,
+    NON_INFERIOR,
+    budget_label,
+    decisions,
+    paired_bars,
+)
 
 OFFSET = 0.045  # log2 units between neighbouring methods at one budget
-SE_BARS = "error bars: ±1 standard error (lm-eval)"
+
+
+def _bars_note(pair: pd.DataFrame | None, clip: bool = False) -> str:
+    """What the error bars of a figure are, at the report's alpha (``clip``: drawn around accuracies, cut at 0 and
+    1)."""
+    alpha = float(pair["ni_alpha"].dropna().iloc[0]) if pair is not None and pair["ni_alpha"].notna().any() else 0.05
+    return (f"error bars: paired {(1 - 2 * alpha) * 100:g}% interval of the difference with the full cache on the "
+            f"same items (worse end: the one-sided {(1 - alpha) * 100:g}% non-inferiority bound)"
+            + (", around each point, cut at 0 and 1" if clip else ""))
 
 
 def _plt():
@@ -43,27 +61,55 @@ def _metric_label(frame: pd.DataFrame) -> str:
 
 
 def _decision_line(pair: pd.DataFrame | None, model: str, task: str, methods: list[str]) -> str:
-    """"smallest non-inferior budget (δ = 0.02): snapstream 512, snapkv none, ..." for one panel ("" without a
-    paired table)."""
+    """"decision (δ = 0.02): snapstream non-inferior at 512, snapkv inconclusive, ..." for one panel ("" without
+    a paired table)."""
     if pair is None or pair.empty:
         return ""
-    scored = pair[(pair["model"] == model) & (pair["task"] == task) & pair["paired_diff"].notna()]
-    if scored.empty:
+    rows = pair[(pair["model"] == model) & (pair["task"] == task)]
+    if rows.empty or not rows["ni_margin"].notna().any():
         return ""
-    parts = []
-    for method in methods:
-        best = scored[scored["method"] == method]["smallest_ni_budget"].dropna()
-        if not is_reference(method) and (scored["method"] == method).any():
-            parts.append(f"{method} {int(best.iloc[0]) if not best.empty else 'none'}")
-    margin = float(scored["ni_margin"].dropna().iloc[0])
-    return f"smallest non-inferior budget (δ = {margin:g}): " + ", ".join(parts)
+    decided = {r.method: r for r in decisions(rows).itertuples()}
+    words = {NON_INFERIOR: "non-inferior at {b}", INCONCLUSIVE: "inconclusive", NO_COMPARISON: "not paired"}
+    parts = [f"{m} " + words.get(decided[m].decision, "not non-inferior").format(
+        b=None if pd.isna(decided[m].smallest_ni_budget) else int(decided[m].smallest_ni_budget))
+        for m in methods if m in decided]
+    margin = float(rows["ni_margin"].dropna().iloc[0])
+    return f"decision (δ = {margin:g}): " + ", ".join(parts)
+
+
+def _yerr(values, keys, bars, clip: bool = False) -> list:
+    """Asymmetric error bars around ``values`` from the paired intervals of ``keys`` (0 where a point has none).
+    ``clip``: values are accuracies in [0, 1], and a bar drawn around one stops at 0 and 1 (the interval of the
+    difference, moved onto the accuracy, can pass them; no accuracy can)."""
+    low, high = [], []
+    for v, key in zip(values, keys):
+        bar = bars.get(key)
+        down = 0.0 if bar is None else max(0.0, bar[0] - bar[1])
+        up = 0.0 if bar is None else max(0.0, bar[2] - bar[0])
+        if clip:
+            down, up = min(down, float(v)), min(up, 1.0 - float(v))
+        low.append(max(0.0, down))
+        high.append(max(0.0, up))
+    return [low, high]
+
+
+def _unit(values) -> bool:
+    """Whether every value lies in [0, 1] (an accuracy-like metric)."""
+    values = pd.Series(values, dtype="float64").dropna()
+    return bool(len(values)) and bool(((values >= 0) & (values <= 1)).all())
+
+
+def _keys(model: str, frame: pd.DataFrame) -> list[tuple]:
+    return [(model, t, m, None if pd.isna(b) else float(b))
+            for t, m, b in zip(frame["task"], frame["method"], frame["budget"])]
 
 
 def _budget_xlabel(ax, pair, model: str, task: str, methods: list[str]) -> None:
     line = _decision_line(pair, model, task, methods)
     width = int(ax.figure.get_figwidth() * 9.5 / max(1, len(ax.figure.axes)))
     text = "KV budget (tokens per layer and KV head)"
-    ax.set_xlabel(text + ("\n" + "\n".join(textwrap.wrap(line, max(40, width))) if line else ""), fontsize=9)
+    ax.set_xlabel(text + ("\n" + "\n".join(textwrap.wrap(line, max(40, width), break_on_hyphens=False)) if line
+                          else ""), fontsize=9)
 
 
 def _offsets(methods: list[str]) -> dict[str, float]:
@@ -95,8 +141,9 @@ def _legend(fig, axes, note: str) -> None:
             if l not in labels and not l.startswith("_"):
                 labels[l] = l
                 handles[l] = h
+    title = "\n".join(textwrap.wrap(note, int(fig.get_figwidth() * 13)))  # about 13 characters an inch at 8 pt
     fig.legend(list(handles.values()), list(labels), loc="outside lower center", fontsize=8, ncols=3,
-               title=note, title_fontsize=8, frameon=False)
+               title=title, title_fontsize=8, frameon=False)
 
 
 def _panels(frame: pd.DataFrame, title: str, draw, note: str):
@@ -181,10 +228,13 @@ def _marker_legend(ax, pair) -> None:
 
 
 def accuracy_vs_budget(pts: pd.DataFrame, model: str, pair: pd.DataFrame | None = None):
-    """Accuracy vs KV budget (log2 axis), one line per method; the full cache as a dashed line with its ±1 se band."""
+    """Accuracy vs KV budget (log2 axis), one line per method with paired error bars; the full cache as a dashed
+    line."""
     frame = pts[pts["model"] == model]
     styles = styles_for(frame["method"])
     status = _status(pair, model)
+    bars = paired_bars(pair)
+    clip = _unit(frame["value"])
 
     def draw(ax, task, sub):
         methods = _methods(sub)
@@ -193,14 +243,12 @@ def accuracy_vs_budget(pts: pd.DataFrame, model: str, pair: pd.DataFrame | None 
             m = sub[sub["method"] == method]
             style = styles[method]
             if is_reference(method):
-                v, se = float(m["value"].iloc[0]), float(m["stderr"].fillna(0).iloc[0])
-                ax.axhline(v, color=style.color, ls="--", lw=1.2, label=method_label(method))
-                ax.axhspan(v - se, v + se, color=style.color, alpha=0.08)
+                ax.axhline(float(m["value"].iloc[0]), color=style.color, ls="--", lw=1.2, label=method_label(method))
                 continue
             m = m.sort_values("budget")
             xs = m["budget"].astype(float).to_numpy() * offsets[method]
-            ax.errorbar(xs, m["value"], yerr=m["stderr"].fillna(0).to_numpy(), marker=style.marker,
-                        color=style.color, capsize=3, label=method)
+            ax.errorbar(xs, m["value"], yerr=_yerr(m["value"], _keys(model, m), bars, clip),
+                        marker=style.marker, color=style.color, capsize=3, label=method)
             _mark(ax, xs, m["value"], [status.get((task, method, float(b))) for b in m["budget"]], style)
         _marker_legend(ax, pair)
         _budget_axis(ax, sub["budget"])
@@ -208,35 +256,37 @@ def accuracy_vs_budget(pts: pd.DataFrame, model: str, pair: pd.DataFrame | None 
         ax.set_title(task, fontsize=10)
 
     return _panels(frame, f"Accuracy vs KV-cache budget: {model}", draw,
-                   SE_BARS + "; the full cache: dashed line, ±1 s.e. band")
+                   _bars_note(pair, clip) + "; the full cache: dashed line")
 
 
 def paired_difference_vs_budget(pair: pd.DataFrame, model: str):
-    """Paired accuracy difference vs the full cache against the budget, with the interval of each cell (Tango score
-    or cluster bootstrap, at the report's confidence) as error bars and the non-inferiority margin as a line."""
-    frame = pair[(pair["model"] == model) & pair["paired_diff"].notna()]
+    """Paired accuracy difference vs the full cache against the budget, each cell's interval at the decision's level
+    as error bars (:func:`~snapeval.report.tables.paired_bars`: the worse end is the non-inferiority bound) and the
+    margin as a line: a bar that stays above the line is a non-inferior cell."""
+    frame = pair[(pair["model"] == model) & pair["paired_diff"].notna() & pair["budget"].notna()]
     if frame.empty:
         return None
     styles = styles_for(frame["method"])
     status = _status(pair, model)
+    bars = paired_bars(pair)
     margin = float(frame["ni_margin"].dropna().iloc[0]) if frame["ni_margin"].notna().any() else None
-    confidence = f"{(1 - float(frame['ni_alpha'].dropna().iloc[0])) * 100:g}%" if frame["ni_alpha"].notna().any() \
-        else "95%"
 
     def draw(ax, task, sub):
         ax.axhline(0.0, color="black", ls="--", lw=1.2, label="full cache")
         if margin is not None:
-            ax.axhline(-margin, color="0.45", ls=":", lw=1.2, label=f"non-inferiority margin -δ = -{margin:g}")
+            side = -1.0 if sub["higher_is_better"].all() else 1.0
+            ax.axhline(side * margin, color="0.45", ls=":", lw=1.2,
+                       label=f"non-inferiority margin {'-' if side < 0 else '+'}δ = {side * margin:+g}")
         methods = _methods(sub)
         offsets = _offsets(methods)
         for method in methods:
-            m = sub[sub["method"] == method].sort_values("budget")
+            m = sub[sub["method"] == method].sort_values("budget").drop_duplicates("budget")
             style = styles[method]
-            diff = m["paired_diff"].to_numpy(dtype=float)
-            err = [(diff - m["paired_ci_low"].to_numpy(dtype=float)).clip(min=0),
-                   (m["paired_ci_high"].to_numpy(dtype=float) - diff).clip(min=0)]
+            keys = _keys(model, m)
+            diff = [bars[k][0] for k in keys]
             xs = m["budget"].astype(float).to_numpy() * offsets[method]
-            ax.errorbar(xs, diff, yerr=err, marker=style.marker, color=style.color, capsize=3, label=method)
+            ax.errorbar(xs, diff, yerr=_yerr(diff, keys, bars), marker=style.marker, color=style.color, capsize=3,
+                        label=method)
             _mark(ax, xs, diff, [status.get((task, method, float(b))) for b in m["budget"]], style)
         _marker_legend(ax, pair)
         _budget_axis(ax, sub["budget"])
@@ -245,8 +295,7 @@ def paired_difference_vs_budget(pair: pd.DataFrame, model: str):
         ax.set_ylabel("accuracy − full cache (paired)")
 
     return _panels(frame, f"Paired difference vs the full cache: {model}", draw,
-                   f"error bars: {confidence} paired interval (Tango score for 0/1 scores, cluster bootstrap "
-                   "otherwise)")
+                   _bars_note(pair) + " (Tango score for 0/1 scores; sign-flip bound and cluster bootstrap otherwise)")
 
 
 def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str, pair: pd.DataFrame | None = None):
@@ -255,12 +304,15 @@ def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str, pair: pd.DataFrame | N
     if frame.empty:
         return None
     styles = styles_for(frame["method"])
+    bars = paired_bars(pair)
+    clip = _unit(frame["value"])
 
     def draw(ax, task, sub):
         for method in _methods(sub):
             m = sub[sub["method"] == method].sort_values("sim_kv_bytes_per_seq")
             style = styles[method]
-            ax.errorbar(m["sim_kv_bytes_per_seq"] / 2 ** 20, m["value"], yerr=m["stderr"].fillna(0).to_numpy(),
+            ax.errorbar(m["sim_kv_bytes_per_seq"] / 2 ** 20, m["value"],
+                        yerr=_yerr(m["value"], _keys(model, m), bars, clip),
                         marker=style.marker, color=style.color, capsize=3, ls="none" if is_reference(method) else "-",
                         label=method_label(method))
         row = sub.iloc[0]
@@ -269,7 +321,7 @@ def accuracy_vs_sim_memory(pts: pd.DataFrame, model: str, pair: pd.DataFrame | N
         ax.set_xlabel(f"simulated KV cache per sequence (MiB), {row['sim_model']}")
 
     return _panels(frame, f"Accuracy vs simulated KV memory on {frame['sim_hardware'].iloc[0]}: {model}", draw,
-                   SE_BARS)
+                   _bars_note(pair, clip))
 
 
 def pareto_front(xs, ys) -> list[int]:
@@ -324,6 +376,8 @@ def accuracy_throughput_pareto(pts: pd.DataFrame, model: str, pair: pd.DataFrame
     if frame.empty:
         return None
     styles = styles_for(frame["method"])
+    bars = paired_bars(pair)
+    clip = _unit(frame["value"])
     labels_of: dict = {}
 
     def draw(ax, task, sub):
@@ -331,7 +385,8 @@ def accuracy_throughput_pareto(pts: pd.DataFrame, model: str, pair: pd.DataFrame
         for method in _methods(sub):
             m = sub[sub["method"] == method].sort_values("sim_decode_tokens_per_s")
             style = styles[method]
-            ax.errorbar(m["sim_decode_tokens_per_s"], m["value"], yerr=m["stderr"].fillna(0).to_numpy(),
+            ax.errorbar(m["sim_decode_tokens_per_s"], m["value"],
+                        yerr=_yerr(m["value"], _keys(model, m), bars, clip),
                         marker=style.marker, color=style.color, capsize=3, ls="none", label=method_label(method))
             labels += [(r["sim_decode_tokens_per_s"], r["value"], budget_label(r["method"], r["budget"]))
                        for _, r in m.iterrows()]
@@ -345,7 +400,7 @@ def accuracy_throughput_pareto(pts: pd.DataFrame, model: str, pair: pd.DataFrame
         ax.set_xlabel("simulated decode throughput (tokens/s, largest batch that fits)")
 
     fig = _panels(frame, f"Accuracy / simulated throughput on {frame['sim_hardware'].iloc[0]}: {model}", draw,
-                  SE_BARS + "; labels: KV budget")
+                  _bars_note(pair, clip) + "; labels: KV budget")
     fig.canvas.draw()  # lay the figure out once, then freeze it: label boxes measured now stay where they are
     fig.set_layout_engine("none")
     for ax, labels in labels_of.items():

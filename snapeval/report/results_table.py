@@ -53,9 +53,10 @@ def columns() -> list[str]:
 
 
 def paired_columns(view: dict[str, Any], result: CellResult, metric: str, reference: tuple[str, CellResult] | None,
-                   rule: DecisionRule, higher_is_better: bool = True) -> dict[str, Any]:
+                   rule: DecisionRule, higher_is_better: bool = True, family: int = 1) -> dict[str, Any]:
     """The paired comparison of one compressed cell's ``metric`` with the full-cache cell of its group, or a note
-    saying why there is none (no full-cache cell in the group; no shared item)."""
+    saying why there is none (no full-cache cell in the group; no shared item). ``family``: the compressed cells of
+    its (model, task) that are Holm-adjusted together (the level of its minimum detectable drop)."""
     from snapeval.stats import compare_cells
 
     if METHOD_TABLE.is_reference(view.get("method")):
@@ -64,7 +65,7 @@ def paired_columns(view: dict[str, Any], result: CellResult, metric: str, refere
         return {"paired_note": "no full-cache reference cell answered the same items (same model, task, seed, limit)"}
     ref_id, ref_result = reference
     try:
-        cmp = compare_cells(ref_result, result, metric, rule=rule, higher_is_better=higher_is_better)
+        cmp = compare_cells(ref_result, result, metric, rule=rule, higher_is_better=higher_is_better, family=family)
     except SnapevalError as exc:
         return {"paired_ref_cell": ref_id, "paired_note": str(exc)}
     notes = []
@@ -123,6 +124,11 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
     references = {v.get("group_id"): (v["cell_id"], results[v["cell_id"]]) for v in views
                   if METHOD_TABLE.is_reference(v.get("method")) and v.get("group_id") and v["cell_id"] in results}
     settings = METHOD_TABLE.setting_names()
+    families: dict[tuple, int] = {}  # (model, task): compressed cells with a reference, the Holm family
+    for view in views:
+        if view["cell_id"] in results and not METHOD_TABLE.is_reference(view.get("method")) \
+                and view.get("group_id") in references:
+            families[(view["model"], view["task"])] = families.get((view["model"], view["task"]), 0) + 1
     rows = []
     for view in views:
         result = results.get(view["cell_id"])
@@ -142,7 +148,8 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
         for m in result.metrics:
             is_primary = (m.subtask, m.key) == primary
             paired = paired_columns(view, result, m.key, references.get(view.get("group_id")), rule,
-                                    m.higher_is_better) if is_primary else {}
+                                    m.higher_is_better, families.get((view["model"], view["task"]), 1)) \
+                if is_primary else {}
             rows.append({**cell_cols, **paired, "subtask": m.subtask, "metric": m.metric, "filter": m.filter,
                          "primary": (m.subtask, m.key) == primary, "higher_is_better": m.higher_is_better,
                          "value": m.value, "stderr": m.stderr, "n_samples": m.n})

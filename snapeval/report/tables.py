@@ -66,7 +66,7 @@ def comparison(table: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "delta": row["value"] - fv,
             "delta_stderr": math.sqrt(row["stderr"] ** 2 + fse ** 2),
-            "kv_reduction_measured": fkv / row["kv_cache_bytes"] if row["kv_cache_bytes"] else float("nan"),
+            "kv_reduction_measured": _ratio(fkv, row["kv_cache_bytes"]),
             "kv_reduction_sim": _ratio(row["sim_full_kv_bytes_per_seq"], row["sim_kv_bytes_per_seq"]),
             "batch_gain_sim": _ratio(row["sim_max_batch"], row["sim_full_max_batch"]),
             "throughput_gain_sim": _ratio(row["sim_decode_tokens_per_s"], row["sim_full_decode_tokens_per_s"]),
@@ -104,72 +104,140 @@ def _rule(pair: pd.DataFrame) -> tuple[float, float] | None:
     return float(known["ni_margin"].iloc[0]), float(known["ni_alpha"].iloc[0])
 
 
-def _items(value) -> str:
-    if value is None or pd.isna(value):
-        return "–"
-    return "unreachable" if math.isinf(value) else f"{int(value):,}"
-
-
 def _drop(value) -> str:
     if value is None or pd.isna(value):
         return "–"
     return "unbounded" if math.isinf(value) else f"{value:.3f}"
 
 
+DECISION_COLUMNS = ["model", "task", "method", "decision", "smallest_ni_budget", "deciding_budget", "drop",
+                    "drop_bound", "n", "clusters", "unpaired", "items_to_settle", "ni_margin", "ni_alpha", "note"]
+NON_INFERIOR, NOT_NON_INFERIOR, INCONCLUSIVE, NO_COMPARISON = ("non-inferior", "not non-inferior", "inconclusive",
+                                                               "no paired comparison")
+
+
+def _worst(frame: pd.DataFrame) -> pd.Series:
+    """The seed of a budget that decides it: the one with the largest drop bound (every seed must pass)."""
+    return frame.sort_values("ni_drop_bound", ascending=False, na_position="first").iloc[0]
+
+
+def _oriented_drop(row) -> float:
+    return -row["paired_diff"] if row["higher_is_better"] else row["paired_diff"]
+
+
 def decisions(pair: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, task, method): the smallest non-inferior budget (NA: none in the grid) and the cell that
-    decided it (that budget, or the largest budget when even it is not non-inferior), with that cell's drop, its
-    one-sided upper bound, its items and clusters, and the items the margin would need."""
+    """One row per (model, task, method) with one of three answers, from the fixed-sequence walk down its budgets:
+
+    - ``non-inferior``: ``smallest_ni_budget`` passed (and every larger budget before it);
+    - ``not non-inferior``: the largest budget (the first tested) failed and its observed drop is at or beyond the
+      margin; no number of items would show non-inferiority at that difference (``items_to_settle`` inf);
+    - ``inconclusive``: the largest budget failed with an observed drop inside the margin; ``items_to_settle`` is the
+      number of items that would show non-inferiority with 80% power if the true difference were the observed one;
+    - ``no paired comparison``: none of the method's cells could be paired (``note`` says why).
+
+    The deciding cell is the smallest non-inferior budget, else the largest budget (its worst seed); ``unpaired``
+    counts its items that only one of the two cells scored (never paired, never silently dropped)."""
     rows = []
-    scored = pair[pair["paired_diff"].notna() & pair["budget"].notna()]
-    for (model, task, method), frame in scored.groupby(["model", "task", "method"], sort=False):
-        smallest = frame["smallest_ni_budget"].dropna()
-        budget = int(smallest.iloc[0]) if not smallest.empty else int(frame["budget"].max())
-        cell = frame[frame["budget"] == budget].sort_values("ni_drop_bound", ascending=False).iloc[0]
-        rows.append({"model": model, "task": task, "method": method,
-                     "smallest_ni_budget": budget if not smallest.empty else pd.NA, "deciding_budget": budget,
-                     "drop": -cell["paired_diff"] if cell["higher_is_better"] else cell["paired_diff"], "drop_bound": cell["ni_drop_bound"],
-                     "n": cell["paired_n"], "clusters": cell["paired_clusters"],
-                     "items_needed": cell["ni_items_needed"], "ni_margin": cell["ni_margin"],
-                     "ni_alpha": cell["ni_alpha"]})
-    return pd.DataFrame(rows, columns=["model", "task", "method", "smallest_ni_budget", "deciding_budget", "drop",
-                                       "drop_bound", "n", "clusters", "items_needed", "ni_margin", "ni_alpha"])
+    for (model, task, method), frame in pair.groupby(["model", "task", "method"], sort=False):
+        scored = frame[frame["paired_diff"].notna() & frame["budget"].notna()]
+        base = {"model": model, "task": task, "method": method, "smallest_ni_budget": pd.NA}
+        if scored.empty:
+            notes = [str(n) for n in frame["paired_note"].dropna() if str(n)]
+            rows.append({**base, "decision": NO_COMPARISON, "note": notes[0] if notes else
+                         "no compressed cell with a budget was paired"})
+            continue
+        smallest = scored["smallest_ni_budget"].dropna()
+        budget = int(smallest.iloc[0]) if not smallest.empty else int(scored["budget"].max())
+        cell = _worst(scored[scored["budget"] == budget])
+        drop = float(_oriented_drop(cell))
+        if not smallest.empty:
+            decision, settle = NON_INFERIOR, float("nan")
+            base["smallest_ni_budget"] = budget
+        elif drop >= float(cell["ni_margin"]):
+            decision, settle = NOT_NON_INFERIOR, math.inf
+        else:
+            decision, settle = INCONCLUSIVE, float(cell["ni_items_needed"])
+        rows.append({**base, "decision": decision, "deciding_budget": budget, "drop": drop,
+                     "drop_bound": cell["ni_drop_bound"], "n": cell["paired_n"], "clusters": cell["paired_clusters"],
+                     "unpaired": cell["paired_unpaired"], "items_to_settle": settle, "ni_margin": cell["ni_margin"],
+                     "ni_alpha": cell["ni_alpha"], "note": cell["paired_note"] if isinstance(cell["paired_note"], str)
+                     else ""})
+    return pd.DataFrame(rows, columns=DECISION_COLUMNS)
 
 
-def decision_markdown(pair: pd.DataFrame) -> list[str]:
-    """The report's first section: per (model, task, method) the smallest budget non-inferior to the full cache at
-    the declared margin, or "none in the grid" with the items the margin would need."""
+def verdict(row) -> str:
+    """The decision of one :func:`decisions` row in words."""
+    if row.decision == NO_COMPARISON:
+        return f"no paired comparison ({row.note})"
+    unpaired = int(row.unpaired) if not pd.isna(row.unpaired) else 0
+    extra = f"; {unpaired} items unpaired, not compared" if unpaired else ""
+    if row.decision == NON_INFERIOR:
+        return f"**non-inferior at budget {int(row.smallest_ni_budget)}**{extra}"
+    if row.decision == NOT_NON_INFERIOR:
+        return f"not non-inferior (observed drop beyond the margin){extra}"
+    return f"inconclusive at this n (n that would settle it: {_settle(row.items_to_settle)}){extra}"
+
+
+def _settle(value) -> str:
+    if value is None or pd.isna(value):
+        return "unknown (no variance to plan with)"
+    return "none" if math.isinf(value) else f"{int(value):,}"
+
+
+def decision_markdown(pair: pd.DataFrame, missing: list[str] | None = None) -> list[str]:
+    """The report's first section: per (model, task, method) non-inferior at budget X / not non-inferior / inconclusive
+    at this n (with the n that would settle it), every method and task said, none dropped; ``missing``: lines about
+    tasks or cells of the sweep with nothing to decide on (unfinished, no reference)."""
     rule = _rule(pair)
-    if rule is None:
+    if rule is None and not missing:
         return []
-    margin, alpha = rule
-    confidence = f"{(1 - alpha) * 100:g}%"
-    lines = [f"Non-inferiority margin δ = {margin:g} (a drop of at most {margin * 100:g} points of the headline "
-             f"metric), α = {alpha:g}. A budget is non-inferior to the full cache when the one-sided {confidence} "
-             f"upper confidence bound of its paired drop is below δ (Tango's score test for 0/1 metrics, the "
-             f"sign-flip test over clusters otherwise). A method's budgets are tested from the largest down, each at "
-             f"α, stopping at the first that is not non-inferior (fixed-sequence: the family-wise error per "
-             f"(model, task, method) stays at most α); with several seeds every seed must pass. \"not significantly "
-             f"different\" is not the same claim: a cell can be neither.", "",
-             f"| model | task | method | smallest non-inferior budget | deciding cell | drop | upper {confidence} "
-             f"bound | items (clusters) | items needed for δ |", "|" + " --- |" * 9]
-    for r in decisions(pair).itertuples():
-        answer = "none in the grid" if pd.isna(r.smallest_ni_budget) else f"**{int(r.smallest_ni_budget)}**"
-        lines.append(f"| {r.model} | {r.task} | {r.method} | {answer} | {r.method}@{r.deciding_budget} | "
-                     f"{r.drop + 0.0:+.3f} | {_drop(r.drop_bound)} | {int(r.n)} ({int(r.clusters)}) | "
-                     f"{_items(r.items_needed)} |")
-    lines += ["", "Items needed: for 80% power to show non-inferiority at δ if the true difference were 0, at the "
-                  "deciding cell's rate of discordant items (Nam 1997; at zero discordance z²(1 − δ)/δ)."]
+    lines = []
+    if rule is not None:
+        margin, alpha = rule
+        confidence = f"{(1 - alpha) * 100:g}%"
+        lines += [f"Non-inferiority margin δ = {margin:g} (a drop of at most {margin * 100:g} points of the headline "
+                  f"metric), α = {alpha:g}. A budget is non-inferior to the full cache when the one-sided "
+                  f"{confidence} upper confidence bound of its paired drop is below δ (Tango's score test for 0/1 metrics, on "
+                  f"effective counts when items share a document; the sign-flip test over clusters otherwise). A "
+                  f"method's budgets are tested from the largest down, each at α, stopping at the first that is not "
+                  f"non-inferior (fixed-sequence: the family-wise error per (model, task, method) stays at most α); "
+                  f"with several seeds every seed must pass. Each method gets one of three answers: **non-inferior "
+                  f"at budget X** (the smallest that passed); **not non-inferior** (the largest budget's observed "
+                  f"drop is at or beyond δ: no number of items would show it); **inconclusive at this n** (the "
+                  f"observed drop is inside δ but the bound is not: the n that would settle it is the items for 80% "
+                  f"power if the true difference were the observed one). \"Not significantly different\" is not "
+                  f"non-inferiority: a cell can be neither.", "",
+                  f"| model | task | method | decision | deciding cell | observed drop | upper {confidence} bound | "
+                  "items (clusters) | unpaired items |", "|" + " --- |" * 9]
+        for r in decisions(pair).itertuples():
+            if r.decision == NO_COMPARISON:
+                lines.append(f"| {r.model} | {r.task} | {r.method} | {verdict(r)} | – | – | – | – | – |")
+                continue
+            lines.append(f"| {r.model} | {r.task} | {r.method} | {verdict(r)} | {r.method}@{r.deciding_budget} | "
+                         f"{r.drop + 0.0:+.3f} | {_drop(r.drop_bound)} | {int(r.n)} ({int(r.clusters)}) | "
+                         f"{int(r.unpaired)} |")
+        lines += ["", "n that would settle it: Nam (1997) / Liu et al. (2002) for Tango's test, at the deciding cell's "
+                      "observed difference and rate of discordant items (times the design effect when items share a "
+                      "document); the normal approximation with the cluster-robust variance for other metrics."]
+    if missing:
+        lines += ["", "Nothing to decide on:", ""] + [f"- {m}" for m in missing]
     return lines
 
 
+def _ci_label(pair: pd.DataFrame) -> str:
+    rule = _rule(pair)
+    return f"{(1 - 2 * rule[1]) * 100:g}% CI" if rule is not None else "CI"
+
+
 def paired_markdown(pair: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """Per (model, task): a markdown table of paired differences vs the full cache, significance (Holm-adjusted)
-    and non-inferiority spelled out, with the minimum detectable drop next to every "no"."""
+    """Per (model, task): a markdown table of paired differences vs the full cache with their interval at the
+    decision's level (two-sided 1 - 2 alpha: its lower end is the decision's bound), significance (Holm-adjusted)
+    with the drop detectable at Holm's level next to every "no", and the non-inferiority verdict of each cell."""
     out = {}
+    ci_label = _ci_label(pair)
     for (model, task), frame in pair.groupby(["model", "task"], sort=False):
-        lines = ["| method | budget | seed | accuracy | Δ vs full (paired) | 95% CI | test p | Holm p | significant | "
-                 "drop bound | non-inferior | worse / better | items (clusters) | unpaired | Δ output chars |",
+        lines = [f"| method | budget | seed | accuracy | Δ vs full (paired) | {ci_label} | test p | Holm p | "
+                 "significant | drop bound | non-inferior | worse / better | items (clusters) | unpaired | Δ output chars |",
                  "|" + " --- |" * 15]
         for r in frame.itertuples():
             if pd.isna(r.paired_diff):
@@ -179,8 +247,14 @@ def paired_markdown(pair: pd.DataFrame) -> dict[tuple[str, str], str]:
             ci = f"[{r.paired_ci_low:+.3f}, {r.paired_ci_high:+.3f}]"
             detectable = ("none at this n" if not pd.isna(r.paired_mdd) and math.isinf(r.paired_mdd)
                           else _drop(r.paired_mdd))
-            sig = "**yes**" if bool(r.paired_significant) else f"no (detectable: {detectable})"
-            ni = "**yes**" if bool(r.non_inferior) else f"no (needs {_items(r.ni_items_needed)} items)"
+            sig = "**yes**" if bool(r.paired_significant) else f"no (detectable after Holm: {detectable})"
+            drop = -r.paired_diff if r.higher_is_better else r.paired_diff
+            if bool(r.non_inferior):
+                ni = "**yes**"
+            elif drop >= r.ni_margin:
+                ni = "no (observed drop beyond δ)"
+            else:
+                ni = f"inconclusive (n to settle: {_settle(r.ni_items_needed)})"
             length = "" if pd.isna(r.paired_length_change) else f"{r.paired_length_change:+.1f}"
             lines.append(f"| {r.method} | {budget_label(r.method, r.budget)} | {r.seed} | {r.value:.3f} | "
                          f"{r.paired_diff:+.3f} | {ci} | {r.paired_p:.3g} | {r.paired_p_holm:.3g} | {sig} | "
@@ -201,12 +275,15 @@ def paired_legend(pair: pd.DataFrame) -> list[str]:
     intervals = ", ".join(sorted(set(pair["paired_interval"].dropna())))
     return [f"Paired differences: every compressed cell against the full-cache cell that answered the same items (same "
             f"model, task, seed, limit), item by item. Tests of \"no difference\" (two-sided): {tests}; intervals "
-            f"({(1 - alpha) * 100:g}%): {intervals}. **Family**: the compressed cells of one (model, task); p-values "
-            f"are Holm-adjusted within it and *significant* means Holm p < α = {alpha:g}. \"detectable\": the "
-            f"smallest drop the test would catch with 80% power at this n. *Drop bound*: one-sided "
-            f"{(1 - alpha) * 100:g}% upper bound of the drop; *non-inferior*: bound < δ = {margin:g} (\"needs\": "
-            "the items for 80% power at δ). *Worse / better*: items the budget scored lower / higher than the full "
-            "cache. Items in only one of the two cells are counted as unpaired, never paired."]
+            f"({(1 - 2 * alpha) * 100:g}%, two-sided, so that their lower end is the one-sided {(1 - alpha) * 100:g}% "
+            f"bound the non-inferiority decision uses): {intervals}. **Family**: the compressed cells of one (model, "
+            f"task); p-values are Holm-adjusted within it and *significant* means Holm p < α = {alpha:g}. "
+            f"\"detectable after Holm\": the smallest drop the test would catch with 80% power at this n at Holm's "
+            f"most stringent level α / m (m: the cells of the family). *Drop bound*: one-sided {(1 - alpha) * 100:g}% "
+            f"upper bound of the drop; *non-inferior*: bound < δ = {margin:g}, else \"observed drop beyond δ\" or "
+            "\"inconclusive\" with the n that would settle it at the observed difference. *Worse / better*: items the "
+            "budget scored lower / higher than the full cache. Items in only one of the two cells are counted as "
+            "unpaired, never paired."]
 
 
 def significance_summary(pair: pd.DataFrame) -> list[str]:
@@ -214,6 +291,11 @@ def significance_summary(pair: pd.DataFrame) -> list[str]:
     out = []
     for (model, task), frame in pair.groupby(["model", "task"], sort=False):
         scored = frame[frame["paired_diff"].notna()]
+        if scored.empty:
+            notes = [str(n) for n in frame["paired_note"].dropna() if str(n)]
+            out.append(f"- {model} / {task}: none of its {len(frame)} compressed cells could be paired with the full "
+                       f"cache ({notes[0] if notes else 'no reference'}).")
+            continue
         sig = scored[scored["paired_significant"].fillna(False).astype(bool)]
         names = ", ".join(f"{r.method}@{budget_label(r.method, r.budget)} ({r.paired_diff:+.3f})" for r in sig.itertuples())
         out.append(f"- {model} / {task}: {len(sig)} of {len(scored)} compressed cells differ significantly from the "
@@ -242,12 +324,13 @@ def budget_label(method: str, budget) -> str:
 
 
 def accuracy_vs_budget(table: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
-    """Per (model, task): methods as rows, budgets as columns, "value ± stderr" cells."""
+    """Per (model, task): methods as rows, budgets as columns, accuracy cells (the paired intervals are in the
+    paired table: an unpaired ± stderr beside each value would not be the uncertainty of any comparison)."""
     pts = points(table)
     out = {}
     for (model, task), frame in pts.groupby(["model", "task"], sort=False):
         frame = frame.assign(budget_label=[budget_label(m, b) for m, b in zip(frame["method"], frame["budget"])],
-                             cell=[_pm(v, s) for v, s in zip(frame["value"], frame["stderr"])])
+                             cell=[_pm(v, None) for v in frame["value"]])
         budgets = sorted({int(b) for b in frame["budget"].dropna()})
         cols = (["full"] if frame["budget"].isna().any() else []) + [str(b) for b in budgets]
         pivot = frame.pivot(index="method", columns="budget_label", values="cell").reindex(columns=cols).fillna("")
@@ -284,20 +367,48 @@ def _bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
-def comparison_markdown(comp: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """Per (model, task): a markdown table of accuracy, delta vs full, memory reduction and throughput gain."""
-    header = ("| method | budget | accuracy | Δ vs full | measured KV | KV reduction (measured) | sim KV / seq "
-              "| KV reduction (sim) | sim max batch | sim decode tok/s | throughput gain (sim) |")
+def paired_bars(pair: pd.DataFrame | None) -> dict[tuple, tuple[float, float, float]]:
+    """``{(model, task, method, budget): (difference, low, high)}``: each compressed point's paired difference vs
+    the full cache (candidate - reference, the metric's units) and its interval at the decision's level, whose end
+    on the worse side is the non-inferiority decision's one-sided bound and whose other end is the two-sided
+    ``1 - 2 alpha`` interval's. Several seeds: the seed with the largest drop bound (the one that decides)."""
+    if pair is None or pair.empty:
+        return {}
+    out = {}
+    scored = pair[pair["paired_diff"].notna() & pair["ni_drop_bound"].notna()]
+    for key, frame in scored.groupby(["model", "task", "method", "budget"], sort=False, dropna=False):
+        r = _worst(frame)
+        if r["higher_is_better"]:
+            low, high = -float(r["ni_drop_bound"]), float(r["paired_ci_high"])
+        else:
+            low, high = float(r["paired_ci_low"]), float(r["ni_drop_bound"])
+        out[(key[0], key[1], key[2], float(key[3]) if not pd.isna(key[3]) else None)] = (
+            float(r["paired_diff"]), low, high)
+    return out
+
+
+def _bar_key(row) -> tuple:
+    return (row["model"], row["task"], row["method"], None if pd.isna(row["budget"]) else float(row["budget"]))
+
+
+def comparison_markdown(comp: pd.DataFrame, pair: pd.DataFrame | None = None) -> dict[tuple[str, str], str]:
+    """Per (model, task): a markdown table of accuracy, the paired difference vs the full cache with its interval
+    at the decision's level (from ``pair``; "–" where a point was not paired), memory reduction and throughput
+    gain."""
+    ci = _ci_label(pair) if pair is not None and not pair.empty else "CI"
+    header = (f"| method | budget | accuracy | Δ vs full (paired) [{ci}] | measured KV | KV reduction (measured) | "
+              "sim KV / seq | KV reduction (sim) | sim max batch | sim decode tok/s | throughput gain (sim) |")
     rule = "|" + " --- |" * (header.count("|") - 1)
+    bars = paired_bars(pair)
     out = {}
     for (model, task), frame in comp.groupby(["model", "task"], sort=False):
         lines = [header, rule]
         for _, r in frame.iterrows():
-            delta = "" if is_reference(r["method"]) else (
-                f"{_fmt(r['delta'], 'signed')} ± {r['delta_stderr']:.3f}" if not pd.isna(r["delta_stderr"])
-                else _fmt(r["delta"], "signed"))
+            bar = bars.get(_bar_key(r))
+            delta = "–" if is_reference(r["method"]) or bar is None else (
+                f"{bar[0]:+.3f} [{bar[1]:+.3f}, {bar[2]:+.3f}]")
             lines.append("| " + " | ".join([
-                r["method"], budget_label(r["method"], r["budget"]), _pm(r["value"], r["stderr"]), delta or "–",
+                r["method"], budget_label(r["method"], r["budget"]), _pm(r["value"], None), delta,
                 _fmt(r["kv_cache_bytes"], "bytes"), _fmt(r["kv_reduction_measured"], "x"),
                 _fmt(r["sim_kv_bytes_per_seq"], "bytes"), _fmt(r["kv_reduction_sim"], "x"),
                 _fmt(r["sim_max_batch"], "int"), _fmt(r["sim_decode_tokens_per_s"], "num"),

@@ -238,10 +238,10 @@ def pairing_problems(base: Entry, cur: Entry) -> list[tuple[str, str]]:
     if b.deterministic != c.deterministic:
         sampled = [(s.subtask, s.doc_id) for s in (c if b.deterministic else b).samples if not s.greedy]
         side = "current" if b.deterministic else "baseline"
-        problems.append(("mismatch", f"greedy status differs: the baseline is {'greedy' if b.deterministic else 'sampled'}"
-                                     f", the current run is {'greedy' if c.deterministic else 'sampled'} ({len(sampled)} "
-                                     f"{side} item(s) not greedy: {_docs(sampled)}); rerun with the baseline's "
-                                     "generation settings"))
+        status = {True: "greedy", False: "sampled"}
+        problems.append(("mismatch", f"greedy status differs: the baseline is {status[b.deterministic]}, the current "
+                                     f"run is {status[c.deterministic]} ({len(sampled)} {side} item(s) not greedy: "
+                                     f"{_docs(sampled)}); rerun with the baseline's generation settings"))
     bi = {(s.subtask, s.doc_id) for s in b.samples}
     ci = {(s.subtask, s.doc_id) for s in c.samples}
     if bi != ci:
