@@ -9,8 +9,8 @@ from snapeval.stats.decision import DEFAULT_ALPHA, DEFAULT_MARGIN
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="tables and plots from a results directory",
-        description="Write report.md (first: the smallest budget per method that is non-inferior to the full cache at "
-                    "the margin), comparison.csv, accuracy_vs_budget.csv, paired.csv, decisions.csv and PNG plots "
+        description="Write report.md (first, per method: non-inferior to the full cache at budget X, not "
+                    "non-inferior, or inconclusive at this n with the n that would settle it), comparison.csv, accuracy_vs_budget.csv, paired.csv, decisions.csv and PNG plots "
                     "(accuracy vs budget, paired difference vs budget, accuracy vs simulated KV memory, "
                     "accuracy/simulated-throughput Pareto front). Rebuilds RESULTS_DIR/results.{parquet,csv}.")
     p.add_argument("results_dir", help="a directory written by `snapeval sweep`")

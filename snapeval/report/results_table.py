@@ -36,7 +36,7 @@ _SIMULATED = [
 #: Paired columns (filled on each compressed cell's primary metric against the full-cache cell of its group; see
 #: :func:`snapeval.stats.compare_cells`) and the decision columns derived from them over a family: ``paired_p_holm``
 #: and ``paired_significant`` (Holm within each (model, task)), ``smallest_ni_budget`` (fixed-sequence walk down each
-#: (model, task, method)'s budgets; NA: none in the grid).
+#: (model, task, method)'s budgets; NA: no budget passed).
 PAIRED_COLUMNS = [
     "paired_ref_cell", "paired_n", "paired_clusters", "paired_unpaired", "paired_diff", "paired_ci_low",
     "paired_ci_high", "paired_interval", "paired_test", "paired_p", "paired_p_holm", "paired_significant",

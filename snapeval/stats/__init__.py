@@ -2,15 +2,18 @@
 
 One module per concern, each naming its textbook source:
 
-- :mod:`.binary`: McNemar exact and mid-p tests, Tango's score interval and non-inferiority test, the Rao-Scott
-  design effect for clustered 0/1 scores;
+- :mod:`.binary`: McNemar exact and mid-p tests, Tango's score interval and non-inferiority test, on Rao-Scott
+  effective counts with the worst-case design effect for clustered 0/1 scores;
 - :mod:`.permutation`: the sign-flip permutation test over clusters and its confidence bound;
 - :mod:`.bootstrap`: the cluster bootstrap interval (expanded percentile);
 - :mod:`.multiplicity`: Holm's adjustment within a family, fixed-sequence testing down a budget grid;
 - :mod:`.power`: exact McNemar power, the minimum detectable drop, the items a non-inferiority margin needs;
 - :mod:`.decision`: :class:`DecisionRule` (margin, alpha) of the non-inferiority decision;
+- :mod:`.headline`: a cell's headline metric (what the decision, the report and ``regress`` lead with);
 - :mod:`.paired`: :func:`compare_cells` (everything above, for two cells of one group) and :func:`drop_check`;
 - :mod:`.regress`: the ``snapeval regress`` command.
+
+``docs/statistics.md`` gives the levels, the simulations that chose the clustered method, and the decisions.
 """
 from __future__ import annotations
 
