@@ -287,16 +287,20 @@ def _cell_dir(tmp_path, name, docs, solved, greedy):
 
 
 def test_baseline_over_different_items_is_reported_unpaired(tmp_path, capsys):
+    """A baseline fixes its items (issue #39): a current run over other items fails with one line naming them;
+    --allow-unpaired (exploration) pairs the shared ones."""
     base = _cell_dir(tmp_path, "base", range(10), 8, greedy=False)
     other = _cell_dir(tmp_path, "other", range(5, 15), 8, greedy=False)
-    assert cli(["regress", "--baseline", str(base), "--current", str(other)]) == 0
+    assert cli(["regress", "--baseline", str(base), "--current", str(other)]) == 1
     text = capsys.readouterr().out
-    assert ("unpaired    m | t | full | seed 0: 10 items in only one of the two runs (5 baseline-only, 5 "
-            "current-only) are left unpaired") in text.splitlines()
-    assert "paired over 5 items in 5 clusters" in text  # only the shared items are paired
+    assert ("UNPAIRED    m | t | full | seed 0: the current run scored 5 of the baseline's 10 items; 5 missing: doc 0, "
+            "doc 1, doc 2, doc 3, doc 4; 5 not in the baseline: doc 10, doc 11, doc 12, doc 13, doc 14") \
+        in text.splitlines()
+    assert cli(["regress", "--baseline", str(base), "--current", str(other), "--allow-unpaired"]) == 0
+    assert "paired over 5 items in 5 clusters" in capsys.readouterr().out  # only the shared items are paired
     greedy_base = _cell_dir(tmp_path, "gbase", range(10), 8, greedy=True)
     greedy_other = _cell_dir(tmp_path, "gother", range(5, 15), 8, greedy=True)
-    assert cli(["regress", "--baseline", str(greedy_base), "--current", str(greedy_other)]) == 1
+    assert cli(["regress", "--baseline", str(greedy_base), "--current", str(greedy_other), "--allow-unpaired"]) == 1
     text = capsys.readouterr().out
     # 10 items on one side only, and docs 8-9 (solved in the other run, not in the baseline): never more than exist
     assert "CHANGED     m | t | full | seed 0: 12 of 15 items changed (greedy decoding reproduces every item)" in text
@@ -309,9 +313,10 @@ def test_real_drop_with_zero_standard_error_on_one_side_fails(tmp_path, capsys):
     assert cli(["regress", "--baseline", str(base), "--current", str(cur)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert ("REGRESSION  m | t | full | seed 0: acc,none: 1.0000 -> 0.0000 (paired over 3 items in 3 clusters: "
-            "-1.0000, 3 worse, 0 better; McNemar mid-p, one-sided p=0.0625; power 0% against a 10-point drop); the "
-            "paired test cannot reject at n=3 (smallest possible p 0.0625 >= alpha 0.05), so the tolerance rule "
-            "applies too: drop +1.0000 vs tolerance 0.0200") in lines
+            "-1.0000, 3 worse, 0 better; McNemar mid-p, one-sided p=0.0625, Holm p=0.0625 over 1 sampled cells; "
+            "power 0% against a 10-point drop at 0% churn, level 0.05); the paired test cannot reject at n=3 "
+            "(smallest possible p 0.0625 >= level 0.05), so the tolerance rule applies too: drop +1.0000 vs "
+            "tolerance 0.0200") in lines
     base4 = _cell_dir(tmp_path, "b4", range(4), 4, greedy=False)
     cur4 = _cell_dir(tmp_path, "c4", range(4), 1, greedy=False)  # 1.0 (se 0) -> 0.25
     assert cli(["regress", "--baseline", str(base4), "--current", str(cur4)]) == 0  # 3 of 4: p = 0.0625, honest

@@ -373,7 +373,8 @@ def _sampled_findings(tests: list[_SampledTest], rule: DecisionRule, z: float, d
                            higher_is_better=bm.higher_is_better, subtask=bm.subtask)
         cm = next((x for x in cur.result.metrics if (x.subtask, x.key) == (bm.subtask, bm.key)), None)
         cur_value = None if cm is None else cm.value
-        text = (f"{_metric_name(base, bm)}: {bm.value:.4f} -> {_fmt(cur_value)} (paired over {check.n} items in "
+        shown = "none" if cur_value is None else f"{cur_value:.4f}"
+        text = (f"{_metric_name(base, bm)}: {bm.value:.4f} -> {shown} (paired over {check.n} items in "
                 f"{check.clusters} clusters: {check.mean_diff:+.4f}, {check.worse} worse, {check.better} better; "
                 f"{check.test} p={check.p_value:.3g}, Holm p={adjusted:.3g} over {m} sampled cells; power "
                 f"{check.power:.0%} against a {drop * 100:g}-point drop at {check.churn:.0%} churn, level "
