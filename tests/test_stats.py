@@ -208,6 +208,9 @@ def test_noninferiority_sample_size_reaches_its_power():
     # normal approximation for means: ((z_a + z_b) sigma / margin)^2
     zz = NormalDist().inv_cdf(0.95) + NormalDist().inv_cdf(0.8)
     assert normal_noninferiority_clusters(0.04, 0.05, 0.05) == math.ceil(zz * zz * 0.04 / 0.0025)
+    # at an observed difference d (negative: worse) the gap to the margin is margin + d; none at or beyond it
+    assert normal_noninferiority_clusters(0.04, 0.05, 0.05, -0.02) == math.ceil(zz * zz * 0.04 / 0.03 ** 2)
+    assert normal_noninferiority_clusters(0.04, 0.05, 0.05, -0.05) == math.inf
 
 
 @pytest.mark.parametrize("raw, message", [
