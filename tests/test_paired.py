@@ -111,3 +111,12 @@ def test_missing_reference_cell_is_explained_in_the_table():
 
     cols = paired_columns({"method": "snapstream"}, _cell({0: 1}), "acc,none", None, DecisionRule())
     assert cols == {"paired_note": "no full-cache reference cell answered the same items (same model, task, seed, limit)"}
+
+
+def test_the_interval_shown_is_the_decisions():
+    """Issue #39: 395 items, 3 worse: non-inferior at 2 points, and the interval shown must say so (the old 95%
+    interval reached -0.022, below the margin line, next to a "yes")."""
+    cmp = compare_cells(_cell({i: 1 for i in range(395)}), _cell({i: (0 if i < 3 else 1) for i in range(395)}),
+                        "acc,none")
+    assert cmp.non_inferior and cmp.ci_low > -0.02 and cmp.ci_low == pytest.approx(-cmp.drop_bound)
+    assert tango_interval(3, 0, 395, 0.95)[0] < -0.02  # what the old table drew
