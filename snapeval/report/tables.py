@@ -330,7 +330,7 @@ def accuracy_vs_budget(table: pd.DataFrame) -> dict[tuple[str, str], pd.DataFram
     out = {}
     for (model, task), frame in pts.groupby(["model", "task"], sort=False):
         frame = frame.assign(budget_label=[budget_label(m, b) for m, b in zip(frame["method"], frame["budget"])],
-                             cell=[_pm(v, None) for v in frame["value"]])
+                             cell=[_value(v) for v in frame["value"]])
         budgets = sorted({int(b) for b in frame["budget"].dropna()})
         cols = (["full"] if frame["budget"].isna().any() else []) + [str(b) for b in budgets]
         pivot = frame.pivot(index="method", columns="budget_label", values="cell").reindex(columns=cols).fillna("")
@@ -340,10 +340,8 @@ def accuracy_vs_budget(table: pd.DataFrame) -> dict[tuple[str, str], pd.DataFram
     return out
 
 
-def _pm(value, stderr, digits: int = 3) -> str:
-    if value is None or pd.isna(value):
-        return "n/a"
-    return f"{value:.{digits}f}" + ("" if stderr is None or pd.isna(stderr) else f" ± {stderr:.{digits}f}")
+def _value(value, digits: int = 3) -> str:
+    return "n/a" if value is None or pd.isna(value) else f"{value:.{digits}f}"
 
 
 def _fmt(value, kind: str) -> str:
@@ -353,8 +351,6 @@ def _fmt(value, kind: str) -> str:
         return f"{value:.2f}x"
     if kind == "bytes":
         return _bytes(value)
-    if kind == "signed":
-        return f"{value:+.3f}"
     if kind == "int":
         return f"{int(value):,}"
     return f"{value:,.1f}"
@@ -408,7 +404,7 @@ def comparison_markdown(comp: pd.DataFrame, pair: pd.DataFrame | None = None) ->
             delta = "–" if is_reference(r["method"]) or bar is None else (
                 f"{bar[0]:+.3f} [{bar[1]:+.3f}, {bar[2]:+.3f}]")
             lines.append("| " + " | ".join([
-                r["method"], budget_label(r["method"], r["budget"]), _pm(r["value"], None), delta,
+                r["method"], budget_label(r["method"], r["budget"]), _value(r["value"]), delta,
                 _fmt(r["kv_cache_bytes"], "bytes"), _fmt(r["kv_reduction_measured"], "x"),
                 _fmt(r["sim_kv_bytes_per_seq"], "bytes"), _fmt(r["kv_reduction_sim"], "x"),
                 _fmt(r["sim_max_batch"], "int"), _fmt(r["sim_decode_tokens_per_s"], "num"),
