@@ -1,30 +1,22 @@
-"""LiveCodeBench graded as the official ``lcb_runner`` grades it (issue #20, item 4), proven against a re-implementation
-of the official rules written here from reading LiveCodeBench/LiveCodeBench at 28fef95 (our own code; each function
-names the official file and function it mirrors). Offline: crafted programs, outputs and problems only.
+"""LiveCodeBench graded as the official ``lcb_runner`` grades it (issues #20 and #35). Offline: crafted programs,
+outputs and problems only.
 
-- a corpus of programs run by snapeval's sandbox and by the reference runner (in a forked process, as the official
-  runs each program in a ``multiprocessing.Process``): equal verdict by verdict (passed, failure kind, failing test);
-- the comparison rules alone on generated outputs and returned values (hypothesis), the pass@k estimator, the code
-  extraction, the release version and the contest-date window;
+- the golden table ``tests/golden/livecodebench/grading.json``: crafted (problem, program) cases whose verdicts the
+  official code itself produced (LiveCodeBench/LiveCodeBench at 28fef95, run outside this repository), graded here by
+  snapeval's sandbox through the task's own path: equal result list item by item and equal pass verdict;
+- the comparison rules alone on generated outputs and returned values (hypothesis) against a re-implementation of
+  the official rules written from reading that commit (each function names the official one it mirrors), the pass@k
+  estimator, the code extraction, the release version and the contest-date window;
 - the ``livecodebench`` task end to end through lm-eval with a stub model whose generations are known programs.
 """
 from __future__ import annotations
 
-import ast
-import faulthandler
 import json
 import math
-import multiprocessing
 import os
-import signal
-import sys
-import time
 from datetime import datetime
 from decimal import Decimal
-from io import StringIO
 from pathlib import Path
-from types import ModuleType
-from unittest.mock import mock_open, patch
 
 import numpy as np
 import pytest
@@ -35,7 +27,7 @@ from snapeval.errors import SnapevalError
 from snapeval.sandbox import ProgramJob, SandboxLimits, driver, isolation, run_programs
 from snapeval.sandbox.protocol import decode_value
 from snapeval.tasks import livecodebench
-from snapeval.tasks.livecodebench import TestCase, Tests, functional_matches, load_json, stdout_matches
+from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
 from snapeval.tasks.metrics import pass_at_k
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,94 +41,6 @@ _FROM = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "
          "itertools", "functools", "operator", "io", "sys", "json", "builtins", "typing")
 REF_IMPORT_STRING = ("".join(f"from {m} import *\n" for m in _FROM)
                      + "".join(f"import {m}\n" for m in _FROM[:-2]) + "sys.setrecursionlimit(50000)\n")
-
-
-class TimeoutException(Exception):  # testing_util.TimeoutException (its name matters: see grade_*)
-    pass
-
-
-def _ref_alarm(signum, frame):  # testing_util.timeout_handler
-    raise TimeoutException
-
-
-class RefCapture(list):  # testing_util.Capturing: sys.stdout into a StringIO whose close takes one argument
-    def __enter__(self):
-        self._saved = sys.stdout
-        self._buffer = sys.stdout = StringIO()
-        self._buffer.close = lambda x: 1
-        return self
-
-    def __exit__(self, *exc):
-        self.append(self._buffer.getvalue())
-        sys.stdout = self._saved
-
-
-class RefStdin:  # testing_util.MockStdinWithBuffer / MockBuffer
-    def __init__(self, text):
-        self.text, self.stream = text, StringIO(text)
-        self.buffer = type("RefBuffer", (), {"read": lambda _, *a: text.encode("utf-8"),
-                                             "readline": lambda _, *a: text.encode("utf-8").split(b"\n")[0] + b"\n"})()
-
-    def read(self, *args):
-        return self.text
-
-    def readline(self, *args):
-        return self.stream.readline(*args)
-
-    def readlines(self, *args):
-        return self.text.split("\n")
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
-
-
-def ref_clean_if_name(code):  # testing_util.clean_if_name
-    try:
-        body = ast.parse(code).body
-        if isinstance(body[-1], ast.If) and ast.unparse(body[-1].test).strip() == "__name__ == '__main__'":
-            code = ast.unparse(body[:-1]) + "\n" + ast.unparse(body[-1].body)
-    except BaseException:
-        pass
-    return code
-
-
-def ref_make_function(code):  # testing_util.make_function
-    try:
-        body = ast.parse(code).body
-        imports = [s for s in body if isinstance(s, (ast.Import, ast.ImportFrom))]
-        rest = [s for s in body if not isinstance(s, (ast.Import, ast.ImportFrom))]
-        fn = ast.FunctionDef(name="wrapped_function", body=rest, decorator_list=[], lineno=-1,
-                             args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]))
-        return REF_IMPORT_STRING + "\n" + ast.unparse(imports) + "\n" + ast.unparse(fn)
-    except Exception:
-        return code
-
-
-def ref_compile_code(code, timeout):  # testing_util.compile_code
-    signal.alarm(timeout)
-    try:
-        module = ModuleType("tmp_sol", "")
-        exec(code, module.__dict__)
-        return module.Solution() if "class Solution" in code else module
-    finally:
-        signal.alarm(0)
-
-
-def ref_call_method(method, text):  # testing_util.call_method: the patches, entered bottom-up as mock enters them
-    lines = iter(text.split("\n"))
-
-    @patch("builtins.open", mock_open(read_data=text))
-    @patch("sys.stdin", RefStdin(text))
-    @patch("sys.stdin.readline", lambda *a: next(lines))
-    @patch("sys.stdin.readlines", lambda *a: text.split("\n"))
-    @patch("sys.stdin.read", lambda *a: text)
-    def inner(m):
-        try:
-            return m()
-        except SystemExit:
-            pass
-
-    return inner(method)
 
 
 def ref_lines(text):  # testing_util.get_stripped_lines
@@ -165,228 +69,10 @@ def ref_stdio_verdict(prediction, expected):
     return True
 
 
-def ref_grade_stdio(code, inputs, outputs, timeout):  # testing_util.grade_stdio
-    sol = ref_compile_code(ref_make_function(ref_clean_if_name(code)), timeout)
-    method = getattr(sol, "wrapped_function", None)
-    if method is None:
-        return None
-    results = []
-    for text, expected in zip(inputs, outputs):
-        signal.alarm(timeout)
-        with RefCapture() as captured:
-            try:
-                ref_call_method(method, text)
-                signal.alarm(0)
-            except Exception as exc:
-                signal.alarm(0)
-                return results + [-3 if "timeoutexception" in repr(exc).lower() else -4]
-            finally:
-                signal.alarm(0)
-        verdict = ref_stdio_verdict(captured[0], expected)
-        results.append(verdict)
-        if verdict is not True:
-            return results
-    return results
-
-
-def ref_grade_call_based(code, inputs, outputs, fn_name, timeout):  # testing_util.grade_call_based
-    sol = ref_compile_code(REF_IMPORT_STRING + "\n\n" + code, timeout)
-    method = getattr(sol, fn_name, None)
-    if method is None:
-        return None
-    args = [[json.loads(line) for line in text.split("\n")] for text in inputs]
-    expected = [json.loads(o) for o in outputs]
-    results = []
-    for a, want in zip(args, expected):
-        signal.alarm(timeout)
-        try:
-            prediction = method(*a)
-            signal.alarm(0)
-            if isinstance(prediction, tuple):
-                prediction = list(prediction)
-            verdict = prediction == want
-            results.append(verdict)
-            if not verdict:
-                return results
-        except Exception as exc:
-            signal.alarm(0)
-            return results + [-3 if "timeoutexception" in repr(exc).lower() else -4]
-        finally:
-            signal.alarm(0)
-    return results
-
-
-def ref_reliability_guard():  # testing_util.reliability_guard (the parts a crafted program can meet)
-    import builtins
-    import shutil
-
-    os.environ["OMP_NUM_THREADS"] = "1"
-    builtins.quit = None
-    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
-                 "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
-                 "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir"):
-        setattr(os, name, None)
-    shutil.rmtree = shutil.move = shutil.chown = None
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
-        sys.modules[name] = None
-
-
-def ref_run_test(code, inputs, outputs, fn_name, timeout):  # testing_util.run_test
-    signal.signal(signal.SIGALRM, _ref_alarm)
-    ref_reliability_guard()
-    try:
-        if fn_name is None:
-            results = ref_grade_stdio(code, inputs, outputs, timeout)
-        else:
-            results = ref_grade_call_based(code, inputs, outputs, fn_name, timeout)
-        if results is None:  # the official unpacks None here: a TypeError, caught below
-            raise TypeError("cannot unpack non-iterable NoneType object")
-        return results
-    except Exception:
-        return [-4]
-    finally:
-        signal.alarm(0)
-
-
-def _ref_child(conn, *args):
-    sys.set_int_max_str_digits(50000)  # compute_code_generation_metrics.py, at import
-    faulthandler.disable()
-    conn.send(ref_run_test(*args))
-
-
-def ref_check_correctness(code, inputs, outputs, fn_name, timeout):
-    """compute_code_generation_metrics.check_correctness: one process per program, a global timeout of
-    ``(timeout + 1) * tests + 5`` s, and every test -1 when it returns nothing."""
-    ctx = multiprocessing.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_ref_child, args=(child, code, inputs, outputs, fn_name, timeout))
-    proc.start()
-    child.close()
-    result = parent.recv() if parent.poll((timeout + 1) * len(inputs) + 5) else None
-    if proc.is_alive():
-        proc.kill()
-    proc.join()
-    return result if result is not None else [-1] * len(inputs)
-
-
-def ref_passed(results):  # pass_k_utils.compute_metrics_from_results
-    return bool(np.all(np.array(results) > 0))
-
-
 def ref_estimate_pass_at_k(n, c, k):  # pass_k_utils.estimate_pass_at_k, for one problem
     if n - c < k:
         return 1.0
     return 1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1))
-
-
-OFFICIAL_STATUS = {False: "wrong_answer", -2: "wrong_answer", -3: "time_limit", -4: "runtime_error",
-                   -1: "time_limit"}
-
-
-def official_verdict(results):
-    if ref_passed(results):
-        return ("passed", len(results) - 1)
-    return (OFFICIAL_STATUS[results[-1]], len(results) - 1)
-
-
-def snapeval_verdict(result, n):
-    if result.passed:
-        return ("passed", n - 1)
-    return (result.status, result.outcomes[-1].index)
-
-
-# ================================================================================================ the corpus
-ADD_IN, ADD_OUT = ["2 3\n", "10 20\n"], ["5\n", "30\n"]
-READ = "a, b = map(int, input().split())\n"
-STDIN_CASES = [  # (name, code, inputs, expected outputs)
-    ("exact", READ + "print(a + b)\n", ADD_IN, ADD_OUT),
-    ("trailing whitespace", READ + "print(f'{a + b}   \\t')\n", ADD_IN, ADD_OUT),
-    ("blank lines around", READ + "print('\\n\\n' + str(a + b) + '\\n\\n')\n", ADD_IN, ADD_OUT),
-    ("blank line inside", "print('1\\n\\n2')\n", ["x\n"], ["1\n2\n"]),
-    ("crlf", "import sys\n" + READ + "sys.stdout.write(f'{a + b}\\r\\n')\n", ADD_IN, ADD_OUT),
-    ("float digits within (1.50 vs 1.5, 5e-1)", "print('1.50 5e-1')\n", ["x\n"], ["1.5 0.5\n"]),
-    ("float digits beyond", "print(f'{1 / 3:.6f}')\n", ["x\n"], ["0.3333333\n"]),
-    ("zero-padded number", "print('005')\n", ["x\n"], ["5\n"]),
-    ("extra line", READ + "print(a + b)\nprint('done')\n", ADD_IN, ADD_OUT),
-    ("missing line", "print(1)\n", ["x\n"], ["1\n2\n"]),
-    ("True is not 1", "print(True)\n", ["x\n"], ["1\n"]),
-    ("spacing between numbers", "print('1  2')\n", ["x\n"], ["1 2\n"]),
-    ("spacing between words", "print('a  b')\n", ["x\n"], ["a b\n"]),
-    ("timeout on the second test", READ + "import time\nif a == 10:\n    time.sleep(30)\nprint(a + b)\n",
-     ADD_IN, ADD_OUT),
-    ("runtime error", "raise ValueError('no')\n", ADD_IN, ADD_OUT),
-    ("sys.exit after printing", "import sys\n" + READ + "print(a + b)\nsys.exit(0)\nprint(99)\n", ADD_IN, ADD_OUT),
-    ("exit() from the header", READ + "print(a + b)\nexit()\n", ADD_IN, ADD_OUT),
-    ("quit() is disabled", READ + "print(a + b)\nquit()\n", ADD_IN, ADD_OUT),
-    ("main guard last", "def main():\n    " + READ + "    print(a + b)\n\nif __name__ == '__main__':\n    main()\n",
-     ADD_IN, ADD_OUT),
-    ("main guard not last", "def main():\n    print(5)\nif __name__ == '__main__':\n    main()\nx = 1\n",
-     ADD_IN, ADD_OUT),
-    ("stdin.read().split()", "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\n",
-     ADD_IN, ADD_OUT),
-    ("stdin.buffer.readline repeats the first line", "import sys\na = int(sys.stdin.buffer.readline())\n"
-     "b = int(sys.stdin.buffer.readline())\nprint(a + b)\n", ["2\n3\n"], ["5\n"]),
-    ("iterating sys.stdin", "import sys\nfor line in sys.stdin:\n    print(line)\n", ADD_IN, ADD_OUT),
-    ("open(0).read()", "a, b = map(int, open(0).read().split())\nprint(a + b)\n", ADD_IN, ADD_OUT),
-    ("global statement in a wrapped program", READ + "def f():\n    global a\n    return a + b\nprint(f())\n",
-     ADD_IN, ADD_OUT),
-    ("signaling NaN", "print('sNaN')\n", ["x\n"], ["5\n"]),
-    ("state kept between tests", "import sys\nsys.seen = getattr(sys, 'seen', 0) + 1\n" + READ
-     + "print(a + b if sys.seen == 1 else 0)\n", ADD_IN, ADD_OUT),
-    ("syntax error", "def f(:\n", ADD_IN, ADD_OUT),
-    ("no output", "x = 1\n", ADD_IN, ADD_OUT),
-    ("stderr only", "import sys\nprint(5, file=sys.stderr)\n", ["x\n"], ["5\n"]),
-    ("os.getcwd is disabled", "import os\nos.getcwd()\nprint(5)\n", ["x\n"], ["5\n"]),
-    ("'class Solution' in a stdin program", "s = 'class Solution'\nprint(5)\n", ["x\n"], ["5\n"]),
-    ("unicode output", "print('héllo wörld ✓')\n", ["x\n"], ["héllo wörld ✓\n"]),
-]
-
-F_CALL = "class Solution:\n    def f(self, {args}):\n        {body}\n"
-FUNCTIONAL_CASES = [  # (name, code, inputs, expected outputs, function name)
-    ("list", F_CALL.format(args="a", body="return sorted(a)"), ["[3, 1, 2]", "[]"], ["[1, 2, 3]", "[]"], "f"),
-    ("tuple at the top", F_CALL.format(args="a", body="return tuple(a)"), ["[1, 2]"], ["[1, 2]"], "f"),
-    ("nested tuple", F_CALL.format(args="a", body="return [tuple(a)]"), ["[1, 2]"], ["[[1, 2]]"], "f"),
-    ("string '5' is not 5", F_CALL.format(args="a", body="return str(a)"), ["5"], ["5"], "f"),
-    ("5.0 equals 5", F_CALL.format(args="a", body="return a * 1.0"), ["5"], ["5"], "f"),
-    ("True equals 1", F_CALL.format(args="a", body="return a == 5"), ["5"], ["1"], "f"),
-    ("nested JSON", F_CALL.format(args="a, s, m", body="return {'a': a, 's': s * 2, 'm': m}"),
-     ["[1, [2, [3]]]\n\"ab\"\n{\"x\": [1, {\"y\": null}]}"],
-     ["{\"a\": [1, [2, [3]]], \"s\": \"abab\", \"m\": {\"x\": [1, {\"y\": null}]}}"], "f"),
-    ("dict with integer keys", F_CALL.format(args="a", body="return {1: a}"), ["2"], ["{\"1\": 2}"], "f"),
-    ("unicode string", F_CALL.format(args="s", body="return s[::-1]"), ["\"ñé✓\""], ["\"✓éñ\""], "f"),
-    ("no such method", F_CALL.format(args="a", body="return a"), ["1"], ["1"], "g"),
-    ("function without a class", "def f(a):\n    return a + 1\n", ["1", "2"], ["2", "3"], "f"),
-    ("'class Solution' in a comment", "# class Solution\ndef f(a):\n    return a\n", ["1"], ["1"], "f"),
-    ("instance kept between tests",
-     "class Solution:\n    calls = 0\n    def f(self, a):\n        self.calls += 1\n"
-     "        return a if self.calls == 1 else -1\n", ["1", "2"], ["1", "2"], "f"),
-    ("timeout on the second test", F_CALL.format(args="a", body="import time\n        time.sleep(30 if a == 2 "
-                                                 "else 0)\n        return a"), ["1", "2"], ["1", "2"], "f"),
-    ("exception", F_CALL.format(args="a", body="return 1 // 0"), ["1"], ["1"], "f"),
-    ("a set is not a list", F_CALL.format(args="a", body="return set(a)"), ["[1]"], ["[1]"], "f"),
-    ("None is null", F_CALL.format(args="a", body="return None"), ["1"], ["null"], "f"),
-    ("no float tolerance", F_CALL.format(args="a", body="return 0.1 + 0.2"), ["1"], ["0.3"], "f"),
-    ("integer of 5,000 digits", F_CALL.format(args="a", body="return 10 ** 5000 + a"), ["1"],
-     ["1" + "0" * 4999 + "1"], "f"),
-    ("Fraction equals 0.5", "from fractions import Fraction\n" + F_CALL.format(args="a", body="return Fraction(1, 2)"),
-     ["1"], ["0.5"], "f"),
-    ("Decimal equals 0.5", "from decimal import Decimal\n" + F_CALL.format(args="a", body="return Decimal('0.5')"),
-     ["1"], ["0.5"], "f"),
-    ("a map object", F_CALL.format(args="a", body="return map(int, a)"), ["[1]"], ["[1]"], "f"),
-    ("bools inside a list", F_CALL.format(args="a", body="return [x > 0 for x in a]"), ["[1, -1]"], ["[1, 0]"], "f"),
-    ("-0.0 equals 0", F_CALL.format(args="a", body="return -0.0"), ["1"], ["0"], "f"),
-    ("dict equality ignores order", F_CALL.format(args="a", body="return {'b': 2, 'a': 1}"), ["1"],
-     ["{\"a\": 1, \"b\": 2}"], "f"),
-]
-
-
-def _tests(inputs, outputs, mode, fn=None):
-    return Tests(tuple(TestCase(i, o, mode) for i, o in zip(inputs, outputs)), fn, False)
-
-
-def _corpus():
-    return ([(name, code, i, o, "stdin", None) for name, code, i, o in STDIN_CASES]
-            + [(name, code, i, o, "functional", fn) for name, code, i, o, fn in FUNCTIONAL_CASES])
 
 
 @executes
@@ -395,24 +81,97 @@ def test_the_driver_runs_the_official_import_header():
     assert driver.INT_MAX_STR_DIGITS == livecodebench.INT_MAX_STR_DIGITS == 50000
 
 
-@executes
-def test_corpus_verdicts_equal_the_official_runners():
-    """Every crafted program graded by the sandbox and by the reference runner: same verdict, same failing test."""
-    corpus = _corpus()
-    jobs = [ProgramJob(code, inputs, mode, livecodebench.judge(_tests(inputs, outputs, mode, fn)), fn)
-            for _, code, inputs, outputs, mode, fn in corpus]
-    ours = run_programs(jobs, limits=SandboxLimits(timeout_s=TIMEOUT, memory_mb=1024), workers=2)
+# ======================================================================= the golden table made by lcb_runner itself
+# tests/golden/livecodebench/grading.json: crafted (problem, program) cases graded by the official code
+# (compute_code_generation_metrics.codegen_metrics at the pinned commit, run outside this repository; see the README
+# beside it). Each case holds the official per-test result list (True, False: a functional wrong answer, -2: a stdin
+# wrong answer, -3: time limit, -4: runtime or compile error) and the pass verdict (np.all(results > 0)).
+GOLDEN = REPO / "tests" / "golden" / "livecodebench" / "grading.json"
+
+
+def golden_text(form):
+    """A golden case's text: a string, or the recipe of a large one (``range_lines``, ``range_words``, ``repeat``)."""
+    if isinstance(form, str):
+        return form
+    if "range_lines" in form:
+        return "\n".join(map(str, range(form["range_lines"]))) + "\n"
+    if "range_words" in form:
+        return " ".join(map(str, range(form["range_words"]))) + "\n"
+    return form["repeat"] * form["times"] + form["end"]
+
+
+def golden_doc(case):
+    """A problem in the hub schema holding the case's tests (public), graded through the task's own path."""
+    tests = [{"input": golden_text(i), "output": golden_text(o), "testtype": case["mode"]}
+             for i, o in zip(case["inputs"], case["outputs"])]
+    return {"question_id": case["name"], "public_test_cases": json.dumps(tests), "private_test_cases": "",
+            "metadata": json.dumps({"func_name": case["func_name"]} if case["func_name"] else {})}
+
+
+def official_form(result, mode):
+    """snapeval's outcome of one program as the official result list (an unknown status stays a string)."""
+    if result is None:
+        return ["not run"]
+    codes = {"passed": True, "wrong_answer": False if mode == "functional" else -2, "runtime_error": -4,
+             "time_limit": -3}
+    return [codes.get(o.status, o.status) for o in result.outcomes]
+
+
+def _golden_cases(numpy):
+    cases = json.loads(GOLDEN.read_text(encoding="utf-8"))["cases"]
+    return [c for c in cases if ("numpy" in c["code"]) == numpy]
+
+
+def _check_golden(cases):
+    docs = [golden_doc(c) for c in cases]
+    responses = [[f"```python\n{c['code']}\n```"] for c in cases]
+    results = livecodebench.evaluate(docs, responses, limits=SandboxLimits(timeout_s=TIMEOUT, memory_mb=2048),
+                                     workers=2)
     mismatches = []
-    for (name, code, inputs, outputs, mode, fn), result in zip(corpus, ours):
-        official = official_verdict(ref_check_correctness(code, inputs, outputs, fn, TIMEOUT))
-        mine = snapeval_verdict(result, len(inputs))
-        if official != mine:
-            mismatches.append((name, official, mine, result.detail))
+    for case, (result,) in zip(cases, results):
+        ours = official_form(result, case["mode"])
+        passed = result is not None and result.passed
+        if passed != case["official_passed"] or ("departure" not in case and ours != case["official_results"]):
+            mismatches.append((case["name"], case["official_results"], ours, result and result.detail[:120]))
     assert not mismatches, mismatches
-    # the corpus covers every verdict, in both modes
-    kinds = {(case[4], snapeval_verdict(result, len(case[2]))[0]) for case, result in zip(corpus, ours)}
-    assert {(m, s) for m in ("stdin", "functional") for s in ("passed", "wrong_answer", "runtime_error",
-                                                              "time_limit")} <= kinds
+
+
+def test_golden_table_provenance_and_coverage():
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    assert golden["source"]["repository"] == "LiveCodeBench/LiveCodeBench"
+    assert golden["source"]["commit"].startswith("28fef95")
+    cases = golden["cases"]
+    assert len(cases) >= 150 and len({c["name"] for c in cases}) == len(cases)
+    for case in cases:  # the stored verdict is the official rule applied to the stored result list
+        assert case["official_passed"] == bool(np.all(np.array(case["official_results"]) > 0)), case["name"]
+    kinds = {(c["mode"], "pass" if c["official_passed"] else c["official_results"][-1]) for c in cases
+             if c["official_results"]}
+    assert {(m, k) for m in ("stdin", "functional") for k in ("pass", -4, -3)} | {("stdin", -2), ("functional", False)} \
+        <= kinds
+    assert any(not c["inputs"] and c["official_passed"] for c in cases)  # no tests: np.all([]) is True
+    assert sum("departure" in c for c in cases) <= 6  # the documented departures stay few and named
+
+
+@executes
+def test_golden_verdicts_equal_lcb_runner():
+    """Every crafted program without numpy graded by snapeval's sandbox and comparison: the official per-test result
+    list item by item and the official pass verdict (for the named departures, the pass verdict only)."""
+    _check_golden(_golden_cases(numpy=False))
+
+
+def _numpy_in_sandbox():
+    ok = lambda index, output: output == "ok\n"  # noqa: E731
+    return run_programs([ProgramJob("import numpy\nprint('ok')\n", ["x\n"], "stdin", ok)],
+                        limits=SandboxLimits(timeout_s=10))[0]
+
+
+@executes
+def test_golden_verdicts_with_numpy_equal_lcb_runner():
+    probe = _numpy_in_sandbox()
+    if not probe.passed:
+        pytest.skip(f"numpy cannot be imported inside the sandbox here ({probe.detail[:100]}); the official "
+                    f"environment has it (sandbox issue #37 exposes it read-only)")
+    _check_golden(_golden_cases(numpy=True))
 
 
 # ------------------------------------------------------------------------------------ the comparison rules alone
@@ -636,6 +395,7 @@ def _stub_lm(answers):
 
 
 FENCE = "```python\n{}```".format
+READ = "a, b = map(int, input().split())\n"
 STUB_PROBLEMS = [
     _problem("p_stdin", "2024-06-01T00:00:00", tests=[{"input": "2 3\n", "output": "5\n", "testtype": "stdin"},
                                                       {"input": "4 4\n", "output": "8\n", "testtype": "stdin"}]),

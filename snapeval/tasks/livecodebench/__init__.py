@@ -224,7 +224,9 @@ class Tests:
 
     @property
     def mode(self) -> str:
-        return self.cases[0].testtype
+        """How the program is called: ``functional`` when the problem names a function, else ``stdin`` (the
+        official ``run_test`` decides by ``fn_name`` alone, so a problem without tests has a mode too)."""
+        return "functional" if self.func_name is not None else "stdin"
 
 
 def _cases(raw, where: str, field_name: str) -> list[TestCase]:
@@ -263,6 +265,11 @@ def tests_of(doc: dict, where: str = "problem") -> Tests:
     func = metadata.get("func_name") if isinstance(metadata, dict) else None
     if cases and cases[0].testtype == "functional" and not isinstance(func, str):
         raise SnapevalError(f"{where}: functional tests need metadata.func_name (a string)")
+    if func is not None and not isinstance(func, str):
+        raise SnapevalError(f"{where}: metadata.func_name must be a string, got {type(func).__name__}")
+    if cases and cases[0].testtype == "stdin" and func is not None:
+        raise SnapevalError(f"{where}: stdin tests with metadata.func_name={func!r} (the official runner would call "
+                            f"the function); remove func_name or make the tests functional")
     private = len(cases) > len(public)
     return Tests(tuple(cases), func, private)
 
@@ -336,13 +343,13 @@ def judge(tests: Tests):
 
 def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits: SandboxLimits | None = None,
              workers: int | None = None) -> list[list[ProgramResult | None]]:
-    """Run every response's program (all problems in parallel). ``None`` where no code block was found."""
+    """Run every response's program (all problems in parallel). ``None`` where no code block was found. A problem
+    without tests passes every program that loads (the official result list is empty and ``np.all([])`` is true)
+    and fails one that does not (``[-4]``): the sandbox then only loads the program."""
     jobs, where = [], []
     out: list[list[ProgramResult | None]] = [[None] * len(r) for r in responses]
     for d, (doc, resps) in enumerate(zip(docs, responses)):
         tests = tests_of(doc)
-        if not tests.cases:
-            continue
         grade = judge(tests)
         for s, resp in enumerate(resps):
             code = extract_code(resp)
