@@ -20,7 +20,7 @@ import pickle
 import re
 import zlib
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Sequence
 
@@ -98,12 +98,23 @@ def _date(value: str | date | None, field: str) -> datetime | None:
         raise SnapevalError(f"{field}={value!r} is not a date; use YYYY-MM-DD") from None
 
 
+#: The local copy's contest dates are the hub's plus one day. Its rows (``release_shard`` ``refined_*``) took
+#: ``contest_date`` from the LiveCodeBench leaderboard's epoch-millisecond dates, which are the hub's naive dates
+#: read one day later: for all 279 problems the local copy shares with QwQ's copy of the hub rows
+#: (``livecodebench_v5.jsonl``) the difference is exactly 24 hours, and shifted back the AtCoder Beginner Contests fall
+#: on Saturdays (ABC 365: 2024-08-03) and LeetCode's weekly contests on Saturday evenings, US Pacific time, as held.
+LOCAL_COPY_DATE_LAG = timedelta(hours=24)
+
+
 def contest_time(row: dict, where: str = "problem") -> datetime:
+    """The contest date and time as the hub has it (``datetime.fromisoformat``, as ``CodeGenerationProblem`` reads
+    it), the local copy's one-day lag (:data:`LOCAL_COPY_DATE_LAG`) taken back."""
     try:
-        return datetime.fromisoformat(row["contest_date"])
+        when = datetime.fromisoformat(row["contest_date"])
     except ValueError:
         raise SnapevalError(f"{where}: field 'contest_date' must be an ISO date and time, got "
                             f"{row['contest_date']!r}") from None
+    return when - LOCAL_COPY_DATE_LAG if row.get("release_shard") in _LOCAL_SHARD else when
 
 
 def shard_index(row: dict) -> int:
@@ -120,13 +131,14 @@ def shard_index(row: dict) -> int:
 
 def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "release_latest",
          start_date: str | date | None = None, end_date: str | date | None = None) -> LoadedData:
-    """Validated problems of ``release_version`` whose contest time ``t`` satisfies ``start_date <= t <= end_date``,
-    the bounds being midnight of those days (as ``load_code_generation_dataset``: a contest at 18:30 on
-    ``end_date`` is outside the window). The version and window are recorded with the data's provenance."""
+    """Validated problems of ``release_version`` whose contest time ``t`` (the hub's: :func:`contest_time`)
+    satisfies ``start_date <= t <= end_date``, the bounds being midnight of those days (as
+    ``load_code_generation_dataset``: a contest at 18:30 on ``end_date`` is outside the window). The version and
+    window are recorded with the data's provenance."""
     first, last = parse_version(release_version)
     lo, hi = _date(start_date, "start_date"), _date(end_date, "end_date")
     data = load_dataset_rows(SPEC, data_dir)
-    rows, where = [], []
+    rows, where, corrected = [], [], 0
     for at, row in zip(data.where, data.rows):
         when = contest_time(row, at)
         if not (first <= shard_index(row) + 1 <= last):
@@ -134,6 +146,8 @@ def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "r
         if (lo and when < lo) or (hi and when > hi):
             continue
         tests_of(row, where=at)  # every test case is checked now, not at grading after all generation
+        if when.isoformat() != row["contest_date"]:  # every doc carries the hub's date
+            row, corrected = {**row, "contest_date": when.isoformat()}, corrected + 1
         rows.append(row)
         where.append(at)
     if not rows:
@@ -142,6 +156,7 @@ def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "r
     data.rows_used = len(rows)
     data.notes.update(window(release_version, lo, hi))
     data.notes["private_tests"] = any(r["private_test_cases"] for r in rows)
+    data.notes["contest_dates_corrected"] = corrected  # rows of the local copy, one day earlier: the hub's dates
     register_loaded(data)
     return data
 
