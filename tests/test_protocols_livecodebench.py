@@ -513,3 +513,84 @@ def test_livecodebench_task_end_to_end_with_a_stub_model(tmp_path, repeats):
     assert (record["release_version"], record["start_date"], record["end_date"], record["rows_used"]) == \
         ("release_v1", None, "2024-06-30", 2)
     assert {s["cluster"] for s in cell["samples"]} == {"p_func", "p_stdin"}
+
+
+# ------------------------------------------------------------------------------------ prompts per model style
+# tests/golden/livecodebench/prompts.json: lcb_runner's own format_prompt_generation (28fef95) for crafted problems,
+# LMStyle.DeepSeekR1 (one string) and LMStyle.OpenAIChat (system and user messages).
+PROMPTS = REPO / "tests" / "golden" / "livecodebench" / "prompts.json"
+
+
+def _golden_prompts():
+    golden = json.loads(PROMPTS.read_text(encoding="utf-8"))
+    assert golden["source"]["commit"].startswith("28fef95")
+    return golden["prompts"]
+
+
+def test_prompts_equal_lcb_runners_per_model_style():
+    prompts = _golden_prompts()
+    assert len(prompts) >= 8 and {bool(p["starter_code"]) for p in prompts} == {True, False}
+    for p in prompts:
+        assert livecodebench.build_prompt(p, "deepseek_r1_full") == p["DeepSeekR1"], p["question_id"]
+        assert [{"role": "system", "content": livecodebench.SYSTEM_MESSAGE_GENERIC},
+                {"role": "user", "content": livecodebench.build_prompt(p, "generic")}] == p["OpenAIChat"]
+        assert livecodebench.SYSTEM_MESSAGE_DEEPSEEK_R1 + livecodebench.build_prompt(p) \
+            + livecodebench.ASSISTANT_DEEPSEEK_R1 == p["DeepSeekR1"]
+    with pytest.raises(SnapevalError, match="prompt_style='r1' is not allowed"):
+        livecodebench.build_prompt(prompts[0], "r1")
+
+
+def _task(name, tmp_path):
+    from lm_eval.tasks import TaskManager
+
+    _write_data(tmp_path, [_problem("p1", "2024-06-01T00:00:00")])
+    manager = TaskManager(include_path=str(REPO / "snapeval" / "tasks"), include_defaults=False,
+                          metadata={"data_dir": str(tmp_path)})
+    return manager.load([name])["tasks"][name]
+
+
+def test_style_variants_carry_lcb_runners_settings(tmp_path):
+    """livecodebench_r1 / livecodebench_generic: the official system message, stop string and sampling
+    (lcb_runner/runner/parser.py defaults: n 10, temperature 0.2, top-p 0.95, 2000 tokens, stop "###")."""
+    official = {"until": ["###"], "do_sample": True, "temperature": 0.2, "top_p": 0.95, "max_gen_toks": 2000}
+    for name, system in (("livecodebench_r1", livecodebench.R1_PREAMBLE),
+                         ("livecodebench_generic", livecodebench.SYSTEM_MESSAGE_GENERIC)):
+        task = _task(name, tmp_path)
+        assert task.config.description == system
+        assert dict(task.config.generation_kwargs) == official and task.config.repeats == 10
+    greedy = _task("livecodebench", tmp_path).config
+    assert not greedy.description and greedy.generation_kwargs["do_sample"] is False and greedy.repeats == 1
+
+
+def test_r1_variant_through_the_r1_chat_template_is_lcb_runners_prompt(tmp_path):
+    """DeepSeek-R1-Distill's own chat template renders livecodebench_r1's context (lm-eval's path: the description as
+    system message, the question as user message) into exactly lcb_runner's DeepSeekR1 prompt text."""
+    from snapeval.models.loading import packaged_tokenizer
+
+    try:
+        tokenizer = packaged_tokenizer("deepseek-r1-distill-qwen-7b")
+    except SnapevalError as exc:
+        pytest.skip(str(exc))
+    task = _task("livecodebench_r1", tmp_path)
+
+    def render(messages, add_generation_prompt=True):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    for p in _golden_prompts():
+        doc = {**p, "question_title": "", "platform": "atcoder"}
+        context = task.fewshot_context(doc, 0, apply_chat_template=True, chat_template=render)
+        assert context == p["DeepSeekR1"], p["question_id"]
+
+
+def test_mode_follows_func_name_as_run_test_decides():
+    """The official run_test calls a function when the problem names one and reads stdin otherwise, with or without
+    tests; tests that contradict func_name are a one-line error naming the field."""
+    stdin = _problem("s", "2024-06-01T00:00:00")
+    assert livecodebench.tests_of(stdin).mode == "stdin"
+    empty_functional = {**stdin, "public_test_cases": "[]", "metadata": json.dumps({"func_name": "f"})}
+    assert livecodebench.tests_of(empty_functional).mode == "functional"
+    assert livecodebench.tests_of({**stdin, "public_test_cases": "[]"}).mode == "stdin"
+    with pytest.raises(SnapevalError, match=r"^f.jsonl:3: stdin tests with metadata.func_name='f'"):
+        livecodebench.tests_of({**stdin, "metadata": json.dumps({"func_name": "f"})}, where="f.jsonl:3")
+    with pytest.raises(SnapevalError, match=r"^f.jsonl:3: metadata.func_name must be a string, got int$"):
+        livecodebench.tests_of({**stdin, "public_test_cases": "[]", "metadata": '{"func_name": 3}'}, where="f.jsonl:3")

@@ -1,7 +1,8 @@
 """LiveCodeBench code generation (livecodebench/code_generation_lite), graded as the official ``lcb_runner`` grades.
 
-Prompts follow the official generation prompt of the DeepSeek-R1 style (``get_deepseek_r1_question_template_answer``
-in ``lcb_runner/prompts/code_generation.py``; the one QwQ's ``livecodebench_v5.jsonl`` carries verbatim); the code is
+Prompts are the official generation prompts of ``lcb_runner/prompts/code_generation.py`` per model style
+(:func:`build_prompt`: the DeepSeek-R1 question text, the one QwQ's ``livecodebench_v5.jsonl`` carries verbatim; the
+whole DeepSeekR1-style prompt with its conversation preamble; the chat styles' generic template); the code is
 what the official ``extract_code`` takes (the lines between the last two lines holding a code fence); programs run in
 :mod:`snapeval.sandbox` against the public tests and, when the data has them, the private ones (hub rows carry them
 base64+zlib+pickle compressed), and each test's output is graded here with the official comparison rules
@@ -57,13 +58,32 @@ SPEC = DatasetSpec("livecodebench", HUB_ID, "test", ("livecodebench/code_generat
 FAMILY = TaskFamily("livecodebench", data=SPEC, typical_lengths=(476, 10_634),
                     hooks="snapeval.tasks.livecodebench.hooks")  # no reference reply: solutions are not in the data
 
+# The official prompt texts (lcb_runner/prompts/code_generation.py at LiveCodeBench 28fef95, PromptConstants).
 SYSTEM_INTRO = ("You will be given a question (problem specification) and will generate a correct Python program "
                 "that matches the specification and passes all tests.")
+#: ``SYSTEM_MESSAGE_GENERIC`` (line 14): the system message of the chat model styles (OpenAIChat, LLaMa3, ...).
+SYSTEM_MESSAGE_GENERIC = "You are an expert Python programmer. " + SYSTEM_INTRO
+#: ``SYSTEM_MESSAGE_DEEPSEEK_R1`` (lines 28-33): the conversation preamble of the DeepSeekR1 style, ending in the
+#: user turn's token; the prompt then ends in ``<｜Assistant｜>``.
+SYSTEM_MESSAGE_DEEPSEEK_R1 = (
+    "<｜begin▁of▁sentence｜>A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The assistant first thinks about the reasoning process in the mind and then provides the user with "
+    "the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
+    "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>.<｜User｜>")
+ASSISTANT_DEEPSEEK_R1 = "<｜Assistant｜>"
+#: The preamble's own text: what the DeepSeek-R1 chat template, given it as the system message, puts between its
+#: ``<｜begin▁of▁sentence｜>`` and ``<｜User｜>`` (``livecodebench_r1``'s description).
+R1_PREAMBLE = SYSTEM_MESSAGE_DEEPSEEK_R1.removeprefix("<｜begin▁of▁sentence｜>").removesuffix("<｜User｜>")
 FORMAT_WITH_STARTER = ("You will use the following starter code to write the solution to the problem and enclose "
                        "your code within delimiters.")
 FORMAT_STDIN = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test "
                 "on the sample inputs). Enclose your code within delimiters as follows. Ensure that when the python "
                 "program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.")
+#: Prompt styles of :func:`build_prompt`: ``deepseek_r1`` the DeepSeekR1 question text, for a chat template
+#: (``livecodebench``; ``livecodebench_r1`` with the preamble as its system message); ``deepseek_r1_full`` the whole
+#: official DeepSeekR1 prompt, preamble and chat tokens included; ``generic`` the chat model styles' user message,
+#: whose system message is :data:`SYSTEM_MESSAGE_GENERIC` (``livecodebench_generic``).
+PROMPT_STYLES = ("deepseek_r1", "deepseek_r1_full", "generic")
 
 
 def parse_version(tag: str) -> tuple[int, int]:
@@ -167,14 +187,34 @@ def window(release_version: str, start: datetime | None, end: datetime | None) -
             "end_date": end.date().isoformat() if end else None}
 
 
-def build_prompt(doc: dict) -> str:
-    """The official generation prompt (problem, then the format instruction with starter code or a stub)."""
-    prompt = f"{SYSTEM_INTRO}\n\nQuestion: {doc['question_content']}\n\n"
+def _format_part(doc: dict, prefix: str = "") -> str:
+    """The format instruction with the starter code, or with the stub of a stdin program."""
     if doc["starter_code"]:
-        prompt += f"{FORMAT_WITH_STARTER}\n```python\n{doc['starter_code']}\n```\n\n"
-    else:
-        prompt += f"{FORMAT_STDIN}\n```python\n# YOUR CODE HERE\n```\n\n"
-    return prompt
+        return f"{prefix}{FORMAT_WITH_STARTER}\n```python\n{doc['starter_code']}\n```\n\n"
+    return f"{prefix}{FORMAT_STDIN}\n```python\n# YOUR CODE HERE\n```\n\n"
+
+
+def build_prompt(doc: dict, style: str = "deepseek_r1") -> str:
+    """The official generation prompt of a model style (:data:`PROMPT_STYLES`):
+
+    - ``deepseek_r1``: ``get_deepseek_r1_question_template_answer`` (``code_generation.py:155-166``) without its
+      closing ``<｜Assistant｜>``, for the model's chat template to wrap (the text QwQ's ``livecodebench_v5.jsonl``
+      carries);
+    - ``deepseek_r1_full``: ``format_prompt_generation`` for ``LMStyle.DeepSeekR1`` (lines 333-336): the preamble
+      :data:`SYSTEM_MESSAGE_DEEPSEEK_R1`, that question text and ``<｜Assistant｜>``, a complete prompt (what the
+      DeepSeek-R1 chat template makes of :data:`R1_PREAMBLE` as system message and the question text as user
+      message);
+    - ``generic``: ``get_generic_question_template_answer`` (lines 40-51), the user message of the chat styles
+      (OpenAIChat, LLaMa3, ...) whose system message is :data:`SYSTEM_MESSAGE_GENERIC`.
+    """
+    check_choice("prompt_style", style, PROMPT_STYLES)
+    if style == "generic":
+        return (f"### Question:\n{doc['question_content']}\n\n" + _format_part(doc, "### Format: ")
+                + "### Answer: (use the provided format with backticks)\n\n")
+    question = f"{SYSTEM_INTRO}\n\nQuestion: {doc['question_content']}\n\n" + _format_part(doc)
+    if style == "deepseek_r1_full":
+        return SYSTEM_MESSAGE_DEEPSEEK_R1 + question + ASSISTANT_DEEPSEEK_R1
+    return question
 
 
 def extract_code(response: str) -> str | None:

@@ -25,7 +25,13 @@ def livecodebench_dataset(**md: Any) -> dict[str, Any]:
 
 
 def livecodebench_doc_to_text(doc: dict) -> str:
-    return livecodebench.build_prompt(doc)
+    """The DeepSeek-R1 question text, for the model's chat template (``livecodebench``, ``livecodebench_r1``)."""
+    return livecodebench.build_prompt(doc, "deepseek_r1")
+
+
+def livecodebench_generic_doc_to_text(doc: dict) -> str:
+    """The chat styles' user message (``livecodebench_generic``; its system message is the task's description)."""
+    return livecodebench.build_prompt(doc, "generic")
 
 
 def livecodebench_execute(resps: list[list[str]], docs: list[dict]) -> list[list[str]]:
