@@ -388,8 +388,8 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
                 limits: SandboxLimits | None = None) -> ProgramResult:
     """Run ``code`` on ``inputs`` in a fresh sandbox, test after test, until ``judge`` rejects an output. Without
     inputs the program is only loaded (its one "test", under the same limits): ``passed`` with no outcomes when it
-    loads, else the failure at test 0. Never raises for anything the program does (a machine that cannot contain it raises :class:`SnapevalError` before
-    anything runs, see :func:`require_isolation`)."""
+    loads, else the failure at test 0. Never raises for anything the program does (a machine that cannot contain it
+    raises :class:`SnapevalError` before anything runs, see :func:`require_isolation`)."""
     check_choice("mode", mode, MODES)
     limits = limits or SandboxLimits()
     load_only = not inputs  # no tests: the program is only loaded, as the official runner compiles it first
