@@ -594,3 +594,23 @@ def test_mode_follows_func_name_as_run_test_decides():
         livecodebench.tests_of({**stdin, "metadata": json.dumps({"func_name": "f"})}, where="f.jsonl:3")
     with pytest.raises(SnapevalError, match=r"^f.jsonl:3: metadata.func_name must be a string, got int$"):
         livecodebench.tests_of({**stdin, "public_test_cases": "[]", "metadata": '{"func_name": 3}'}, where="f.jsonl:3")
+
+
+def test_pass_at_k_as_lcb_runner_reports_it(tmp_path):
+    """process_results gives pass@k for every k of codegen_metrics' list up to the sample count, and the 10-sample
+    variants declare exactly those metrics."""
+    from snapeval.tasks.livecodebench import hooks
+
+    doc = _problem("p", "2024-06-01T00:00:00")
+    for n, c in [(1, 1), (4, 2), (10, 3), (10, 0), (25, 7)]:
+        verdicts = [json.dumps({"status": "passed" if i < c else "wrong_answer"}) for i in range(n)]
+        metrics = hooks.livecodebench_process_results(doc, [verdicts])
+        ks = [k for k in (1, 5, 10, 20, 40, 50, 75, 100) if k <= n]
+        assert sorted(m for m in metrics if m.startswith("pass@")) == sorted(f"pass@{k}" for k in ks)
+        for k in ks:
+            assert metrics[f"pass@{k}"] == pytest.approx(ref_estimate_pass_at_k(n, c, k), abs=1e-12), (n, c, k)
+    for name in ("livecodebench_r1", "livecodebench_generic"):
+        config = _task(name, tmp_path).config
+        declared = [m["metric"] for m in config.metric_list]
+        assert [m for m in declared if m.startswith("pass@")] == \
+            [f"pass@{k}" for k in (1, 5, 10, 20) if k <= config.repeats]

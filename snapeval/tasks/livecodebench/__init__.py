@@ -416,13 +416,19 @@ def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits
     return out
 
 
-def score(doc: dict, results: Sequence[ProgramResult | None], *, k: int | None = None) -> dict[str, float]:
+#: The k of pass@k lcb_runner reports, those not above the sample count (``codegen_metrics``' ``k_list``,
+#: ``compute_code_generation_metrics.py:160``, filtered by ``compute_metrics_from_results``, ``pass_k_utils.py:41-50``).
+OFFICIAL_PASS_K = (1, 5, 10, 20, 40, 50, 75, 100, 125, 150, 200, 500, 1000)
+
+
+def score(doc: dict, results: Sequence[ProgramResult | None], *, k: int | None = None,
+          ks: Sequence[int] = ()) -> dict[str, float]:
     """Per-problem metrics from the sandbox results of its ``n`` samples.
 
     ``pass@1``: the unbiased estimator of Chen et al. (``estimate_pass_at_k`` of ``lcb_runner``), which for k = 1
-    is the fraction of samples passing every test; ``pass@k`` when ``1 < k <= n``; ``no_code``: fraction of samples
-    without a code block; ``private_tests_used``: 1.0 when private tests were run, 0.0 when the score rests on the
-    public tests only.
+    is the fraction of samples passing every test; ``pass@k`` for ``k`` and each of ``ks`` with ``1 < k <= n``;
+    ``no_code``: fraction of samples without a code block; ``private_tests_used``: 1.0 when private tests were run,
+    0.0 when the score rests on the public tests only.
     """
     n = len(results)
     c = sum(bool(r and r.passed) for r in results)
@@ -431,6 +437,7 @@ def score(doc: dict, results: Sequence[ProgramResult | None], *, k: int | None =
         "no_code": sum(r is None for r in results) / n,
         "private_tests_used": float(tests_of(doc).private_used),
     }
-    if k is not None and 1 < k <= n:
-        out[f"pass@{k}"] = pass_at_k(n, c, k)
+    for each in ([k] if k is not None else []) + list(ks):
+        if 1 < each <= n:
+            out[f"pass@{each}"] = pass_at_k(n, c, each)
     return out
