@@ -118,8 +118,9 @@ def official_form(result, mode):
 
 
 def _golden_cases(numpy):
-    cases = json.loads(GOLDEN.read_text(encoding="utf-8"))["cases"]
-    return [c for c in cases if ("numpy" in c["code"]) == numpy]
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    _check_golden_table(golden)
+    return [c for c in golden["cases"] if ("numpy" in c["code"]) == numpy]
 
 
 #: Cases whose pass verdict itself departs (docs/tasks.md): snapeval's verdict. A returned numpy array equals nothing
@@ -142,8 +143,9 @@ def _check_golden(cases):
     assert not mismatches, mismatches
 
 
-def test_golden_table_provenance_and_coverage():
-    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+def _check_golden_table(golden):
+    """The table's provenance, its stored verdicts (the official rule applied to the stored result lists), and its
+    coverage of every official verdict in both modes."""
     assert golden["source"]["repository"] == "LiveCodeBench/LiveCodeBench"
     assert golden["source"]["commit"].startswith("28fef95")
     cases = golden["cases"]
