@@ -460,11 +460,11 @@ def wrap_in_function(code):
 
 
 class OfficialStdin:
-    """``sys.stdin`` during a stdin test, behaving as the official runner's replacement does: ``read()`` is always
-    the whole input, ``readline()`` the next line (newline kept, ``''`` at the end), ``readlines()`` the input split
-    on newlines (newlines dropped); ``buffer.read()`` the input as bytes and ``buffer.readline()`` always the first
-    line; anything else is that of a text stream over the input. It is not iterable (``for line in sys.stdin`` raises
-    ``TypeError`` there too)."""
+    """``sys.stdin`` during a stdin test, behaving as the official runner's replacement does
+    (``MockStdinWithBuffer``): ``read()`` is always the whole input, ``readline()`` the next line (newline kept,
+    ``''`` at the end), ``readlines()`` the input split on newlines (newlines dropped); ``buffer.read()`` the input as
+    bytes and ``buffer.readline()`` always the first line; anything else is that of a text stream over the input. It
+    is not iterable (``for line in sys.stdin`` raises ``TypeError`` there too)."""
 
     def __init__(self, text):
         self._text = text
@@ -493,6 +493,60 @@ class _OfficialStdinBuffer:
 
     def readline(self, *args):
         return self._data.split(b"\n")[0] + b"\n"
+
+
+class PatchedRealStdin:
+    """The official ``call_method`` stacks five ``unittest.mock.patch`` decorators; ``mock`` enters them bottom-up, so
+    ``sys.stdin.read``, ``sys.stdin.readlines`` and ``sys.stdin.readline`` are patched on the process's *real*
+    standard input object before ``sys.stdin`` itself is replaced. A program holding that object (``from sys import
+    stdin``, or the bare ``stdin`` the import header's ``from sys import *`` binds) therefore reads the test input
+    through those three methods: ``read()`` the whole input, ``readlines()`` the input split on newlines, and
+    ``readline()`` the next line *without* its newline, raising ``StopIteration`` once the lines (one more than the
+    newlines) are used up. Everything else of that object (``buffer``, iteration, ``fileno``) is still the real,
+    empty standard input. This context manager sets the same three instance attributes and, as ``mock`` does on
+    exit, restores an instance attribute that was there before or deletes the new one."""
+
+    NAMES = ("read", "readlines", "readline")
+
+    def __init__(self, stream, text):
+        lines = iter(text.split("\n"))
+        self.stream = stream
+        self.values = {"read": lambda *args: text, "readlines": lambda *args: text.split("\n"),
+                       "readline": lambda *args: next(lines)}
+        self.saved = {}
+
+    def __enter__(self):
+        own = getattr(self.stream, "__dict__", {})
+        for name in self.NAMES:
+            if name in own:
+                self.saved[name] = own[name]
+            setattr(self.stream, name, self.values[name])
+        return self
+
+    def __exit__(self, *exc):
+        for name in reversed(self.NAMES):
+            try:
+                if name in self.saved:
+                    setattr(self.stream, name, self.saved[name])
+                else:
+                    delattr(self.stream, name)
+            except (AttributeError, TypeError):  # the program removed or froze it: nothing left to undo
+                pass
+        return False
+
+
+def like_official_worker_stdin():
+    """Standard input as the official runner's worker has it: each program runs in a ``multiprocessing.Process``,
+    whose start-up (``BaseProcess._bootstrap``) closes ``sys.stdin`` and replaces it with ``open(os.devnull)``. So
+    ``sys.__stdin__`` is a closed file there (reading it is a ``ValueError``) and the ``stdin`` object the import
+    header binds is an empty file whose ``read``/``readline``/``readlines`` each test patches
+    (:class:`PatchedRealStdin`)."""
+    if sys.stdin is not None:
+        try:
+            sys.stdin.close()
+            sys.stdin = open(os.devnull, encoding="utf-8")
+        except (OSError, ValueError):
+            pass
 
 
 class OfficialOpen:
@@ -559,6 +613,7 @@ def load_program(spec, code):
     """Execute the program as ``compile_code`` does and return the callable each test calls: ``wrapped_function``
     (stdin) or the function named ``func_name`` (functional), on ``Solution()`` when the text contains
     ``class Solution``. Raises what the program raises."""
+    like_official_worker_stdin()
     if spec["mode"] == "stdin":
         text, name = wrap_in_function(unwrap_main_guard(code)), "wrapped_function"
     else:
@@ -594,19 +649,21 @@ class BoundedCapture(io.StringIO):
 
 
 def run_stdin_test(method, text, max_bytes=None):
-    """One stdin test: standard output captured in a ``BoundedCapture`` (at most ``max_bytes``), ``sys.stdin``
-    and ``builtins.open`` replaced, ``SystemExit`` ends the test normally."""
+    """One stdin test: standard output captured in a ``BoundedCapture`` (at most ``max_bytes``), the real standard
+    input's ``read``/``readlines``/``readline`` patched (:class:`PatchedRealStdin`), then ``sys.stdin`` and
+    ``builtins.open`` replaced, as the official ``call_method`` does; ``SystemExit`` ends the test normally."""
     capture = BoundedCapture(max_bytes)
     saved_stdout, saved_stdin, saved_open = sys.stdout, sys.stdin, builtins.open
     sys.stdout = capture
     try:
-        sys.stdin, builtins.open = OfficialStdin(text), OfficialOpen(text)
-        try:
-            method()
-        except SystemExit:
-            pass
-        finally:
-            sys.stdin, builtins.open = saved_stdin, saved_open
+        with PatchedRealStdin(saved_stdin, text):
+            sys.stdin, builtins.open = OfficialStdin(text), OfficialOpen(text)
+            try:
+                method()
+            except SystemExit:
+                pass
+            finally:
+                sys.stdin, builtins.open = saved_stdin, saved_open
     finally:
         sys.stdout = saved_stdout
     if capture.exceeded:
@@ -641,6 +698,8 @@ def encode_value(value):
             return {"~": "tuple", "v": [enc(x, depth + 1) for x in v]}
         if t is dict:
             return {"~": "dict", "v": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
+        if _is_numpy_scalar(v):  # np.int64 == 6 is True officially; .item() is the Python value it holds
+            return enc(v.item(), depth)
         if isinstance(v, bool):
             return bool(v)
         if isinstance(v, int):
@@ -666,6 +725,13 @@ def encode_value(value):
         return {"~": "other", "type": type(v).__qualname__[:100]}
 
     return json.dumps(enc(value, 0), ensure_ascii=True).encode("ascii")
+
+
+def _is_numpy_scalar(value):
+    """A numpy scalar (``np.int64``, ``np.bool_``, ...: not subclasses of ``int``/``bool``, yet equal to the JSON
+    value they hold under the official ``==``); numpy is only looked up when the program imported it."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, getattr(numpy, "generic", ()))
 
 
 def run_functional_test(method, text):
@@ -713,6 +779,8 @@ def serve(spec, code, inputs_fd, results_fd):
         method, failure = None, _describe(exc)
     max_bytes = spec.get("max_file_bytes")
     run_test = (lambda m, t: run_stdin_test(m, t, max_bytes)) if spec["mode"] == "stdin" else run_functional_test
+    if spec.get("load_only"):  # a problem without tests: loading is all (the official compiles, then runs none)
+        run_test = (lambda m, t: b"") if spec["mode"] == "stdin" else (lambda m, t: encode_value(None))
     while True:
         text = read_input(inputs_fd)
         if text is None:

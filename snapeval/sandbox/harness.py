@@ -386,13 +386,15 @@ def _supervise(run: _Run, inputs: Sequence[str], mode: str, judge: Judge, limits
 
 def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, func_name: str | None = None,
                 limits: SandboxLimits | None = None) -> ProgramResult:
-    """Run ``code`` on ``inputs`` in a fresh sandbox, test after test, until ``judge`` rejects an output; never
-    raises for anything the program does (a machine that cannot contain it raises :class:`SnapevalError` before
-    anything runs, see :func:`require_isolation`)."""
+    """Run ``code`` on ``inputs`` in a fresh sandbox, test after test, until ``judge`` rejects an output. Without
+    inputs the program is only loaded (its one "test", under the same limits): ``passed`` with no outcomes when it
+    loads, else the failure at test 0. Never raises for anything the program does (a machine that cannot contain it
+    raises :class:`SnapevalError` before anything runs, see :func:`require_isolation`)."""
     check_choice("mode", mode, MODES)
     limits = limits or SandboxLimits()
-    if not inputs:
-        return ProgramResult("sandbox_error", detail="no tests")
+    load_only = not inputs  # no tests: the program is only loaded, as the official runner compiles it first
+    if load_only:
+        inputs, judge = [""], (lambda index, output: True)
     if mode == "functional" and not func_name:
         return ProgramResult("sandbox_error", detail="functional tests need func_name")
     iso = require_isolation()
@@ -411,7 +413,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
             "cpu_total_s": int(len(inputs) * limits.timeout_s + STARTUP_S) + 1,
             "max_file_bytes": int(limits.output_bytes), "max_open_files": int(limits.max_open_files),
             "max_processes": int(limits.max_processes), **uid_spec(iso.drop_uid, iso.isolate_fs),
-            "cgroup_procs": cgroup.procs_files if cgroup else [],
+            "cgroup_procs": cgroup.procs_files if cgroup else [], "load_only": load_only,
         }
         os.mkdir(Path(run_dir, "root"))
         Path(run_dir, "solution.py").write_text(code, encoding="utf-8", errors="surrogatepass")
@@ -432,6 +434,8 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
         elif cgroup is not None:
             cgroup.remove()
         shutil.rmtree(run_dir, ignore_errors=True)
+    if load_only and result.passed:  # it loaded: no test ran
+        result.outcomes = []
     result.wall_s = time.perf_counter() - start
     return result
 

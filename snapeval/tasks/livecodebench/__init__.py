@@ -1,7 +1,8 @@
 """LiveCodeBench code generation (livecodebench/code_generation_lite), graded as the official ``lcb_runner`` grades.
 
-Prompts follow the official generation prompt of the DeepSeek-R1 style (``get_deepseek_r1_question_template_answer``
-in ``lcb_runner/prompts/code_generation.py``; the one QwQ's ``livecodebench_v5.jsonl`` carries verbatim); the code is
+Prompts are the official generation prompts of ``lcb_runner/prompts/code_generation.py`` per model style
+(:func:`build_prompt`: the DeepSeek-R1 question text, the one QwQ's ``livecodebench_v5.jsonl`` carries verbatim; the
+whole DeepSeekR1-style prompt with its conversation preamble; the chat styles' generic template); the code is
 what the official ``extract_code`` takes (the lines between the last two lines holding a code fence); programs run in
 :mod:`snapeval.sandbox` against the public tests and, when the data has them, the private ones (hub rows carry them
 base64+zlib+pickle compressed), and each test's output is graded here with the official comparison rules
@@ -20,7 +21,7 @@ import pickle
 import re
 import zlib
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Sequence
 
@@ -57,13 +58,32 @@ SPEC = DatasetSpec("livecodebench", HUB_ID, "test", ("livecodebench/code_generat
 FAMILY = TaskFamily("livecodebench", data=SPEC, typical_lengths=(476, 10_634),
                     hooks="snapeval.tasks.livecodebench.hooks")  # no reference reply: solutions are not in the data
 
+# The official prompt texts (lcb_runner/prompts/code_generation.py at LiveCodeBench 28fef95, PromptConstants).
 SYSTEM_INTRO = ("You will be given a question (problem specification) and will generate a correct Python program "
                 "that matches the specification and passes all tests.")
+#: ``SYSTEM_MESSAGE_GENERIC`` (line 14): the system message of the chat model styles (OpenAIChat, LLaMa3, ...).
+SYSTEM_MESSAGE_GENERIC = "You are an expert Python programmer. " + SYSTEM_INTRO
+#: ``SYSTEM_MESSAGE_DEEPSEEK_R1`` (lines 28-33): the conversation preamble of the DeepSeekR1 style, ending in the
+#: user turn's token; the prompt then ends in ``<｜Assistant｜>``.
+SYSTEM_MESSAGE_DEEPSEEK_R1 = (
+    "<｜begin▁of▁sentence｜>A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The assistant first thinks about the reasoning process in the mind and then provides the user with "
+    "the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
+    "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>.<｜User｜>")
+ASSISTANT_DEEPSEEK_R1 = "<｜Assistant｜>"
+#: The preamble's own text: what the DeepSeek-R1 chat template, given it as the system message, puts between its
+#: ``<｜begin▁of▁sentence｜>`` and ``<｜User｜>`` (``livecodebench_r1``'s description).
+R1_PREAMBLE = SYSTEM_MESSAGE_DEEPSEEK_R1.removeprefix("<｜begin▁of▁sentence｜>").removesuffix("<｜User｜>")
 FORMAT_WITH_STARTER = ("You will use the following starter code to write the solution to the problem and enclose "
                        "your code within delimiters.")
 FORMAT_STDIN = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test "
                 "on the sample inputs). Enclose your code within delimiters as follows. Ensure that when the python "
                 "program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.")
+#: Prompt styles of :func:`build_prompt`: ``deepseek_r1`` the DeepSeekR1 question text, for a chat template
+#: (``livecodebench``; ``livecodebench_r1`` with the preamble as its system message); ``deepseek_r1_full`` the whole
+#: official DeepSeekR1 prompt, preamble and chat tokens included; ``generic`` the chat model styles' user message,
+#: whose system message is :data:`SYSTEM_MESSAGE_GENERIC` (``livecodebench_generic``).
+PROMPT_STYLES = ("deepseek_r1", "deepseek_r1_full", "generic")
 
 
 def parse_version(tag: str) -> tuple[int, int]:
@@ -98,12 +118,23 @@ def _date(value: str | date | None, field: str) -> datetime | None:
         raise SnapevalError(f"{field}={value!r} is not a date; use YYYY-MM-DD") from None
 
 
+#: The local copy's contest dates are the hub's plus one day. Its rows (``release_shard`` ``refined_*``) took
+#: ``contest_date`` from the LiveCodeBench leaderboard's epoch-millisecond dates, which are the hub's naive dates
+#: read one day later: for all 279 problems the local copy shares with QwQ's copy of the hub rows
+#: (``livecodebench_v5.jsonl``) the difference is exactly 24 hours, and shifted back the AtCoder Beginner Contests fall
+#: on Saturdays (ABC 365: 2024-08-03) and LeetCode's weekly contests on Saturday evenings, US Pacific time, as held.
+LOCAL_COPY_DATE_LAG = timedelta(hours=24)
+
+
 def contest_time(row: dict, where: str = "problem") -> datetime:
+    """The contest date and time as the hub has it (``datetime.fromisoformat``, as ``CodeGenerationProblem`` reads
+    it), the local copy's one-day lag (:data:`LOCAL_COPY_DATE_LAG`) taken back."""
     try:
-        return datetime.fromisoformat(row["contest_date"])
+        when = datetime.fromisoformat(row["contest_date"])
     except ValueError:
         raise SnapevalError(f"{where}: field 'contest_date' must be an ISO date and time, got "
                             f"{row['contest_date']!r}") from None
+    return when - LOCAL_COPY_DATE_LAG if row.get("release_shard") in _LOCAL_SHARD else when
 
 
 def shard_index(row: dict) -> int:
@@ -120,13 +151,14 @@ def shard_index(row: dict) -> int:
 
 def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "release_latest",
          start_date: str | date | None = None, end_date: str | date | None = None) -> LoadedData:
-    """Validated problems of ``release_version`` whose contest time ``t`` satisfies ``start_date <= t <= end_date``,
-    the bounds being midnight of those days (as ``load_code_generation_dataset``: a contest at 18:30 on
-    ``end_date`` is outside the window). The version and window are recorded with the data's provenance."""
+    """Validated problems of ``release_version`` whose contest time ``t`` (the hub's: :func:`contest_time`)
+    satisfies ``start_date <= t <= end_date``, the bounds being midnight of those days (as
+    ``load_code_generation_dataset``: a contest at 18:30 on ``end_date`` is outside the window). The version and
+    window are recorded with the data's provenance."""
     first, last = parse_version(release_version)
     lo, hi = _date(start_date, "start_date"), _date(end_date, "end_date")
     data = load_dataset_rows(SPEC, data_dir)
-    rows, where = [], []
+    rows, where, corrected = [], [], 0
     for at, row in zip(data.where, data.rows):
         when = contest_time(row, at)
         if not (first <= shard_index(row) + 1 <= last):
@@ -134,6 +166,8 @@ def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "r
         if (lo and when < lo) or (hi and when > hi):
             continue
         tests_of(row, where=at)  # every test case is checked now, not at grading after all generation
+        if when.isoformat() != row["contest_date"]:  # every doc carries the hub's date
+            row, corrected = {**row, "contest_date": when.isoformat()}, corrected + 1
         rows.append(row)
         where.append(at)
     if not rows:
@@ -142,6 +176,7 @@ def load(data_dir: str | os.PathLike | None = None, *, release_version: str = "r
     data.rows_used = len(rows)
     data.notes.update(window(release_version, lo, hi))
     data.notes["private_tests"] = any(r["private_test_cases"] for r in rows)
+    data.notes["contest_dates_corrected"] = corrected  # rows of the local copy, one day earlier: the hub's dates
     register_loaded(data)
     return data
 
@@ -152,14 +187,34 @@ def window(release_version: str, start: datetime | None, end: datetime | None) -
             "end_date": end.date().isoformat() if end else None}
 
 
-def build_prompt(doc: dict) -> str:
-    """The official generation prompt (problem, then the format instruction with starter code or a stub)."""
-    prompt = f"{SYSTEM_INTRO}\n\nQuestion: {doc['question_content']}\n\n"
+def _format_part(doc: dict, prefix: str = "") -> str:
+    """The format instruction with the starter code, or with the stub of a stdin program."""
     if doc["starter_code"]:
-        prompt += f"{FORMAT_WITH_STARTER}\n```python\n{doc['starter_code']}\n```\n\n"
-    else:
-        prompt += f"{FORMAT_STDIN}\n```python\n# YOUR CODE HERE\n```\n\n"
-    return prompt
+        return f"{prefix}{FORMAT_WITH_STARTER}\n```python\n{doc['starter_code']}\n```\n\n"
+    return f"{prefix}{FORMAT_STDIN}\n```python\n# YOUR CODE HERE\n```\n\n"
+
+
+def build_prompt(doc: dict, style: str = "deepseek_r1") -> str:
+    """The official generation prompt of a model style (:data:`PROMPT_STYLES`):
+
+    - ``deepseek_r1``: ``get_deepseek_r1_question_template_answer`` (``code_generation.py:155-166``) without its
+      closing ``<｜Assistant｜>``, for the model's chat template to wrap (the text QwQ's ``livecodebench_v5.jsonl``
+      carries);
+    - ``deepseek_r1_full``: ``format_prompt_generation`` for ``LMStyle.DeepSeekR1`` (lines 333-336): the preamble
+      :data:`SYSTEM_MESSAGE_DEEPSEEK_R1`, that question text and ``<｜Assistant｜>``, a complete prompt (what the
+      DeepSeek-R1 chat template makes of :data:`R1_PREAMBLE` as system message and the question text as user
+      message);
+    - ``generic``: ``get_generic_question_template_answer`` (lines 40-51), the user message of the chat styles
+      (OpenAIChat, LLaMa3, ...) whose system message is :data:`SYSTEM_MESSAGE_GENERIC`.
+    """
+    check_choice("prompt_style", style, PROMPT_STYLES)
+    if style == "generic":
+        return (f"### Question:\n{doc['question_content']}\n\n" + _format_part(doc, "### Format: ")
+                + "### Answer: (use the provided format with backticks)\n\n")
+    question = f"{SYSTEM_INTRO}\n\nQuestion: {doc['question_content']}\n\n" + _format_part(doc)
+    if style == "deepseek_r1_full":
+        return SYSTEM_MESSAGE_DEEPSEEK_R1 + question + ASSISTANT_DEEPSEEK_R1
+    return question
 
 
 def extract_code(response: str) -> str | None:
@@ -224,7 +279,9 @@ class Tests:
 
     @property
     def mode(self) -> str:
-        return self.cases[0].testtype
+        """How the program is called: ``functional`` when the problem names a function, else ``stdin`` (the
+        official ``run_test`` decides by ``fn_name`` alone, so a problem without tests has a mode too)."""
+        return "functional" if self.func_name is not None else "stdin"
 
 
 def _cases(raw, where: str, field_name: str) -> list[TestCase]:
@@ -263,6 +320,11 @@ def tests_of(doc: dict, where: str = "problem") -> Tests:
     func = metadata.get("func_name") if isinstance(metadata, dict) else None
     if cases and cases[0].testtype == "functional" and not isinstance(func, str):
         raise SnapevalError(f"{where}: functional tests need metadata.func_name (a string)")
+    if func is not None and not isinstance(func, str):
+        raise SnapevalError(f"{where}: metadata.func_name must be a string, got {type(func).__name__}")
+    if cases and cases[0].testtype == "stdin" and func is not None:
+        raise SnapevalError(f"{where}: stdin tests with metadata.func_name={func!r} (the official runner would call "
+                            f"the function); remove func_name or make the tests functional")
     private = len(cases) > len(public)
     return Tests(tuple(cases), func, private)
 
@@ -336,13 +398,13 @@ def judge(tests: Tests):
 
 def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits: SandboxLimits | None = None,
              workers: int | None = None) -> list[list[ProgramResult | None]]:
-    """Run every response's program (all problems in parallel). ``None`` where no code block was found."""
+    """Run every response's program (all problems in parallel). ``None`` where no code block was found. A problem
+    without tests passes every program that loads (the official result list is empty and ``np.all([])`` is true)
+    and fails one that does not (``[-4]``): the sandbox then only loads the program."""
     jobs, where = [], []
     out: list[list[ProgramResult | None]] = [[None] * len(r) for r in responses]
     for d, (doc, resps) in enumerate(zip(docs, responses)):
         tests = tests_of(doc)
-        if not tests.cases:
-            continue
         grade = judge(tests)
         for s, resp in enumerate(resps):
             code = extract_code(resp)
@@ -354,13 +416,19 @@ def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits
     return out
 
 
-def score(doc: dict, results: Sequence[ProgramResult | None], *, k: int | None = None) -> dict[str, float]:
+#: The k of pass@k lcb_runner reports, those not above the sample count (``codegen_metrics``' ``k_list``,
+#: ``compute_code_generation_metrics.py:160``, filtered by ``compute_metrics_from_results``, ``pass_k_utils.py:41-50``).
+OFFICIAL_PASS_K = (1, 5, 10, 20, 40, 50, 75, 100, 125, 150, 200, 500, 1000)
+
+
+def score(doc: dict, results: Sequence[ProgramResult | None], *, k: int | None = None,
+          ks: Sequence[int] = ()) -> dict[str, float]:
     """Per-problem metrics from the sandbox results of its ``n`` samples.
 
     ``pass@1``: the unbiased estimator of Chen et al. (``estimate_pass_at_k`` of ``lcb_runner``), which for k = 1
-    is the fraction of samples passing every test; ``pass@k`` when ``1 < k <= n``; ``no_code``: fraction of samples
-    without a code block; ``private_tests_used``: 1.0 when private tests were run, 0.0 when the score rests on the
-    public tests only.
+    is the fraction of samples passing every test; ``pass@k`` for ``k`` and each of ``ks`` with ``1 < k <= n``;
+    ``no_code``: fraction of samples without a code block; ``private_tests_used``: 1.0 when private tests were run,
+    0.0 when the score rests on the public tests only.
     """
     n = len(results)
     c = sum(bool(r and r.passed) for r in results)
@@ -369,6 +437,7 @@ def score(doc: dict, results: Sequence[ProgramResult | None], *, k: int | None =
         "no_code": sum(r is None for r in results) / n,
         "private_tests_used": float(tests_of(doc).private_used),
     }
-    if k is not None and 1 < k <= n:
-        out[f"pass@{k}"] = pass_at_k(n, c, k)
+    for each in ([k] if k is not None else []) + list(ks):
+        if 1 < each <= n:
+            out[f"pass@{each}"] = pass_at_k(n, c, each)
     return out

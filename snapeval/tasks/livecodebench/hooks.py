@@ -25,7 +25,13 @@ def livecodebench_dataset(**md: Any) -> dict[str, Any]:
 
 
 def livecodebench_doc_to_text(doc: dict) -> str:
-    return livecodebench.build_prompt(doc)
+    """The DeepSeek-R1 question text, for the model's chat template (``livecodebench``, ``livecodebench_r1``)."""
+    return livecodebench.build_prompt(doc, "deepseek_r1")
+
+
+def livecodebench_generic_doc_to_text(doc: dict) -> str:
+    """The chat styles' user message (``livecodebench_generic``; its system message is the task's description)."""
+    return livecodebench.build_prompt(doc, "generic")
 
 
 def livecodebench_execute(resps: list[list[str]], docs: list[dict]) -> list[list[str]]:
@@ -48,9 +54,10 @@ def _verdict(result: ProgramResult | None) -> str:
 
 def livecodebench_process_results(doc: dict, results: list[list[str]]) -> dict[str, float]:
     """``results``: one entry per request of this doc (one: ``generate_until`` makes one request per doc and
-    repeats it), the filter's list of the doc's sample verdicts."""
+    repeats it), the filter's list of the doc's sample verdicts. With ``n`` samples, ``pass@k`` for every k of
+    lcb_runner's list up to ``n`` (``pass@5`` and ``pass@10`` at its 10 samples; the task declares them)."""
     (verdicts,) = results
     verdicts = [json.loads(v) for v in verdicts]
     programs = [None if v["status"] == "no_code" else ProgramResult(v["status"], detail=v.get("detail", ""))
                 for v in verdicts]
-    return livecodebench.score(doc, programs)
+    return livecodebench.score(doc, programs, ks=livecodebench.OFFICIAL_PASS_K)
