@@ -326,7 +326,8 @@ _FACTORIAL = re.compile(r"(\d+|\))!(?!=)")
 
 def _build(node, xor: bool):
     """A sympy value of a parsed expression: numbers, names (symbols; ``pi``, ``E``, ``I``, ``oo``), + - * / **, the
-    functions of :func:`_sympy_functions`, ``^`` as XOR (``xor``: Python's reading) or as a power. Never ``eval``."""
+    functions of :func:`_sympy_functions`, ``^`` as XOR and ``~`` as bitwise not (``xor``: Python's reading) or ``^``
+    as a power. Never ``eval``."""
     import sympy
 
     if isinstance(node, ast.Expression):
@@ -344,6 +345,11 @@ def _build(node, xor: bool):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _build(node.operand, xor)
         return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) and xor:  # Python's "~33" is -34
+        value = _build(node.operand, xor)
+        if not value.is_Integer:
+            raise ValueError("~ of a non-integer")
+        return sympy.Integer(~int(value))
     if isinstance(node, ast.BinOp):
         left, right = _build(node.left, xor), _build(node.right, xor)
         if isinstance(node.op, ast.BitXor) and xor:
@@ -388,19 +394,26 @@ def python_value(text: str):
     return _value(_FACTORIAL.sub(r"factorial(\1)", text), xor=True)
 
 
-_LATEX_SPACING = ("\\displaystyle", "\\,", "\\;", "\\:", "\\ ", "\\!", "\\left", "\\right")
+#: Spacing latex2sympy reads as a gap between factors ("3\\,3" is 9, "33\\quad" is 33); ``\\;``, ``\\:`` and ``\\ `` it
+#: cannot read at all.
+_LATEX_GAPS = ("\\qquad", "\\quad", "\\displaystyle", "\\,", "~")
+_LATEX_UNREADABLE = re.compile(r"\\[;: ]|\\textstyle")
 
 
 def latex_value(text: str):
-    """The answer read as latex2sympy reads LaTeX arithmetic (the grader's last reading): ``\\frac``, ``\\sqrt``,
-    ``\\binom``, ``^`` as a power, ``\\cdot``/``\\times``, brackets and juxtaposed brackets as products."""
+    """The answer read as latex2sympy reads LaTeX arithmetic (the grader's last reading): ``\\frac``, ``\\sqrt`` (and
+    ``\\sqrt[n]``), ``\\binom``, ``^`` as a power, ``\\cdot``/``\\times``, brackets and juxtaposed factors as
+    products."""
+    if _LATEX_UNREADABLE.search(text):
+        return None
     s = text
-    for piece in _LATEX_SPACING:
-        s = s.replace(piece, "")
-    s = s.replace("\\cdot", "*").replace("\\times", "*")
+    for piece in _LATEX_GAPS:
+        s = s.replace(piece, " ")
+    s = s.replace("\\left", "").replace("\\right", "").replace("\\cdot", "*").replace("\\times", "*")
     for _ in range(8):  # nested fractions and roots, innermost first
         new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
         new = re.sub(r"\\binom\{([^{}]*)\}\{([^{}]*)\}", r"binomial((\1),(\2))", new)
+        new = re.sub(r"\\sqrt\[([^\[\]{}]*)\]\{([^{}]*)\}", r"((\2)**(1/(\1)))", new)
         new = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", new)
         if new == s:
             break
@@ -408,9 +421,11 @@ def latex_value(text: str):
     s = s.replace("{", "(").replace("}", ")").replace("[", "(").replace("]", ")").replace("^", "**")
     s = re.sub(r"\)\s*\(", ")*(", s)
     s = re.sub(r"(\d)\s*\(", r"\1*(", s)
-    if "\\" in s or re.search(r"[A-Za-z_]", re.sub(r"\b(binomial|sqrt|factorial)\(", "", _FACTORIAL.sub(r"factorial(\1)", s))):
+    s = re.sub(r"([\d)])\s+(?=[\d(])", r"\1*", s).strip()
+    s = _FACTORIAL.sub(r"factorial(\1)", s)
+    if "\\" in s or re.search(r"[A-Za-z_]", re.sub(r"\b(binomial|sqrt|factorial)\(", "", s)):
         return None  # symbols or LaTeX beyond arithmetic: no number
-    return _value(_FACTORIAL.sub(r"factorial(\1)", s), xor=False)
+    return _value(s, xor=False)
 
 
 def symbolic_value(text: str):
