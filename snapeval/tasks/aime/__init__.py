@@ -338,7 +338,8 @@ def _build(node, xor: bool):
         if isinstance(node.value, float):
             return sympy.Float(node.value)
         if isinstance(node.value, complex):
-            return sympy.Float(node.value.imag) * sympy.I if node.value.imag % 1 else sympy.Integer(int(node.value.imag)) * sympy.I
+            imag = node.value.imag
+            return (sympy.Float(imag) if imag % 1 else sympy.Integer(int(imag))) * sympy.I
         raise ValueError("not a number")
     if isinstance(node, ast.Name):
         return {"pi": sympy.pi, "E": sympy.E, "I": sympy.I, "oo": sympy.oo}.get(node.id) or sympy.Symbol(node.id)

@@ -109,8 +109,9 @@ def build_cot_answer_prompt(doc: dict, cot: str) -> str:
 
 
 def official_limit(hub_id: str | None) -> int | None:
-    """pred.py's prompt limit for a model (``config/model2maxlen.json``), by hub id (``meta-llama/Llama-3.1-8B-Instruct``)
-    or its last part (``Llama-3.1-8B-Instruct``, case folded); None for a model pred.py does not list."""
+    """pred.py's prompt limit for a model (``config/model2maxlen.json``), by hub id
+    (``meta-llama/Llama-3.1-8B-Instruct``) or its last part (``Llama-3.1-8B-Instruct``, case folded); None for a model
+    pred.py does not list."""
     if not hub_id:
         return None
     name = str(hub_id).rstrip("/").lower()
@@ -126,7 +127,8 @@ def fallback_limit(context: int, max_new_tokens: int, template_tokens: int) -> i
     limit = context - max_new_tokens - template_tokens - REENCODE_MARGIN
     if limit < 1:
         raise SnapevalError(f"max_length={context} leaves no room for a LongBench-v2 prompt after max_gen_toks="
-                            f"{max_new_tokens} and {template_tokens} chat-template tokens; allowed: a larger max_length")
+                            f"{max_new_tokens} and {template_tokens} chat-template tokens; "
+                            "allowed: a larger max_length")
     return limit
 
 
