@@ -10,7 +10,8 @@ these cases (snapeval never imports or vendors them):
   requirements pin them.
 - LongBench-v2: ``extract_answer`` of ``THUDM/LongBench`` ``pred.py`` (c5ea10b).
 
-LiveCodeBench's differential tests are in ``tests/test_protocols_livecodebench.py``.
+The item-by-item golden tables the official code made are checked in ``tests/test_protocols_longbench.py`` and
+``tests/test_protocols_aime.py``; LiveCodeBench's differential tests are in ``tests/test_protocols_livecodebench.py``.
 """
 from __future__ import annotations
 

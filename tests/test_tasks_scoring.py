@@ -34,8 +34,9 @@ LB_DOC = {"_id": "x", "domain": "Multi-Document QA", "sub_domain": "s", "difficu
     ("The correct answer is C.", 1.0, 0.0, 0.0),
     ("The correct answer is (A)", 0.0, 0.0, 0.0),
     ("I think it is C", 0.0, 1.0, 0.0),
-    ("<think>The correct answer is (A)? no...</think>The correct answer is (C)", 1.0, 0.0, 0.0),
-    ("<think>The correct answer is (C) probably, let me check", 0.0, 1.0, 1.0),
+    # pred.py reads the raw reply, thinking included: the first match counts (strip_thinking=True reads after it)
+    ("<think>The correct answer is (A)? no...</think>The correct answer is (C)", 0.0, 0.0, 0.0),
+    ("<think>The correct answer is (C) probably, let me check", 1.0, 0.0, 1.0),
 ])
 def test_longbench_scoring(response, acc, unparsable, cut):
     m = longbench.score(LB_DOC, response)
@@ -82,9 +83,11 @@ def test_longbench_middle_truncation_keeps_head_and_tail():
     text, n, cut = longbench.truncate_middle(prompt, tok, 10)
     assert (n, cut) == (100, True)
     assert text.split() == [f"w{i}" for i in range(5)] + [f"w{i}" for i in range(95, 100)]
-    assert longbench.truncate_middle(prompt, tok, 100) == (prompt, 100, False)
-    with pytest.raises(SnapevalError, match="max_input_tokens=1"):
-        longbench.truncate_middle(prompt, tok, 1)
+    assert longbench.truncate_middle(prompt, tok, 100) == (prompt, 100, False)  # exactly L: not cut, as pred.py
+    odd, _, _ = longbench.truncate_middle(prompt, tok, 11)  # pred.py's ids[-L//2:]: the tail gets the odd token
+    assert odd.split() == [f"w{i}" for i in range(5)] + [f"w{i}" for i in range(94, 100)]
+    with pytest.raises(SnapevalError, match="max_input_tokens=0"):
+        longbench.truncate_middle(prompt, tok, 0)
 
 
 AIME_DOC = {"ID": "x", "Problem": "Find it.", "Solution": "", "Answer": "25"}

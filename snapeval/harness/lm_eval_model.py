@@ -393,7 +393,26 @@ class SnapStreamLM(HFLM):
             return self._finish_generations(requests, self.shared.generate(self.method_config, prompts, params))
         if self.use_engine:
             return self._generate_with_engine(requests, seeds)
+        from lm_eval.models.utils import normalize_gen_kwargs
+
+        for request in requests:  # lm-eval's padded batches would cut an over-long prompt from the left
+            max_new = normalize_gen_kwargs(dict(request.args[1]), self.max_gen_toks)["max_gen_toks"]
+            self._check_fits(request, len(self.tok_encode(request.args[0])), max_new)
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+    def _check_fits(self, request, prompt_tokens: int, max_new: int) -> None:
+        """Nothing truncates a prompt here (a task's own rule does, e.g. LongBench-v2's middle cut): a request whose
+        prompt and generation budget exceed the model's context is a one-line error naming the item and the lengths."""
+        if prompt_tokens + max_new <= self.max_length:
+            return
+        metadata = getattr(request, "metadata", None) or (None, None, None)
+        doc = getattr(request, "doc", None) or {}
+        item = next((doc[k] for k in ("_id", "ID", "question_id", "id") if k in doc), metadata[1])
+        raise SnapevalError(
+            f"task {metadata[0]!r} item {item!r}: the prompt (chat template included) is {prompt_tokens} tokens and "
+            f"max_gen_toks={max_new}, {prompt_tokens + max_new} in all > the model's max_length={self.max_length}; "
+            "nothing cuts a prompt but the task's own rule: lower the task's prompt limit (LongBench-v2: "
+            "max_input_tokens) or the generation budget, or raise max_length")
 
     def _generate_two_pass(self, requests, followups: list[Followup], contexts: list[str], seeds: list[int]) -> list[str]:
         """Both passes of two-pass requests; each answer is :func:`~snapeval.tasks.followup.two_pass_response`.
@@ -440,7 +459,8 @@ class SnapStreamLM(HFLM):
             kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
             until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
             max_new = kwargs.pop("max_gen_toks")
-            ids = self.tok_encode(context)[-(self.max_length - max_new):]
+            ids = self.tok_encode(context)
+            self._check_fits(request, len(ids), max_new)
             params.append(self._sampling_params(kwargs, until, max_new, seed, eos))
             prompts.append(ids)
         return prompts, params

@@ -8,7 +8,9 @@ Dataset hooks follow lm-eval's RULER convention: ``custom_dataset`` receives the
 - ``tokenizer`` / ``pretrained``: the evaluated model's tokenizer (synthetic lengths, LongBench truncation), loaded
   with ``snapeval.models.load_tokenizer`` (falling back to ``transformers.AutoTokenizer``);
 - ``max_seq_lengths``, ``num_samples``, ``seed``: synthetic tasks;
-- ``max_input_tokens`` or ``max_length`` (the model's context): LongBench-v2 middle truncation;
+- ``max_input_tokens`` or ``max_length`` (the model's context): LongBench-v2 middle truncation (pred.py's 120,000
+  for the models it lists; ``snapeval.tasks.longbench.hooks.prompt_limit``); ``strip_thinking``: LongBench-v2's
+  named variant that reads the answer after the thinking section (pred.py reads the raw reply);
 - ``release_version``, ``start_date``, ``end_date``, ``sandbox_timeout_s``, ``sandbox_memory_mb``: LiveCodeBench;
 - ``reasoning``: the model writes a thinking section opened by its chat template (a cut-off generation without
   ``</think>`` is then unfinished thinking); not LiveCodeBench, whose official code extraction reads the whole

@@ -19,6 +19,13 @@ def token_ids(tokenizer: Tokenizer, text: str) -> list[int]:
     return list(getattr(out, "ids", out))
 
 
+def token_ids_with_specials(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Ids of ``text`` as ``tokenizer.encode(text)`` gives them by default: with the special tokens the tokenizer adds
+    (a Llama-3 BOS; none for a tokenizer that adds none)."""
+    out = tokenizer.encode(text)
+    return list(getattr(out, "ids", out))
+
+
 def count_tokens(tokenizer: Tokenizer, text: str) -> int:
     return len(token_ids(tokenizer, text))
 

@@ -9,18 +9,23 @@ exactly this prompt and this data file (``../shared/data/aime24`` holds both cop
    cut off while thinking is still read; ``truncated_in_thinking`` counts those, apart from the score).
 2. **Which answer** (:func:`extract_answer`): the content of the last ``boxed`` (braces balanced; ``\\boxed 5``
    up to a ``$``), else what follows the last "he answer is" / "final answer is", else the last number of the text
-   (commas removed); then normalised (:func:`normalize`: ``$``, ``\\text{}``, ``\\left``, ``^\\circ``, ``\\%``,
-   ``x=``, trailing zeros of decimals, fractions written ``a/b``, a unit after a number).
+   (commas removed); then normalised twice, as the grader does (:func:`normalize`, QwQ's ``strip_string``:
+   ``\\text{...}`` at the end, the fixed list of MathQA unit words :data:`UNIT_WORDS` (so ``\\boxed{m+n=33}`` loses
+   its ``m`` and is read as 33, while ``33 dollars`` keeps its word and is no number), ``$``, ``^\\circ``, number
+   words as word2number reads them, ``x=``, ``\\%``, trailing zeros of decimals, ``k=`` prefixes of two characters or
+   fewer, ``\\frac12`` and ``a/b`` as fractions).
 3. **Equal** (:func:`math_equal`): the same string (case folded); else both numbers (commas removed, ``x%`` read
    as ``x/100``) and equal within a relative 1e-4 to the answer, the answer / 100 or the answer x 100 (the grader's
-   percentage rule); else LaTeX arithmetic (``\\frac``, ``^{}``, ``\\sqrt``, ``\\cdot``, ``\\times``, brackets)
-   evaluated exactly and equal within 1e-4; else not equal. As in the official grader, a brace-less ``5^2`` is
-   Python's XOR (sympy's ``parse_expr`` reads it before latex2sympy would): 7, not 25.
+   percentage rule); else equal once brackets and braces are dropped; else ``k=`` with the part after ``=`` equal;
+   else the grader's last resort (:func:`symbolic_equal`): the answer read as sympy's ``parse_expr`` reads it
+   (:func:`python_value`: Python syntax, ``0x21`` is 33, ``4!``, ``sqrt(...)``, a bare ``5^2`` is XOR: 7), else as
+   latex2sympy reads LaTeX arithmetic (:func:`latex_value`: ``\\frac``, ``\\sqrt``, ``\\binom``, ``^`` a power,
+   products), equal to the reference exactly or within a relative 1e-4.
 
-What the official grader does and this one does not (``docs/tasks.md``): it removes a fixed list of MathQA unit
-words and converts number words ("twenty five"), and it hands anything else to sympy and latex2sympy (matrices,
-intervals, equations, symbolic expressions; it ``eval``s the model's text to do so, which this harness never does).
-For AIME's integer answers these differ only on answers no reasonable reading would accept or on spelled-out numbers.
+The grader ``eval``s the model's text through sympy; this harness never does: it parses the text with Python's
+``ast`` and builds the value from numbers, names and a short list of functions. Where latex2sympy reads more than
+LaTeX arithmetic (``33triangles`` is 33 to it: ``tr`` is a trace) snapeval differs; ``tests/test_protocols_aime.py``
+lists every difference found on the golden table.
 
 Per problem with ``n`` samples: ``pass@1`` (mean correctness over the samples), unbiased ``pass@k`` for every power of
 two ``k <= n`` (Chen et al., 2021), ``cons@n`` (the majority answer among the samples that have one: DeepSeek-R1's
@@ -30,10 +35,9 @@ from __future__ import annotations
 
 import ast
 import math
-import operator
 import os
 import re
-from fractions import Fraction
+import warnings
 
 from snapeval.errors import SnapevalError
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows
@@ -123,73 +127,172 @@ def extract_answer(response: str) -> str:
     for end in (".", "/"):
         if pred.endswith(end):
             pred = pred[:-1]
-    return normalize(pred)
+    # normalised twice, as the grader does (``extract_answer`` ends with ``strip_string``; ``work`` applies it again):
+    # the second pass finishes what the first exposed ("\\sqrt 1089" -> "\\sqrt1089" -> "\\sqrt{1089}")
+    return normalize(normalize(pred))
 
 
-_STRIPPED = ("\\!", "\\left", "\\right", "^{\\circ}", "^\\circ", "\\$", "$", "\\(", "\\)", "\\%", "%", "\\mathbf")
+#: Unit words removed from an answer (QwQ's ``parser.py`` ``unit_texts``, "units mainly from MathQA", and each with an
+#: ``s``): each is a regular expression matched between non-word characters (so ``"q ."`` matches ``"q x"`` too), and
+#: only these go: ``33 dollars`` keeps its word and is no number.
+UNIT_WORDS = (
+    "east", "degree", "mph", "kmph", "ft", "m sqaure", " m east", "sq m", "deg", "mile", "q .", "monkey", "prime",
+    "ratio", "profit of rs", "rd", "o", "gm", "p . m", "lb", "tile", "per", "dm", "lt", "gain", "ab", "way", "west",
+    "a .", "b .", "c .", "d .", "e .", "f .", "g .", "h .", "t", "a", "h", "no change", "men", "soldier", "pie", "bc",
+    "excess", "st", "inches", "noon", "percent", "by", "gal", "kmh", "c", "acre", "rise", "a . m", "th", "π r 2", "sq",
+    "mark", "l", "toy", "coin", "sq . m", "gallon", "° f", "profit", "minw", "yr", "women", "feet", "am", "pm", "hr",
+    "cu cm", "square", "v â € ™", "are", "rupee", "rounds", "cubic", "cc", "mtr", "s", "ohm", "number", "kmph", "day",
+    "hour", "minute", "min", "second", "man", "woman", "sec", "cube", "mt", "sq inch", "mp", "∏ cm ³", "hectare",
+    "more", "sec", "unit", "cu . m", "cm 2", "rs .", "rs", "kg", "g", "month", "km", "m", "cm", "mm", "apple", "liter",
+    "loss", "yard", "pure", "year", "increase", "decrease", "d", "less", "Surface", "litre", "pi sq m", "s .", "metre",
+    "meter", "inch")
+UNIT_WORDS = UNIT_WORDS + tuple(w + "s" for w in UNIT_WORDS)
+_UNIT_RES = tuple(re.compile(r"(^|\W)" + w + r"($|\W)") for w in UNIT_WORDS)
 _VARIABLES = ("x=", "y=", "z=", "x\\in", "y\\in", "z\\in", "x\\to", "y\\to", "z\\to")
-_NUMBER_THEN_UNIT = re.compile(r"^(-?\d[\d,]*(?:\.\d+)?)\s+[A-Za-z][A-Za-z .]*$")
 
-
-_UNITS = {w: i for i, w in enumerate(
+#: The number words of the grader's word-to-number step (word2number 1.1's ``american_number_system``).
+_WORD_VALUES = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
     "eighteen nineteen".split())}
-_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
-_SCALES = {"thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9}
+_WORD_VALUES.update({w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(),
+                                                         start=2)})
+_WORD_VALUES.update({"hundred": 100, "thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9})
+_SCALE_WORDS = ("billion", "million", "thousand")
+
+
+def _group_value(words: list[str]) -> int:
+    """word2number's value of a group of number words: four words ``a*b+c+d``, three ``a*b+c``, two ``a*b`` when one
+    is a hundred else ``a+b``, otherwise the first word alone."""
+    v = [_WORD_VALUES[w] for w in words]
+    if len(v) == 4:
+        return v[0] * v[1] + v[2] + v[3]
+    if len(v) == 3:
+        return v[0] * v[1] + v[2]
+    if len(v) == 2:
+        return v[0] * v[1] if 100 in v else v[0] + v[1]
+    return v[0]
 
 
 def number_words(text: str) -> str | None:
-    """The number an answer spells out ("twenty-five", "one hundred and four", "seventy three point five"), read from
-    its number words alone as the grader's word-to-number step reads it; None when it has no number word."""
-    words = [w for w in text.lower().replace("-", " ").split() if w in _UNITS or w in _TENS or w in _SCALES
-             or w in ("hundred", "point")]
-    if not words or words == ["point"]:
+    """The number an answer spells out, read as the grader's word-to-number step (word2number 1.1) reads it: a string
+    of digits is that integer (``"033"`` is 33); otherwise its number words alone ("twenty-five", "one hundred and
+    four", "three point five"); None where that step fails (no number word, a scale word twice, scales out of
+    order), so the answer is kept as written."""
+    sentence = text.replace("-", " ").lower()
+    if sentence.isdigit():
+        return str(int(sentence))
+    words = [w for w in sentence.strip().split() if w in _WORD_VALUES or w == "point"]
+    if not words or any(words.count(w) > 1 for w in (*_SCALE_WORDS, "point")):
         return None
-    whole, _, fraction = " ".join(words).partition("point")
-    total = current = 0
-    for word in whole.split():
-        if word == "hundred":
-            current = (current or 1) * 100
-        elif word in _SCALES:
-            total, current = total + (current or 1) * _SCALES[word], 0
+    decimals: list[str] = []
+    if "point" in words:
+        at = words.index("point")
+        words, decimals = words[:at], words[at + 1:]
+    at = {w: (words.index(w) if w in words else -1) for w in _SCALE_WORDS}
+    if (at["thousand"] > -1 and (at["thousand"] < at["million"] or at["thousand"] < at["billion"])) or \
+            (at["million"] > -1 and at["million"] < at["billion"]):
+        return None
+    total: int | float = 0
+    if len(words) == 1:
+        total = _WORD_VALUES[words[0]]
+    elif words:
+        if at["billion"] > -1:
+            total += _group_value(words[:at["billion"]]) * 10 ** 9
+        if at["million"] > -1:
+            total += _group_value(words[at["billion"] + 1 if at["billion"] > -1 else 0:at["million"]]) * 10 ** 6
+        if at["thousand"] > -1:
+            start = at["million"] + 1 if at["million"] > -1 else (at["billion"] + 1 if at["billion"] > -1 else 0)
+            total += _group_value(words[start:at["thousand"]]) * 1000
+        last = next((at[w] for w in ("thousand", "million", "billion") if at[w] > -1), None)
+        if last is None:
+            total += _group_value(words)
+        elif last != len(words) - 1:
+            total += _group_value(words[last + 1:])
+    if decimals:
+        digits = [w for w in decimals if w in _WORD_VALUES and _WORD_VALUES[w] < 10]
+        total += float("0." + "".join(str(_WORD_VALUES[w]) for w in decimals)) if len(digits) == len(decimals) else 0
+    return str(total)
+
+
+def _fix_fracs(s: str) -> str:
+    """``\\frac12`` -> ``\\frac{1}{2}``, ``\\frac1{7}`` -> ``\\frac{1}{7}`` (a ``\\frac`` followed by fewer than two
+    characters leaves the whole answer unchanged)."""
+    head, *parts = s.split("\\frac")
+    out = head
+    for part in parts:
+        out += "\\frac"
+        if part[:1] == "{":
+            out += part
+        elif len(part) < 2:
+            return s
+        elif part[1] != "{":
+            out += "{" + part[0] + "}{" + part[1] + "}" + part[2:]
         else:
-            current += _UNITS.get(word, _TENS.get(word, 0))
-    digits = "".join(str(_UNITS[w]) for w in fraction.split() if w in _UNITS and _UNITS[w] < 10)
-    return f"{total + current}.{digits}" if digits else str(total + current)
+            out += "{" + part[0] + "}" + part[1:]
+    return out
 
 
-def normalize(answer: str) -> str:
-    """The grader's normalisation of an answer string, for the forms a numeric answer takes (see the module doc)."""
-    s = str(answer).strip().replace("\n", "").rstrip(".")
-    s = s.replace("tfrac", "frac").replace("dfrac", "frac").replace("\\{", "{").replace("\\}", "}")
-    trailing_text = re.sub(r"\\text{.*?}$", "", s).strip()
-    if trailing_text and trailing_text != s:  # "25 \text{ minutes}" -> "25"
-        s = trailing_text
-    for piece in _STRIPPED:
-        s = s.replace(piece, "")
+def _fix_a_slash_b(s: str) -> str:
+    """``a/b`` of two integers written plainly -> ``\\frac{a}{b}``."""
+    parts = s.split("/")
+    if len(parts) != 2:
+        return s
+    try:
+        a = parts[0] if "sqrt" in parts[0] else int(parts[0])
+        b = parts[1] if "sqrt" in parts[1] else int(parts[1])
+    except ValueError:
+        return s
+    return "\\frac{%s}{%s}" % (a, b) if s == f"{a}/{b}" else s
+
+
+def _normalize_once(answer) -> str:
+    s = str(answer).strip().replace("\n", "").rstrip(".").replace("\\!", "")
+    s = re.sub(r"\\begin\{array\}\{.*?\}", r"\\begin{pmatrix}", s)
+    s = re.sub(r"\\end\{array\}", r"\\end{pmatrix}", s).replace("bmatrix", "pmatrix")
+    s = s.replace("tfrac", "frac").replace("dfrac", "frac")
+    s = s.replace("\\neq", "\\ne").replace("\\leq", "\\le").replace("\\geq", "\\ge")
+    s = s.replace("\\left", "").replace("\\right", "").replace("\\{", "{").replace("\\}", "}")
+    without_text = re.sub(r"\\text{.*?}$", "", s).strip()  # "25 \text{ minutes}" -> "25"
+    if without_text and without_text != s:
+        s = without_text
+    for _ in range(2):
+        for unit in _UNIT_RES:
+            removed = unit.sub(r"\1\2", s)
+            if removed:
+                s = removed
+    s = s.replace("^{\\circ}", "").replace("^\\circ", "")
+    s = s.replace("\\$", "").replace("$", "").replace("\\(", "").replace("\\)", "")
     s = number_words(s) or s
     s = re.sub(r"\\text\{(.*?)\}", r"\1", s)
-    s = re.sub(r"\\mbox{.*?}", "", s)
-    for piece in _VARIABLES:
-        s = s.replace(piece, "")
-    unit = _NUMBER_THEN_UNIT.match(s.strip())
-    if unit:  # a unit word after a number ("25 minutes"); the grader drops a list of such words
-        s = unit.group(1)
+    for key in _VARIABLES:
+        s = s.replace(key, "")
+    s = s.replace("\\emptyset", "{}").replace("(-\\infty,\\infty)", "\\mathbb{R}")
+    s = s.replace("\\%", "").replace("%", "")
     s = s.replace(" .", " 0.").replace("{.", "{0.")
-    if len(s) >= 2 and s[0] + s[-1] in ("{}", "()", "[]") and s[1:-1].isalnum():
-        s = s[1:-1]
-    s = s.replace("and", "")
+    # (the grader's unwrapping of "{x}", "(x)", "[x]" requires the whole string, brackets included, to be
+    # alphanumeric, so it never applies)
+    s = s.replace("infinity", "\\infty")
+    if "\\infty" not in s:
+        s = s.replace("inf", "\\infty")
+    s = s.replace("+\\inity", "\\infty").replace("and", "").replace("\\mathbf", "")
+    s = re.sub(r"\\mbox{.*?}", "", s)
+    if "j" in s and "i" not in s:
+        s = s.replace("j", "i")
     s = re.sub(r"(\d+)\.0*([^\d])", r"\1\2", s)
     s = re.sub(r"(\d+)\.0*$", r"\1", s)
-    if s.startswith("."):
+    if not s:
+        return s
+    if s[0] == ".":
         s = "0" + s
-    if len(s.split("=")) == 2 and len(s.split("=")[0]) <= 2:
-        s = s.split("=")[1]
+    if len(s.split("=")) == 2 and len(s.split("=")[0]) <= 2:  # "k = 5" -> "5"; after the unit words went,
+        s = s.split("=")[1]                                      # "m+n=33" is "+n=33", so it is 33 too
     s = re.sub(r"\\sqrt(\w+)", r"\\sqrt{\1}", s).replace(" ", "")
-    a_over_b = re.fullmatch(r"(-?\d+)/(\d+)", s)
-    if a_over_b:
-        s = f"\\frac{{{a_over_b.group(1)}}}{{{a_over_b.group(2)}}}"
-    return s
+    return _fix_a_slash_b(_fix_fracs(s))
+
+
+def normalize(answer) -> str:
+    """The grader's normalisation of an answer string (QwQ's ``strip_string``, module doc item 2)."""
+    return _normalize_once(answer)
 
 
 # ------------------------------------------------------------------------------------------------------ comparison
@@ -209,58 +312,152 @@ def _number(text: str) -> float | None:
     return None
 
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.Pow: operator.pow, ast.BitXor: lambda a, b: Fraction(int(a) ^ int(b))}
+def _sympy_functions() -> dict:
+    import sympy
+
+    return {"sqrt": sympy.sqrt, "cbrt": sympy.cbrt, "factorial": sympy.factorial, "binomial": sympy.binomial,
+            "Abs": sympy.Abs, "abs": sympy.Abs, "gcd": sympy.gcd, "lcm": sympy.lcm, "max": sympy.Max,
+            "min": sympy.Min, "Max": sympy.Max, "Min": sympy.Min, "floor": sympy.floor, "ceiling": sympy.ceiling,
+            "Rational": sympy.Rational, "Integer": sympy.Integer}
 
 
-def _latex_arithmetic(expr: str) -> str | None:
-    """LaTeX arithmetic as a Python arithmetic expression (or None): ``\\frac{a}{b}``, ``a^{b}``, ``\\sqrt{a}``,
-    ``\\cdot``/``\\times``, braces and brackets."""
-    s = expr.replace("\\cdot", "*").replace("\\times", "*").replace("\\left", "").replace("\\right", "")
-    for _ in range(8):  # nested fractions and roots, innermost first
-        new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
-        new = re.sub(r"\\sqrt\{([^{}]*)\}", r"((\1)**(1/2))", new)
-        if new == s:
-            break
-        s = new
-    # ``a^{b}`` is a power; a bare ``a^b`` is Python's XOR, as the official grader reads it (sympy's parse_expr
-    # accepts it before latex2sympy is tried): 5^2 is 7 there, so it is here
-    s = s.replace("^{", "**{").replace("{", "(").replace("}", ")").replace("[", "(").replace("]", ")")
-    return s if re.fullmatch(r"[\d.+\-*/()^ ]+", s) else None
+_FACTORIAL = re.compile(r"(\d+|\))!(?!=)")
 
 
-def _evaluate(node) -> Fraction | float:
-    """Numbers and + - * / ** only (never ``eval``: the text is a model's output)."""
+def _build(node, xor: bool):
+    """A sympy value of a parsed expression: numbers, names (symbols; ``pi``, ``E``, ``I``, ``oo``), + - * / **, the
+    functions of :func:`_sympy_functions`, ``^`` as XOR and ``~`` as bitwise not (``xor``: Python's reading) or ``^``
+    as a power. Never ``eval``."""
+    import sympy
+
     if isinstance(node, ast.Expression):
-        return _evaluate(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return Fraction(node.value) if isinstance(node.value, int) else node.value
+        return _build(node.body, xor)
+    if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+        if isinstance(node.value, int):
+            return sympy.Integer(node.value)
+        if isinstance(node.value, float):
+            return sympy.Float(node.value)
+        if isinstance(node.value, complex):
+            imag = node.value.imag
+            return (sympy.Float(imag) if imag % 1 else sympy.Integer(int(imag))) * sympy.I
+        raise ValueError("not a number")
+    if isinstance(node, ast.Name):
+        return {"pi": sympy.pi, "E": sympy.E, "I": sympy.I, "oo": sympy.oo}.get(node.id) or sympy.Symbol(node.id)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _evaluate(node.operand)
+        value = _build(node.operand, xor)
         return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and (abs(float(right)) > 64 or abs(float(left)) > 1e6):
-            raise ValueError("power too large")
-        if isinstance(node.op, ast.BitXor) and not all(isinstance(v, Fraction) and v.denominator == 1
-                                                       for v in (left, right)):
-            raise ValueError("XOR of non-integers")
-        value = _OPS[type(node.op)](left, right)
-        if isinstance(value, complex):
-            raise ValueError("complex")
-        return value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) and xor:  # Python's "~33" is -34
+        value = _build(node.operand, xor)
+        if not value.is_Integer:
+            raise ValueError("~ of a non-integer")
+        return sympy.Integer(~int(value))
+    if isinstance(node, ast.BinOp):
+        left, right = _build(node.left, xor), _build(node.right, xor)
+        if isinstance(node.op, ast.BitXor) and xor:
+            if not (left.is_Integer and right.is_Integer):
+                raise ValueError("XOR of non-integers")
+            return sympy.Integer(int(left) ^ int(right))
+        if isinstance(node.op, (ast.Pow, ast.BitXor)):
+            if right.is_number and abs(right) > 64 or left.is_number and abs(left) > 10 ** 6:
+                raise ValueError("power too large")
+            return left ** right
+        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+               ast.Div: lambda a, b: a / b}
+        if type(node.op) in ops:
+            return ops[type(node.op)](left, right)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        function = _sympy_functions().get(node.func.id)
+        args = [_build(a, xor) for a in node.args]
+        if function is not None and len(args) <= 4:
+            if function is sympy.factorial and not (args[0].is_Integer and 0 <= args[0] <= 1000):
+                raise ValueError("factorial too large")
+            return function(*args)
     raise ValueError("not arithmetic")
 
 
-def arithmetic_value(expr: str) -> float | None:
-    """The value of a LaTeX arithmetic answer (``\\frac{408}{2}``, ``2^{3}``, ``\\sqrt{16}``), else None."""
-    python = _latex_arithmetic(expr)
-    if python is None or len(python) > 200:
+def _value(python: str, xor: bool):
+    if len(python) > 200:
         return None
     try:
-        return float(_evaluate(ast.parse(python, mode="eval")))
-    except (ValueError, SyntaxError, ZeroDivisionError, OverflowError, TypeError, RecursionError):
+        with warnings.catch_warnings():  # "33x" is an invalid decimal literal to Python: no reading, no warning
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(python, mode="eval")
+        value = _build(tree, xor)
+        return value if getattr(value, "is_Number", False) or getattr(value, "free_symbols", None) is not None else None
+    except (ValueError, TypeError, SyntaxError, ZeroDivisionError, OverflowError, RecursionError, AttributeError,
+            MemoryError):
         return None
+
+
+def python_value(text: str):
+    """The answer read as sympy's ``parse_expr`` reads it (the grader's first reading that can succeed: Python syntax,
+    integer literals in any base, ``4!``, names as symbols, ``^`` as XOR); None where that fails."""
+    return _value(_FACTORIAL.sub(r"factorial(\1)", text), xor=True)
+
+
+#: Spacing latex2sympy reads as a gap between factors ("3\\,3" is 9, "33\\quad" is 33); ``\\;``, ``\\:`` and ``\\ `` it
+#: cannot read at all.
+_LATEX_GAPS = ("\\qquad", "\\quad", "\\displaystyle", "\\,", "~")
+_LATEX_UNREADABLE = re.compile(r"\\[;: ]|\\textstyle")
+
+
+def latex_value(text: str):
+    """The answer read as latex2sympy reads LaTeX arithmetic (the grader's last reading): ``\\frac``, ``\\sqrt`` (and
+    ``\\sqrt[n]``), ``\\binom``, ``^`` as a power, ``\\cdot``/``\\times``, brackets and juxtaposed factors as
+    products."""
+    if _LATEX_UNREADABLE.search(text):
+        return None
+    s = text
+    for piece in _LATEX_GAPS:
+        s = s.replace(piece, " ")
+    s = s.replace("\\left", "").replace("\\right", "").replace("\\cdot", "*").replace("\\times", "*")
+    for _ in range(8):  # nested fractions and roots, innermost first
+        new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
+        new = re.sub(r"\\binom\{([^{}]*)\}\{([^{}]*)\}", r"binomial((\1),(\2))", new)
+        new = re.sub(r"\\sqrt\[([^\[\]{}]*)\]\{([^{}]*)\}", r"((\2)**(1/(\1)))", new)
+        new = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", new)
+        if new == s:
+            break
+        s = new
+    s = s.replace("{", "(").replace("}", ")").replace("[", "(").replace("]", ")").replace("^", "**")
+    s = re.sub(r"\)\s*\(", ")*(", s)
+    s = re.sub(r"(\d)\s*\(", r"\1*(", s)
+    s = re.sub(r"([\d)])\s+(?=[\d(])", r"\1*", s).strip()
+    s = _FACTORIAL.sub(r"factorial(\1)", s)
+    if "\\" in s or re.search(r"[A-Za-z_]", re.sub(r"\b(binomial|sqrt|factorial)\(", "", s)):
+        return None  # symbols or LaTeX beyond arithmetic: no number
+    return _value(s, xor=False)
+
+
+def symbolic_value(text: str):
+    """What the grader's last resort makes of an answer: :func:`python_value`, else :func:`latex_value`."""
+    value = python_value(text)
+    return value if value is not None else latex_value(text)
+
+
+def arithmetic_value(expr: str) -> float | None:
+    """The numeric value of an answer (:func:`symbolic_value`), else None (symbols, no reading)."""
+    value = symbolic_value(expr)
+    try:
+        return float(value) if value is not None and value.is_number and value.is_real else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def symbolic_equal(prediction: str, reference: str) -> bool:
+    """The grader's last resort: both read (:func:`symbolic_value`), then equal as expressions, or their difference
+    simplifies to 0, or their numeric values are within a relative 1e-4."""
+    import sympy
+
+    a, b = symbolic_value(prediction), symbolic_value(reference)
+    if a is None or b is None:
+        return a is None and b is None and prediction == reference
+    try:
+        if a == b or sympy.simplify(a - b) == 0:
+            return True
+        return math.isclose(float(sympy.N(a)), float(sympy.N(b)), rel_tol=REL_TOL)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return False
 
 
 _BRACKETS = {"[": "]", "(": ")"}
@@ -270,22 +467,23 @@ _NO_BRACES = str.maketrans("", "", "{}()")
 
 def math_equal(prediction: str, reference: str) -> bool:
     """Whether a normalised predicted answer equals the reference answer (the grader's rules, module doc item 3)."""
-    if not prediction:
-        return False
     if prediction.strip().lower() == reference.strip().lower():
         return True
     pred, ref = _number(prediction), _number(reference)
     if pred is not None and ref is not None:
         return any(math.isclose(candidate, pred, rel_tol=REL_TOL) for candidate in (ref / 100, ref, ref * 100))
+    if not prediction:
+        return False
+    prediction, reference = prediction.strip(), reference.strip()
     pred_text, ref_text = prediction, reference
     if _BRACKETS.get(prediction[:1]) == prediction[-1:] and not reference.startswith(_OTHER_OPEN[prediction[0]]):
         pred_text, ref_text = prediction.strip("[]()"), reference.strip("[]()")  # "[25]" for 25; not "(2,5)" vs "[2,5]"
     if pred_text.translate(_NO_BRACES).lower() == ref_text.translate(_NO_BRACES).lower():
         return True
     if prediction.count("=") == 1 and len(prediction.split("=")[0].strip()) <= 2 and "=" not in reference:
-        return math_equal(prediction.split("=")[1], reference)
-    value = arithmetic_value(prediction)
-    return value is not None and ref is not None and math.isclose(ref, value, rel_tol=REL_TOL)
+        if math_equal(prediction.split("=")[1], reference):
+            return True
+    return symbolic_equal(prediction, reference)
 
 
 # --------------------------------------------------------------------------------------------------------- scores

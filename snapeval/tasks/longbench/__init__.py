@@ -1,9 +1,13 @@
 """LongBench-v2 (THUDM/LongBench-v2): generative four-choice QA over long documents, official protocol.
 
-Prompts are the official ``prompts/0shot*.txt`` templates of THUDM/LongBench (pred.py); over-long prompts are cut in
-the middle at the token level (first half and last half of the allowed count) as pred.py does; answers are extracted
-with pred.py's regular expressions. Accuracy is reported overall and by difficulty, length and domain, and an
-unparsable answer counts as wrong and is counted separately.
+Prompts are the official ``prompts/0shot*.txt`` templates of THUDM/LongBench (pred.py at c5ea10b); an over-long
+prompt is cut in the middle at the token level exactly as pred.py's ``query_llm`` cuts it (:func:`truncate_middle`:
+counted with special tokens, ``ids[:L//2] + ids[-L//2:]``, decoded with special tokens skipped), with pred.py's limit
+(:func:`official_limit`: 120,000 tokens for the open models ``config/model2maxlen.json`` lists); answers are extracted
+from the raw reply with pred.py's regular expressions (first match, a thinking section included). Accuracy is
+reported overall and by difficulty, length and domain; an unparsable answer counts as wrong and is counted
+separately; an empty reply, which pred.py drops, is wrong here and counted (``empty_reply``), and ``acc_answered`` is
+pred.py's reading (the accuracy over the items it keeps). See docs/tasks.md for every rule's source line.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_ro
 from snapeval.tasks.families import TaskFamily
 from snapeval.tasks.metrics import breakdown
 from snapeval.tasks.reasoning import split_thinking
-from snapeval.tasks.tokens import Tokenizer, decode, token_ids
+from snapeval.tasks.tokens import Tokenizer, decode, token_ids_with_specials
 
 SCHEMA = Schema({
     "_id": (str,), "domain": (str,), "sub_domain": (str,), "difficulty": (str,), "length": (str,),
@@ -59,6 +63,17 @@ TEMPLATE_0SHOT_COT_ANS = (
 MAX_NEW_TOKENS = 128
 MAX_NEW_TOKENS_COT = 1024
 
+#: pred.py's prompt limit (``config/model2maxlen.json``) for the open models it serves (``config/model2path.json``,
+#: by hub id): 120,000 tokens for every one of them, whatever the generation budget.
+OFFICIAL_MAX_INPUT_TOKENS = {hub_id: 120_000 for hub_id in (
+    "THUDM/glm-4-9b-chat", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct",
+    "meta-llama/Llama-3.3-70B-Instruct", "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF", "Qwen/Qwen2.5-7B-Instruct",
+    "Qwen/Qwen2.5-72B-Instruct", "mistralai/Mistral-Large-Instruct-2407", "mistralai/Mistral-Large-Instruct-2411",
+    "CohereForAI/c4ai-command-r-plus-08-2024")}
+#: For a model pred.py does not list: the room the chat template's own tokens may grow by when the cut text is
+#: re-encoded inside it (a merge across the cut or the template's edges), kept free under the model's context.
+REENCODE_MARGIN = 16
+
 _ANSWER_RES = (re.compile(r"The correct answer is \(([A-D])\)"), re.compile(r"The correct answer is ([A-D])"))
 
 
@@ -93,19 +108,45 @@ def build_cot_answer_prompt(doc: dict, cot: str) -> str:
     return fill(TEMPLATE_0SHOT_COT_ANS, doc, cot=cot.strip())
 
 
-def truncate_middle(prompt: str, tokenizer: Tokenizer, max_tokens: int) -> tuple[str, int, bool]:
-    """Cut ``prompt`` in the middle to at most ``max_tokens`` tokens, as pred.py does.
+def official_limit(hub_id: str | None) -> int | None:
+    """pred.py's prompt limit for a model (``config/model2maxlen.json``), by hub id
+    (``meta-llama/Llama-3.1-8B-Instruct``) or its last part (``Llama-3.1-8B-Instruct``, case folded); None for a model
+    pred.py does not list."""
+    if not hub_id:
+        return None
+    name = str(hub_id).rstrip("/").lower()
+    for listed, limit in OFFICIAL_MAX_INPUT_TOKENS.items():
+        if name in (listed.lower(), listed.split("/")[-1].lower()):
+            return limit
+    return None
 
-    Keeps ``ids[:max_tokens//2] + ids[-max_tokens//2:]`` and decodes with special tokens skipped.
-    Returns ``(prompt, original_token_count, truncated)``.
+
+def fallback_limit(context: int, max_new_tokens: int, template_tokens: int) -> int:
+    """The prompt limit for a model pred.py does not list: its context, less the generation budget, the chat
+    template's own tokens and :data:`REENCODE_MARGIN` (docs/tasks.md)."""
+    limit = context - max_new_tokens - template_tokens - REENCODE_MARGIN
+    if limit < 1:
+        raise SnapevalError(f"max_length={context} leaves no room for a LongBench-v2 prompt after max_gen_toks="
+                            f"{max_new_tokens} and {template_tokens} chat-template tokens; "
+                            "allowed: a larger max_length")
+    return limit
+
+
+def truncate_middle(prompt: str, tokenizer: Tokenizer, max_tokens: int) -> tuple[str, int, bool]:
+    """``prompt`` cut in the middle to ``max_tokens`` tokens exactly as pred.py's ``query_llm`` cuts it.
+
+    Counted with the tokenizer's special tokens (``tokenizer.encode(prompt)``: a BOS counts); a prompt of at most
+    ``max_tokens`` tokens is returned unchanged (not re-decoded); a longer one keeps ``ids[:L//2] + ids[-L//2:]``
+    (Python's floor division: an odd ``L`` keeps one more token at the tail, ``L`` tokens in all) and is decoded with
+    special tokens skipped. Returns ``(prompt, original_token_count, truncated)``.
     """
-    if max_tokens < 2:
-        raise SnapevalError(f"max_input_tokens={max_tokens} is too small; it must be at least 2")
-    ids = token_ids(tokenizer, prompt)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise SnapevalError(f"max_input_tokens={max_tokens!r} is invalid; allowed: an integer >= 1")
+    ids = token_ids_with_specials(tokenizer, prompt)
     if len(ids) <= max_tokens:
         return prompt, len(ids), False
-    half = max_tokens // 2
-    return decode(tokenizer, ids[:half] + ids[-half:]), len(ids), True
+    kept = ids[:max_tokens // 2] + ids[-max_tokens // 2:]  # -L//2 is (-L)//2: the tail gets the odd token
+    return decode(tokenizer, kept), len(ids), True
 
 
 def extract_answer(response: str) -> str | None:
@@ -118,18 +159,28 @@ def extract_answer(response: str) -> str | None:
     return None
 
 
-def score(doc: dict, response: str, *, assume_thinking: bool = False) -> dict[str, float | None]:
-    """Per-doc metrics: ``acc``, ``unparsable``, ``truncated_in_thinking`` and the ``acc_<group>`` breakdown.
+def score(doc: dict, response: str, *, assume_thinking: bool = False, strip_thinking: bool = False,
+          empty: bool | None = None) -> dict[str, float | None]:
+    """Per-doc metrics: ``acc``, ``unparsable``, ``empty_reply``, ``acc_answered``, ``truncated_in_thinking`` and the
+    ``acc_<group>`` breakdown.
 
-    The thinking section of a reasoning model is removed before extraction; a generation cut off inside it has no
-    answer (unparsable, wrong).
+    As pred.py: the answer is extracted from the raw reply, stripped (a thinking section included: its first match
+    counts). ``empty_reply``: the reply is the empty string (``empty`` overrides: the chain of thought's first pass
+    was empty), which pred.py drops (``output == ''``) and snapeval scores as wrong; ``acc_answered`` is the item's
+    correctness when pred.py keeps it, else None (its mean is pred.py's accuracy). ``strip_thinking`` (a named
+    variant, not the default): extract only after the thinking section, a reply cut off inside it having no answer.
     """
     _, answer_text, cut = split_thinking(response, assume_thinking=assume_thinking)
-    pred = extract_answer(answer_text)
+    pred = extract_answer(answer_text if strip_thinking else response.strip())
     correct = float(pred is not None and pred == doc["answer"])
+    dropped = response == "" if empty is None else bool(empty)
+    if dropped:
+        correct = 0.0
     out: dict[str, float | None] = {
         "acc": correct,
         "unparsable": float(pred is None),
+        "empty_reply": float(dropped),
+        "acc_answered": None if dropped else correct,
         "truncated_in_thinking": float(cut),
     }
     out.update(breakdown(correct, {"difficulty": doc["difficulty"], "length": doc["length"], "domain": doc["domain"]},

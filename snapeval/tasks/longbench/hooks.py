@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from snapeval.errors import SnapevalError
 from snapeval.tasks import longbench
 from snapeval.tasks.followup import read_two_pass
 from snapeval.tasks.hooks import (NO_LIMIT, as_dataset, cluster_of, flag, get_tokenizer, int_value, provenance,
@@ -12,21 +13,62 @@ from snapeval.tasks.hooks import (NO_LIMIT, as_dataset, cluster_of, flag, get_to
 log = logging.getLogger(__name__)
 
 
+def hub_id_of(name: str) -> str:
+    """The hub id of a snapeval preset (``llama-3.1-8b-instruct`` -> ``meta-llama/Llama-3.1-8B-Instruct``); any other
+    name or path as given."""
+    from snapeval.models.presets import get_preset
+
+    try:
+        return get_preset(name).hub_id
+    except SnapevalError:
+        return name
+
+
+def template_tokens(tokenizer) -> int:
+    """Tokens the tokenizer's chat template adds around one user message (with the generation prompt); 0 without a
+    chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        return 0
+    text = tokenizer.apply_chat_template([{"role": "user", "content": ""}], tokenize=False, add_generation_prompt=True)
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def prompt_limit(md: dict, max_new_tokens: int) -> int | None:
+    """The prompt limit of a run (docs/tasks.md): ``max_input_tokens`` when given; else pred.py's own limit for the
+    models it lists (:func:`longbench.official_limit`: 120,000); else the model's context (``max_length``, else the
+    tokenizer's ``model_max_length``) less the generation budget, the chat template's tokens and a re-encoding margin
+    (:func:`longbench.fallback_limit`). None without a tokenizer (prompts are then not cut)."""
+    limit = int_value(md, "max_input_tokens", None)
+    if limit is not None:
+        if limit < 1:
+            raise SnapevalError(f"metadata max_input_tokens={limit} is invalid; allowed: an integer >= 1")
+        return limit
+    name = tokenizer_name(md)
+    if not name:
+        return None
+    official = longbench.official_limit(hub_id_of(name))
+    if official is not None:
+        return official
+    tokenizer = get_tokenizer(name)
+    context = int_value(md, "max_length", None)
+    if context is None:
+        model_max = getattr(tokenizer, "model_max_length", None)
+        context = int(model_max) if isinstance(model_max, (int, float)) and model_max < NO_LIMIT else None
+    if context is None:
+        return None
+    return longbench.fallback_limit(context, max_new_tokens, template_tokens(tokenizer))
+
+
 def _longbench(md: dict, cot: bool) -> dict[str, Any]:
     data = longbench.load(md.get("data_dir"))
+    # the limit leaves room for the longest pass: the chain of thought's first (1,024 tokens)
     gen = int_value(md, "max_gen_toks", longbench.MAX_NEW_TOKENS_COT if cot else longbench.MAX_NEW_TOKENS)
+    limit = prompt_limit(md, gen)
     name = tokenizer_name(md)
-    limit = int_value(md, "max_input_tokens", None)
-    if limit is None and name:
-        context = int_value(md, "max_length", None)
-        if context is None:
-            model_max = getattr(get_tokenizer(name), "model_max_length", None)
-            context = int(model_max) if isinstance(model_max, (int, float)) and model_max < NO_LIMIT else None
-        limit = context - gen if context else None
     if limit is None:
         log.warning("longbench_v2: no tokenizer or context length in metadata; prompts are not truncated")
     extra = {"cot": cot, "max_input_tokens": limit or 0, "tokenizer_name": name or "",
-             "reasoning": flag(md, "reasoning"), **provenance(data)}
+             "reasoning": flag(md, "reasoning"), "strip_thinking": flag(md, "strip_thinking"), **provenance(data)}
     # questions on one document are one cluster (38 of the 395 local questions share 10 documents)
     return as_dataset([{**row, **extra, "cluster": cluster_of("longbench_v2", row["context"])} for row in data.rows])
 
@@ -59,6 +101,14 @@ def longbench_v2_cot_answer_prompt(doc: dict, first_output: str) -> str:
 
 
 def longbench_v2_process_results(doc: dict, results: list[str]) -> dict[str, float | None]:
-    """Scores the answer: the reply itself, or, for the two-pass chain of thought, the second pass's reply."""
-    response = read_two_pass(results[0])["second_pass"] if doc["cot"] else results[0]
-    return longbench.score(doc, response, assume_thinking=doc["reasoning"])
+    """Scores the answer: the reply itself, or, for the two-pass chain of thought, the second pass's reply (an empty
+    first pass ends the item as pred.py ends it: an empty reply, whatever the second pass said)."""
+    empty = None
+    if doc["cot"]:
+        passes = read_two_pass(results[0])
+        response = passes["second_pass"]
+        empty = passes["first_pass"] == "" or response == ""
+    else:
+        response = results[0]
+    return longbench.score(doc, response, assume_thinking=doc["reasoning"],
+                           strip_thinking=doc.get("strip_thinking", False), empty=empty)
