@@ -798,3 +798,192 @@ def test_unsafe_execution_is_refused_without_isolation(monkeypatch):
                                                 ".*SNAPEVAL_ALLOW_UNSAFE_CODE=1") as err:
             run_program(ADD, ["2 3\n"], mode="stdin", judge=judge_stdout("5\n"), limits=FAST)
         assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------- issue #37: no channel between runs, a bounded harness
+def _cooperate(publisher: str, cheater: str, limits: SandboxLimits | None = None) -> list:
+    """Two samples of one problem in parallel: a correct one that publishes its answer (``a + b``) through a channel
+    between runs while it holds the answer for 2 s, and one with no algorithm that sleeps 0.6 s and prints what it
+    reads from that channel (nothing, when the channel is closed). Returns their results."""
+    judge = judge_stdout("5\n")
+    jobs = [ProgramJob(hostile(publisher), ["2 3\n"], "stdin", judge),
+            ProgramJob(hostile(cheater), ["2 3\n"], "stdin", judge)]
+    return run_programs(jobs, limits=limits or SandboxLimits(timeout_s=6.0, memory_mb=512), workers=2)
+
+
+LOCK_PUBLISHER = """
+import fcntl, os, struct, time
+a, b = map(int, input().split())
+held = os.open(os.__file__, os.O_RDONLY)  # a file every run sees read-only
+try:  # a read lock on byte a + b: struct flock: type, whence, start, len, pid
+    fcntl.fcntl(held, {set_cmd}, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, a + b, 1, 0))
+except OSError:
+    pass
+time.sleep(2)
+print(a + b)
+"""
+LOCK_CHEATER = """
+import fcntl, os, struct, time
+time.sleep(0.6)
+fd = os.open(os.__file__, os.O_RDONLY)
+for offset in range(64):
+    try:
+        got = fcntl.fcntl(fd, {get_cmd}, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, offset, 1, 0))
+    except OSError:
+        break
+    if struct.unpack('hhqqi4x', got)[0] != fcntl.F_UNLCK:
+        print(offset)
+        break
+"""
+
+
+@pytest.mark.parametrize("set_cmd, get_cmd", [(6, 5), (37, 36)], ids=["F_SETLK", "F_OFD_SETLK"])
+def test_cooperating_samples_cannot_pass_answers_through_record_locks(set_cmd, get_cmd):
+    """Issue #37: the correct sample publishes its answer as a POSIX (or open-file-description) record lock on a
+    shared read-only file, the other reads it with F_GETLK: on the old filter the second passed with no algorithm.
+    Every record-lock command of fcntl is refused now (only ``flock`` was)."""
+    results = _cooperate(LOCK_PUBLISHER.format(set_cmd=set_cmd), LOCK_CHEATER.format(get_cmd=get_cmd))
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
+PAGE_CACHE = """
+import os
+pages = os.path.join(os.path.dirname(os.__file__), 'pydoc_data', 'topics.py')  # read-only, shared, mapped by nobody
+fd = os.open(pages, os.O_RDONLY)
+"""
+CACHE_PUBLISHER = PAGE_CACHE + """
+import time
+a, b = map(int, input().split())
+try:  # evict the whole file, then bring back page a + b only (no readahead)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    os.pread(fd, 1, (a + b) * 4096)
+except OSError:
+    pass
+time.sleep(2)
+print(a + b)
+"""
+CACHE_CHEATER = PAGE_CACHE + """
+import time
+time.sleep(0.6)
+for page in range(64):  # the first page in the page cache: RWF_NOWAIT reads only what is cached
+    try:
+        os.preadv(fd, [bytearray(1)], page * 4096, os.RWF_NOWAIT)
+    except BlockingIOError:
+        continue
+    except OSError:
+        break
+    print(page)
+    break
+"""
+
+
+def test_cooperating_samples_cannot_pass_answers_through_the_page_cache():
+    """Issue #37: eviction (``posix_fadvise`` DONTNEED) and a read of one page publish a number in the page cache of
+    a shared library file; ``preadv2(RWF_NOWAIT)`` reads it back in another run. Both are refused now."""
+    results = _cooperate(CACHE_PUBLISHER, CACHE_CHEATER)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
+VSOCK_PUBLISHER = """
+import socket, time
+a, b = map(int, input().split())
+try:
+    held = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    held.bind((socket.VMADDR_CID_ANY, 47000 + a + b))
+except OSError:
+    pass
+time.sleep(2)
+print(a + b)
+"""
+VSOCK_CHEATER = """
+import socket, time
+time.sleep(0.6)
+for port in range(47000, 47064):
+    try:
+        s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    except OSError:
+        break
+    try:
+        s.bind((socket.VMADDR_CID_ANY, port))
+    except OSError:
+        print(port - 47000)
+        break
+    finally:
+        s.close()
+"""
+
+
+def test_cooperating_samples_cannot_pass_answers_through_vsock():
+    """Issue #37: vsock ports are not confined by the network namespace (one run's bound port is busy in another;
+    on a virtual machine vsock reaches the host). ``socket()`` takes AF_UNIX only now."""
+    try:
+        socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close()
+    except (OSError, AttributeError):
+        pytest.skip("no vsock on this machine: the channel cannot be shown here (the refusal is tested below)")
+    results = _cooperate(VSOCK_PUBLISHER, VSOCK_CHEATER)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
+def test_the_kernel_refuses_every_channel_between_runs_and_host_wide_resources():
+    """Issue #37, one run: record locks, leases and directory notification through ``fcntl``; sockets of any family
+    but AF_UNIX (vsock, IP, netlink, packet); the page-cache primitives (``posix_fadvise``, ``readahead``,
+    ``mincore``, ``cachestat``, ``preadv2``/``pwritev2`` flags); legacy AIO (``io_setup`` takes events from a
+    host-wide limit) and ``io_uring``. What a program does need still works: ``fcntl`` on its own descriptors,
+    AF_UNIX socket pairs, ``preadv`` without flags, ``madvise`` to free memory."""
+    if not isolation().seccomp:
+        pytest.skip("no seccomp filter here")
+    attempts = r"""
+import ctypes, fcntl, mmap, os, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+worked, failed = [], []
+def attempt(name, fn):
+    try:
+        if fn() not in (-1, None, False):
+            worked.append(name)
+    except OSError:
+        pass
+def need(name, fn):
+    try:
+        fn()
+    except OSError as exc:
+        failed.append((name, str(exc)))
+lib = os.open(os.__file__, os.O_RDONLY)
+lock = struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 1, 0)
+for cmd in (5, 6, 7, 36, 37, 38):  # F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW
+    attempt(f'fcntl {cmd}', lambda: fcntl.fcntl(lib, cmd, lock) and True)
+attempt('lockf', lambda: fcntl.lockf(lib, fcntl.LOCK_SH | fcntl.LOCK_NB) or True)
+attempt('flock', lambda: fcntl.flock(lib, fcntl.LOCK_SH) or True)
+attempt('F_SETLEASE', lambda: fcntl.fcntl(lib, 1024, fcntl.F_RDLCK) == 0)
+attempt('F_NOTIFY', lambda: fcntl.fcntl(os.open('/', os.O_RDONLY), 1026, 1) == 0)
+for family in (socket.AF_VSOCK, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK, socket.AF_PACKET):
+    attempt(f'socket {family}', lambda: socket.socket(family, socket.SOCK_DGRAM if family != socket.AF_VSOCK else socket.SOCK_STREAM) and True)
+attempt('fadvise', lambda: os.posix_fadvise(lib, 0, 0, os.POSIX_FADV_DONTNEED) or True)
+attempt('readahead', lambda: libc.readahead(lib, ctypes.c_long(0), ctypes.c_size_t(4096)) == 0)
+anon = mmap.mmap(-1, 4096)
+vec = ctypes.create_string_buffer(1)
+address = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(anon)))
+attempt('mincore', lambda: libc.mincore(address, ctypes.c_size_t(4096), vec) == 0)
+attempt('cachestat', lambda: libc.syscall(451, lib, ctypes.byref((ctypes.c_uint64 * 2)(0, 4096)),
+                                          ctypes.byref((ctypes.c_uint64 * 8)()), 0) == 0)
+attempt('preadv2 RWF_NOWAIT', lambda: os.preadv(lib, [bytearray(1)], 0, os.RWF_NOWAIT) and True)
+attempt('preadv2 RWF_HIPRI', lambda: os.preadv(lib, [bytearray(1)], 0, os.RWF_HIPRI) and True)
+mine = os.open('/work/x', os.O_RDWR | os.O_CREAT)
+attempt('pwritev2 RWF_APPEND', lambda: os.pwritev(mine, [b'x'], 0, os.RWF_APPEND) and True)
+ctx = ctypes.c_ulong(0)
+attempt('io_setup', lambda: libc.syscall(206, 4096, ctypes.byref(ctx)) == 0)
+attempt('io_submit', lambda: libc.syscall(209, ctx, 0, None) == 0)
+attempt('io_getevents', lambda: libc.syscall(208, ctx, 0, 0, None, None) == 0)
+attempt('io_uring_setup', lambda: libc.syscall(425, 8, ctypes.byref((ctypes.c_uint32 * 30)())) >= 0)
+need('fcntl F_GETFL', lambda: fcntl.fcntl(lib, fcntl.F_GETFL))
+need('fcntl F_SETFD', lambda: fcntl.fcntl(lib, fcntl.F_SETFD, fcntl.FD_CLOEXEC))
+need('os.set_blocking', lambda: os.set_blocking(mine, False))
+need('AF_UNIX pair', lambda: socket.socketpair())
+need('preadv without flags', lambda: os.preadv(lib, [bytearray(1)], 0))
+need('os.pread', lambda: os.pread(lib, 1, 0))
+need('madvise', lambda: mmap.mmap(-1, 1 << 20).madvise(mmap.MADV_DONTNEED))
+print(5 if not worked and not failed else (worked, failed))
+"""
+    result = run(attempts)
+    assert result.passed, result

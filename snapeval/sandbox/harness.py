@@ -21,8 +21,9 @@ cannot pass to another run).
 The isolation layers (``probe.py``, ``driver.py``, ``cgroups.py``), each of which holds without the others:
 namespaces (mount, PID, network, IPC, UTS) under ``setpriv --pdeathsig KILL unshare``; a new read-only root holding
 only the interpreter and its standard library, with private size-capped ``/work`` and ``/tmp``; a uid of its own per
-run, no capabilities, ``no_new_privs``; a seccomp filter (no new process, exec, mount, namespace, ptrace, SysV IPC,
-memfd, POSIX message queues, ``flock`` or inotify); rlimits; a cgroup per run (memory, pids, CPU) where the machine
+run, no capabilities, ``no_new_privs``; a seccomp allow-list (the system calls a Python program needs, some with
+checked arguments; no new process, exec, mount, namespace, ptrace, SysV IPC, memfd, record locks, ``flock``, sockets
+but AF_UNIX, AIO, page-cache probes); rlimits; a cgroup per run (memory, pids, CPU) where the machine
 has one; the audit hook (a convenience). Programs of different problems run in parallel (:func:`run_programs`).
 """
 from __future__ import annotations
