@@ -209,7 +209,7 @@ def test_cgroup_candidates_from_mountinfo():
     assert candidate_parents(parse_mountinfo(HYBRID), own) == [
         (2, {"unified": "/sys/fs/cgroup/unified"}),
         (1, {"memory": "/sys/fs/cgroup/memory/jobs/a", "pids": "/sys/fs/cgroup/pids",
-             "cpuacct": "/sys/fs/cgroup/cpu,cpuacct"})]
+             "cpuacct": "/sys/fs/cgroup/cpu,cpuacct", "cpu": "/sys/fs/cgroup/cpu,cpuacct"})]
     assert candidate_parents(parse_mountinfo(HYBRID.replace("rw,pids", "rw,freezer")), own)[1:] == []
 
 
@@ -228,8 +228,8 @@ def test_cgroup_v2_run_writes_its_limits_and_reads_the_kernel(tmp_path, monkeypa
     (parent / "cgroup.subtree_control").write_text("")
     tree = make_tree(2, {"unified": str(parent)}, 4242)
     base = parent / "snapeval-sandbox-4242"
-    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
-    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"  # cpu: a share per run
+    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     run = tree.new_run(256 << 20, 16)
     d = base / "run-0"
     assert (d / "memory.max").read_text() == str(256 << 20) and (d / "pids.max").read_text() == "16"

@@ -532,7 +532,7 @@ def test_the_file_system_holds_only_the_interpreter(tmp_path):
     probe_code = (f"import os, sys\nseen = [p for p in {hidden!r} if os.path.lexists(p)]\n"
                   f"seen += [(p, os.listdir(p)) for p in {list(iso.hide)!r} if os.listdir(p)]\n"
                   "import decimal, fractions, hashlib, zlib, bz2, lzma, sqlite3, ctypes, json, heapq\n"  # stdlib works
-                  "for name in ('numpy', 'yaml', 'snapeval', 'torch', 'pytest'):\n"
+                  "for name in ('yaml', 'snapeval', 'torch', 'pytest', 'scipy'):\n"  # numpy only: see below
                   "    try:\n        __import__(name)\n        seen.append(name)\n    except ImportError:\n        pass\n"
                   "seen += [p for p in os.listdir('/proc') if p.isdigit() and p != '1']\n"  # only the run's process
                   "seen += os.listdir('/tmp') + os.listdir('/work')\n"  # no input of any test, no other run's file
@@ -987,3 +987,75 @@ print(5 if not worked and not failed else (worked, failed))
 """
     result = run(attempts)
     assert result.passed, result
+
+
+def test_only_the_library_files_the_interpreter_loads_are_visible():
+    """Issue #37: the whole of the host's library folders was visible (a 110 MB libLLVM among them). Now each shared
+    library file the interpreter, its extension modules and the packages load is shown, and nothing else of those
+    folders."""
+    iso = isolation()
+    shown = {p for e in iso.expose for p in (e, os.path.realpath(e))}
+    walk = ("import os\nfound = []\nfor top in ('/lib', '/lib64', '/usr/lib', '/usr/lib64', '/usr/local/lib'):\n"
+            "    for d, _, files in os.walk(top):\n        found += [os.path.join(d, f) for f in files]\n"
+            "print(sorted(found))\n")
+    seen = []
+    result = run_program(hostile(walk), ["x\n"], mode="stdin", judge=lambda i, out: seen.append(out) or True,
+                         limits=FAST)
+    assert result.passed, result
+    found = eval(seen[0])  # noqa: S307 - a list of strings printed by the test's own program
+    assert found and all(os.path.realpath(f) in shown or f in shown for f in found), sorted(set(found) - shown)[:5]
+    assert not any("LLVM" in f for f in found)
+
+
+def test_device_nodes_are_the_runs_own_and_read_only():
+    """Issue #37: read-only binds of the host's /dev/zero and /dev/urandom could still be written (a bind's read-only
+    flag does not cover the device). Each run has its own nodes now: zero, urandom and random not writable, null
+    writable, none of them the host's inode (a lock or a watch on them reaches no other run)."""
+    if os.geteuid() != 0:
+        pytest.skip("private device nodes need root (a user namespace binds the host's /dev/null only)")
+    host = {name: tuple(os.stat(f"/dev/{name}")[1:3]) for name in ("null", "zero", "urandom")}
+    code = (f"import os\nhost = {host!r}\nwritten, shared = [], []\n"
+            "for name in ('zero', 'urandom', 'random'):\n    try:\n"
+            "        os.write(os.open('/dev/' + name, os.O_WRONLY), b'x')\n        written.append(name)\n"
+            "    except OSError:\n        pass\n"
+            "for name, ids in host.items():\n    if tuple(os.stat('/dev/' + name)[1:3]) == ids:\n"
+            "        shared.append(name)\n"
+            "os.write(os.open('/dev/null', os.O_WRONLY), b'x')\n"
+            "assert len(os.read(os.open('/dev/urandom', os.O_RDONLY), 8)) == 8\n"
+            "print(5 if not written and not shared else (written, shared))\n")
+    assert run(code).passed
+
+
+def test_numpy_is_importable_and_read_only():
+    """Issue #35/#37: the official LiveCodeBench environment has numpy; a run imports it (from the harness's own
+    environment, shown read-only under /packages, nothing else of that environment) and cannot change it."""
+    if not isolation().packages:
+        pytest.skip("numpy is not installed beside the harness (pip install numpy), so runs have none")
+    code = ("import numpy as np, os\na, b = map(int, input().split())\nprint(int(np.array([a, b]).sum()))\n"
+            "for path in (os.path.join(os.path.dirname(np.__file__), 'x.py'), np.__file__):\n    try:\n"
+            "        open(path, 'a').write('x')\n        print('written', path)\n    except OSError:\n        pass\n")
+    assert run(code, limits=SandboxLimits(timeout_s=10.0, memory_mb=1024)).passed
+    functional = ("import numpy as np\nclass Solution:\n    def f(self, nums):\n"
+                  "        return int(np.sort(np.array(nums))[-1])\n")
+    result = run(functional, ["[3, 9, 4]"], ["9"], mode="functional", func_name="f",
+                 limits=SandboxLimits(timeout_s=10.0, memory_mb=1024))
+    assert result.passed, result
+
+
+def test_each_run_has_a_cpu_share_of_its_own():
+    """Issue #37: only ``cpuacct`` was set per run, so a run with many threads took a neighbour's CPU time (the
+    scheduler divided the CPU between threads). Each run is in a ``cpu`` cgroup of its own now (v1 ``cpu.shares``,
+    v2 ``cpu.weight``): the CPU is divided between runs."""
+    from snapeval.sandbox.cgroups import parse_mountinfo
+
+    tree = isolation().cgroups
+    mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+    if tree is None or not any(
+            "cpu" in m.super_options if m.fstype == "cgroup" else
+            "cpu" in Path(m.point, "cgroup.controllers").read_text().split() for m in mounts):
+        pytest.skip("no cgroup with the cpu controller on this machine")
+    wanted = "l.startswith('0::')" if tree.version == 2 else "'cpu' in l.split(':')[1].split(',')"
+    code = ("lines = open('/proc/self/cgroup').read().splitlines()\n"
+            f"cpu = [l.split(':', 2)[2] for l in lines if {wanted}]\n"
+            "print(5 if cpu and all('/run-' in p for p in cpu) else cpu)\n")
+    assert run(code).passed

@@ -407,6 +407,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
         spec = {
             "mode": mode, "func_name": func_name, "isolate_fs": iso.isolate_fs,
             "root_dir": str(Path(run_dir, "root")), "expose": list(iso.expose), "hide": list(iso.hide),
+            "packages": [list(p) for p in iso.packages] if iso.isolate_fs else [],
             "seccomp": iso.seccomp, "disk_bytes": int(limits.disk_mb) << 20,
             "memory_bytes": int(limits.memory_mb) << 20,
             "cpu_total_s": int(len(inputs) * limits.timeout_s + STARTUP_S) + 1,
