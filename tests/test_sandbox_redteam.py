@@ -1059,3 +1059,136 @@ def test_each_run_has_a_cpu_share_of_its_own():
             f"cpu = [l.split(':', 2)[2] for l in lines if {wanted}]\n"
             "print(5 if cpu and all('/run-' in p for p in cpu) else cpu)\n")
     assert run(code).passed
+
+
+# The harness's own cost, measured in a fresh interpreter (its peak RSS is the harness's alone: the run is another
+# process). ``BOMB`` prints one JSON line: the verdict, the harness's CPU seconds and its peak RSS growth in MiB.
+BOMB = """
+import json, os, resource, sys
+from snapeval.sandbox import SandboxLimits, run_program
+from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
+kind, limit_mb = sys.argv[1], int(sys.argv[2])
+if kind == 'tokens':  # 16M one-character tokens on one line (32 MB, under the 32 MiB cap)
+    code, mode, inputs = "import sys\\nsys.stdout.write('0 ' * (16 * 10**6 - 1) + '0\\\\n')\\n", 'stdin', ['2 3\\n']
+    judge, func = (lambda i, out: stdout_matches(out, '5\\n')), None
+else:  # a functional answer of N empty lists
+    code = "class Solution:\\n    def f(self, x):\\n        return [[] for _ in range(%d)]\\n" % int(kind)
+    mode, inputs, func = 'functional', ['0'], 'f'
+    judge = lambda i, value: functional_matches(value, load_json('[]'))
+if limit_mb:  # the harness under an address-space limit (its runs raise their own to the program's limit)
+    vm = int([l for l in open('/proc/self/status') if l.startswith('VmSize')][0].split()[1]) << 10
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (limit_mb << 20), resource.RLIM_INFINITY))
+before = resource.getrusage(resource.RUSAGE_SELF)
+try:
+    result = run_program(code, inputs, mode=mode, judge=judge, func_name=func,
+                         limits=SandboxLimits(timeout_s=30.0, memory_mb=2048))
+    status = result.status
+except BaseException as exc:
+    status = 'raised ' + type(exc).__name__
+after = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({'status': status, 'cpu_s': after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+                  'rss_mib': (after.ru_maxrss - before.ru_maxrss) / 1024}))
+"""
+
+
+def _bomb(kind: str, limit_mb: int = 0) -> dict:
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", BOMB, kind, str(limit_mb)], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind", ["tokens", "4000000"], ids=["16M tokens on one line", "4M empty lists"])
+def test_the_harness_cost_of_an_output_is_bounded_by_the_limits(kind):
+    """Issue #37: 16M one-character tokens on one line cost the old harness 3-9 s of CPU and 2.1 GiB, 4M empty lists
+    as a functional answer 2 s and 0.6 GiB (11M: 20 s, 1.6 GiB), per program and so per parallel worker. Now the
+    tokens are counted before anything is converted and a result's values before it is decoded: well under a second
+    and 200 MiB (6x the 32 MiB output cap: the payload, its text and one translated copy)."""
+    cost = _bomb(kind)
+    assert cost["status"] in ("wrong_answer", "output_limit"), cost
+    assert cost["cpu_s"] < 1.0 and cost["rss_mib"] < 200, cost
+
+
+def test_memory_error_while_grading_is_a_verdict():
+    """Issue #37: under an address-space limit, decoding a large answer raised MemoryError out of run_program (1M
+    empty lists, 60 MiB of room). Any failure while grading is now that test's verdict."""
+    cost = _bomb("1000000", limit_mb=60)
+    assert cost["status"] in ("output_limit", "wrong_answer"), cost
+
+
+def test_grading_ends_inside_the_programs_deadline():
+    """A test graded after the program's deadline (``(timeout_s + 1) x tests + 5`` s) is a time limit, however long the
+    grading took (the old harness passed it)."""
+    result = run_program(ADD, ["2 3\n"], mode="stdin", limits=SandboxLimits(timeout_s=0.5, memory_mb=512),
+                         judge=lambda index, out: time.sleep(7) or True)
+    assert result.status == "time_limit" and "graded" in result.detail, result
+
+
+def test_the_comparison_of_outputs_keeps_the_official_verdicts():
+    """stdout_matches counts lines and tokens before it converts anything; the verdicts are those of the official
+    comparison (``grade_stdio``: stripped lines, text or exact decimals), checked here against its direct form on
+    lines built to hit every branch (counts that differ, tokens that do not convert, signaling NaNs)."""
+    from decimal import Decimal, InvalidOperation
+    import random
+
+    from snapeval.tasks.livecodebench import token_count
+
+    def official(got, expected):
+        a = [line.strip() for line in got.strip().split("\n")]
+        b = [line.strip() for line in expected.strip().split("\n")]
+        if len(a) != len(b):
+            return False
+        for x, y in zip(a, b):
+            if x == y:
+                continue
+            try:
+                dx = [Decimal(t) for t in x.split()]
+            except Exception:  # noqa: BLE001
+                dx = None
+            try:
+                dy = [Decimal(t) for t in y.split()]
+            except Exception:  # noqa: BLE001
+                dy = None
+            if dx is None or dy is None or dx != dy:
+                return False
+        return True
+
+    rng = random.Random(7)
+    tokens = ["1", "1.0", "01", "-0", "0", "2", "1e3", "1000", "x", "sNaN", "NaN", "inf", "é", "5"]
+    spaces = [" ", "  ", "\t", "\u00a0", "\u2003", "\x1c", "\r"]
+    for _ in range(3000):
+        def text():
+            lines = [rng.choice(spaces).join(rng.choice(tokens) for _ in range(rng.randint(0, 3)))
+                     for _ in range(rng.randint(1, 3))]
+            return "\n".join(lines) + rng.choice(["", "\n", " \n"])
+        got, expected = text(), text()
+        try:
+            want = official(got, expected)
+        except InvalidOperation:
+            with pytest.raises(InvalidOperation):
+                stdout_matches(got, expected)
+            continue
+        assert stdout_matches(got, expected) == want, (got, expected)
+        line = rng.choice(spaces).join(rng.choice(tokens + spaces) for _ in range(rng.randint(0, 6)))
+        assert token_count(line) == len(line.split()), line
+
+
+def test_a_results_shape_is_checked_before_it_is_decoded():
+    """check_shape refuses, in C-speed passes over the bytes, a result with more than MAX_VALUES values or nested
+    too deep for the parser; commas and brackets inside strings are not structure."""
+    from snapeval.sandbox import protocol
+
+    start = time.process_time()
+    with pytest.raises(protocol.OutputTooLarge):
+        protocol.decode_value(b"[" + b"[], " * (4 << 20) + b"[]]")
+    with pytest.raises(protocol.ProtocolError, match="nested deeper"):
+        protocol.decode_value(b"[" * (1 << 20) + b"]" * (1 << 20))
+    assert time.process_time() - start < 1.0
+    assert protocol.decode_value(b'["' + b",[" * (3 << 20) + b'"]') == [",[" * (3 << 20)]
+    deep = b"[" * protocol.MAX_DEPTH + b"[1]" + b"]" * protocol.MAX_DEPTH
+    with pytest.raises(protocol.ProtocolError, match="nested deeper"):
+        protocol.decode_value(deep)
+    assert protocol.decode_value(deep[1:-1]) is not None

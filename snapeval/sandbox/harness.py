@@ -328,8 +328,41 @@ def _one_test(run: _Run, index: int, text: str, limits: SandboxLimits, cap: int,
                 return TestOutcome(index, "output_limit", str(exc), time.monotonic() - started), reader
             except ProtocolError as exc:
                 return TestOutcome(index, "runtime_error", str(exc), time.monotonic() - started), reader
+            except MemoryError:  # the harness's own memory is limited and the output does not fit in it
+                return TestOutcome(index, "output_limit", _NO_MEMORY, time.monotonic() - started), reader
             if complete:
                 return None, reader
+
+
+_NO_MEMORY = "the output does not fit in the harness's memory"
+
+
+def _grade(reader: FrameReader, index: int, mode: str, judge: Judge, deadline: float) -> tuple[str, str] | None:
+    """Decode a test's output and grade it: ``None`` when it passed, else ``(status, detail)``. Whatever fails here
+    is the verdict of this test (the output's), never an exception: a malformed or oversized output, the judge
+    raising, the harness running out of memory, grading that ends past the program's deadline."""
+    try:
+        payload = reader.payload
+        reader.release()
+        output = payload.decode("utf-8", "surrogatepass") if mode == "stdin" else decode_value(payload)
+        del payload
+    except OutputTooLarge as exc:
+        return "output_limit", str(exc)
+    except (UnicodeDecodeError, ProtocolError) as exc:
+        return "runtime_error", f"malformed result ({exc})"
+    except MemoryError:
+        return "output_limit", _NO_MEMORY
+    try:
+        passed = bool(judge(index, output))
+    except MemoryError:
+        return "output_limit", _NO_MEMORY
+    except Exception as exc:  # noqa: BLE001 - output the judge cannot compare is this program's failure
+        return "runtime_error", f"the output cannot be compared ({type(exc).__name__})"
+    finally:
+        del output
+    if time.monotonic() > deadline:
+        return "time_limit", "the program's total time limit (reached while its output was graded)"
+    return None if passed else ("wrong_answer", "")
 
 
 def _supervise(run: _Run, inputs: Sequence[str], mode: str, judge: Judge, limits: SandboxLimits) -> ProgramResult:
@@ -368,19 +401,11 @@ def _supervise(run: _Run, inputs: Sequence[str], mode: str, judge: Judge, limits
             error = reader.header["error"]
             status = "output_limit" if error.endswith("(file size limit)") else "runtime_error"
             return fail(TestOutcome(index, status, error, wall, cpu))
-        payload = reader.payload
-        budget -= len(payload)
-        try:
-            output = payload.decode("utf-8", "surrogatepass") if mode == "stdin" else decode_value(payload)
-        except (UnicodeDecodeError, ProtocolError) as exc:
-            return fail(TestOutcome(index, "runtime_error", f"malformed result ({exc})", wall, cpu))
-        try:
-            passed = bool(judge(index, output))
-        except Exception as exc:  # noqa: BLE001 - output the judge cannot compare is this program's failure
-            return fail(TestOutcome(index, "runtime_error", f"the output cannot be compared ({type(exc).__name__})",
-                                    wall, cpu))
-        if not passed:
-            return fail(TestOutcome(index, "wrong_answer", "", wall, cpu))
+        graded = _grade(reader, index, mode, judge, deadline)
+        budget -= reader.end - reader.body_at
+        if graded is not None:
+            status, detail = graded
+            return fail(TestOutcome(index, status, detail, wall, cpu))
         outcomes.append(TestOutcome(index, "passed", "", wall, cpu))
     return ProgramResult("passed", outcomes)
 
@@ -426,6 +451,8 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
         result = _supervise(run, inputs, mode, judge, limits)
     except OSError as exc:
         result = ProgramResult("sandbox_error", detail=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - never raised for a program (a MemoryError of the harness included)
+        result = ProgramResult("sandbox_error", detail=f"the harness failed ({type(exc).__name__}: {exc})"[:500])
     finally:
         if run is not None:
             left = run.end()
