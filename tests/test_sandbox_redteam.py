@@ -1061,61 +1061,29 @@ def test_each_run_has_a_cpu_share_of_its_own():
     assert run(code).passed
 
 
-# The harness's own cost, measured in a fresh interpreter (its peak RSS is the harness's alone: the run is another
-# process). ``BOMB`` prints one JSON line: the verdict, the harness's CPU seconds and its peak RSS growth in MiB.
-BOMB = """
-import json, os, resource, sys
-from snapeval.sandbox import SandboxLimits, run_program
-from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
-kind, limit_mb = sys.argv[1], int(sys.argv[2])
-if kind == 'tokens':  # 16M one-character tokens on one line (32 MB, under the 32 MiB cap)
-    code, mode, inputs = "import sys\\nsys.stdout.write('0 ' * (16 * 10**6 - 1) + '0\\\\n')\\n", 'stdin', ['2 3\\n']
-    judge, func = (lambda i, out: stdout_matches(out, '5\\n')), None
-else:  # a functional answer of N empty lists
-    code = "class Solution:\\n    def f(self, x):\\n        return [[] for _ in range(%d)]\\n" % int(kind)
-    mode, inputs, func = 'functional', ['0'], 'f'
-    judge = lambda i, value: functional_matches(value, load_json('[]'))
-if limit_mb:  # the harness under an address-space limit (its runs raise their own to the program's limit)
-    vm = int([l for l in open('/proc/self/status') if l.startswith('VmSize')][0].split()[1]) << 10
-    resource.setrlimit(resource.RLIMIT_AS, (vm + (limit_mb << 20), resource.RLIM_INFINITY))
-before = resource.getrusage(resource.RUSAGE_SELF)
-try:
-    result = run_program(code, inputs, mode=mode, judge=judge, func_name=func,
-                         limits=SandboxLimits(timeout_s=30.0, memory_mb=2048))
-    status = result.status
-except BaseException as exc:
-    status = 'raised ' + type(exc).__name__
-after = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({'status': status, 'cpu_s': after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
-                  'rss_mib': (after.ru_maxrss - before.ru_maxrss) / 1024}))
-"""
+def _bomb(name: str, harness_memory_mb: int = 0) -> dict:
+    """What one of the benchmark's bombs costs the harness, measured in a fresh interpreter (its peak RSS is the
+    harness's alone: the run is another process)."""
+    from benchmarks.sandbox import bomb_in_fresh_process
+
+    return bomb_in_fresh_process(name, harness_memory_mb)
 
 
-def _bomb(kind: str, limit_mb: int = 0) -> dict:
-    import subprocess
-
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", BOMB, kind, str(limit_mb)], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.parametrize("kind", ["tokens", "4000000"], ids=["16M tokens on one line", "4M empty lists"])
-def test_the_harness_cost_of_an_output_is_bounded_by_the_limits(kind):
+@pytest.mark.parametrize("name", ["16M_tokens_one_line", "4M_empty_lists"])
+def test_the_harness_cost_of_an_output_is_bounded_by_the_limits(name):
     """Issue #37: 16M one-character tokens on one line cost the old harness 3-9 s of CPU and 2.1 GiB, 4M empty lists
     as a functional answer 2 s and 0.6 GiB (11M: 20 s, 1.6 GiB), per program and so per parallel worker. Now the
     tokens are counted before anything is converted and a result's values before it is decoded: well under a second
     and 200 MiB (6x the 32 MiB output cap: the payload, its text and one translated copy)."""
-    cost = _bomb(kind)
+    cost = _bomb(name)
     assert cost["status"] in ("wrong_answer", "output_limit"), cost
-    assert cost["cpu_s"] < 1.0 and cost["rss_mib"] < 200, cost
+    assert cost["harness_cpu_s"] < 1.0 and cost["harness_peak_rss_growth_mib"] < 200, cost
 
 
 def test_memory_error_while_grading_is_a_verdict():
     """Issue #37: under an address-space limit, decoding a large answer raised MemoryError out of run_program (1M
     empty lists, 60 MiB of room). Any failure while grading is now that test's verdict."""
-    cost = _bomb("1000000", limit_mb=60)
+    cost = _bomb("1M_empty_lists", harness_memory_mb=60)
     assert cost["status"] in ("output_limit", "wrong_answer"), cost
 
 
