@@ -20,8 +20,8 @@ trusted set-up code that no part of the program has touched yet; order matters:
    without it), the official runner's own guard (:func:`disable_like_official`), and the ready byte ``R`` on the
    ready pipe, which is then closed: from here on nothing this process writes is trusted.
 
-``SPEC --probe`` performs steps 1-4 and writes ``P ok`` (plus ``seccomp`` / ``cgroup`` when those worked) on the
-ready pipe: how the harness checks that isolation works here.
+``SPEC --probe`` performs steps 1-4 and writes ``P ok`` (plus ``seccomp`` / ``cgroup`` / ``packages`` when those
+worked) on the ready pipe: how the harness checks that isolation works here.
 
 The harness, not this process, drives the tests (``harness.py``): after the ready byte it writes test 0's input on
 the input pipe, reads one result frame, grades it, and only then writes test 1's input, and so on. A test's input
