@@ -35,7 +35,8 @@ FUNCTIONAL = ("class Solution:\n    def add(self, a, b):\n        return a + b\n
 
 #: name -> (program, mode, test input, expected output): outputs that cost the harness more than they cost the program.
 BOMBS = {
-    "16M_tokens_one_line": ("import sys\nsys.stdout.write('0 ' * (16 * 10**6 - 1) + '0\\n')\n", "stdin", "2 3\n", "5\n"),
+    "16M_tokens_one_line": ("import sys\nsys.stdout.write('0 ' * (16 * 10**6 - 1) + '0\\n')\n", "stdin", "2 3\n",
+                            "5\n"),
     "4M_empty_lists": ("class Solution:\n    def f(self, x):\n        return [[] for _ in range(4 * 10**6)]\n",
                        "functional", "0", "[]"),
     "1M_empty_lists": ("class Solution:\n    def f(self, x):\n        return [[] for _ in range(10**6)]\n",
@@ -64,7 +65,8 @@ def bomb(name: str, harness_memory_mb: int = 0) -> dict:
     except BaseException as exc:  # noqa: BLE001 - what the old harness did (MemoryError), reported as such
         status = f"raised {type(exc).__name__}"
     after = resource.getrusage(resource.RUSAGE_SELF)
-    return {"status": status, "harness_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3),
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"status": status, "harness_cpu_s": round(cpu, 3),
             "harness_peak_rss_growth_mib": round((after.ru_maxrss - before.ru_maxrss) / 1024, 1),
             "wall_s": round(time.perf_counter() - start, 2)}
 

@@ -957,8 +957,10 @@ attempt('lockf', lambda: fcntl.lockf(lib, fcntl.LOCK_SH | fcntl.LOCK_NB) or True
 attempt('flock', lambda: fcntl.flock(lib, fcntl.LOCK_SH) or True)
 attempt('F_SETLEASE', lambda: fcntl.fcntl(lib, 1024, fcntl.F_RDLCK) == 0)
 attempt('F_NOTIFY', lambda: fcntl.fcntl(os.open('/', os.O_RDONLY), 1026, 1) == 0)
-for family in (socket.AF_VSOCK, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK, socket.AF_PACKET):
-    attempt(f'socket {family}', lambda: socket.socket(family, socket.SOCK_DGRAM if family != socket.AF_VSOCK else socket.SOCK_STREAM) and True)
+for family, kind in ((socket.AF_VSOCK, socket.SOCK_STREAM), (socket.AF_INET, socket.SOCK_DGRAM),
+                     (socket.AF_INET6, socket.SOCK_DGRAM), (socket.AF_NETLINK, socket.SOCK_DGRAM),
+                     (socket.AF_PACKET, socket.SOCK_DGRAM)):
+    attempt(f'socket {family}', lambda: socket.socket(family, kind) and True)
 attempt('fadvise', lambda: os.posix_fadvise(lib, 0, 0, os.POSIX_FADV_DONTNEED) or True)
 attempt('readahead', lambda: libc.readahead(lib, ctypes.c_long(0), ctypes.c_size_t(4096)) == 0)
 anon = mmap.mmap(-1, 4096)
