@@ -290,7 +290,8 @@ def _seccomp_verdict(program, arch, nr, args=(0,) * 6):
 
 def test_the_seccomp_allow_list_as_the_kernel_runs_it():
     """The filter, run instruction by instruction for both architectures: the allowed calls pass, everything else is
-    EPERM (record locks, sockets but AF_UNIX, AIO, io_uring, the page-cache probes, flock, new processes), clone3
+    EPERM (record locks, shared futexes, sockets but AF_UNIX, AIO, io_uring, the page-cache probes, flock, new
+    processes), clone3
     ENOSYS, threads only through clone, x32 and a foreign architecture kill the process; every jump is short."""
     from snapeval.sandbox import driver
 
@@ -321,6 +322,9 @@ def test_the_seccomp_allow_list_as_the_kernel_runs_it():
             ("clone process", driver.CLONE[column], (17,), eperm),
             ("clone thread+newuser", driver.CLONE[column], (0x3D0F00 | 0x10000000,), eperm),
             ("clone3", driver.CLONE3[column], (), enosys),
+            ("futex WAKE_PRIVATE", ruled["futex"], (0, 129), allow), ("futex WAKE", ruled["futex"], (0, 1), eperm),
+            ("futex WAIT_BITSET_PRIVATE|CLOCK_REALTIME", ruled["futex"], (0, 9 | 128 | 256), allow),
+            ("futex WAIT", ruled["futex"], (0, 0), eperm),
             ("io_setup", (206, 0)[column], (), eperm), ("io_submit", (209, 2)[column], (), eperm),
             ("io_uring_setup", 425, (), eperm), ("fadvise64", (221, 223)[column], (), eperm),
             ("readahead", (187, 213)[column], (), eperm), ("mincore", (27, 232)[column], (), eperm),

@@ -1162,3 +1162,40 @@ def test_a_results_shape_is_checked_before_it_is_decoded():
     with pytest.raises(protocol.ProtocolError, match="nested deeper"):
         protocol.decode_value(deep)
     assert protocol.decode_value(deep[1:-1]) is not None
+
+
+FUTEX = """
+import ctypes, mmap, os, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.mmap.restype = ctypes.c_void_p
+fd = os.open(os.__file__, os.O_RDONLY)  # a file every run sees read-only: the same page for every run
+base = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+def word(slot):
+    return struct.unpack_from('i', os.pread(fd, 4 * 16, 0), 4 * slot)[0]
+"""
+FUTEX_PUBLISHER = FUTEX + """
+a, b = map(int, input().split())
+end = time.time() + 2
+while time.time() < end:  # wake whoever waits on slot a + b (a shared futex: keyed by the file's page)
+    libc.syscall(202, ctypes.c_void_p(base + 4 * (a + b)), 1, 1 << 30, None, None, 0)
+print(a + b)
+"""
+FUTEX_CHEATER = FUTEX + """
+class Timespec(ctypes.Structure):
+    _fields_ = [('sec', ctypes.c_long), ('nsec', ctypes.c_long)]
+time.sleep(0.4)
+for slot in range(16):
+    if libc.syscall(202, ctypes.c_void_p(base + 4 * slot), 0, word(slot), ctypes.byref(Timespec(0, 100000000)),
+                    None, 0) == 0:
+        print(slot)
+        break
+"""
+
+
+def test_cooperating_samples_cannot_pass_answers_through_shared_futexes():
+    """Two runs that map the same read-only file share its futex keys (a shared futex is keyed by the page, not the
+    process): one wakes the slot of its answer, the other waits on each slot in turn. Only process-private futex
+    operations (what threads use) are allowed."""
+    results = _cooperate(FUTEX_PUBLISHER, FUTEX_CHEATER)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results

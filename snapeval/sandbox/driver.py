@@ -339,8 +339,9 @@ def drop_privileges(uid):
 # An allow-list: every system call not named here is refused with EPERM. The list is what a Python program under the
 # grading protocol was seen to use (traces of real LiveCodeBench programs, the stdin idioms, threads, numpy; see
 # docs/sandbox.md, which gives the reason for each), plus the older spellings of the same calls. Some are allowed
-# with some arguments only (``_ARGUMENT_RULES``): ``fcntl`` on the caller's own descriptors but no record locks,
+# with some arguments only (``ARGUMENT_RULES``): ``fcntl`` on the caller's own descriptors but no record locks,
 # leases or directory notification (a lock on a file every run sees read-only is a channel between runs);
+# ``futex`` process-private only (a shared futex on a page of a file every run maps is another);
 # ``socket``/``socketpair`` for AF_UNIX only (vsock is not confined by the network namespace); ``madvise`` without
 # the advice that evicts or fills the page cache or merges pages across processes; ``preadv2``/``pwritev2``
 # without flags (RWF_NOWAIT tells whether a page is cached); ``ioctl`` with the terminal and descriptor requests
@@ -389,7 +390,7 @@ ALLOWED_SYSCALLS = {
     "tgkill": (234, 131), "tkill": (200, 130),
     # threads and the process itself
     "exit": (60, 93), "exit_group": (231, 94), "set_tid_address": (218, 96), "set_robust_list": (273, 99),
-    "get_robust_list": (274, 100), "rseq": (334, 293), "futex": (202, 98), "sched_yield": (24, 124),
+    "get_robust_list": (274, 100), "rseq": (334, 293), "sched_yield": (24, 124),
     "sched_getaffinity": (204, 123), "sched_setaffinity": (203, 122), "sched_getparam": (143, 121),
     "sched_getscheduler": (145, 120), "sched_get_priority_max": (146, 125), "sched_get_priority_min": (147, 126),
     "getpriority": (140, 141), "gettid": (186, 178), "getpid": (39, 172), "getppid": (110, 173),
@@ -421,6 +422,10 @@ ARGUMENT_RULES = {
     # PR_SET_PDEATHSIG, PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_NAME, PR_GET_NAME, PR_GET_SECCOMP,
     # PR_SET_SECCOMP, PR_CAPBSET_READ, PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS, PR_SET_VMA (names a mapping)
     "prctl": (157, 167, 0, (1, 2, 3, 15, 16, 21, 22, 23, 38, 39, 0x53564D41)),
+    # process-private operations only (FUTEX_PRIVATE_FLAG, with or without FUTEX_CLOCK_REALTIME): a shared futex is
+    # keyed by the page, so two runs mapping the same read-only file could wake each other's waiters
+    "futex": (202, 98, 1, tuple(op | 128 | clock for op in (0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+                                for clock in (0, 256))),
     "preadv2": (327, 286, 5, (0,)),  # no RWF_* flags
     "pwritev2": (328, 287, 5, (0,)),
 }
