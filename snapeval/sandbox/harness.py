@@ -11,8 +11,12 @@ test in progress. Bytes before a test's input or behind its frame, a second fram
 runtime error. Each test's limit is ``timeout_s`` of wall clock and of CPU time (every thread, counted by the
 kernel, including anything that ran between two tests); test 0's clock also covers loading the program. One
 deadline per program (``(timeout_s + 1) x tests + 5`` s after start-up, as the official global timeout) bounds every
-wait, and nothing extends it. The harness's own work per program is bounded: each output is read once, capped
-(``output_bytes`` per test, ``program_output_bytes`` per program), and compared in linear time (``protocol.py``).
+wait, and nothing extends it, grading included (a test graded after it is a time limit). The harness's own work per
+program is bounded by the program's limits: each output is read once, capped (``output_bytes`` per test,
+``program_output_bytes`` per program); a functional result's size and nesting are checked on its bytes before it is
+decoded (``protocol.py``), a stdin output's lines and tokens counted before anything is converted (the task's
+``stdout_matches``); whatever fails while grading, a ``MemoryError`` of the harness included, is that test's
+verdict, never an exception.
 
 **Nothing outlives the run**: once the verdict is known the run's PID 1 and its cgroup are killed, and the result
 is returned only when the run's PID namespace and cgroup are empty (held open meanwhile, so that their identity
