@@ -9,6 +9,10 @@ to keep the program from steering its tests) would cost one start-up per test in
 Runs trivial programs (so that the time measured is the sandbox's, not the program's), stdin and functional, and
 reports medians. Usage: ``python -m benchmarks.sandbox [--repeats 30] [--tests 20]``; ``--smoke`` for a seconds-long
 check that writes nowhere unless ``--out`` is given.
+
+The harness's own cost per program under hostile output (``harness_cost``): each bomb of :data:`BOMBS` run by a
+fresh interpreter (``--bomb NAME``, which prints one JSON line), so that its CPU time and peak RSS
+(``getrusage(RUSAGE_SELF)``) are the harness's alone (the run is another process), beside the program's own limits.
 """
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +31,53 @@ from snapeval.sandbox import ProgramJob, SandboxLimits, isolation, run_program, 
 
 STDIN = ("a, b = map(int, input().split())\nprint(a + b)\n", "2 3\n", "5", None, "stdin")
 FUNCTIONAL = ("class Solution:\n    def add(self, a, b):\n        return a + b\n", "2\n3", 5, "add", "functional")
+
+
+#: name -> (program, mode, test input, expected output): outputs that cost the harness more than they cost the program.
+BOMBS = {
+    "16M_tokens_one_line": ("import sys\nsys.stdout.write('0 ' * (16 * 10**6 - 1) + '0\\n')\n", "stdin", "2 3\n",
+                            "5\n"),
+    "4M_empty_lists": ("class Solution:\n    def f(self, x):\n        return [[] for _ in range(4 * 10**6)]\n",
+                       "functional", "0", "[]"),
+    "1M_empty_lists": ("class Solution:\n    def f(self, x):\n        return [[] for _ in range(10**6)]\n",
+                       "functional", "0", "[]"),
+}
+BOMB_LIMITS = SandboxLimits(timeout_s=30.0, memory_mb=2048)
+
+
+def bomb(name: str, harness_memory_mb: int = 0) -> dict:
+    """Run one of :data:`BOMBS` here and return its verdict and what it cost this process: CPU seconds and the growth
+    of its peak RSS. ``harness_memory_mb`` > 0 puts this process under an address-space limit of that much beyond
+    what it maps now (the run raises its own limit to the program's)."""
+    from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
+
+    code, mode, test_input, expected = BOMBS[name]
+    judge = ((lambda index, out: stdout_matches(out, expected)) if mode == "stdin"
+             else (lambda index, value: functional_matches(value, load_json(expected))))
+    if harness_memory_mb:
+        with open("/proc/self/status", encoding="ascii") as f:
+            mapped = int(next(line for line in f if line.startswith("VmSize")).split()[1]) << 10
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (harness_memory_mb << 20), resource.RLIM_INFINITY))
+    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    try:
+        status = run_program(code, [test_input], mode=mode, judge=judge, func_name="f" if mode != "stdin" else None,
+                             limits=BOMB_LIMITS).status
+    except BaseException as exc:  # noqa: BLE001 - what the old harness did (MemoryError), reported as such
+        status = f"raised {type(exc).__name__}"
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"status": status, "harness_cpu_s": round(cpu, 3),
+            "harness_peak_rss_growth_mib": round((after.ru_maxrss - before.ru_maxrss) / 1024, 1),
+            "wall_s": round(time.perf_counter() - start, 2)}
+
+
+def bomb_in_fresh_process(name: str, harness_memory_mb: int = 0) -> dict:
+    """:func:`bomb` in a new interpreter (``--bomb``), so that the peak RSS measured is this bomb's."""
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sandbox", "--bomb", name, "--harness-memory-mb",
+                          str(harness_memory_mb)], capture_output=True, text=True, timeout=600, check=True, cwd=repo,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _judge(expected):
@@ -51,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", type=int, default=20, help="tests per program for the marginal cost")
     parser.add_argument("--out", default=None, help="default: results/bench/sandbox.json (none with --smoke)")
     parser.add_argument("--smoke", action="store_true", help="2 repeats, 3 tests, 4 parallel programs")
+    parser.add_argument("--bomb", choices=sorted(BOMBS), help="run one bomb here and print its cost (JSON)")
+    parser.add_argument("--harness-memory-mb", type=int, default=0, help="with --bomb: an address-space limit")
     args = parser.parse_args(argv)
+    if args.bomb:
+        print(json.dumps(bomb(args.bomb, args.harness_memory_mb)))
+        return 0
     if args.smoke:
         args.repeats, args.tests = 2, 3
     out = args.out or (None if args.smoke else "results/bench/sandbox.json")
@@ -77,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     assert all(r.passed for r in run_programs(jobs))
     parallel = time.perf_counter() - start
+    harness_cost = {name: bomb_in_fresh_process(name) for name in ("16M_tokens_one_line", "4M_empty_lists")}
+    harness_cost["1M_empty_lists_harness_under_60_MiB_of_address_space"] = bomb_in_fresh_process("1M_empty_lists", 60)
     report = {
         "benchmark": "sandbox start-up and per-test cost",
         "smoke": args.smoke,
@@ -85,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         "bare_interpreter_start_ms": round(statistics.median(bare) * 1e3, 2),
         f"parallel_{n_parallel}_programs_s": round(parallel, 3),
         "workers": len(os.sched_getaffinity(0)),
+        "harness_cost": harness_cost,
+        "program_limits": {"memory_mb": BOMB_LIMITS.memory_mb, "output_bytes": BOMB_LIMITS.output_bytes,
+                           "timeout_s": BOMB_LIMITS.timeout_s},
         "isolation": isolation().describe(),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_average_before": load, "load_average_after": [round(x, 2) for x in os.getloadavg()]},

@@ -209,7 +209,7 @@ def test_cgroup_candidates_from_mountinfo():
     assert candidate_parents(parse_mountinfo(HYBRID), own) == [
         (2, {"unified": "/sys/fs/cgroup/unified"}),
         (1, {"memory": "/sys/fs/cgroup/memory/jobs/a", "pids": "/sys/fs/cgroup/pids",
-             "cpuacct": "/sys/fs/cgroup/cpu,cpuacct"})]
+             "cpuacct": "/sys/fs/cgroup/cpu,cpuacct", "cpu": "/sys/fs/cgroup/cpu,cpuacct"})]
     assert candidate_parents(parse_mountinfo(HYBRID.replace("rw,pids", "rw,freezer")), own)[1:] == []
 
 
@@ -228,8 +228,8 @@ def test_cgroup_v2_run_writes_its_limits_and_reads_the_kernel(tmp_path, monkeypa
     (parent / "cgroup.subtree_control").write_text("")
     tree = make_tree(2, {"unified": str(parent)}, 4242)
     base = parent / "snapeval-sandbox-4242"
-    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
-    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"  # cpu: a share per run
+    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     run = tree.new_run(256 << 20, 16)
     d = base / "run-0"
     assert (d / "memory.max").read_text() == str(256 << 20) and (d / "pids.max").read_text() == "16"
@@ -265,3 +265,76 @@ def test_output_up_to_the_cap_passes_and_one_byte_more_is_an_output_limit():
     assert run_stdin(exact, outputs=("x" * 4094 + "\n5\n",), limits=limits).status == "output_limit"
     under = "import sys\nsys.stdout.write('x' * 4093 + '\\n')\nprint(5)\n"  # 4094 + 2 = 4096 characters
     assert run_stdin(under, outputs=("x" * 4093 + "\n5\n",), limits=limits).passed
+
+
+def _seccomp_verdict(program, arch, nr, args=(0,) * 6):
+    """Run the filter (``driver.seccomp_program``) on one system call: a small interpreter of the classic BPF
+    instructions it uses (load word of seccomp_data, jeq / jge / jset / ja, ret)."""
+    import struct
+
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *args)
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == 0x20:
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:
+            return k
+        elif code == 0x05:
+            pc += k
+        else:
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        pc += 1
+
+
+def test_the_seccomp_allow_list_as_the_kernel_runs_it():
+    """The filter, run instruction by instruction for both architectures: the allowed calls pass, everything else is
+    EPERM (record locks, shared futexes, sockets but AF_UNIX, AIO, io_uring, the page-cache probes, flock, new
+    processes), clone3
+    ENOSYS, threads only through clone, x32 and a foreign architecture kill the process; every jump is short."""
+    from snapeval.sandbox import driver
+
+    allow, eperm, enosys, kill = 0x7FFF0000, 0x00050001, 0x00050026, 0x80000000
+    for machine, column in (("x86_64", 0), ("aarch64", 1)):
+        program = driver.seccomp_program(machine)
+        arch = driver._AUDIT_ARCH[machine]
+        assert all(0 <= jt <= 255 and 0 <= jf <= 255 for _, jt, jf, _ in program)
+        for name, numbers in driver.ALLOWED_SYSCALLS.items():
+            assert _seccomp_verdict(program, arch, numbers[column]) == allow, (machine, name)
+        ruled = {name: (x86, arm)[column] for name, (x86, arm, _, _) in driver.ARGUMENT_RULES.items()}
+        for name, nr, args, verdict in [
+            ("fcntl F_GETFL", ruled["fcntl"], (3, 3), allow), ("fcntl F_SETLK", ruled["fcntl"], (3, 6), eperm),
+            ("fcntl F_OFD_SETLK", ruled["fcntl"], (3, 37), eperm), ("fcntl F_GETLK", ruled["fcntl"], (3, 5), eperm),
+            ("fcntl F_SETLEASE", ruled["fcntl"], (3, 1024), eperm),
+            ("socket AF_UNIX", ruled["socket"], (1, 1), allow), ("socket AF_VSOCK", ruled["socket"], (40, 1), eperm),
+            ("socket AF_INET", ruled["socket"], (2, 1), eperm),
+            ("socketpair AF_UNIX", ruled["socketpair"], (1,), allow),
+            ("madvise DONTNEED", ruled["madvise"], (0, 0, 4), allow),
+            ("madvise PAGEOUT", ruled["madvise"], (0, 0, 21), eperm),
+            ("madvise WILLNEED", ruled["madvise"], (0, 0, 3), eperm),
+            ("preadv2 no flags", ruled["preadv2"], (3, 0, 1, 0, 0, 0), allow),
+            ("preadv2 RWF_NOWAIT", ruled["preadv2"], (3, 0, 1, 0, 0, 8), eperm),
+            ("pwritev2 RWF_APPEND", ruled["pwritev2"], (3, 0, 1, 0, 0, 16), eperm),
+            ("ioctl TCGETS", ruled["ioctl"], (0, 0x5401), allow), ("ioctl TIOCSTI", ruled["ioctl"], (0, 0x5412), eperm),
+            ("prctl PR_SET_NAME", ruled["prctl"], (15,), allow), ("prctl PR_SET_MM", ruled["prctl"], (35,), eperm),
+            ("clone thread", driver.CLONE[column], (0x3D0F00,), allow),
+            ("clone process", driver.CLONE[column], (17,), eperm),
+            ("clone thread+newuser", driver.CLONE[column], (0x3D0F00 | 0x10000000,), eperm),
+            ("clone3", driver.CLONE3[column], (), enosys),
+            ("futex WAKE_PRIVATE", ruled["futex"], (0, 129), allow), ("futex WAKE", ruled["futex"], (0, 1), eperm),
+            ("futex WAIT_BITSET_PRIVATE|CLOCK_REALTIME", ruled["futex"], (0, 9 | 128 | 256), allow),
+            ("futex WAIT", ruled["futex"], (0, 0), eperm),
+            ("io_setup", (206, 0)[column], (), eperm), ("io_submit", (209, 2)[column], (), eperm),
+            ("io_uring_setup", 425, (), eperm), ("fadvise64", (221, 223)[column], (), eperm),
+            ("readahead", (187, 213)[column], (), eperm), ("mincore", (27, 232)[column], (), eperm),
+            ("cachestat", 451, (), eperm), ("flock", (73, 32)[column], (), eperm),
+            ("execve", (59, 221)[column], (), eperm), ("unshare", (272, 97)[column], (), eperm),
+            ("shmget", (29, 194)[column], (), eperm), ("memfd_create", (319, 279)[column], (), eperm),
+        ]:
+            assert _seccomp_verdict(program, arch, nr, tuple(args) + (0,) * (6 - len(args))) == verdict, \
+                (machine, name)
+        assert _seccomp_verdict(program, 0x40000003, 0) == kill  # i386 (int 0x80)
+    x86 = driver.seccomp_program("x86_64")
+    assert _seccomp_verdict(x86, driver._AUDIT_ARCH["x86_64"], 0x40000000 + 1) == kill  # x32
+    assert _seccomp_verdict(x86, driver._AUDIT_ARCH["x86_64"], driver.X86_LEGACY_SYSCALLS["open"]) == allow

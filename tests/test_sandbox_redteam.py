@@ -532,7 +532,7 @@ def test_the_file_system_holds_only_the_interpreter(tmp_path):
     probe_code = (f"import os, sys\nseen = [p for p in {hidden!r} if os.path.lexists(p)]\n"
                   f"seen += [(p, os.listdir(p)) for p in {list(iso.hide)!r} if os.listdir(p)]\n"
                   "import decimal, fractions, hashlib, zlib, bz2, lzma, sqlite3, ctypes, json, heapq\n"  # stdlib works
-                  "for name in ('numpy', 'yaml', 'snapeval', 'torch', 'pytest'):\n"
+                  "for name in ('yaml', 'snapeval', 'torch', 'pytest', 'scipy'):\n"  # numpy only: see below
                   "    try:\n        __import__(name)\n        seen.append(name)\n    except ImportError:\n        pass\n"
                   "seen += [p for p in os.listdir('/proc') if p.isdigit() and p != '1']\n"  # only the run's process
                   "seen += os.listdir('/tmp') + os.listdir('/work')\n"  # no input of any test, no other run's file
@@ -798,3 +798,404 @@ def test_unsafe_execution_is_refused_without_isolation(monkeypatch):
                                                 ".*SNAPEVAL_ALLOW_UNSAFE_CODE=1") as err:
             run_program(ADD, ["2 3\n"], mode="stdin", judge=judge_stdout("5\n"), limits=FAST)
         assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------- issue #37: no channel between runs, a bounded harness
+def _cooperate(publisher: str, cheater: str, limits: SandboxLimits | None = None) -> list:
+    """Two samples of one problem in parallel: a correct one that publishes its answer (``a + b``) through a channel
+    between runs while it holds the answer for 2 s, and one with no algorithm that sleeps 0.6 s and prints what it
+    reads from that channel (nothing, when the channel is closed). Returns their results."""
+    judge = judge_stdout("5\n")
+    jobs = [ProgramJob(hostile(publisher), ["2 3\n"], "stdin", judge),
+            ProgramJob(hostile(cheater), ["2 3\n"], "stdin", judge)]
+    return run_programs(jobs, limits=limits or SandboxLimits(timeout_s=6.0, memory_mb=512), workers=2)
+
+
+LOCK_PUBLISHER = """
+import fcntl, os, struct, time
+a, b = map(int, input().split())
+held = os.open(os.__file__, os.O_RDONLY)  # a file every run sees read-only
+try:  # a read lock on byte a + b: struct flock: type, whence, start, len, pid
+    fcntl.fcntl(held, {set_cmd}, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, a + b, 1, 0))
+except OSError:
+    pass
+time.sleep(2)
+print(a + b)
+"""
+LOCK_CHEATER = """
+import fcntl, os, struct, time
+time.sleep(0.6)
+fd = os.open(os.__file__, os.O_RDONLY)
+for offset in range(64):
+    try:
+        got = fcntl.fcntl(fd, {get_cmd}, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, offset, 1, 0))
+    except OSError:
+        break
+    if struct.unpack('hhqqi4x', got)[0] != fcntl.F_UNLCK:
+        print(offset)
+        break
+"""
+
+
+@pytest.mark.parametrize("set_cmd, get_cmd", [(6, 5), (37, 36)], ids=["F_SETLK", "F_OFD_SETLK"])
+def test_cooperating_samples_cannot_pass_answers_through_record_locks(set_cmd, get_cmd):
+    """Issue #37: the correct sample publishes its answer as a POSIX (or open-file-description) record lock on a
+    shared read-only file, the other reads it with F_GETLK: on the old filter the second passed with no algorithm.
+    Every record-lock command of fcntl is refused now (only ``flock`` was)."""
+    results = _cooperate(LOCK_PUBLISHER.format(set_cmd=set_cmd), LOCK_CHEATER.format(get_cmd=get_cmd))
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
+PAGE_CACHE = """
+import os
+pages = os.path.join(os.path.dirname(os.__file__), 'pydoc_data', 'topics.py')  # read-only, shared, mapped by nobody
+fd = os.open(pages, os.O_RDONLY)
+"""
+CACHE_PUBLISHER = PAGE_CACHE + """
+import time
+a, b = map(int, input().split())
+try:  # evict the whole file, then bring back page a + b only (no readahead)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    os.pread(fd, 1, (a + b) * 4096)
+except OSError:
+    pass
+time.sleep(2)
+print(a + b)
+"""
+CACHE_CHEATER = PAGE_CACHE + """
+import time
+time.sleep(0.6)
+for page in range(64):  # the first page in the page cache: RWF_NOWAIT reads only what is cached
+    try:
+        os.preadv(fd, [bytearray(1)], page * 4096, os.RWF_NOWAIT)
+    except BlockingIOError:
+        continue
+    except OSError:
+        break
+    print(page)
+    break
+"""
+
+
+def test_cooperating_samples_cannot_pass_answers_through_the_page_cache():
+    """Issue #37: eviction (``posix_fadvise`` DONTNEED) and a read of one page publish a number in the page cache of
+    a shared library file; ``preadv2(RWF_NOWAIT)`` reads it back in another run. Both are refused now."""
+    results = _cooperate(CACHE_PUBLISHER, CACHE_CHEATER)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
+VSOCK_PUBLISHER = """
+import socket, time
+a, b = map(int, input().split())
+try:
+    held = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    held.bind((socket.VMADDR_CID_ANY, 47000 + a + b))
+except OSError:
+    pass
+time.sleep(2)
+print(a + b)
+"""
+VSOCK_CHEATER = """
+import socket, time
+time.sleep(0.6)
+for port in range(47000, 47064):
+    try:
+        s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    except OSError:
+        break
+    try:
+        s.bind((socket.VMADDR_CID_ANY, port))
+    except OSError:
+        print(port - 47000)
+        break
+    finally:
+        s.close()
+"""
+
+
+def test_cooperating_samples_cannot_pass_answers_through_vsock():
+    """Issue #37: vsock ports are not confined by the network namespace (one run's bound port is busy in another;
+    on a virtual machine vsock reaches the host). ``socket()`` takes AF_UNIX only now."""
+    try:
+        socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close()
+    except (OSError, AttributeError):
+        pytest.skip("no vsock on this machine: the channel cannot be shown here (the refusal is tested below)")
+    results = _cooperate(VSOCK_PUBLISHER, VSOCK_CHEATER)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
+def test_the_kernel_refuses_every_channel_between_runs_and_host_wide_resources():
+    """Issue #37, one run: record locks, leases and directory notification through ``fcntl``; sockets of any family
+    but AF_UNIX (vsock, IP, netlink, packet); the page-cache primitives (``posix_fadvise``, ``readahead``,
+    ``mincore``, ``cachestat``, ``preadv2``/``pwritev2`` flags); legacy AIO (``io_setup`` takes events from a
+    host-wide limit) and ``io_uring``. What a program does need still works: ``fcntl`` on its own descriptors,
+    AF_UNIX socket pairs, ``preadv`` without flags, ``madvise`` to free memory."""
+    if not isolation().seccomp:
+        pytest.skip("no seccomp filter here")
+    attempts = r"""
+import ctypes, fcntl, mmap, os, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+worked, failed = [], []
+def attempt(name, fn):
+    try:
+        if fn() not in (-1, None, False):
+            worked.append(name)
+    except OSError:
+        pass
+def need(name, fn):
+    try:
+        fn()
+    except OSError as exc:
+        failed.append((name, str(exc)))
+lib = os.open(os.__file__, os.O_RDONLY)
+lock = struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 1, 0)
+for cmd in (5, 6, 7, 36, 37, 38):  # F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW
+    attempt(f'fcntl {cmd}', lambda: fcntl.fcntl(lib, cmd, lock) and True)
+attempt('lockf', lambda: fcntl.lockf(lib, fcntl.LOCK_SH | fcntl.LOCK_NB) or True)
+attempt('flock', lambda: fcntl.flock(lib, fcntl.LOCK_SH) or True)
+attempt('F_SETLEASE', lambda: fcntl.fcntl(lib, 1024, fcntl.F_RDLCK) == 0)
+attempt('F_NOTIFY', lambda: fcntl.fcntl(os.open('/', os.O_RDONLY), 1026, 1) == 0)
+for family, kind in ((socket.AF_VSOCK, socket.SOCK_STREAM), (socket.AF_INET, socket.SOCK_DGRAM),
+                     (socket.AF_INET6, socket.SOCK_DGRAM), (socket.AF_NETLINK, socket.SOCK_DGRAM),
+                     (socket.AF_PACKET, socket.SOCK_DGRAM)):
+    attempt(f'socket {family}', lambda: socket.socket(family, kind) and True)
+attempt('fadvise', lambda: os.posix_fadvise(lib, 0, 0, os.POSIX_FADV_DONTNEED) or True)
+attempt('readahead', lambda: libc.readahead(lib, ctypes.c_long(0), ctypes.c_size_t(4096)) == 0)
+anon = mmap.mmap(-1, 4096)
+vec = ctypes.create_string_buffer(1)
+address = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(anon)))
+attempt('mincore', lambda: libc.mincore(address, ctypes.c_size_t(4096), vec) == 0)
+attempt('cachestat', lambda: libc.syscall(451, lib, ctypes.byref((ctypes.c_uint64 * 2)(0, 4096)),
+                                          ctypes.byref((ctypes.c_uint64 * 8)()), 0) == 0)
+attempt('preadv2 RWF_NOWAIT', lambda: os.preadv(lib, [bytearray(1)], 0, os.RWF_NOWAIT) and True)
+attempt('preadv2 RWF_HIPRI', lambda: os.preadv(lib, [bytearray(1)], 0, os.RWF_HIPRI) and True)
+mine = os.open('/work/x', os.O_RDWR | os.O_CREAT)
+attempt('pwritev2 RWF_APPEND', lambda: os.pwritev(mine, [b'x'], 0, os.RWF_APPEND) and True)
+ctx = ctypes.c_ulong(0)
+attempt('io_setup', lambda: libc.syscall(206, 4096, ctypes.byref(ctx)) == 0)
+attempt('io_submit', lambda: libc.syscall(209, ctx, 0, None) == 0)
+attempt('io_getevents', lambda: libc.syscall(208, ctx, 0, 0, None, None) == 0)
+attempt('io_uring_setup', lambda: libc.syscall(425, 8, ctypes.byref((ctypes.c_uint32 * 30)())) >= 0)
+need('fcntl F_GETFL', lambda: fcntl.fcntl(lib, fcntl.F_GETFL))
+need('fcntl F_SETFD', lambda: fcntl.fcntl(lib, fcntl.F_SETFD, fcntl.FD_CLOEXEC))
+need('os.set_blocking', lambda: os.set_blocking(mine, False))
+need('AF_UNIX pair', lambda: socket.socketpair())
+need('preadv without flags', lambda: os.preadv(lib, [bytearray(1)], 0))
+need('os.pread', lambda: os.pread(lib, 1, 0))
+need('madvise', lambda: mmap.mmap(-1, 1 << 20).madvise(mmap.MADV_DONTNEED))
+print(5 if not worked and not failed else (worked, failed))
+"""
+    result = run(attempts)
+    assert result.passed, result
+
+
+def test_only_the_library_files_the_interpreter_loads_are_visible():
+    """Issue #37: the whole of the host's library folders was visible (a 110 MB libLLVM among them). Now each shared
+    library file the interpreter, its extension modules and the packages load is shown, and nothing else of those
+    folders."""
+    iso = isolation()
+    shown = {p for e in iso.expose for p in (e, os.path.realpath(e))}
+    walk = ("import os\nfound = []\nfor top in ('/lib', '/lib64', '/usr/lib', '/usr/lib64', '/usr/local/lib'):\n"
+            "    for d, _, files in os.walk(top):\n        found += [os.path.join(d, f) for f in files]\n"
+            "print(sorted(found))\n")
+    seen = []
+    result = run_program(hostile(walk), ["x\n"], mode="stdin", judge=lambda i, out: seen.append(out) or True,
+                         limits=FAST)
+    assert result.passed, result
+    found = eval(seen[0])  # noqa: S307 - a list of strings printed by the test's own program
+    assert found and all(os.path.realpath(f) in shown or f in shown for f in found), sorted(set(found) - shown)[:5]
+    assert not any("LLVM" in f for f in found)
+
+
+def test_device_nodes_are_the_runs_own_and_read_only():
+    """Issue #37: read-only binds of the host's /dev/zero and /dev/urandom could still be written (a bind's read-only
+    flag does not cover the device). Each run has its own nodes now: zero, urandom and random not writable, null
+    writable, none of them the host's inode (a lock or a watch on them reaches no other run)."""
+    if os.geteuid() != 0:
+        pytest.skip("private device nodes need root (a user namespace binds the host's /dev/null only)")
+    host = {name: tuple(os.stat(f"/dev/{name}")[1:3]) for name in ("null", "zero", "urandom")}
+    code = (f"import os\nhost = {host!r}\nwritten, shared = [], []\n"
+            "for name in ('zero', 'urandom', 'random'):\n    try:\n"
+            "        os.write(os.open('/dev/' + name, os.O_WRONLY), b'x')\n        written.append(name)\n"
+            "    except OSError:\n        pass\n"
+            "for name, ids in host.items():\n    if tuple(os.stat('/dev/' + name)[1:3]) == ids:\n"
+            "        shared.append(name)\n"
+            "os.write(os.open('/dev/null', os.O_WRONLY), b'x')\n"
+            "assert len(os.read(os.open('/dev/urandom', os.O_RDONLY), 8)) == 8\n"
+            "print(5 if not written and not shared else (written, shared))\n")
+    assert run(code).passed
+
+
+def test_numpy_is_importable_and_read_only():
+    """Issue #35/#37: the official LiveCodeBench environment has numpy; a run imports it (from the harness's own
+    environment, shown read-only under /packages, nothing else of that environment) and cannot change it."""
+    if not isolation().packages:
+        pytest.skip("numpy is not installed beside the harness (pip install numpy), so runs have none")
+    code = ("import numpy as np, os\na, b = map(int, input().split())\nprint(int(np.array([a, b]).sum()))\n"
+            "for path in (os.path.join(os.path.dirname(np.__file__), 'x.py'), np.__file__):\n    try:\n"
+            "        open(path, 'a').write('x')\n        print('written', path)\n    except OSError:\n        pass\n")
+    assert run(code, limits=SandboxLimits(timeout_s=10.0, memory_mb=1024)).passed
+    functional = ("import numpy as np\nclass Solution:\n    def f(self, nums):\n"
+                  "        return int(np.sort(np.array(nums))[-1])\n")
+    result = run(functional, ["[3, 9, 4]"], ["9"], mode="functional", func_name="f",
+                 limits=SandboxLimits(timeout_s=10.0, memory_mb=1024))
+    assert result.passed, result
+
+
+def test_each_run_has_a_cpu_share_of_its_own():
+    """Issue #37: only ``cpuacct`` was set per run, so a run with many threads took a neighbour's CPU time (the
+    scheduler divided the CPU between threads). Each run is in a ``cpu`` cgroup of its own now (v1 ``cpu.shares``,
+    v2 ``cpu.weight``): the CPU is divided between runs."""
+    from snapeval.sandbox.cgroups import parse_mountinfo
+
+    tree = isolation().cgroups
+    mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+    if tree is None or not any(
+            "cpu" in m.super_options if m.fstype == "cgroup" else
+            "cpu" in Path(m.point, "cgroup.controllers").read_text().split() for m in mounts):
+        pytest.skip("no cgroup with the cpu controller on this machine")
+    wanted = "l.startswith('0::')" if tree.version == 2 else "'cpu' in l.split(':')[1].split(',')"
+    code = ("lines = open('/proc/self/cgroup').read().splitlines()\n"
+            f"cpu = [l.split(':', 2)[2] for l in lines if {wanted}]\n"
+            "print(5 if cpu and all('/run-' in p for p in cpu) else cpu)\n")
+    assert run(code).passed
+
+
+def _bomb(name: str, harness_memory_mb: int = 0) -> dict:
+    """What one of the benchmark's bombs costs the harness, measured in a fresh interpreter (its peak RSS is the
+    harness's alone: the run is another process)."""
+    from benchmarks.sandbox import bomb_in_fresh_process
+
+    return bomb_in_fresh_process(name, harness_memory_mb)
+
+
+@pytest.mark.parametrize("name", ["16M_tokens_one_line", "4M_empty_lists"])
+def test_the_harness_cost_of_an_output_is_bounded_by_the_limits(name):
+    """Issue #37: 16M one-character tokens on one line cost the old harness 3-9 s of CPU and 2.1 GiB, 4M empty lists
+    as a functional answer 2 s and 0.6 GiB (11M: 20 s, 1.6 GiB), per program and so per parallel worker. Now the
+    tokens are counted before anything is converted and a result's values before it is decoded: well under a second
+    and 200 MiB (6x the 32 MiB output cap: the payload, its text and one translated copy)."""
+    cost = _bomb(name)
+    assert cost["status"] in ("wrong_answer", "output_limit"), cost
+    assert cost["harness_cpu_s"] < 1.0 and cost["harness_peak_rss_growth_mib"] < 200, cost
+
+
+def test_memory_error_while_grading_is_a_verdict():
+    """Issue #37: under an address-space limit, decoding a large answer raised MemoryError out of run_program (1M
+    empty lists, 60 MiB of room). Any failure while grading is now that test's verdict."""
+    cost = _bomb("1M_empty_lists", harness_memory_mb=60)
+    assert cost["status"] in ("output_limit", "wrong_answer"), cost
+
+
+def test_grading_ends_inside_the_programs_deadline():
+    """A test graded after the program's deadline (``(timeout_s + 1) x tests + 5`` s) is a time limit, however long the
+    grading took (the old harness passed it)."""
+    result = run_program(ADD, ["2 3\n"], mode="stdin", limits=SandboxLimits(timeout_s=0.5, memory_mb=512),
+                         judge=lambda index, out: time.sleep(7) or True)
+    assert result.status == "time_limit" and "graded" in result.detail, result
+
+
+def test_the_comparison_of_outputs_keeps_the_official_verdicts():
+    """stdout_matches counts lines and tokens before it converts anything; the verdicts are those of the official
+    comparison (``grade_stdio``: stripped lines, text or exact decimals), checked here against its direct form on
+    lines built to hit every branch (counts that differ, tokens that do not convert, signaling NaNs)."""
+    from decimal import Decimal, InvalidOperation
+    import random
+
+    from snapeval.tasks.livecodebench import token_count
+
+    def official(got, expected):
+        a = [line.strip() for line in got.strip().split("\n")]
+        b = [line.strip() for line in expected.strip().split("\n")]
+        if len(a) != len(b):
+            return False
+        for x, y in zip(a, b):
+            if x == y:
+                continue
+            try:
+                dx = [Decimal(t) for t in x.split()]
+            except Exception:  # noqa: BLE001
+                dx = None
+            try:
+                dy = [Decimal(t) for t in y.split()]
+            except Exception:  # noqa: BLE001
+                dy = None
+            if dx is None or dy is None or dx != dy:
+                return False
+        return True
+
+    rng = random.Random(7)
+    tokens = ["1", "1.0", "01", "-0", "0", "2", "1e3", "1000", "x", "sNaN", "NaN", "inf", "é", "5"]
+    spaces = [" ", "  ", "\t", "\u00a0", "\u2003", "\x1c", "\r"]
+    for _ in range(3000):
+        def text():
+            lines = [rng.choice(spaces).join(rng.choice(tokens) for _ in range(rng.randint(0, 3)))
+                     for _ in range(rng.randint(1, 3))]
+            return "\n".join(lines) + rng.choice(["", "\n", " \n"])
+        got, expected = text(), text()
+        try:
+            want = official(got, expected)
+        except InvalidOperation:
+            with pytest.raises(InvalidOperation):
+                stdout_matches(got, expected)
+            continue
+        assert stdout_matches(got, expected) == want, (got, expected)
+        line = rng.choice(spaces).join(rng.choice(tokens + spaces) for _ in range(rng.randint(0, 6)))
+        assert token_count(line) == len(line.split()), line
+
+
+def test_a_results_shape_is_checked_before_it_is_decoded():
+    """check_shape refuses, in C-speed passes over the bytes, a result with more than MAX_VALUES values or nested
+    too deep for the parser; commas and brackets inside strings are not structure."""
+    from snapeval.sandbox import protocol
+
+    start = time.process_time()
+    with pytest.raises(protocol.OutputTooLarge):
+        protocol.decode_value(b"[" + b"[], " * (4 << 20) + b"[]]")
+    with pytest.raises(protocol.ProtocolError, match="nested deeper"):
+        protocol.decode_value(b"[" * (1 << 20) + b"]" * (1 << 20))
+    assert time.process_time() - start < 1.0
+    assert protocol.decode_value(b'["' + b",[" * (3 << 20) + b'"]') == [",[" * (3 << 20)]
+    deep = b"[" * protocol.MAX_DEPTH + b"[1]" + b"]" * protocol.MAX_DEPTH
+    with pytest.raises(protocol.ProtocolError, match="nested deeper"):
+        protocol.decode_value(deep)
+    assert protocol.decode_value(deep[1:-1]) is not None
+
+
+FUTEX = """
+import ctypes, mmap, os, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.mmap.restype = ctypes.c_void_p
+fd = os.open(os.__file__, os.O_RDONLY)  # a file every run sees read-only: the same page for every run
+base = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+def word(slot):
+    return struct.unpack_from('i', os.pread(fd, 4 * 16, 0), 4 * slot)[0]
+"""
+FUTEX_PUBLISHER = FUTEX + """
+a, b = map(int, input().split())
+end = time.time() + 2
+while time.time() < end:  # wake whoever waits on slot a + b (a shared futex: keyed by the file's page)
+    libc.syscall(202, ctypes.c_void_p(base + 4 * (a + b)), 1, 1 << 30, None, None, 0)
+print(a + b)
+"""
+FUTEX_CHEATER = FUTEX + """
+class Timespec(ctypes.Structure):
+    _fields_ = [('sec', ctypes.c_long), ('nsec', ctypes.c_long)]
+time.sleep(0.4)
+for slot in range(16):
+    if libc.syscall(202, ctypes.c_void_p(base + 4 * slot), 0, word(slot), ctypes.byref(Timespec(0, 100000000)),
+                    None, 0) == 0:
+        print(slot)
+        break
+"""
+
+
+def test_cooperating_samples_cannot_pass_answers_through_shared_futexes():
+    """Two runs that map the same read-only file share its futex keys (a shared futex is keyed by the page, not the
+    process): one wakes the slot of its answer, the other waits on each slot in turn. Only process-private futex
+    operations (what threads use) are allowed."""
+    results = _cooperate(FUTEX_PUBLISHER, FUTEX_CHEATER)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results

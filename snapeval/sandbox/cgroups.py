@@ -3,11 +3,13 @@ else, removed once the run is over.
 
 - **cgroup v2** (a ``cgroup2`` mount whose controllers include ``memory`` and ``pids``): ``memory.max`` (which
   counts anonymous memory, tmpfs and shared memory, memfd files, page tables, kernel stacks, pipe and socket
-  buffers, SysV message queues), ``memory.swap.max = 0``, ``memory.oom.group``, ``pids.max``; CPU time from
+  buffers, SysV message queues), ``memory.swap.max = 0``, ``memory.oom.group``, ``pids.max``, ``cpu.weight``
+  where the ``cpu`` controller is available (:data:`CPU_WEIGHT`); CPU time from
   ``cpu.stat``; ``cgroup.kill`` and ``cgroup.events`` to end the run and to know that nothing of it is left.
-- **cgroup v1** (the ``memory`` and ``pids`` hierarchies, ``cpuacct`` when mounted): ``memory.limit_in_bytes``
-  (kernel memory is charged to it as well), ``memory.memsw.limit_in_bytes`` and ``memory.kmem.limit_in_bytes``
-  where the kernel still accepts them, ``pids.max``; CPU time from ``cpuacct.usage``.
+- **cgroup v1** (the ``memory`` and ``pids`` hierarchies, ``cpuacct`` and ``cpu`` when mounted):
+  ``memory.limit_in_bytes`` (kernel memory is charged to it as well), ``memory.memsw.limit_in_bytes`` and
+  ``memory.kmem.limit_in_bytes`` where the kernel still accepts them, ``pids.max``, ``cpu.shares``
+  (:data:`CPU_SHARES`); CPU time from ``cpuacct.usage``.
 
 The runs' cgroups sit under one directory of this process (``snapeval-sandbox-<pid>``) below its own cgroup of
 each hierarchy, so that whatever limits this process is under still apply; where cgroup v2's rule that a cgroup
@@ -28,7 +30,11 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 BASE_PREFIX = "snapeval-sandbox-"
-V1_ROLES = ("memory", "pids", "cpuacct")  # cpuacct is optional
+V1_ROLES = ("memory", "pids", "cpuacct", "cpu")  # cpuacct and cpu are optional
+#: Each run's CPU share among the runs (cgroup v1 ``cpu.shares``, v2 ``cpu.weight``: the kernel's defaults, set
+#: explicitly): the scheduler divides the CPU between runs, not between their threads, so a run with many threads
+#: cannot take a parallel run's CPU time.
+CPU_SHARES, CPU_WEIGHT = 1024, 100
 
 
 @dataclass(frozen=True)
@@ -230,7 +236,8 @@ class CgroupTree:
                 d = dirs["unified"]
                 _write(os.path.join(d, "memory.max"), str(memory_bytes))
                 _write(os.path.join(d, "pids.max"), str(max_processes))
-                for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+                for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1"),
+                                    ("cpu.weight", str(CPU_WEIGHT))):
                     if os.path.exists(os.path.join(d, name)):
                         _write(os.path.join(d, name), value)
             else:
@@ -241,6 +248,8 @@ class CgroupTree:
                     except OSError:
                         pass
                 _write(os.path.join(dirs["pids"], "pids.max"), str(max_processes))
+                if "cpu" in dirs:
+                    _write(os.path.join(dirs["cpu"], "cpu.shares"), str(CPU_SHARES))
         except OSError:
             for d in made.values():
                 try:
@@ -298,19 +307,21 @@ def make_tree(version: int, parents: dict[str, str], pid: int) -> CgroupTree:
             available = _read(os.path.join(parent, "cgroup.controllers")).split()
             if not {"memory", "pids"} <= set(available):
                 raise OSError(f"{parent}: no memory and pids controllers")
+            wanted = "+memory +pids" + (" +cpu" if "cpu" in available else "")  # cpu: a share per run
             enabled = _read(os.path.join(parent, "cgroup.subtree_control")).split()
-            if not {"memory", "pids"} <= set(enabled):
-                _write(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
+            if not set(wanted.replace("+", "").split()) <= set(enabled):
+                _write(os.path.join(parent, "cgroup.subtree_control"), wanted)
             _remove_stale(parent)
             bases["unified"] = os.path.join(parent, name)
             os.makedirs(bases["unified"], 0o755, exist_ok=True)
-            _write(os.path.join(bases["unified"], "cgroup.subtree_control"), "+memory +pids")
+            _write(os.path.join(bases["unified"], "cgroup.subtree_control"), wanted)
         else:
             for role, parent in parents.items():
                 _remove_stale(parent)
                 bases[role] = os.path.join(parent, name)
                 os.makedirs(bases[role], 0o755, exist_ok=True)
-                needed = {"memory": "memory.limit_in_bytes", "pids": "pids.max", "cpuacct": "cpuacct.usage"}[role]
+                needed = {"memory": "memory.limit_in_bytes", "pids": "pids.max", "cpuacct": "cpuacct.usage",
+                          "cpu": "cpu.shares"}[role]
                 if not os.path.exists(os.path.join(bases[role], needed)):
                     raise OSError(f"{bases[role]}: no {needed}")
     except OSError:

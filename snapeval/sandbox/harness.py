@@ -11,8 +11,12 @@ test in progress. Bytes before a test's input or behind its frame, a second fram
 runtime error. Each test's limit is ``timeout_s`` of wall clock and of CPU time (every thread, counted by the
 kernel, including anything that ran between two tests); test 0's clock also covers loading the program. One
 deadline per program (``(timeout_s + 1) x tests + 5`` s after start-up, as the official global timeout) bounds every
-wait, and nothing extends it. The harness's own work per program is bounded: each output is read once, capped
-(``output_bytes`` per test, ``program_output_bytes`` per program), and compared in linear time (``protocol.py``).
+wait, and nothing extends it, grading included (a test graded after it is a time limit). The harness's own work per
+program is bounded by the program's limits: each output is read once, capped (``output_bytes`` per test,
+``program_output_bytes`` per program); a functional result's size and nesting are checked on its bytes before it is
+decoded (``protocol.py``), a stdin output's lines and tokens counted before anything is converted (the task's
+``stdout_matches``); whatever fails while grading, a ``MemoryError`` of the harness included, is that test's
+verdict, never an exception.
 
 **Nothing outlives the run**: once the verdict is known the run's PID 1 and its cgroup are killed, and the result
 is returned only when the run's PID namespace and cgroup are empty (held open meanwhile, so that their identity
@@ -21,8 +25,9 @@ cannot pass to another run).
 The isolation layers (``probe.py``, ``driver.py``, ``cgroups.py``), each of which holds without the others:
 namespaces (mount, PID, network, IPC, UTS) under ``setpriv --pdeathsig KILL unshare``; a new read-only root holding
 only the interpreter and its standard library, with private size-capped ``/work`` and ``/tmp``; a uid of its own per
-run, no capabilities, ``no_new_privs``; a seccomp filter (no new process, exec, mount, namespace, ptrace, SysV IPC,
-memfd, POSIX message queues, ``flock`` or inotify); rlimits; a cgroup per run (memory, pids, CPU) where the machine
+run, no capabilities, ``no_new_privs``; a seccomp allow-list (the system calls a Python program needs, some with
+checked arguments; no new process, exec, mount, namespace, ptrace, SysV IPC, memfd, record locks, ``flock``, sockets
+but AF_UNIX, AIO, page-cache probes); rlimits; a cgroup per run (memory, pids, CPU) where the machine
 has one; the audit hook (a convenience). Programs of different problems run in parallel (:func:`run_programs`).
 """
 from __future__ import annotations
@@ -327,8 +332,41 @@ def _one_test(run: _Run, index: int, text: str, limits: SandboxLimits, cap: int,
                 return TestOutcome(index, "output_limit", str(exc), time.monotonic() - started), reader
             except ProtocolError as exc:
                 return TestOutcome(index, "runtime_error", str(exc), time.monotonic() - started), reader
+            except MemoryError:  # the harness's own memory is limited and the output does not fit in it
+                return TestOutcome(index, "output_limit", _NO_MEMORY, time.monotonic() - started), reader
             if complete:
                 return None, reader
+
+
+_NO_MEMORY = "the output does not fit in the harness's memory"
+
+
+def _grade(reader: FrameReader, index: int, mode: str, judge: Judge, deadline: float) -> tuple[str, str] | None:
+    """Decode a test's output and grade it: ``None`` when it passed, else ``(status, detail)``. Whatever fails here
+    is the verdict of this test (the output's), never an exception: a malformed or oversized output, the judge
+    raising, the harness running out of memory, grading that ends past the program's deadline."""
+    try:
+        payload = reader.payload
+        reader.release()
+        output = payload.decode("utf-8", "surrogatepass") if mode == "stdin" else decode_value(payload)
+        del payload
+    except OutputTooLarge as exc:
+        return "output_limit", str(exc)
+    except (UnicodeDecodeError, ProtocolError) as exc:
+        return "runtime_error", f"malformed result ({exc})"
+    except MemoryError:
+        return "output_limit", _NO_MEMORY
+    try:
+        passed = bool(judge(index, output))
+    except MemoryError:
+        return "output_limit", _NO_MEMORY
+    except Exception as exc:  # noqa: BLE001 - output the judge cannot compare is this program's failure
+        return "runtime_error", f"the output cannot be compared ({type(exc).__name__})"
+    finally:
+        del output
+    if time.monotonic() > deadline:
+        return "time_limit", "the program's total time limit (reached while its output was graded)"
+    return None if passed else ("wrong_answer", "")
 
 
 def _supervise(run: _Run, inputs: Sequence[str], mode: str, judge: Judge, limits: SandboxLimits) -> ProgramResult:
@@ -367,19 +405,11 @@ def _supervise(run: _Run, inputs: Sequence[str], mode: str, judge: Judge, limits
             error = reader.header["error"]
             status = "output_limit" if error.endswith("(file size limit)") else "runtime_error"
             return fail(TestOutcome(index, status, error, wall, cpu))
-        payload = reader.payload
-        budget -= len(payload)
-        try:
-            output = payload.decode("utf-8", "surrogatepass") if mode == "stdin" else decode_value(payload)
-        except (UnicodeDecodeError, ProtocolError) as exc:
-            return fail(TestOutcome(index, "runtime_error", f"malformed result ({exc})", wall, cpu))
-        try:
-            passed = bool(judge(index, output))
-        except Exception as exc:  # noqa: BLE001 - output the judge cannot compare is this program's failure
-            return fail(TestOutcome(index, "runtime_error", f"the output cannot be compared ({type(exc).__name__})",
-                                    wall, cpu))
-        if not passed:
-            return fail(TestOutcome(index, "wrong_answer", "", wall, cpu))
+        graded = _grade(reader, index, mode, judge, deadline)
+        budget -= reader.end - reader.body_at
+        if graded is not None:
+            status, detail = graded
+            return fail(TestOutcome(index, status, detail, wall, cpu))
         outcomes.append(TestOutcome(index, "passed", "", wall, cpu))
     return ProgramResult("passed", outcomes)
 
@@ -408,6 +438,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
         spec = {
             "mode": mode, "func_name": func_name, "isolate_fs": iso.isolate_fs,
             "root_dir": str(Path(run_dir, "root")), "expose": list(iso.expose), "hide": list(iso.hide),
+            "packages": [list(p) for p in iso.packages] if iso.isolate_fs else [],
             "seccomp": iso.seccomp, "disk_bytes": int(limits.disk_mb) << 20,
             "memory_bytes": int(limits.memory_mb) << 20,
             "cpu_total_s": int(len(inputs) * limits.timeout_s + STARTUP_S) + 1,
@@ -426,6 +457,8 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
         result = _supervise(run, inputs, mode, judge, limits)
     except OSError as exc:
         result = ProgramResult("sandbox_error", detail=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - never raised for a program (a MemoryError of the harness included)
+        result = ProgramResult("sandbox_error", detail=f"the harness failed ({type(exc).__name__}: {exc})"[:500])
     finally:
         if run is not None:
             left = run.end()

@@ -9,6 +9,7 @@ refused (no seccomp filter).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import select
@@ -37,8 +38,9 @@ RLIMITS = ("AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE", "MSGQUEUE")
 class Isolation:
     """What this machine gives: the command prefix (``setpriv`` + ``unshare``), whether the child builds its own root
     (and from which paths), whether it drops privileges (to a uid of its own per run), whether the seccomp filter is
-    in place, the interpreter, what is missing (when the new root cannot be built), and the cgroup tree runs are
-    accounted in (``None``: rlimits and the seccomp filter only)."""
+    in place, the interpreter, what is missing (when the new root cannot be built), the cgroup tree runs are
+    accounted in (``None``: rlimits and the seccomp filter only), and the third-party packages a run can import
+    (``(host directory, directory in the run's root)``, read-only under :data:`PACKAGES_DIR`)."""
 
     prefix: tuple[str, ...]
     isolate_fs: bool
@@ -49,6 +51,7 @@ class Isolation:
     hide: tuple[str, ...] = ()
     seccomp: bool = False
     cgroups: CgroupTree | None = None
+    packages: tuple[tuple[str, str], ...] = ()
 
     @property
     def memory_bounded(self) -> bool:
@@ -62,6 +65,7 @@ class Isolation:
             "new_root": self.isolate_fs,
             "visible_read_only": list(self.expose) if self.isolate_fs else "the whole file system",
             "hidden_inside_them": list(self.hide),
+            "packages": {inside: host for host, inside in self.packages} if self.isolate_fs else {},
             "user_namespace": "--map-root-user" in self.prefix,
             "runs_as": ("a uid of its own per run" if self.drop_uid is not None and self.isolate_fs
                         else "nobody" if self.drop_uid is not None else "the harness user"),
@@ -132,6 +136,14 @@ print(json.dumps({"executable": os.path.realpath(sys.executable), "stdlib": path
 """
 _FALLBACK_LIB_DIRS = ("/lib", "/lib64", "/lib32", "/usr/lib64", "/usr/lib32", "/usr/lib/x86_64-linux-gnu",
                       "/usr/lib/aarch64-linux-gnu", "/usr/lib/arm-linux-gnueabihf")
+#: Third-party packages a run can import, as in the official LiveCodeBench environment (numpy), when the harness's
+#: own environment has them: each is shown read-only under PACKAGES_DIR (with its wheel's bundled libraries,
+#: ``<name>.libs``), never the rest of that environment.
+SANDBOX_PACKAGES = ("numpy",)
+#: Extension modules whose libraries are not shown: tkinter (the official runner hides it; its Tcl/Tk and X11
+#: libraries are a fifth of the files otherwise), so importing ``_tkinter`` fails in a run.
+SKIPPED_MODULES = ("_tkinter",)
+PACKAGES_DIR = "/packages"
 
 
 def _shared_libraries(files: Sequence[str]) -> list[str] | None:
@@ -152,21 +164,47 @@ def _shared_libraries(files: Sequence[str]) -> list[str] | None:
     return libs
 
 
-def _interpreter_tree(python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(expose, hide)``: what a run's new root shows of the host, read-only (the interpreter binary, its standard
-    library and extension modules, the directories of the shared libraries they load, the loader's cache), and the
-    directories inside those that it hides (``site-packages``: third-party code of the base interpreter)."""
+def _packages() -> list[tuple[str, str]]:
+    """``(host directory, directory in the run's root)`` of each of :data:`SANDBOX_PACKAGES` that this process can
+    import (the harness runs the same interpreter as its runs: same version, same ABI), and of its bundled
+    libraries."""
+    found = []
+    for name in SANDBOX_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        if not locations:
+            continue
+        package = os.path.realpath(locations[0])
+        found.append((package, f"{PACKAGES_DIR}/{name}"))
+        bundled = os.path.join(os.path.dirname(package), f"{name}.libs")
+        if os.path.isdir(bundled):
+            found.append((os.path.realpath(bundled), f"{PACKAGES_DIR}/{name}.libs"))
+    return found
+
+
+def _interpreter_tree(python: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """``(expose, hide, packages)``: what a run's new root shows of the host, read-only (the interpreter binary, its
+    standard library and extension modules, each shared library file that they and the packages' extension modules
+    load (not the folders they are in), the loader's cache), the directories inside those that it hides
+    (``site-packages``: third-party code of the base interpreter), and the packages (:func:`_packages`)."""
     try:
         info = json.loads(subprocess.run([python, "-I", "-S", "-c", _TREE_SCRIPT], stdin=subprocess.DEVNULL,
                                          capture_output=True, text=True, timeout=60, check=True).stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         raise OSError(f"cannot ask {python} where its standard library is ({exc})") from None
     dynload = [d for d in info["dynload"] if os.path.isdir(d)]
-    modules = [str(p) for d in dynload for p in sorted(Path(d).glob("*.so"))]
-    libs = _shared_libraries([info["executable"], *modules])
-    lib_dirs = ({os.path.dirname(p) for lib in libs for p in (lib, os.path.realpath(lib))} if libs is not None
-                else set(_FALLBACK_LIB_DIRS))
-    expose = {info["executable"], info["stdlib"], info["platstdlib"], *dynload, *lib_dirs, "/etc/ld.so.cache"}
+    modules = [str(p) for d in dynload for p in sorted(Path(d).glob("*.so"))
+               if not p.name.startswith(SKIPPED_MODULES)]
+    packages = _packages()
+    package_modules = [str(p) for host, _ in packages for p in sorted(Path(host).rglob("*.so*")) if p.is_file()]
+    libs = _shared_libraries([info["executable"], *modules, *package_modules])
+    inside_packages = (lambda p: any(p == h or p.startswith(h + "/") for h, _ in packages))
+    lib_files = ({p for lib in libs for p in (lib, os.path.realpath(lib)) if not inside_packages(os.path.realpath(lib))}
+                 if libs is not None else set(_FALLBACK_LIB_DIRS))
+    expose = {info["executable"], info["stdlib"], info["platstdlib"], *dynload, *lib_files, "/etc/ld.so.cache"}
     expose = sorted((p for p in expose if os.path.lexists(p)), key=lambda p: (p.count("/"), p))
     real_exposed = [os.path.realpath(p) for p in expose]
     hide = set()
@@ -175,7 +213,7 @@ def _interpreter_tree(python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         real = os.path.realpath(candidate)
         if os.path.isdir(real) and any(real == e or real.startswith(e + "/") for e in real_exposed):
             hide.add(real)
-    return tuple(expose), tuple(sorted(hide))
+    return tuple(expose), tuple(sorted(hide)), tuple(packages)
 
 
 @dataclass(frozen=True)
@@ -183,10 +221,12 @@ class _ProbeAnswer:
     worked: bool
     seccomp: bool = False
     cgroup: bool = False
+    packages: bool = False
 
 
 def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, isolate_fs: bool,
-                  expose: Sequence[str], hide: Sequence[str], tree: CgroupTree | None) -> _ProbeAnswer:
+                  expose: Sequence[str], hide: Sequence[str], tree: CgroupTree | None,
+                  packages: Sequence[tuple[str, str]] = ()) -> _ProbeAnswer:
     """Run the driver's set-up once with ``--probe`` and read which layers it got."""
     run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-probe-")
     run_cgroup = None
@@ -202,7 +242,8 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
         except OSError:
             run_cgroup = None
         spec = {"mode": "stdin", "isolate_fs": isolate_fs, "root_dir": str(Path(run_dir, "root")),
-                "expose": list(expose), "hide": list(hide), "disk_bytes": 1 << 20, "seccomp": True,
+                "expose": list(expose), "hide": list(hide), "packages": [list(p) for p in packages],
+                "disk_bytes": 1 << 20, "seccomp": True,
                 **uid_spec(drop_uid, isolate_fs), "memory_bytes": 1 << 30, "cpu_total_s": 10,
                 "max_file_bytes": 1 << 20, "max_open_files": 64, "max_processes": 64,
                 "cgroup_procs": run_cgroup.procs_files if run_cgroup else []}
@@ -219,7 +260,8 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
                 os.close(fd)
             kill_process_group(proc)
         words = answer.split()
-        return _ProbeAnswer(answer.startswith(b"P ok"), b"seccomp" in words, b"cgroup" in words)
+        return _ProbeAnswer(answer.startswith(b"P ok"), b"seccomp" in words, b"cgroup" in words,
+                            b"packages" in words)
     except (OSError, subprocess.SubprocessError):
         return _ProbeAnswer(False)
     finally:
@@ -255,13 +297,14 @@ def _probe_layers() -> Isolation:
     tree = kernel_accounting()
     missing = "a private mount namespace with a new root (mount, pivot_root)"
     try:
-        expose, hide = _interpreter_tree(python)
-        answer = _probe_driver(prefix, python, drop_uid, True, expose, hide, tree)
+        expose, hide, packages = _interpreter_tree(python)
+        answer = _probe_driver(prefix, python, drop_uid, True, expose, hide, tree, packages)
     except OSError as exc:
-        expose, hide, answer, missing = (), (), _ProbeAnswer(False), f"{missing[:-1]}; {exc})"
+        expose, hide, packages, answer, missing = (), (), (), _ProbeAnswer(False), f"{missing[:-1]}; {exc})"
     if answer.worked:
         return Isolation(prefix, True, drop_uid, python, expose=expose, hide=hide, seccomp=answer.seccomp,
-                         cgroups=tree if answer.cgroup else None)
+                         cgroups=tree if answer.cgroup else None,
+                         packages=packages if answer.packages else ())
     weak = (unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
     weak = guard + (weak if root else weak[:1] + ("--map-root-user",) + weak[1:])
     if not _probe(weak + ("true",)):

@@ -4,17 +4,30 @@ its module docstring): input frames written by the harness, result frames read f
 Reading a result is bounded and linear: the header must end within :data:`HEADER_BYTES`, the payload is never longer
 than the cap in force, bytes are kept once in one growing buffer, and a functional result is decoded by one JSON
 parse and one walk over it (no structure whose cost the program could make superlinear: a dict or set whose keys
-could collide is never built from program data).
+could collide is never built from program data). Before it is decoded, its size in values and its nesting are
+checked on the bytes (:func:`check_shape`: passes in C over the payload, no object per value), so that what the
+harness builds is bounded by :data:`MAX_VALUES`, not by how small a value the program can write; the collector is off
+while it is built (millions of new containers would start a full collection again and again).
 """
 from __future__ import annotations
 
+import gc
+import itertools
 import json
+import operator
+import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
 HEADER_BYTES = 4096
 MAX_DEPTH = 500  # the driver's limit too (a deeper result is the program's runtime error)
+#: The most JSON values (scalars, containers, object keys) a functional result may hold: 16x the largest
+#: LeetCode-style output (10^5 values) several times over, and about 160 MiB of Python objects at most.
+MAX_VALUES = 1 << 21
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string (its commas and brackets are not structure)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEPS = bytes(2 if b in b"[{" else 0 for b in range(256))
 _BIG_INT_BITS = 13000
 _HEX = frozenset("0123456789abcdef")
 
@@ -59,7 +72,11 @@ class FrameReader:
 
     @property
     def payload(self) -> bytes:
-        return bytes(self.buffer[self.body_at:self.end])
+        return bytes(memoryview(self.buffer)[self.body_at:self.end])  # one copy
+
+    def release(self) -> None:
+        """Drop the bytes read (once the payload has been taken)."""
+        self.buffer = bytearray()
 
     @property
     def extra(self) -> int:
@@ -104,9 +121,37 @@ class Unequal:
         return f"<a {self.type_name}>"
 
 
-def decode_value(payload: bytes) -> Any:
-    """The Python value a functional test returned, rebuilt from :func:`driver.encode_value`'s text (see there).
-    Raises :class:`ProtocolError` for anything malformed."""
+def _structure(data: bytes) -> int:
+    """An upper bound on the JSON values in ``data``: every value but the first of a container follows a comma, every
+    container opens with a bracket, every object value follows a colon."""
+    return data.count(b",") + data.count(b":") + data.count(b"[") + data.count(b"{") + 1
+
+
+def check_shape(payload: bytes, max_values: int = MAX_VALUES) -> None:
+    """Refuse a result before it is decoded: :class:`OutputTooLarge` when it holds more than ``max_values`` values,
+    :class:`ProtocolError` when its brackets nest deeper than a value :func:`decode_value` accepts (two brackets per
+    level: a tuple is a tagged object around a list) plus a margin, so that the JSON parser's recursion is bounded
+    too. Linear, in C: counts, one regular-expression pass that blanks strings, one running sum over what is left of
+    the brackets (no more than ``max_values`` of them by then)."""
+    if _structure(payload) <= max_values and payload.count(b"[") + payload.count(b"{") <= MAX_DEPTH:
+        return
+    bare = _STRING.sub(b'""', payload)
+    if _structure(bare) > max_values:
+        raise OutputTooLarge(f"a returned value of more than {max_values} values")
+    # the nesting: the running sum of +1 per opening and -1 per closing bracket (2 and 0, minus one per position),
+    # computed by C iterators over at most max_values brackets
+    steps = bare.translate(_BRACKET_STEPS, _NOT_BRACKETS)
+    if steps and max(map(operator.sub, itertools.accumulate(steps), itertools.count(1))) > 2 * MAX_DEPTH + 4:
+        raise ProtocolError(f"the returned value is nested deeper than {MAX_DEPTH} levels")
+
+
+def decode_value(payload: bytes, max_values: int = MAX_VALUES) -> Any:
+    """The Python value a functional test returned, rebuilt from :func:`driver.encode_value`'s text (see there), once
+    :func:`check_shape` has bounded it. Raises :class:`ProtocolError` for anything malformed (:class:`OutputTooLarge`
+    for too many values)."""
+    check_shape(payload, max_values)
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         # a NaN of its own each time (json's decoder hands out one shared NaN object, and `[nan] == [nan]` is True
         # for the same object: the program's NaN must not equal a NaN of the expected value through identity)
@@ -116,6 +161,9 @@ def decode_value(payload: bytes) -> Any:
         raise
     except (ValueError, TypeError, KeyError, RecursionError, InvalidOperation, ZeroDivisionError, OverflowError):
         raise ProtocolError("the returned value is malformed") from None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _int(x: Any) -> int:
@@ -127,8 +175,13 @@ def _int(x: Any) -> int:
 def _build(x: Any, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise ProtocolError(f"the returned value is nested deeper than {MAX_DEPTH} levels")
-    if isinstance(x, list):
-        return [_build(e, depth + 1) for e in x]
+    if isinstance(x, list):  # rebuilt in place: no second copy of a large list
+        if x and depth >= MAX_DEPTH:
+            raise ProtocolError(f"the returned value is nested deeper than {MAX_DEPTH} levels")
+        for i, e in enumerate(x):
+            if isinstance(e, (list, dict)):
+                x[i] = _build(e, depth + 1)
+        return x
     if not isinstance(x, dict):
         return x  # None, bool, int, float, str: what JSON itself decodes
     tag = x["~"]
