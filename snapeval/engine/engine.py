@@ -127,6 +127,8 @@ class Engine:
         self.pad_id = pad_token_id(tokenizer)
         self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
+        for tensor in (self.input_ids, self.position_ids):  # written in place between steps: CUDA graphs read them
+            torch._dynamo.mark_static_address(tensor)
         self.compiled = bool(compile)
         mode = compile if isinstance(compile, str) else None
         # the step function, not a bound method: an engine that held its own method would sit in a reference cycle,
