@@ -67,6 +67,8 @@ AGREEMENT_MODEL = "smollm2-135m-instruct"
 SKIPPABLE = ("kernels", "compile", "specprefill")
 #: ``flex`` must beat the best other masked kernel by this factor to be chosen (it compiles once per shape).
 FLEX_MARGIN = 1.05
+#: Other numbers of products the ``split`` kernel is timed with (its default is ``attention.SPLIT_PRODUCTS``).
+SPLIT_VARIANTS = (64, 1024)
 
 
 def sync(device) -> None:
@@ -195,6 +197,8 @@ def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile
                                                                       kernel=k)) for kernel in kernels}
         runs["sdpa_unmasked"] = lambda: attention.decode_attention(query, key, value, None, head_dim**-0.5,
                                                                    kernel="sdpa")
+        for products in SPLIT_VARIANTS:  # the split kernel aiming at other numbers of products (its one setting)
+            runs[f"split@{products}"] = lambda n=products: split_with(n, query, key, value, valid, head_dim**-0.5)
         for name, fn in runs.items():
             try:
                 sync(device)
@@ -212,7 +216,7 @@ def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile
                        "bytes_per_s": moved / seconds, "workspace_bytes": extra}
                 if name != "sdpa_unmasked":
                     row["max_abs_diff_vs_sdpa"] = float((result.float() - reference.float()).abs().max())
-                    totals[name] += seconds
+                    totals[name] = totals.get(name, 0.0) + seconds
             except Exception as exc:  # noqa: BLE001 - a kernel that does not run on this stack is reported, not fatal
                 if is_oom(exc):
                     raise
@@ -222,13 +226,31 @@ def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile
         out["points"].append(point)
         del query, key, value, valid, reference
         release(device)
-    best = min((k for k in totals if k != "flex"), key=totals.get)
-    winner = "flex" if "flex" in totals and totals["flex"] * FLEX_MARGIN < totals[best] else best
-    ranked = sorted(totals.items(), key=lambda kv: kv[1])
-    out.update(total_seconds=totals, winner=winner,
+    splits = {k: v for k, v in totals.items() if k.startswith("split")}
+    best_split = min(splits, key=splits.get) if splits else None
+    products = int(best_split.split("@")[1]) if best_split and "@" in best_split else attention.SPLIT_PRODUCTS
+    kernel_totals = {k: v for k, v in totals.items() if "@" not in k}
+    if best_split:
+        kernel_totals["split"] = splits[best_split]
+    best = min((k for k in kernel_totals if k != "flex"), key=kernel_totals.get)
+    winner = "flex" if "flex" in kernel_totals and kernel_totals["flex"] * FLEX_MARGIN < kernel_totals[best] else best
+    ranked = sorted(kernel_totals.items(), key=lambda kv: kv[1])
+    out.update(total_seconds=totals, winner=winner, split_products=products,
                winner_speedup_over_next=(ranked[1][1] / ranked[0][1]) if len(ranked) > 1 else None,
-               winner_speedup_over_sdpa=(totals["sdpa"] / totals[winner]) if "sdpa" in totals else None)
+               winner_speedup_over_sdpa=(kernel_totals["sdpa"] / kernel_totals[winner]) if "sdpa" in kernel_totals
+               else None)
     return out
+
+
+def split_with(products: int, *args):
+    """The ``split`` kernel aiming at ``products`` products (:data:`snapeval.cache.attention.SPLIT_PRODUCTS`)."""
+    from snapeval.cache import attention
+
+    default, attention.SPLIT_PRODUCTS = attention.SPLIT_PRODUCTS, products
+    try:
+        return attention.split_decode_attention(*args)
+    finally:
+        attention.SPLIT_PRODUCTS = default
 
 
 # --- prefill and decode rows -----------------------------------------------------------------------------------------
@@ -521,11 +543,13 @@ def run(args, save=lambda payload: None) -> dict:
             return False
         return True
 
+    split_products = attention.SPLIT_PRODUCTS
     try:
         for preset in args.models:
             run_model(args, preset, device, dtype, hardware, payload, log, finished, in_time)
     finally:
         attention.set_decode_kernel(None, device.type)  # the kernels section chose one for this run only
+        attention.SPLIT_PRODUCTS = split_products
     payload.update(load_average_end=os.getloadavg(), wall_seconds=elapsed())
     save(payload)
     return payload
@@ -550,6 +574,7 @@ def run_model(args, preset, device, dtype, hardware, payload, log, finished, in_
         entry["kernels"] = bench_kernels(model, args.kernel_points, args.kernel_repeats, device, bandwidth,
                                          compile_flex=args.flex)
         attention.set_decode_kernel(entry["kernels"]["winner"], device.type)
+        attention.SPLIT_PRODUCTS = entry["kernels"].get("split_products", attention.SPLIT_PRODUCTS)
         log(f"kernels: {json.dumps(entry['kernels']['total_seconds'])} -> {entry['kernels']['winner']}")
         finished(entry)
     entry["decode_kernel"] = attention.decode_kernel(device)
@@ -599,8 +624,15 @@ def run_model(args, preset, device, dtype, hardware, payload, log, finished, in_
             if not in_time(f"compile at batch {batch}", args.compile_estimate):
                 break
             rows = SnapStreamCache(model, config)
-            full_rows(model, rows, batch)
-            point = bench_compile(model, rows, args.steps, device)
+            try:
+                full_rows(model, rows, batch)
+                point = bench_compile(model, rows, args.steps, device)
+            except Exception as exc:  # noqa: BLE001 - an out-of-memory at the largest batch keeps the other points
+                if not is_oom(exc):
+                    raise
+                point = {"rows": batch, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                         "eager_step_s": None, "graph_step_s": float("nan"), "speedup": float("nan"),
+                         "cudagraph_skips": None}
             entry["compile"]["points"].append(point)
             del rows
             release(device)

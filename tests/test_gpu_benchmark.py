@@ -23,10 +23,11 @@ def test_gpu_benchmark_smoke(tmp_path, data_dir, monkeypatch):
     assert entry["model"] == "llama-3.1-8b-instruct" and entry["bandwidth"]["bytes_per_s"] > 0
     kernels = entry["kernels"]
     assert kernels["winner"] in attention.DECODE_KERNELS and entry["decode_kernel"] == kernels["winner"]
-    assert attention.decode_kernel("cpu") == "sdpa"  # the run's choice does not outlive it
+    assert attention.decode_kernel("cpu") == "sdpa" and attention.SPLIT_PRODUCTS == 256  # nor outlive the run
+    assert kernels["split_products"] in (64, 256, 1024)
     for point in kernels["points"]:
-        assert set(point["kernels"]) == {"sdpa", "split", "flex", "sdpa_unmasked"}
-        for name in ("sdpa", "split", "flex"):
+        assert set(point["kernels"]) == {"sdpa", "split", "flex", "sdpa_unmasked", "split@64", "split@1024"}
+        for name in ("sdpa", "split", "flex", "split@64", "split@1024"):
             assert point["kernels"][name]["seconds"] > 0 and point["kernels"][name]["max_abs_diff_vs_sdpa"] < 1e-4
     point = entry["lengths"]["256"]
     for path in ("full", "snapstream"):

@@ -160,12 +160,18 @@ def decode_attention(query, key, value, valid=None, scaling=None, *, kernel: str
     return grouped_decode_attention(query, key, value, valid[:, None, None, :], scaling)
 
 
-def split_chunks(slots: int, rows: int) -> int:
+#: The products the ``split`` kernel aims for (batch x KV heads x slices of the slots): enough to fill a GPU's SMs
+#: several times over (:func:`split_chunks`; ``benchmarks/gpu.py`` times 64, 256 and 1024 and keeps the fastest).
+SPLIT_PRODUCTS = 256
+
+
+def split_chunks(slots: int, rows: int, products: int | None = None) -> int:
     """How many slices ``split`` sums the weighted values over: the fewest that give ``rows`` (batch x KV heads)
-    times the slices at least 256 products (enough to fill a GPU's SMs), each slice at least 256 slots and a divisor
-    of ``slots`` (a slice is a view of the cache, never a copy); without such a divisor, the most slices below it."""
+    times the slices at least ``products`` (default :data:`SPLIT_PRODUCTS`), each slice at least 256 slots and a
+    divisor of ``slots`` (a slice is a view of the cache, never a copy); without such a divisor, the most slices
+    below it."""
     most = slots // 256
-    want = max(1, -(-256 // rows))
+    want = max(1, -(-(products or SPLIT_PRODUCTS) // rows))
     for chunks in range(want, most + 1):
         if slots % chunks == 0:
             return chunks
