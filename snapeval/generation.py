@@ -155,7 +155,7 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     generator, so ``torch.manual_seed`` makes it reproducible). ``min_new_tokens``: the stop tokens are forbidden
     before that many tokens (Hugging Face's ``min_new_tokens``). ``on_step(cache)`` runs whenever a step's logits
     are ready. ``static_full``: the full cache decodes in static rows (:func:`cache_for`; the same greedy tokens as
-    Hugging Face's ``DynamicCache``, ``tests/test_decoding.py``); False keeps the ``DynamicCache``.
+    Hugging Face's ``DynamicCache``, ``tests/test_gpu_decode.py``); False keeps the ``DynamicCache``.
     """
     rows = input_ids.shape[0]
     params = [params] * rows if isinstance(params, SamplingParams) else list(params)

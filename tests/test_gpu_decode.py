@@ -181,7 +181,7 @@ def test_the_dynamic_cache_step_copies_the_cache(kernel):
     assert (sizes[1000] - sizes[200]) / 800 / 2 >= kv_token
 
 
-# --- one compiled decode step: one graph, CUDA graphs not skipped ------------------------------------------------------
+# --- one compiled decode step: one graph, CUDA graphs not skipped ---------------------------------------------------
 def compiled_graph_mutation_report(step, *args) -> list[str | None]:
     """Compile ``step(*args)`` with inductor (``fullgraph=True``: a graph break raises) and return, per compiled
     graph, inductor's own verdict on its mutated inputs (``check_for_mutation_ignore_cuda_graph_managed_tensor``,

@@ -185,8 +185,8 @@ _bmm_float32_ok: bool | None = None
 
 
 def _bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` (batched) with a float32 result (float64 stays float64): half-precision inputs accumulate and round to float32 (cuBLAS's
-    ``out_dtype``; elsewhere the product is converted), never to the inputs' 8-bit mantissa."""
+    """``a @ b`` (batched) with a float32 result (float64 stays float64): half-precision products accumulate and
+    round to float32 (cuBLAS's ``out_dtype``; elsewhere the product is converted), not to an 8-bit mantissa."""
     global _bmm_float32_ok
     if a.dtype in (torch.float16, torch.bfloat16) and a.device.type == "cuda" and _bmm_float32_ok is not False:
         try:
