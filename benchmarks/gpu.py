@@ -4,7 +4,8 @@ and the simulator's predictions beside every figure.
 Model: a random-weight model with the real architecture of a preset (``--models``; default Llama-3.1-8B-Instruct)
 in bfloat16, built directly on the GPU. Prompts: real LongBench-v2 documents (../shared/data, or
 ``SNAPEVAL_DATA_DIR``), concatenated and tokenized with the model's real tokenizer (the PyPI package of
-``snapeval.models.loading.PACKAGED_TOKENIZERS``), cut to ``--lengths`` tokens (default 32k, 64k, 128k).
+``snapeval.models.loading.PACKAGED_TOKENIZERS``), cut to ``--lengths`` tokens (default 32,768, 65,536 and 131,008:
+128k less the 64 new tokens, so that prompt and output stay within Llama-3.1's context).
 
 Sections, in order; the JSON is written after each finished point and section, so a crash or a timeout keeps what
 was measured:
@@ -698,11 +699,12 @@ def main(argv=None) -> Path:
                         length_estimates={}, compile_estimate=0, agreement_length=96, agreement_prompts=3,
                         agreement_budget=64, agreement_dtype="float32")
     else:
-        defaults = dict(lengths=[32768, 65536, 131072], decode_budget=32768, new_tokens=64, steps=16, max_batch=64,
-                        copy_gib=2.0, kernel_points=[(1, 131072 + 64), (8, 32768)], kernel_repeats=20,
+        # 128k less the 64 new tokens: prompt and output within Llama-3.1's 131,072 positions (the simulator's too)
+        defaults = dict(lengths=[32768, 65536, 131072 - 64], decode_budget=32768, new_tokens=64, steps=16, max_batch=64,
+                        copy_gib=2.0, kernel_points=[(1, 131072), (8, 32768)], kernel_repeats=20,
                         spec_length=8192, spec_keeps=[0.1, 0.3],
                         # seconds a length costs on one H100 (two prefills, four decodes) and the compile section
-                        length_estimates={65536: 35, 131072: 60}, compile_estimate=90,
+                        length_estimates={65536: 35, 131072 - 64: 60}, compile_estimate=90,
                         agreement_length=2048, agreement_prompts=8, agreement_budget=512, agreement_dtype="bfloat16")
     for key, value in defaults.items():
         if getattr(args, key, None) is None:
