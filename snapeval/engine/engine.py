@@ -9,8 +9,12 @@ The engine owns ``num_slots`` rows of one :class:`~snapeval.cache.SnapStreamCach
 2. **copied into a free slot** (:meth:`~snapeval.cache.base.CompressedKVCache.load_row`);
 3. **decoded together with every other slot**, one batched forward per token: ``input_ids`` ``[num_slots, 1]`` and
    explicit ``position_ids`` ``[num_slots, 1]`` (each row's next position) and the cache's validity mask. Every
-   decode step runs on the same shapes, whatever the batch composition; with ``compile=True`` the mask is always
-   given (one graph), eagerly it is left out when every slot is valid (SDPA's GQA path then avoids copying K/V).
+   decode step runs on the same shapes, whatever the batch composition, through the device's decode kernel
+   (:func:`snapeval.cache.attention.decode_attention`: grouped-query heads read their KV head in place). The mask is
+   always given with ``compile=True`` (one graph) and to the ``split``/``flex`` kernels (a GPU's default); the
+   ``sdpa`` kernel (the CPU's) leaves it out eagerly when every slot is valid. The rows, the token ids and the
+   positions are static addresses, written in place, so ``compile="reduce-overhead"`` captures the step in CUDA
+   graphs.
 
 When a request stops (eos, a stop string, or ``max_new_tokens``) its slot is parked and refilled from the queue
 before the next step (continuous batching). A parked slot holds zero keys and values, all visible, so its
@@ -127,6 +131,8 @@ class Engine:
         self.pad_id = pad_token_id(tokenizer)
         self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
+        for tensor in (self.input_ids, self.position_ids):  # written in place between steps: CUDA graphs read them
+            torch._dynamo.mark_static_address(tensor)
         self.compiled = bool(compile)
         mode = compile if isinstance(compile, str) else None
         # the step function, not a bound method: an engine that held its own method would sit in a reference cycle,

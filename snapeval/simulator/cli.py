@@ -55,7 +55,7 @@ def register(subparsers) -> None:
     loop.add_argument("--kernel-looping", dest="kernel_looping", action="store_true", default=None)
     loop.add_argument("--no-kernel-looping", dest="kernel_looping", action="store_false")
     p.add_argument("--placement", default="hbm", help="hbm | hbm+ddr")
-    p.add_argument("--batch-granularity", default="pow2", help="pow2 | any")
+    p.add_argument("--batch-granularity", default="auto", help="auto (the hardware's: any on h100/h200, pow2 elsewhere) | pow2 | any")
     p.add_argument("--compiled-context", type=_int, default=None,
                    help="context the static graphs are compiled for (default: the hardware's; 0 = the prompt)")
     p.add_argument("--kv-slot", default="exact", help="exact | bucket")

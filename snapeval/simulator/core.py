@@ -28,7 +28,7 @@ from snapeval.simulator.hardware import HardwareSpec, get_hardware
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 PLACEMENTS = ("hbm", "hbm+ddr")
 ATTENTION_PARALLEL = ("auto", "dp", "tp")
-BATCH_GRANULARITY = ("pow2", "any")
+BATCH_GRANULARITY = ("auto", "pow2", "any")
 KV_SLOTS = ("exact", "bucket")
 MOE_PARALLEL = ("auto", "ep", "tp")
 ATTENTION_TILINGS = ("auto", "keys", "rows")
@@ -60,7 +60,8 @@ class Deployment:
     - ``placement``: ``hbm`` = everything must fit HBM (the paper's batch-limit assumption); ``hbm+ddr`` lets
       what does not fit spill to DDR (read at DDR bandwidth).
     - ``batch_granularity``: ``pow2`` = static graphs compiled for power-of-two batches (the batches the paper
-      reports); ``any`` = any batch size.
+      reports); ``any`` = any batch size; ``auto`` = the hardware's ``assumptions.batch_granularity`` (``any``
+      on H100/H200: snapeval's engine of static rows runs any batch; ``pow2`` elsewhere).
     - ``prefill_activation_buffers``: hidden-state-sized buffers ([context, hidden]) the prefill graph keeps
       live on every socket; ``prefill_chunk``: tokens per prefill chunk (``None`` = whole prompt at once).
     - ``compiled_context``: the maximum context the static graphs are compiled for. Memory that a static-graph
@@ -107,7 +108,7 @@ class Deployment:
     mtp_factor: float | None = None
     kernel_looping: bool | None = None
     placement: str = "hbm"
-    batch_granularity: str = "pow2"
+    batch_granularity: str = "auto"
     prefill_activation_buffers: int = 4
     prefill_chunk: int | None = None
     compiled_context: int | None = None
@@ -350,6 +351,8 @@ class _Plan:
     compiled_context: int   # context the memory plan is sized for (>= the prompt)
     moe_parallel: str       # "ep" | "tp" ("tp" also for dense models)
     draft_tokens: int       # speculative tokens verified per sequence per step
+    batch_granularity: str = "pow2"  # "pow2" | "any" (resolved from "auto")
+    prompt_kv_held: float = 1.0  # fraction of the prompt's KV the prefill holds beside the rows
 
 
 def _draft_tokens_for(mtp_factor: float, acceptance: float) -> int:
@@ -408,7 +411,11 @@ def _plan(hardware: HardwareSpec, model: ModelPreset, dep: Deployment) -> _Plan:
         drafts = dep.draft_tokens
     else:  # a draft model's lookahead is chosen by speed later (simulate); MTP drafts follow from the factor
         drafts = 0 if dep.draft_model is not None else _draft_tokens_for(mtp, dep.draft_acceptance)
-    return _Plan(sockets, tp, dp, attn, wdtype, looping, float(mtp), compiled, moe, drafts)
+    granularity = dep.batch_granularity
+    if granularity == "auto":  # static graphs compile power-of-two batches; an engine of static rows runs any
+        granularity = hardware.assumptions.batch_granularity
+    held = 1.0 if hardware.assumptions.prefill_holds_prompt_kv else 1.0 / model.num_layers
+    return _Plan(sockets, tp, dp, attn, wdtype, looping, float(mtp), compiled, moe, drafts, granularity, held)
 
 
 def _weights_per_socket(model: ModelPreset, plan: _Plan) -> tuple[float, float]:
@@ -445,7 +452,7 @@ def _activation_bytes(model: ModelPreset, dep: Deployment, plan: _Plan, kv_per_t
     chunk = min(planned, dep.prefill_chunk or planned)
     prefill = dep.prefill_activation_buffers * chunk * model.hidden_size * act_b
     decode = dep.batch * (1 + plan.draft_tokens) * (4 * model.hidden_size + model.vocab_size / plan.tp) * 4.0
-    transient_prompt_kv = planned * kv_per_token / plan.sockets
+    transient_prompt_kv = planned * kv_per_token * plan.prompt_kv_held / plan.sockets
     return max(prefill, decode) + transient_prompt_kv
 
 
@@ -881,7 +888,7 @@ def _memory(hw: HardwareSpec, m: ModelPreset, dep: Deployment, plan: _Plan, meth
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if need_for(mid) <= capacity else (lo, mid - 1)
         max_exact = lo
-    max_batch = _pow2_floor(max_exact) if dep.batch_granularity == "pow2" else max_exact
+    max_batch = _pow2_floor(max_exact) if plan.batch_granularity == "pow2" else max_exact
 
     # tier placement: weights first, then activations, then KV; overflow to DDR when allowed
     need = weights_socket + activations + kv_socket

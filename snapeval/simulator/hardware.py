@@ -87,6 +87,11 @@ class Assumptions:
     - ``kernels_per_layer_dense`` / ``kernels_per_layer_mla_moe``: kernel calls per decoder layer.
     - ``compiled_context``: context the static graphs are compiled for, which sizes the memory planned at compile
       time (prefill workspace, prefill KV slot); 0 = memory planned for the actual prompt (dynamic allocation).
+    - ``prefill_holds_prompt_kv``: the prefill holds the whole prompt's KV beside the decode rows until it is
+      compressed (a static graph's prefill slot); false = one layer's at a time (snapeval's engine on a GPU: each
+      layer compresses right after its attention, and the full cache prefills into its own row).
+    - ``batch_granularity``: the batches a deployment of this hardware runs when the deployment says ``auto``:
+      ``pow2`` (static graphs compiled per power-of-two batch) or ``any`` (snapeval's engine on a GPU).
     """
 
     bandwidth_efficiency: float = 0.9
@@ -103,6 +108,8 @@ class Assumptions:
     kernels_per_layer_mla_moe: int = 14
     supports_kernel_looping: bool = False
     compiled_context: int = 0
+    prefill_holds_prompt_kv: bool = True
+    batch_granularity: str = "pow2"
 
     def validate(self, owner: str) -> None:
         for f in ("bandwidth_efficiency", "gemm_efficiency", "prefill_attention_efficiency",
@@ -113,6 +120,12 @@ class Assumptions:
         for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "cross_socket_sync_s", "collective_latency_s",
                   "link_hop_latency_s", "assumed_link_bandwidth"):
             _positive(owner, f"assumptions.{f}", getattr(self, f), allow_zero=True)
+        if self.batch_granularity not in ("pow2", "any"):
+            raise SnapevalError(f"{owner}: assumptions.batch_granularity={self.batch_granularity!r} is invalid; "
+                                "allowed: pow2, any")
+        if not isinstance(self.prefill_holds_prompt_kv, bool):
+            raise SnapevalError(f"{owner}: assumptions.prefill_holds_prompt_kv={self.prefill_holds_prompt_kv!r} "
+                                "must be true or false")
         if isinstance(self.compiled_context, bool) or not isinstance(self.compiled_context, int) \
                 or self.compiled_context < 0:
             raise SnapevalError(f"{owner}: assumptions.compiled_context={self.compiled_context!r} must be an "
