@@ -350,6 +350,35 @@ def with_floor(rate: dict, weight_bytes: int, row_kv_bytes: int, bandwidth: floa
             "x_floor": rate["step_s"] / floor_s}
 
 
+def graphed_rate(model, cache, steps: int, device, weights: int, row_kv: int, bandwidth: float) -> dict:
+    """:func:`decode_rate` of the same rows with the step captured as one CUDA graph and replayed
+    (:class:`snapeval.decoding.graphs.CapturedDecodeStep`: the eager kernels without the launch overhead), beside its
+    byte floor; on the CPU (``--smoke``) or when the capture fails, what happened instead of a rate."""
+    from snapeval.decoding.graphs import CapturedDecodeStep
+
+    if device.type != "cuda":
+        return {"skipped": "CUDA graphs need a CUDA device"}
+    step = CapturedDecodeStep()
+    try:
+        rate = with_floor(decode_rate(model, cache, steps, 2, device, step_function=step), weights, row_kv,
+                          bandwidth)
+    except Exception as exc:  # noqa: BLE001 - a capture that fails is reported, the eager figures stand
+        rate = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+    step.release()
+    release(device)
+    return rate
+
+
+def graphs_note(path: dict) -> str:
+    """One log line's worth of a path's CUDA-graph figures (:func:`graphed_rate`)."""
+    parts = []
+    for name in ("batch_1_graphs", "max_batch_graphs"):
+        rate = path.get(name, {})
+        parts.append(f"{name} " + (f"{rate['tokens_per_s']:.1f} tok/s (x{rate['x_floor']:.2f})" if "tokens_per_s"
+                                   in rate else str(rate.get("error") or rate.get("skipped"))))
+    return "; ".join(parts)
+
+
 def decode_path(model, ids, config, cache, new_tokens, steps, device, bandwidth, cap, label) -> dict:
     """Prefill ``ids`` into ``cache`` (the path's own layout), decode at batch 1, then at the memory plan's maximum
     batch (lowered by one on an out-of-memory error)."""
@@ -363,6 +392,7 @@ def decode_path(model, ids, config, cache, new_tokens, steps, device, bandwidth,
            "slots": int(cache.layers[0].keys.shape[2]), "plan": plan}
     replicate_rows(cache, 1)
     out["batch_1"] = with_floor(decode_rate(model, cache, steps, 2, device), weights, row_kv, bandwidth)
+    out["batch_1_graphs"] = graphed_rate(model, cache, steps, device, weights, row_kv, bandwidth)
     rows = plan["rows"]
     while True:
         try:
@@ -377,6 +407,7 @@ def decode_path(model, ids, config, cache, new_tokens, steps, device, bandwidth,
             out["lowered_after_oom"] = out.get("lowered_after_oom", 0) + 1
             replicate_rows(cache, 1)
             release(device)
+    out["max_batch_graphs"] = graphed_rate(model, cache, steps, device, weights, row_kv, bandwidth)
     return out
 
 
@@ -598,7 +629,8 @@ def run_model(args, preset, device, dtype, hardware, payload, log, finished, in_
         finished(entry)
         log(f"@{length} full: batch 1 {point['full']['batch_1']['tokens_per_s']:.1f} tok/s "
             f"(x{point['full']['batch_1']['x_floor']:.2f} floor), batch {point['full']['max_batch']['rows']} "
-            f"{point['full']['max_batch']['tokens_per_s']:.1f} tok/s (x{point['full']['max_batch']['x_floor']:.2f})")
+            f"{point['full']['max_batch']['tokens_per_s']:.1f} tok/s (x{point['full']['max_batch']['x_floor']:.2f}); "
+            f"{graphs_note(point['full'])}")
         config = SnapStreamConfig.from_budget(min(args.decode_budget, length))
         snap = SnapStreamCache(model, config)
         point["snapstream"] = decode_path(model, ids, config, snap, args.new_tokens, args.steps, device,
@@ -610,11 +642,14 @@ def run_model(args, preset, device, dtype, hardware, payload, log, finished, in_
                                        / point["full"]["max_batch"]["tokens_per_s"]),
             "max_batch_floor_tokens_per_s": (point["snapstream"]["max_batch"]["floor_tokens_per_s"]
                                              / point["full"]["max_batch"]["floor_tokens_per_s"])}
+        graphed = [point[path].get("max_batch_graphs", {}).get("tokens_per_s") for path in ("snapstream", "full")]
+        if None not in graphed:  # both paths' CUDA-graph figures at their maximum batches
+            point["snapstream_over_full"]["max_batch_graphs_tokens_per_s"] = graphed[0] / graphed[1]
         finished(entry)
         log(f"@{length} snapstream: batch {point['snapstream']['max_batch']['rows']} "
             f"{point['snapstream']['max_batch']['tokens_per_s']:.1f} tok/s "
             f"(x{point['snapstream']['max_batch']['x_floor']:.2f}); ratio at max batches "
-            f"{point['snapstream_over_full']['max_batch_tokens_per_s']:.2f}")
+            f"{point['snapstream_over_full']['max_batch_tokens_per_s']:.2f}; {graphs_note(point['snapstream'])}")
         compile_rows = compile_rows or (config, point["snapstream"]["max_batch"]["rows"])
         del snap
         release(device)

@@ -236,3 +236,39 @@ def test_one_compiled_static_full_step_keeps_cuda_graphs(kernel):
     for tensor in (tokens, positions):
         torch._dynamo.mark_static_address(tensor)
     assert compiled_graph_mutation_report(decode_step, model, cache, tokens, positions) == [None]
+
+
+def test_a_compiled_step_calls_the_split_kernel_as_one_operator_with_equal_output():
+    """Inside torch.compile the split kernel is the opaque ``snapeval::split_decode_attention`` operator (the H100 run:
+    inductor's own fusion of its products was slower than eager); its output equals the eager kernel's."""
+    import torch
+
+    from snapeval.cache import attention
+
+    torch.manual_seed(0)
+    query, key = torch.randn(2, 8, 1, 16), torch.randn(2, 2, 512, 16)
+    value, valid = torch.randn_like(key), torch.rand(2, 512) > 0.2
+    eager = attention.decode_attention(query, key, value, valid, 0.25, kernel="split")
+    seen = []
+
+    def backend(graph_module, example_inputs):
+        seen.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
+        return graph_module
+
+    compiled = torch.compile(lambda q, k, v, m: attention.decode_attention(q, k, v, m, 0.25, kernel="split"),
+                             backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(query, key, value, valid), eager)
+    assert any("split_decode_attention" in target for target in seen), seen
+    assert not any("bmm" in target or "softmax" in target for target in seen), seen
+
+
+def test_a_captured_decode_step_refuses_what_it_cannot_replay():
+    import pytest
+    import torch
+
+    from snapeval.decoding.graphs import CapturedDecodeStep
+
+    with pytest.raises(ValueError, match="warmup"):
+        CapturedDecodeStep(warmup=0)
+    with pytest.raises(ValueError, match="CUDA"):
+        CapturedDecodeStep()(None, None, torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long))
