@@ -164,7 +164,11 @@ class ModelShape:
 
 
 def _is_press(config: MethodConfig) -> bool:
-    return config.method.startswith("kvpress:")
+    """It compresses in its own prefill hooks (a kvpress press), holding the cache its hook built besides its rows:
+    its entry says (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hooks`)."""
+    from snapeval.cache.methods import method_info
+
+    return method_info(config).prefill_hooks
 
 
 def _static_rows(config: MethodConfig) -> bool:

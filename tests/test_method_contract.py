@@ -193,7 +193,7 @@ def test_the_example_method_runs_through_the_lm_eval_model(tiny_dir, task_dir):
 
     out = evaluate({"pretrained": str(tiny_dir), "dtype": "float64", "batch_size": 2, "method": "strided",
                     "budget": 32, "stride": "3"}, ["tiny_gen"], include_path=task_dir, log_samples=True)
-    assert out["snapeval"]["config"]["split"]["stride"] == 3
+    assert out["snapeval"]["config"]["settings"]["stride"] == 3
     assert out["snapeval"]["kv_cache_bytes"] > 0 and out["samples"]["tiny_gen"]
     with pytest.raises(SnapevalError) as err:
         evaluate({"pretrained": str(tiny_dir), "method": "strided", "budget": 32, "stride": "0"}, ["tiny_gen"],
@@ -209,12 +209,12 @@ def test_the_example_method_runs_through_the_cli(tiny_dir, task_dir, tmp_path, m
     monkeypatch.setenv("SNAPEVAL_TASKS_DIR", str(task_dir))
     argv = ["run", "--task", "tiny_gen", "--model", str(tiny_dir), "--dtype", "float64", "--method", "strided",
             "--budget", "32"]
-    assert cli([*argv, "--stride", "0"]) == 2
+    assert cli([*argv, "--method-arg", "stride=0"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "stride=0" in err and "allowed" in err
     out = tmp_path / "run.json"
-    assert cli([*argv, "--stride", "3", "--limit", "2", "--output", str(out)]) == 0
-    assert json.loads(out.read_text())["snapeval"]["config"]["split"]["stride"] == 3
+    assert cli([*argv, "--method-arg", "stride=3", "--limit", "2", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["snapeval"]["config"]["settings"]["stride"] == 3
 
 
 def test_the_example_method_is_a_sweep_method_entry():

@@ -639,9 +639,9 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
                  "--prompt-len", "131072"]) == 0
     sweep = json.loads(capsys.readouterr().out)
     assert [p["fits"] for p in sweep["points"]] == [True, True, False]
-    # any method of the table, its split, a budget sweep of that method, a draft model
+    # any method of the table, its settings, a budget sweep of that method, a draft model
     assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
-                 "--method", "snapkv", "--budget", "2048", "--split", "kernel=7", "--json"]) == 0
+                 "--method", "snapkv", "--budget", "2048", "--method-arg", "kernel=7", "--json"]) == 0
     point = json.loads(capsys.readouterr().out)
     assert point["method"] == "snapkv@2048" and point["kv_bytes_per_seq"] == (2048 + 1024) * 131072
     assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
@@ -662,7 +662,8 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
     (["--tp", "3"], "tp"), (["--sweep", "color=1,2"], "sweep"), (["--sweep", "batch=a"], "integer"),
     (["--plot", "x.png"], "--sweep"), (["--hardware-file", "/nonexistent.yaml"], "not found"),
     (["--placement", "disk"], "placement"), (["--method", "h2o", "--budget", "64"], "method"),
-    (["--budget", "64", "--split", "sink"], "KEY=VALUE"), (["--budget", "64", "--split", "colour=red"], "colour"),
+    (["--budget", "64", "--method-arg", "sink"], "NAME=VALUE"),
+    (["--budget", "64", "--method-arg", "colour=red"], "colour"),
     (["--draft-model", "nope"], "nope"), (["--attention-tiling", "heads"], "attention_tiling"),
     (["--prompt-len", "128k", "--attention-tiling", "keys"], "does not fit"),
     (["--budget", "64", "--observation-length", "1.5"], "fraction of the budget in (0, 1]"),

@@ -51,6 +51,7 @@ class Setting:
             configuration stores the tokens.
         default_text: what ``from_budget`` takes when it is left out, in words.
         name: the field's name (filled in by :meth:`MethodConfig.settings`).
+        default: the field's default (filled in by :meth:`MethodConfig.settings`).
     """
 
     help: str
@@ -61,6 +62,7 @@ class Setting:
     fraction: bool = False
     default_text: str = ""
     name: str = ""
+    default: Any = None
 
     def allowed(self, *, resolved: bool = False) -> str:
         """The allowed values in words (``resolved``: as a configuration stores it, so tokens only)."""
@@ -231,8 +233,8 @@ class MethodConfig:
     @classmethod
     def settings(cls) -> tuple[Setting, ...]:
         """The method's settings, in field order: every dataclass field declared with :func:`setting`."""
-        return tuple(dataclasses.replace(f.metadata[SETTING], name=f.name) for f in dataclasses.fields(cls)
-                     if SETTING in f.metadata)
+        return tuple(dataclasses.replace(f.metadata[SETTING], name=f.name, default=f.default)
+                     for f in dataclasses.fields(cls) if SETTING in f.metadata)
 
     @classmethod
     def setting_named(cls, name: str) -> Setting:
