@@ -21,7 +21,11 @@ MODELS = ["smollm2-135m-instruct", "llama-3.1-8b-instruct", "deepseek-r1-distill
 
 
 def test_builtin_hardware():
-    assert set(list_hardware()) >= {"sn40l", "sn40l-8", "sn40l-16", "h100", "h200", "dgx-h100"}
+    from snapeval.simulator.hardware import HARDWARE_DIR
+
+    shipped = {path.stem for path in HARDWARE_DIR.glob("*.yaml")}
+    assert shipped and shipped <= set(list_hardware())
+    assert all(get_hardware(name).name == name for name in list_hardware())  # every target loads, named as listed
     rack = get_hardware("sn40l-16")
     assert rack.total_hbm_bytes == 1024e9 and rack.total_hbm_bandwidth == pytest.approx(25.6e12)  # sn40l.md
     assert get_hardware("dgx-h100").total_hbm_bandwidth == pytest.approx(26.8e12)
@@ -218,17 +222,17 @@ def test_prefill_overhead_with_the_window_a_fraction_of_the_budget():
     quarter of the prompt, as prefill attention does: the overhead is then inside the paper's 2-5% at 128K, 64K and
     32K (the window shrinks with the budget: 320, 160, 80 queries)."""
     fraction = 10 / 1024
-    runs = {p: simulate_point("deepseek-r1", "sn40l-16", p, 1024, budget=p // 4, split={"observation": fraction})
+    runs = {p: simulate_point("deepseek-r1", "sn40l-16", p, 1024, budget=p // 4, settings={"observation": fraction})
             for p in (131072, 65536, 32768)}
     assert abs(runs[131072].prefill_kernel_share["scoring"] * 100 / 2.52 - 1) < 0.10
     queries = {131072: 320, 65536: 160, 32768: 80}
     for prompt, r in runs.items():
         assert 2 <= r.prefill_overhead_fraction * 100 <= 5, prompt
         tokens = simulate_point("deepseek-r1", "sn40l-16", prompt, 1024, budget=prompt // 4,
-                                split={"observation": queries[prompt]})
+                                settings={"observation": queries[prompt]})
         assert tokens.prefill_compression_seconds == r.prefill_compression_seconds  # a fraction is only tokens
     # a fixed window of 320 queries at every prompt leaves 32K above 5% (the test below says why)
-    fixed = simulate_point("deepseek-r1", "sn40l-16", 32768, 1024, budget=8192, split={"observation": 320})
+    fixed = simulate_point("deepseek-r1", "sn40l-16", 32768, 1024, budget=8192, settings={"observation": 320})
     assert fixed.prefill_overhead_fraction > 0.05 > runs[32768].prefill_overhead_fraction
 
 
@@ -238,7 +242,7 @@ def test_prefill_overhead_with_one_window_across_contexts():
     for any compression cost growing at most linearly with the prompt: it is at least its 128K cost / 4 over a
     prefill that falls faster (attention is quadratic)."""
     def overhead(prompt):
-        r = simulate_point("deepseek-r1", "sn40l-16", prompt, 1024, budget=prompt // 4, split={"observation": 320})
+        r = simulate_point("deepseek-r1", "sn40l-16", prompt, 1024, budget=prompt // 4, settings={"observation": 320})
         return r, r.prefill_overhead_fraction * 100
 
     at_128k, share_128k = overhead(131072)

@@ -7,7 +7,7 @@ and a budget with :func:`snapeval.cache.resolve_method`, or directly.
 
 Paper names (arXiv 2511.03092) -> field: ``sink_token_length`` -> ``sink``, ``recent_token_length`` -> ``recent``,
 ``topk_length`` -> ``topk``, ``snapkv_observation_length`` -> ``observation``, ``snapkv_kernel_size`` -> ``kernel``.
-The paper does not publish its split; the defaults below come from the reference code of the methods it combines
+The paper does not publish how it divides the budget; the defaults below come from the reference code of the methods it combines
 (StreamingLLM: 4 sinks; SnapKV: observation window 32, average pooling with kernel 5, as in its released code).
 """
 from __future__ import annotations
@@ -314,10 +314,11 @@ class FullConfig(MethodConfig):
         return None
 
     @classmethod
-    def from_budget(cls, budget: int | None = None, **split) -> "FullConfig":
-        if budget is not None or split:
-            given = "budget" if budget is not None else next(iter(split))
-            raise ValueError(f"method 'full' takes no {given} (it keeps the whole cache); allowed: no budget or split")
+    def from_budget(cls, budget: int | None = None, **settings) -> "FullConfig":
+        if budget is not None or settings:
+            given = "budget" if budget is not None else next(iter(settings))
+            raise ValueError(f"method 'full' takes no {given} (it keeps the whole cache); allowed: no budget or "
+                             "settings")
         return cls()
 
 
@@ -401,7 +402,7 @@ class SnapStreamConfig(MethodConfig):
         budget in (0, 1]); the rest is top-k (an explicit ``topk`` must add up). Example: budget 1024 -> sink 4,
         recent 512, topk 508. ``observation`` is tokens (default 32) or a float fraction of the budget in (0, 1]
         (``0.01``: 328 queries at budget 32768, 82 at 8192: a window that grows with the cache). Without a budget,
-        ``recent`` and ``topk`` (and optionally ``sink``) give the split directly (a fractional ``observation``
+        ``recent`` and ``topk`` (and optionally ``sink``) give the layout directly (a fractional ``observation``
         then needs a budget). ``recent_fraction`` is the deprecated spelling of a float ``recent``.
         """
         if recent_fraction is not None:

@@ -158,6 +158,7 @@ class MethodTable:
         self._family_styles: dict[str, dict[str, MethodStyle]] = {}
         self._plugin_group = plugin_group
         self._plugins: dict[str, Any] | None = None  # name -> entry point, until loaded
+        self._loaded_plugins: list[str] = []
 
     def register(self, info: MethodInfo) -> MethodInfo:
         """Add ``info`` to the table (one-line ``ValueError`` for a taken name or a reserved setting name)."""
@@ -177,6 +178,14 @@ class MethodTable:
     def builtin_names(self) -> tuple[str, ...]:
         """snapeval's own method names (:meth:`seal_builtin`)."""
         return self._builtin
+
+    def rediscover(self) -> None:
+        """Forget the plugins found so far (loaded ones are unregistered) and look again on next use: a package
+        installed while the process runs (tests)."""
+        for name in self._loaded_plugins:
+            self.unregister(name)
+        self._loaded_plugins = []
+        self._plugins = None
 
     def _discovered(self) -> dict[str, Any]:
         """The plugin entry points not loaded yet (found once, on first use: building a parser never loads one)."""
@@ -201,6 +210,7 @@ class MethodTable:
             self.register(info)
         except ValueError as exc:
             raise SnapevalError(str(exc)) from None
+        self._loaded_plugins.append(name)
 
     def _load_plugins(self) -> None:
         for name in list(self._discovered()):

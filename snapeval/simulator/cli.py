@@ -133,15 +133,15 @@ def _split(items: list[str], observation: int | float | None) -> dict:
     return out
 
 
-def method_for(name: str | None, split: dict):
+def method_for(name: str | None, settings: dict):
     """The resolved method configuration of a budget (None: the full cache): ``name`` (default snapstream) with
-    the ``split`` fields; one-line errors from :func:`snapeval.cache.resolve_method`."""
+    its ``settings``; one-line errors from :func:`snapeval.cache.resolve_method`."""
     from snapeval.cache import resolve_method
 
     def resolve(budget: int | None):
         if budget is None and name in (None, "full"):
             return resolve_method("full")
-        return resolve_method(name or "snapstream", budget, **split)
+        return resolve_method(name or "snapstream", budget, **settings)
 
     return resolve
 

@@ -74,7 +74,7 @@ class UnusableInput(SnapevalError):
 
 @dataclass
 class Entry:
-    """One cell: its manifest view (model, task, split, ...) and its result."""
+    """One cell: its manifest view (model, task, method, budget, settings, ...) and its result."""
 
     view: dict[str, Any]
     result: Any  # CellResult
