@@ -312,3 +312,23 @@ def test_the_lm_eval_model_is_registered_as_snapeval_and_snapstream_is_a_depreca
     points = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["lm_eval.models"]
     assert points == {"snapeval": "snapeval.harness.lm_eval_model:SnapStreamLM",
                       "snapstream": "snapeval.harness.lm_eval_model:DeprecatedSnapStreamLM"}
+
+
+def test_a_press_takes_its_arguments_as_method_args(tiny_dir, capsys):
+    pytest.importorskip("kvpress")
+    from argparse import Namespace
+
+    from snapeval.cli import main as cli
+    from snapeval.harness.cli import DEPRECATED_SETTING_FLAGS, method_args
+
+    def parsed(method, method_arg=(), press_arg=()):
+        return method_args(Namespace(method=method, method_arg=list(method_arg), press_arg=list(press_arg),
+                                     **dict.fromkeys(DEPRECATED_SETTING_FLAGS)))
+
+    assert parsed("kvpress:SnapKVPress", ["window_size=8"]) == ({}, {"window_size": 8})
+    with pytest.warns(DeprecationWarning, match="--press-arg"):
+        assert parsed("kvpress:SnapKVPress", press_arg=["window_size=8"]) == ({}, {"window_size": 8})
+    assert parsed("snapstream", ["recent=0.5", "pooling=max"]) == ({"recent": 0.5, "pooling": "max"}, {})
+    assert cli(["run", "--task", "x", "--model", str(tiny_dir), "--method", "kvpress:SnapKVPress", "--budget", "16",
+                "--method-arg", "no_such_argument=1"]) == 2
+    _one_line(capsys.readouterr().err, "no_such_argument", "allowed")
