@@ -124,19 +124,22 @@ RESERVED_SETTING_PREFIXES = ("press_", "specprefill_", "sim_", "paired_", "ni_")
 #: What a setting's name looks like: a lower-case identifier (the same key in YAML, model_args and --method-arg).
 SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
-#: Entry-point groups snapeval discovers plugins in (a package's ``[project.entry-points."snapeval.methods"]``).
+#: The entry-point group of the methods installed packages add (``[project.entry-points."snapeval.methods"]``).
 METHODS_GROUP = "snapeval.methods"
 
 
 def check_setting_names(info: MethodInfo) -> None:
     """A one-line ``ValueError`` when a setting of ``info``'s method is named as something else snapeval reads
     (:data:`RESERVED_SETTING_NAMES`, :data:`RESERVED_SETTING_PREFIXES`) or is not a lower-case identifier."""
+    allowed = (f"a lower-case identifier that snapeval does not read beside the settings (not seed, budget, method, "
+               f"model, task, limit, ...: snapeval.cache.methods.RESERVED_SETTING_NAMES; not starting with "
+               f"{', '.join(RESERVED_SETTING_PREFIXES)})")
     for declared in info.settings():
         name = declared.name
-        if name in RESERVED_SETTING_NAMES or name.startswith(RESERVED_SETTING_PREFIXES) or not SETTING_NAME.match(name):
-            raise ValueError(f"method {info.name!r}: setting name {name!r} is reserved or invalid; allowed: a lower-case "
-                             f"identifier other than {', '.join(sorted(RESERVED_SETTING_NAMES))} and not starting with "
-                             f"{', '.join(RESERVED_SETTING_PREFIXES)}")
+        if name in RESERVED_SETTING_NAMES or name.startswith(RESERVED_SETTING_PREFIXES):
+            raise ValueError(f"method {info.name!r}: setting name {name!r} is reserved; allowed: {allowed}")
+        if not SETTING_NAME.match(name):
+            raise ValueError(f"method {info.name!r}: setting name {name!r} is invalid; allowed: {allowed}")
 
 
 def entry_points_of(group: str) -> list:
