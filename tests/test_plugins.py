@@ -332,3 +332,19 @@ def test_a_press_takes_its_arguments_as_method_args(tiny_dir, capsys):
     assert cli(["run", "--task", "x", "--model", str(tiny_dir), "--method", "kvpress:SnapKVPress", "--budget", "16",
                 "--method-arg", "no_such_argument=1"]) == 2
     _one_line(capsys.readouterr().err, "no_such_argument", "allowed")
+
+
+@pytest.mark.parametrize("results", ["quickstart", "kvpress"])
+def test_the_committed_tables_rebuild_byte_identical_with_another_method_registered(results, tmp_path):
+    """A method's settings are columns only of the tables that ran it: with another method registered, rebuilding a
+    committed results directory's table (its cells, the simulator, the statistics: no model runs) gives its
+    committed ``results.csv`` byte for byte."""
+    from snapeval.report.results_table import rebuild_table
+    from tests.fixtures.strided_method import ENTRY
+
+    copy = tmp_path / results
+    shutil.copytree(REPO / "results" / results, copy)
+    (copy / "results.csv").unlink()
+    with METHOD_TABLE.registered(ENTRY):
+        rebuild_table(copy)
+    assert (copy / "results.csv").read_bytes() == (REPO / "results" / results / "results.csv").read_bytes()
