@@ -657,7 +657,7 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
     # an observation window in tokens or as a fraction of the budget: the same configuration
     for window in ("320", "0.009765625"):
         assert main(["simulate", "--model", "deepseek-r1", "--prompt-len", "128k", "--budget", "32k",
-                     "--observation-length", window, "--json"]) == 0
+                     "--method-arg", f"observation={window}", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["prefill_kernel_share"]["scoring"] == pytest.approx(0.0253, 0.02)
 
 
@@ -670,7 +670,7 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
     (["--budget", "64", "--method-arg", "colour=red"], "colour"),
     (["--draft-model", "nope"], "nope"), (["--attention-tiling", "heads"], "attention_tiling"),
     (["--prompt-len", "128k", "--attention-tiling", "keys"], "does not fit"),
-    (["--budget", "64", "--observation-length", "1.5"], "fraction of the budget in (0, 1]"),
+    (["--budget", "64", "--method-arg", "observation=1.5"], "fraction of the budget in (0, 1]"),
 ])
 def test_cli_bad_values_exit_2_with_one_line(capsys, argv, match):
     from snapeval.cli import main

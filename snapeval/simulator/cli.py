@@ -69,9 +69,7 @@ def register(subparsers) -> None:
                         "fastest)")
     p.add_argument("--draft-model", default=None, help="speculative decoding with this draft model (a preset name)")
     p.add_argument("--draft-acceptance", type=float, default=0.8, help="probability a draft token is accepted")
-    p.add_argument("--observation-length", type=_window, default=None,
-                   help="SnapKV observation window of snapstream/snapkv: tokens (default 32) or a fraction of the "
-                        "budget in (0, 1] (0.01); same as --method-arg observation=N")
+    p.add_argument("--observation-length", type=_window, default=None, help=argparse.SUPPRESS)  # deprecated
     p.add_argument("--sweep", help="NAME=V1,V2,... with NAME in batch, prompt_len, gen_len, budget (full allowed), "
                                    "sockets, tp")
     p.add_argument("--plot", help="write a PNG of the sweep here")
@@ -100,12 +98,14 @@ def hardware_help() -> str:
 
 
 def _method_args(args) -> dict:
-    """``--method-arg`` (and its deprecated spelling ``--split``, with a ``DeprecationWarning``) as settings, and
-    ``--observation-length``."""
+    """``--method-arg`` as settings (and their deprecated spellings ``--split`` and ``--observation-length``, with a
+    ``DeprecationWarning``)."""
     import warnings
 
     if args.split:
         warnings.warn("--split is deprecated; use --method-arg NAME=VALUE", DeprecationWarning, 2)
+    if args.observation_length is not None:
+        warnings.warn("--observation-length is deprecated; use --method-arg observation=N", DeprecationWarning, 2)
     return _split([*args.method_arg, *args.split], args.observation_length)
 
 
