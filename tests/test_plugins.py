@@ -348,3 +348,13 @@ def test_the_committed_tables_rebuild_byte_identical_with_another_method_registe
     with METHOD_TABLE.registered(ENTRY):
         rebuild_table(copy)
     assert (copy / "results.csv").read_bytes() == (REPO / "results" / results / "results.csv").read_bytes()
+
+
+def test_contributing_shows_the_worked_example_as_the_fixture_has_it():
+    """Every line of CONTRIBUTING.md's method example (its comments aside) is a line of the fixture, which is under
+    50 lines: the guide cannot drift from the code the tests install."""
+    block = (REPO / "CONTRIBUTING.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    fixture = (REPO / "tests" / "fixtures" / "random_method.py").read_text()
+    lines = [line.split("  # ")[0].rstrip() for line in block.splitlines()]
+    assert len(fixture.splitlines()) < 50 and len([line for line in lines if line]) >= 20
+    assert [line for line in lines if line and line not in fixture.splitlines()] == []
