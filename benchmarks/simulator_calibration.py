@@ -130,7 +130,7 @@ def window_for_share(hardware="sn40l-16", share=2.52) -> float:
     """The observation window, as a fraction of the budget (a multiple of 1/1024, i.e. of 32 queries at the 32K
     budget), whose scoring share of the 128K MoE-layer prefill is closest to ``share`` %."""
     return min(WINDOW_FRACTIONS, key=lambda w: abs(simulate_point(
-        "deepseek-r1", hardware, R1_PROMPT, R1_GEN, budget=32768, split={"observation": w}
+        "deepseek-r1", hardware, R1_PROMPT, R1_GEN, budget=32768, settings={"observation": w}
     ).prefill_kernel_share["scoring"] * 100 - share))
 
 
@@ -167,7 +167,7 @@ def calibration(window: float) -> list[dict]:
                     "tokens/s", pts, note=f"step {snap.decode_step_seconds * 1e3:.1f} ms"))
     rows.append(row("SnapStream throughput gain at max batch, 128K", snap.gain_vs_full()["throughput_gain_max_batch"],
                     1832 / 434, "x", pts))
-    snap_w = r1(R1_PROMPT, 32768, 64, split={"observation": window})
+    snap_w = r1(R1_PROMPT, 32768, 64, settings={"observation": window})
     share = snap_w.prefill_kernel_share
     pts_w = pts + f", observation window {window_text(window)} (the window found for the scoring share; default 32 " \
         "gives " \
@@ -472,9 +472,9 @@ def prefill_table(window: float) -> list[dict]:
     call = hw.assumptions.kernel_call_sync_s + hw.assumptions.cross_socket_sync_s
     fixed = resolve_method("snapstream", 32768, observation=window).observation
     for prompt in CONTEXTS:
-        r = r1(prompt, prompt // 4, 1, split={"observation": window})
+        r = r1(prompt, prompt // 4, 1, settings={"observation": window})
         queries = resolve_method("snapstream", prompt // 4, observation=window).observation
-        constant = r1(prompt, prompt // 4, 1, split={"observation": fixed}).prefill_overhead_fraction * 100
+        constant = r1(prompt, prompt // 4, 1, settings={"observation": fixed}).prefill_overhead_fraction * 100
         parts = r.prefill_kernel_share
         latent = prompt * r.kv_bytes_per_token / R1_LAYERS
         out.append({"prediction": f"R1 {prompt // 1024}K, SnapStream {prompt // 4 // 1024}K: prefill overhead",
@@ -593,13 +593,13 @@ def prefill_hypotheses() -> dict:
     hw = get_hardware("sn40l-16")
     layers = {}
     for prompt in CONTEXTS:
-        r = r1(prompt, prompt // 4, 1, split={"observation": 32})
+        r = r1(prompt, prompt // 4, 1, settings={"observation": 32})
         share = r.prefill_kernel_share
         layers[prompt] = {"layer": r.prefill_compression_seconds / R1_LAYERS / (share["scoring"] + share["gather"]),
                           "base": r.prefill_seconds - r.prefill_compression_seconds}
     windows = {}  # the simulator's compression seconds and 128K scoring share at every window of the grid
     for w in WINDOW_GRID:
-        at = {p: r1(p, p // 4, 1, split={"observation": w}) for p in (CONTEXTS if w == 32 else CONTEXTS[:1])}
+        at = {p: r1(p, p // 4, 1, settings={"observation": w}) for p in (CONTEXTS if w == 32 else CONTEXTS[:1])}
         windows[w] = {"compress": {p: x.prefill_compression_seconds for p, x in at.items()},
                       "scoring": at[R1_PROMPT].prefill_kernel_share["scoring"],
                       "layer": at[R1_PROMPT].prefill_compression_seconds / R1_LAYERS / (
@@ -607,7 +607,7 @@ def prefill_hypotheses() -> dict:
 
     def overhead(w: int, extra: dict) -> dict:
         compress = windows[w]["compress"] if len(windows[w]["compress"]) == 3 else \
-            {p: r1(p, p // 4, 1, split={"observation": w}).prefill_compression_seconds for p in CONTEXTS}
+            {p: r1(p, p // 4, 1, settings={"observation": w}).prefill_compression_seconds for p in CONTEXTS}
         return {f"{p // 1024}K": (compress[p] + R1_LAYERS * extra[p]) / layers[p]["base"] * 100 for p in CONTEXTS}
 
     def share_at(w: int, extra_128k: float) -> float:
@@ -649,7 +649,7 @@ def prefill_kernel_fixed_cost() -> dict:
     what that cost does to the published 128K shares."""
     m = get_preset("deepseek-r1")
     kernels = 5 * m.num_moe_layers + 4 * m.num_dense_layers
-    at = {p: r1(p, p // 4, 1, split={"observation": 320}) for p in CONTEXTS}
+    at = {p: r1(p, p // 4, 1, settings={"observation": 320}) for p in CONTEXTS}
     base = {p: r.prefill_seconds - r.prefill_compression_seconds for p, r in at.items()}
     cost = (at[32768].prefill_compression_seconds / 0.05 - base[32768]) / kernels
     share = at[R1_PROMPT].prefill_kernel_share
@@ -745,14 +745,14 @@ def _r1_figures(hw, **deployment) -> dict[str, float]:
 
 def _overheads(window: float) -> dict[str, float]:
     """The prefill overhead at 64K and 32K (budget a quarter of the prompt) over the top of the paper's 2-5%."""
-    return {f"overhead {p // 1024}K / 5%": r1(p, p // 4, 1, split={"observation": window}).prefill_overhead_fraction
+    return {f"overhead {p // 1024}K / 5%": r1(p, p // 4, 1, settings={"observation": window}).prefill_overhead_fraction
             * 100 / 5.0 for p in CONTEXTS[1:]}
 
 
 def _shares(hw, window: float, which=("QKV projections", "attention", "output projection", "router", "MoE FFN"),
             ) -> dict[str, float]:
     share = simulate_point("deepseek-r1", hw, R1_PROMPT, R1_GEN, budget=32768,
-                           split={"observation": window}).prefill_kernel_share
+                           settings={"observation": window}).prefill_kernel_share
     names = {"scoring": "SnapKV", "gather": "ring buffer"}
     return {f"{names.get(k, k)} share / {PUBLISHED_SHARES[k]}": share[k] * 100 / PUBLISHED_SHARES[k] for k in which}
 

@@ -51,7 +51,7 @@ from snapeval.models.devices import input_device
 
 def capture_window(configs: Sequence[MethodConfig]) -> int:
     """How many of the last prompt queries a capture keeps: the largest observation window of the branches."""
-    return max([getattr(c, "observation", 1) for c in configs] + [1])
+    return max([c.window_queries() for c in configs] + [1])
 
 
 def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = False) -> None:

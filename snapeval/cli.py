@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "snapeval.stats.regress",     # regress: accuracy regression check against a baseline
     "snapeval.simulator.cli",     # simulate: SN40L memory and throughput
     "snapeval.models.cli",        # models: list the presets
+    "snapeval.catalog",           # methods, tasks, hardware: what is installed (with plugins' entry points)
     "snapeval.demo",              # demo: long-document QA, full cache vs SnapStream
 ]
 

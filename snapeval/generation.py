@@ -210,7 +210,7 @@ def generate(
         config: a method configuration (:class:`~snapeval.cache.SnapStreamConfig`, ...; it names its method), or an
             integer total budget for ``method`` (resolved by :func:`snapeval.cache.resolve_method`). ``None`` is the
             uncompressed baseline.
-        method: the method of an integer budget: ``snapstream``, ``streamingllm``, ``snapkv`` (see ``METHODS``).
+        method: the method of an integer budget: any name of the method table (``snapeval methods`` lists them).
         chat: wrap string prompts in the tokenizer's chat template.
         seed: seeds sampling (``do_sample=True``): row ``r`` samples from its own generator seeded ``seed + r``.
         on_step: called with the cache after every generation step (introspection, benchmarks).

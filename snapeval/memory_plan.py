@@ -164,7 +164,11 @@ class ModelShape:
 
 
 def _is_press(config: MethodConfig) -> bool:
-    return config.method.startswith("kvpress:")
+    """It compresses in its own prefill hooks (a kvpress press), holding the cache its hook built besides its rows:
+    its entry says (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hooks`)."""
+    from snapeval.cache.methods import method_info
+
+    return method_info(config).prefill_hooks
 
 
 def _static_rows(config: MethodConfig) -> bool:
@@ -553,6 +557,6 @@ def predict_paper_scale(device_bytes: float = 80e9, chunk: int = 8, model: str =
     configs = [resolve_method("full")] + [resolve_method(method, budget) for method in ("snapstream", "streamingllm",
                                                                                        "snapkv")
                                           for budget in PAPER_BUDGETS]
-    window = max(getattr(c, "observation", 1) for c in configs)
+    window = max(c.window_queries() for c in configs)
     return plan_group(shape, configs, [Item(PAPER_PROMPT, PAPER_NEW)] * chunk, chunk=chunk, window=window,
                       budget=int(device_bytes * (1 - MARGIN_FRACTION)), in_use=shape.weight_bytes, device="cuda:0")

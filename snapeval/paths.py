@@ -5,6 +5,7 @@ task folder, the benchmark data and the cache of converted models. Each honours 
 what               variable                default
 =================  ======================  ==========================================================================
 tasks folder       ``SNAPEVAL_TASKS_DIR``  ``snapeval/tasks`` (the task families: YAML, data, hooks, one folder each)
+more task folders  ``SNAPEVAL_TASKS_PATH`` none (folders joined by ``os.pathsep``, added to the tasks folder)
 data directory     ``SNAPEVAL_DATA_DIR``   ``shared/data`` beside the repository checkout
 cache directory    ``SNAPEVAL_CACHE_DIR``  ``$XDG_CACHE_HOME/snapeval``, else ``~/.cache/snapeval``
 =================  ======================  ==========================================================================
@@ -15,6 +16,7 @@ import os
 from pathlib import Path
 
 TASKS_DIR_ENV = "SNAPEVAL_TASKS_DIR"
+TASKS_PATH_ENV = "SNAPEVAL_TASKS_PATH"
 DATA_DIR_ENV = "SNAPEVAL_DATA_DIR"
 CACHE_DIR_ENV = "SNAPEVAL_CACHE_DIR"
 
@@ -28,6 +30,31 @@ def tasks_dir() -> Path:
     """The lm-eval task folder: ``$SNAPEVAL_TASKS_DIR`` if set, else the task families shipped in ``snapeval/tasks``."""
     env = os.environ.get(TASKS_DIR_ENV)
     return Path(env).expanduser() if env else Path(__file__).resolve().parent / "tasks"
+
+
+def task_folders(include: str | os.PathLike | None = None) -> list[Path]:
+    """Every lm-eval task folder a run reads: ``include`` when given (one folder, or folders joined by
+    ``os.pathsep``); else :func:`tasks_dir`, then the folder of each task family an installed package adds (the
+    ``snapeval.tasks`` entry points, :func:`snapeval.tasks.families.families`), then each folder of
+    ``$SNAPEVAL_TASKS_PATH``, each once."""
+    if include:
+        return [Path(p).expanduser() for p in str(include).split(os.pathsep) if p]
+    from snapeval.tasks.families import plugin_families
+
+    folders = [tasks_dir(), *(family.folder for family in plugin_families())]
+    folders += [Path(p).expanduser() for p in os.environ.get(TASKS_PATH_ENV, "").split(os.pathsep) if p]
+    return list(dict.fromkeys(folders))
+
+
+def include_path(folders: list[Path]) -> str:
+    """``folders`` as one include path (joined by ``os.pathsep``): what a sweep cell records and
+    :func:`task_folders` reads back."""
+    return os.pathsep.join(str(folder) for folder in folders)
+
+
+def include_folders(include: str | os.PathLike | None) -> list[str] | None:
+    """An include path (:func:`include_path`) as the folder list lm-eval's ``TaskManager`` takes (None: none)."""
+    return [str(folder) for folder in task_folders(include)] if include else None
 
 
 def data_dir_is_set(given: str | os.PathLike | None = None) -> bool:

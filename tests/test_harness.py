@@ -36,7 +36,7 @@ def test_roomy_budget_equals_full_for_generation_and_loglikelihood(tiny_dir, tas
         for (ll_a, greedy_a), (ll_b, greedy_b) in zip([r[0] for r in a["resps"]], [r[0] for r in b["resps"]]):
             assert math.isclose(ll_a, ll_b, rel_tol=1e-9, abs_tol=1e-9) and greedy_a == greedy_b
     info = roomy["snapeval"]
-    assert info["config"]["method"] == "snapstream" and info["config"]["split"]["recent"] == 2048
+    assert info["config"]["method"] == "snapstream" and info["config"]["settings"]["recent"] == 2048
     assert info["kv_cache_bytes"] == (4 + 2048 + 64) * 2 * 2 * 16 * 2 * 8
     assert info["prompt_tokens"] > 0 and info["decode_tokens_per_s"] > 0
 

@@ -5,6 +5,9 @@ and the example method of ``CONTRIBUTING.md`` (``tests/fixtures/strided_method.p
   greedy tokens);
 - it keeps :meth:`~snapeval.cache.config.MethodConfig.kept_tokens` tokens per layer and KV head, after prefill and
   while decoding;
+- each row of a left-padded batch of prompts of different lengths keeps what its own unpadded run keeps and decodes
+  the same greedy tokens, and every row holds its sinks and its window (a scored-selection layer's
+  ``sinks()``/``window()``) after prefill and while decoding;
 - it reports exact KV bytes: what its configuration says it holds (:meth:`~snapeval.cache.config.MethodConfig.
   cache_slots` for a fixed-size cache, its kept tokens otherwise) times the bytes of one slot;
 - it rejects a bad value of each of its declared settings, and an unknown setting, with one line naming the field,
@@ -18,23 +21,26 @@ import pytest
 import torch
 
 from snapeval.branching import BranchSet
+from snapeval.cache.base import CompressedKVCache
 from snapeval.cache import METHOD_TABLE, make_cache, resolve_method
 from snapeval.decoding import decode_step, prefill
 from snapeval.errors import SnapevalError
 from tests.conftest import TinyTokenizer, random_prompt, tiny_model
 from tests.default_presses import DEFAULT_PRESSES
+from tests.fixtures.random_method import ENTRY as RANDOM
 from tests.fixtures.strided_method import ENTRY as EXAMPLE
 
 BUDGET = 16
 PROMPTS = (60, 9)  # longer and shorter than the budget
+PADDED = (60, 23, 41, 9, 17)  # one left-padded batch: rows longer and shorter than the budget
 DECODED = 5
 
-METHODS = [*METHOD_TABLE.names(), EXAMPLE.name]
+METHODS = [*METHOD_TABLE.names(), EXAMPLE.name, RANDOM.name]
 
 
 @pytest.fixture(autouse=True, scope="module")
 def example_registered():
-    with METHOD_TABLE.registered(EXAMPLE):
+    with METHOD_TABLE.registered(EXAMPLE), METHOD_TABLE.registered(RANDOM):
         yield
 
 
@@ -131,6 +137,56 @@ def test_it_keeps_its_kept_tokens_and_reports_exact_kv_bytes(model, name, args, 
         assert config.kept_tokens(length, generated) <= config.cache_slots(length, max(generated, 1))
 
 
+def kept_positions(cache, layer: int, row: int) -> list[list[int]]:
+    """Per KV head, the sorted positions the row holds."""
+    return [sorted(p for p in head.tolist() if p >= 0) for head in cache.slot_positions(layer)[row]]
+
+
+def edges(cache, layer: int, length: int) -> set[int]:
+    """The positions a row of ``length`` tokens must hold: its sinks and its window (a scored-selection layer's)."""
+    from snapeval.cache.selection import ScoredSelectionLayer
+
+    held = cache.layers[layer]
+    if not isinstance(held, ScoredSelectionLayer):
+        return set()
+    return set(range(min(held.sinks(), length))) | set(range(max(0, length - held.window()), length))
+
+
+def left_padded(prompts):
+    """``(input_ids, attention_mask, position_ids)`` of a left-padded batch, as ``model.generate`` feeds them."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask, (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_left_padded_rows_keep_and_decode_what_each_row_alone_does(model, name):
+    from snapeval import generate
+
+    config = config_of(name)
+    prompts = [random_prompt(n, seed=n) for n in PADDED]
+    ids, mask, positions = left_padded(prompts)
+    cache = make_cache(model, config)
+    prefill(model, cache, ids, attention_mask=mask, position_ids=positions, cache_position=torch.arange(ids.shape[1]))
+    compressed = isinstance(cache, CompressedKVCache)  # the full cache holds the padding too (masked)
+    for row, prompt in enumerate(prompts if compressed else ()):
+        _, own = own_prefill(model, config, prompt)
+        for layer in range(model.config.num_hidden_layers):
+            kept = kept_positions(cache, layer, row)
+            assert kept == kept_positions(own, layer, 0), (row, layer)
+            assert all(edges(own, layer, len(prompt)) <= set(head) for head in kept), (row, layer)
+        own_logits, own = own_prefill(model, config, prompt)
+        greedy(model, own, own_logits, len(prompt))
+        for layer in range(model.config.num_hidden_layers):  # the window follows the decoded tokens
+            window = edges(own, layer, len(prompt) + DECODED)
+            assert all(window <= set(head) for head in kept_positions(own, layer, 0)), (row, layer)
+    batched = generate(model, TinyTokenizer(), prompts, config=config, max_new_tokens=DECODED)
+    for row, prompt in enumerate(prompts):
+        alone = generate(model, TinyTokenizer(), [prompt], config=config, max_new_tokens=DECODED)
+        assert batched[row].token_ids == alone[0].token_ids, row
+
+
 def bad_values(setting) -> list:
     """Values its declaration rules out: the wrong type, below its minimum, an even kernel, a string not among its
     choices."""
@@ -193,7 +249,7 @@ def test_the_example_method_runs_through_the_lm_eval_model(tiny_dir, task_dir):
 
     out = evaluate({"pretrained": str(tiny_dir), "dtype": "float64", "batch_size": 2, "method": "strided",
                     "budget": 32, "stride": "3"}, ["tiny_gen"], include_path=task_dir, log_samples=True)
-    assert out["snapeval"]["config"]["split"]["stride"] == 3
+    assert out["snapeval"]["config"]["settings"]["stride"] == 3
     assert out["snapeval"]["kv_cache_bytes"] > 0 and out["samples"]["tiny_gen"]
     with pytest.raises(SnapevalError) as err:
         evaluate({"pretrained": str(tiny_dir), "method": "strided", "budget": 32, "stride": "0"}, ["tiny_gen"],
@@ -209,12 +265,12 @@ def test_the_example_method_runs_through_the_cli(tiny_dir, task_dir, tmp_path, m
     monkeypatch.setenv("SNAPEVAL_TASKS_DIR", str(task_dir))
     argv = ["run", "--task", "tiny_gen", "--model", str(tiny_dir), "--dtype", "float64", "--method", "strided",
             "--budget", "32"]
-    assert cli([*argv, "--stride", "0"]) == 2
+    assert cli([*argv, "--method-arg", "stride=0"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "stride=0" in err and "allowed" in err
     out = tmp_path / "run.json"
-    assert cli([*argv, "--stride", "3", "--limit", "2", "--output", str(out)]) == 0
-    assert json.loads(out.read_text())["snapeval"]["config"]["split"]["stride"] == 3
+    assert cli([*argv, "--method-arg", "stride=3", "--limit", "2", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["snapeval"]["config"]["settings"]["stride"] == 3
 
 
 def test_the_example_method_is_a_sweep_method_entry():

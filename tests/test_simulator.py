@@ -21,7 +21,11 @@ MODELS = ["smollm2-135m-instruct", "llama-3.1-8b-instruct", "deepseek-r1-distill
 
 
 def test_builtin_hardware():
-    assert set(list_hardware()) >= {"sn40l", "sn40l-8", "sn40l-16", "h100", "h200", "dgx-h100"}
+    from snapeval.simulator.hardware import HARDWARE_DIR
+
+    shipped = {path.stem for path in HARDWARE_DIR.glob("*.yaml")}
+    assert shipped and shipped <= set(list_hardware())
+    assert all(get_hardware(name).name == name for name in list_hardware())  # every target loads, named as listed
     rack = get_hardware("sn40l-16")
     assert rack.total_hbm_bytes == 1024e9 and rack.total_hbm_bandwidth == pytest.approx(25.6e12)  # sn40l.md
     assert get_hardware("dgx-h100").total_hbm_bandwidth == pytest.approx(26.8e12)
@@ -218,17 +222,17 @@ def test_prefill_overhead_with_the_window_a_fraction_of_the_budget():
     quarter of the prompt, as prefill attention does: the overhead is then inside the paper's 2-5% at 128K, 64K and
     32K (the window shrinks with the budget: 320, 160, 80 queries)."""
     fraction = 10 / 1024
-    runs = {p: simulate_point("deepseek-r1", "sn40l-16", p, 1024, budget=p // 4, split={"observation": fraction})
+    runs = {p: simulate_point("deepseek-r1", "sn40l-16", p, 1024, budget=p // 4, settings={"observation": fraction})
             for p in (131072, 65536, 32768)}
     assert abs(runs[131072].prefill_kernel_share["scoring"] * 100 / 2.52 - 1) < 0.10
     queries = {131072: 320, 65536: 160, 32768: 80}
     for prompt, r in runs.items():
         assert 2 <= r.prefill_overhead_fraction * 100 <= 5, prompt
         tokens = simulate_point("deepseek-r1", "sn40l-16", prompt, 1024, budget=prompt // 4,
-                                split={"observation": queries[prompt]})
+                                settings={"observation": queries[prompt]})
         assert tokens.prefill_compression_seconds == r.prefill_compression_seconds  # a fraction is only tokens
     # a fixed window of 320 queries at every prompt leaves 32K above 5% (the test below says why)
-    fixed = simulate_point("deepseek-r1", "sn40l-16", 32768, 1024, budget=8192, split={"observation": 320})
+    fixed = simulate_point("deepseek-r1", "sn40l-16", 32768, 1024, budget=8192, settings={"observation": 320})
     assert fixed.prefill_overhead_fraction > 0.05 > runs[32768].prefill_overhead_fraction
 
 
@@ -238,7 +242,7 @@ def test_prefill_overhead_with_one_window_across_contexts():
     for any compression cost growing at most linearly with the prompt: it is at least its 128K cost / 4 over a
     prefill that falls faster (attention is quadratic)."""
     def overhead(prompt):
-        r = simulate_point("deepseek-r1", "sn40l-16", prompt, 1024, budget=prompt // 4, split={"observation": 320})
+        r = simulate_point("deepseek-r1", "sn40l-16", prompt, 1024, budget=prompt // 4, settings={"observation": 320})
         return r, r.prefill_overhead_fraction * 100
 
     at_128k, share_128k = overhead(131072)
@@ -639,9 +643,9 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
                  "--prompt-len", "131072"]) == 0
     sweep = json.loads(capsys.readouterr().out)
     assert [p["fits"] for p in sweep["points"]] == [True, True, False]
-    # any method of the table, its split, a budget sweep of that method, a draft model
+    # any method of the table, its settings, a budget sweep of that method, a draft model
     assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
-                 "--method", "snapkv", "--budget", "2048", "--split", "kernel=7", "--json"]) == 0
+                 "--method", "snapkv", "--budget", "2048", "--method-arg", "kernel=7", "--json"]) == 0
     point = json.loads(capsys.readouterr().out)
     assert point["method"] == "snapkv@2048" and point["kv_bytes_per_seq"] == (2048 + 1024) * 131072
     assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
@@ -653,7 +657,7 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
     # an observation window in tokens or as a fraction of the budget: the same configuration
     for window in ("320", "0.009765625"):
         assert main(["simulate", "--model", "deepseek-r1", "--prompt-len", "128k", "--budget", "32k",
-                     "--observation-length", window, "--json"]) == 0
+                     "--method-arg", f"observation={window}", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["prefill_kernel_share"]["scoring"] == pytest.approx(0.0253, 0.02)
 
 
@@ -662,10 +666,11 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
     (["--tp", "3"], "tp"), (["--sweep", "color=1,2"], "sweep"), (["--sweep", "batch=a"], "integer"),
     (["--plot", "x.png"], "--sweep"), (["--hardware-file", "/nonexistent.yaml"], "not found"),
     (["--placement", "disk"], "placement"), (["--method", "h2o", "--budget", "64"], "method"),
-    (["--budget", "64", "--split", "sink"], "KEY=VALUE"), (["--budget", "64", "--split", "colour=red"], "colour"),
+    (["--budget", "64", "--method-arg", "sink"], "NAME=VALUE"),
+    (["--budget", "64", "--method-arg", "colour=red"], "colour"),
     (["--draft-model", "nope"], "nope"), (["--attention-tiling", "heads"], "attention_tiling"),
     (["--prompt-len", "128k", "--attention-tiling", "keys"], "does not fit"),
-    (["--budget", "64", "--observation-length", "1.5"], "fraction of the budget in (0, 1]"),
+    (["--budget", "64", "--method-arg", "observation=1.5"], "fraction of the budget in (0, 1]"),
 ])
 def test_cli_bad_values_exit_2_with_one_line(capsys, argv, match):
     from snapeval.cli import main

@@ -9,7 +9,8 @@ method          cache                          what is kept
 ``snapkv``      :class:`SnapKVCache`           SnapKV selection + observation window, grows in decode
 =============== ============================== ======================================================
 
-The table itself (names, configuration and cache classes) is :data:`METHOD_TABLE` in :mod:`snapeval.cache.methods`.
+The table itself (names, configuration and cache classes) is :data:`METHOD_TABLE` in :mod:`snapeval.cache.methods`;
+installed packages add theirs through the ``snapeval.methods`` entry points (``snapeval methods`` lists every one).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ and a budget with :func:`snapeval.cache.resolve_method`, or directly.
 
 Paper names (arXiv 2511.03092) -> field: ``sink_token_length`` -> ``sink``, ``recent_token_length`` -> ``recent``,
 ``topk_length`` -> ``topk``, ``snapkv_observation_length`` -> ``observation``, ``snapkv_kernel_size`` -> ``kernel``.
-The paper does not publish its split; the defaults below come from the reference code of the methods it combines
+The paper does not publish how it divides the budget; the defaults below come from the reference code of the methods it combines
 (StreamingLLM: 4 sinks; SnapKV: observation window 32, average pooling with kernel 5, as in its released code).
 """
 from __future__ import annotations
@@ -51,6 +51,7 @@ class Setting:
             configuration stores the tokens.
         default_text: what ``from_budget`` takes when it is left out, in words.
         name: the field's name (filled in by :meth:`MethodConfig.settings`).
+        default: the field's default (filled in by :meth:`MethodConfig.settings`).
     """
 
     help: str
@@ -61,6 +62,7 @@ class Setting:
     fraction: bool = False
     default_text: str = ""
     name: str = ""
+    default: Any = None
 
     def allowed(self, *, resolved: bool = False) -> str:
         """The allowed values in words (``resolved``: as a configuration stores it, so tokens only)."""
@@ -124,7 +126,10 @@ def _require_int(field: str, value, minimum: int, owner: str) -> None:
         raise ValueError(f"{owner}.{field}={value!r} is invalid; allowed: an integer >= {minimum}")
 
 
-def _require_budget(budget, owner_class) -> None:
+def check_budget(budget, owner_class) -> None:
+    """A one-line ``ValueError`` unless ``budget`` is an integer in ``MIN_BUDGET..MAX_BUDGET`` (naming
+    ``owner_class``, a configuration class with a ``method``): what every budgeted method's ``from_budget`` checks
+    first."""
     if budget is None:
         raise ValueError(f"method={owner_class.method!r} needs a budget (an integer >= {MIN_BUDGET})")
     _require_int("budget", budget, MIN_BUDGET, owner_class.__name__)
@@ -228,8 +233,8 @@ class MethodConfig:
     @classmethod
     def settings(cls) -> tuple[Setting, ...]:
         """The method's settings, in field order: every dataclass field declared with :func:`setting`."""
-        return tuple(dataclasses.replace(f.metadata[SETTING], name=f.name) for f in dataclasses.fields(cls)
-                     if SETTING in f.metadata)
+        return tuple(dataclasses.replace(f.metadata[SETTING], name=f.name, default=f.default)
+                     for f in dataclasses.fields(cls) if SETTING in f.metadata)
 
     @classmethod
     def setting_named(cls, name: str) -> Setting:
@@ -278,6 +283,11 @@ class MethodConfig:
         check_lengths(prompt, 0)
         return PrefillWork()
 
+    def window_queries(self) -> int:
+        """How many of the last prompt queries its compression reads (SnapKV's observation window; 1 when it reads
+        none): what a shared prefill's capture keeps (:mod:`snapeval.branching`) and the memory plan sizes."""
+        return 1
+
     def identity(self) -> dict[str, Any]:
         """``{"method": ..., "budget": ..., <every field>}``: what makes two configurations the same experiment."""
         out = {"method": self.method, **asdict(self)}
@@ -304,10 +314,11 @@ class FullConfig(MethodConfig):
         return None
 
     @classmethod
-    def from_budget(cls, budget: int | None = None, **split) -> "FullConfig":
-        if budget is not None or split:
-            given = "budget" if budget is not None else next(iter(split))
-            raise ValueError(f"method 'full' takes no {given} (it keeps the whole cache); allowed: no budget or split")
+    def from_budget(cls, budget: int | None = None, **settings) -> "FullConfig":
+        if budget is not None or settings:
+            given = "budget" if budget is not None else next(iter(settings))
+            raise ValueError(f"method 'full' takes no {given} (it keeps the whole cache); allowed: no budget or "
+                             "settings")
         return cls()
 
 
@@ -356,6 +367,9 @@ class SnapStreamConfig(MethodConfig):
         """Total cache slots per layer and KV head: ``sink + recent + topk``."""
         return self.sink + self.recent + self.topk
 
+    def window_queries(self) -> int:
+        return self.observation
+
     def prefill_work(self, prompt: int) -> PrefillWork:
         """A prompt longer than the budget: the last ``observation`` queries score the middle candidates (between
         the sinks and the ring; none without top-k), and ``budget`` tokens are gathered into the layout."""
@@ -388,7 +402,7 @@ class SnapStreamConfig(MethodConfig):
         budget in (0, 1]); the rest is top-k (an explicit ``topk`` must add up). Example: budget 1024 -> sink 4,
         recent 512, topk 508. ``observation`` is tokens (default 32) or a float fraction of the budget in (0, 1]
         (``0.01``: 328 queries at budget 32768, 82 at 8192: a window that grows with the cache). Without a budget,
-        ``recent`` and ``topk`` (and optionally ``sink``) give the split directly (a fractional ``observation``
+        ``recent`` and ``topk`` (and optionally ``sink``) give the layout directly (a fractional ``observation``
         then needs a budget). ``recent_fraction`` is the deprecated spelling of a float ``recent``.
         """
         if recent_fraction is not None:
@@ -402,7 +416,7 @@ class SnapStreamConfig(MethodConfig):
                                  "a budget allowed: an integer >= 1")
             return cls(sink=DEFAULT_SINK if sink is None else sink, recent=recent, topk=topk, observation=observation,
                        kernel=kernel, pooling=pooling)
-        _require_budget(budget, cls)
+        check_budget(budget, cls)
         observation = cls.setting_named("observation").in_tokens(observation, budget, cls.__name__)
         fraction = DEFAULT_RECENT_FRACTION
         if recent is not None:
@@ -458,7 +472,7 @@ class StreamingLLMConfig(MethodConfig):
     def from_budget(cls, budget: int, *, sink: int | None = None, recent: int | None = None) -> "StreamingLLMConfig":
         """``budget`` slots: ``sink`` attention sinks (default 4) and a ring of ``budget - sink`` recent tokens (an
         explicit ``recent`` must add up)."""
-        _require_budget(budget, cls)
+        check_budget(budget, cls)
         sink = _default_sink(budget, sink, cls.__name__)
         if recent is not None and recent != budget - sink:
             raise ValueError(f"{cls.__name__}.recent={recent!r} does not add up: budget {budget} = sink {sink} + "
@@ -489,6 +503,9 @@ class SnapKVConfig(MethodConfig):
                 f"SnapKVConfig.observation={self.observation} is invalid; allowed: 1..budget ({self.budget})"
             )
 
+    def window_queries(self) -> int:
+        return self.observation
+
     def prefill_work(self, prompt: int) -> PrefillWork:
         """A prompt longer than the budget: the last ``observation`` queries score every earlier token; ``budget``
         tokens are gathered, as two pieces (the selected tokens and the window)."""
@@ -503,11 +520,38 @@ class SnapKVConfig(MethodConfig):
                     pooling: str = DEFAULT_POOLING) -> "SnapKVConfig":
         """The observation window defaults to 32, or half the budget when the budget is under 64; it may be given
         as tokens or as a float fraction of the budget in (0, 1]."""
-        _require_budget(budget, cls)
+        check_budget(budget, cls)
         if observation is None:
             observation = min(DEFAULT_OBSERVATION, max(1, budget // 2))
         observation = cls.setting_named("observation").in_tokens(observation, budget, cls.__name__)
         return cls(budget=budget, observation=observation, kernel=kernel, pooling=pooling)
+
+
+@dataclass(frozen=True)
+class SelectionConfig(MethodConfig):
+    """The settings of a scored-selection method (:mod:`snapeval.cache.selection`): a ``budget`` of prompt tokens
+    kept per layer and KV head, then every decoded token appended. A subclass names its ``method`` and declares its
+    settings with :func:`setting`; the budget and the settings are checked here (one-line ``ValueError``)."""
+
+    budget: int
+
+    def __post_init__(self) -> None:
+        check_budget(self.budget, type(self))
+        self.check_settings()
+
+    @classmethod
+    def from_budget(cls, budget: int | None, **settings) -> "SelectionConfig":
+        """``budget`` prompt tokens; a setting left out takes its declared default."""
+        check_budget(budget, cls)
+        return cls(budget=budget, **settings)
+
+    def prefill_work(self, prompt: int) -> PrefillWork:
+        """A prompt longer than the budget: every prompt token scored and ranked, ``budget`` tokens gathered (one
+        index list)."""
+        check_lengths(prompt, 0)
+        if prompt <= self.budget:
+            return PrefillWork()
+        return PrefillWork(scored_tokens=prompt, gathered_tokens=self.budget, gathered_segments=1)
 
 
 def streamingllm_config(budget: int, sink: int | None = None) -> StreamingLLMConfig:

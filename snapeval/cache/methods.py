@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
@@ -76,6 +77,10 @@ class MethodInfo:
         """What a user may set besides the budget (declared on the configuration class)."""
         return self.config_class().settings()
 
+    def setting_names(self) -> tuple[str, ...]:
+        """The names of :meth:`settings`."""
+        return tuple(s.name for s in self.settings())
+
     @property
     def fixed_size(self) -> bool:
         """The cache never grows while decoding (its rows have ``budget`` slots): the configuration class says."""
@@ -98,19 +103,121 @@ class MethodInfo:
         return issubclass(self.static_cache_class(), CompressedKVCache)
 
 
-class MethodTable:
-    """Methods by name, plus families (``prefix:Name``) that resolve their names on demand."""
+#: Names no setting may take: the keys beside a method's settings in a sweep's method entry, the lm-eval model's
+#: own model_args, the ``snapeval run`` flags, a cell view's fields and the results table's fixed columns (a setting
+#: named ``seed`` would shadow the run's seed everywhere). Refused when a method is registered.
+RESERVED_SETTING_NAMES = frozenset({
+    # a sweep's method entry, a method's resolution
+    "method", "budget", "budgets", "press", "settings", "config", "cache_config", "policy",
+    # the lm-eval model's model_args and the `snapeval run` flags
+    "pretrained", "model", "dtype", "device", "device_map", "batch_size", "max_gen_toks", "max_length", "engine",
+    "engine_slots", "loaded", "shared", "tokenizer", "task", "tasks", "limit", "seed", "seeds", "metadata", "data_dir",
+    "output", "method_arg", "press_arg", "generation",
+    # a cell view's fields and the results table's fixed columns
+    "cell_id", "label", "simulate_as", "metric", "group_id", "subtask", "filter", "primary", "higher_is_better",
+    "value", "stderr", "n_samples", "kv_cache_bytes", "decode_tokens_per_s", "prefill_tokens_per_s",
+    "prompt_tokens", "generated_tokens", "wall_s", "deterministic", "generations_sha256", "items_worse",
+    "items_better", "non_inferior", "smallest_ni_budget",
+})
+#: Prefixes no setting may start with (lm-eval model_args and results-table column families).
+RESERVED_SETTING_PREFIXES = ("press_", "specprefill_", "sim_", "paired_", "ni_")
+#: What a setting's name looks like: a lower-case identifier (the same key in YAML, model_args and --method-arg).
+SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
-    def __init__(self) -> None:
+#: The entry-point group of the methods installed packages add (``[project.entry-points."snapeval.methods"]``).
+METHODS_GROUP = "snapeval.methods"
+
+
+def check_setting_names(info: MethodInfo) -> None:
+    """A one-line ``ValueError`` when a setting of ``info``'s method is named as something else snapeval reads
+    (:data:`RESERVED_SETTING_NAMES`, :data:`RESERVED_SETTING_PREFIXES`) or is not a lower-case identifier."""
+    allowed = (f"a lower-case identifier that snapeval does not read beside the settings (not seed, budget, method, "
+               f"model, task, limit, ...: snapeval.cache.methods.RESERVED_SETTING_NAMES; not starting with "
+               f"{', '.join(RESERVED_SETTING_PREFIXES)})")
+    for declared in info.settings():
+        name = declared.name
+        if name in RESERVED_SETTING_NAMES or name.startswith(RESERVED_SETTING_PREFIXES):
+            raise ValueError(f"method {info.name!r}: setting name {name!r} is reserved; allowed: {allowed}")
+        if not SETTING_NAME.match(name):
+            raise ValueError(f"method {info.name!r}: setting name {name!r} is invalid; allowed: {allowed}")
+
+
+def entry_points_of(group: str) -> list:
+    """The installed entry points of ``group`` (``importlib.metadata``), by name; none loaded."""
+    from importlib.metadata import entry_points
+
+    return sorted(entry_points(group=group), key=lambda ep: ep.name)
+
+
+class MethodTable:
+    """Methods by name, plus families (``prefix:Name``) that resolve their names on demand, plus the methods of
+    installed packages (the ``snapeval.methods`` entry-point group, each naming a :class:`MethodInfo`: found when a
+    name is first looked up, loaded when first used)."""
+
+    def __init__(self, plugin_group: str | None = None) -> None:
         self._methods: dict[str, MethodInfo] = {}
+        self._builtin: tuple[str, ...] = ()
         self._families: dict[str, Callable[[str], MethodInfo]] = {}
         self._family_styles: dict[str, dict[str, MethodStyle]] = {}
+        self._plugin_group = plugin_group
+        self._plugins: dict[str, Any] | None = None  # name -> entry point, until loaded
+        self._loaded_plugins: list[str] = []
 
     def register(self, info: MethodInfo) -> MethodInfo:
+        """Add ``info`` to the table (one-line ``ValueError`` for a taken name or a reserved setting name)."""
         if info.name in self._methods:
             raise ValueError(f"method {info.name!r} is already registered")
+        if not isinstance(info.name, str) or not info.name or ":" in info.name:
+            raise ValueError(f"method name {info.name!r} is invalid; allowed: a non-empty name without ':'")
+        check_setting_names(info)
         self._methods[info.name] = info
         return info
+
+    def seal_builtin(self) -> None:
+        """The methods registered so far are snapeval's own: their settings are the results table's fixed setting
+        columns (:meth:`column_settings`)."""
+        self._builtin = tuple(self._methods)
+
+    def builtin_names(self) -> tuple[str, ...]:
+        """snapeval's own method names (:meth:`seal_builtin`)."""
+        return self._builtin
+
+    def rediscover(self) -> None:
+        """Forget the plugins found so far (loaded ones are unregistered) and look again on next use: a package
+        installed while the process runs (tests)."""
+        for name in self._loaded_plugins:
+            self.unregister(name)
+        self._loaded_plugins = []
+        self._plugins = None
+
+    def _discovered(self) -> dict[str, Any]:
+        """The plugin entry points not loaded yet (found once, on first use: building a parser never loads one)."""
+        if self._plugins is None:
+            self._plugins = {}
+            if self._plugin_group:
+                self._plugins = {ep.name: ep for ep in entry_points_of(self._plugin_group)
+                                 if ep.name not in self._methods}
+        return self._plugins
+
+    def _load_plugin(self, name: str) -> None:
+        entry = self._discovered().pop(name)
+        try:
+            info = entry.load()
+        except Exception as exc:  # a broken plugin must not hide the others: say which, in one line
+            raise SnapevalError(f"method {name!r} (entry point {entry.value!r} of {self._plugin_group}) cannot be "
+                                f"loaded: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        if not isinstance(info, MethodInfo) or info.name != name:
+            raise SnapevalError(f"entry point {name!r} of {self._plugin_group} must name a MethodInfo called {name!r}; "
+                                f"got {info!r}")
+        try:
+            self.register(info)
+        except ValueError as exc:
+            raise SnapevalError(str(exc)) from None
+        self._loaded_plugins.append(name)
+
+    def _load_plugins(self) -> None:
+        for name in list(self._discovered()):
+            self._load_plugin(name)
 
     def unregister(self, name: str) -> None:
         self._methods.pop(name, None)
@@ -135,53 +242,55 @@ class MethodTable:
     def style(self, name: str) -> MethodStyle | None:
         """How reports draw ``name``: its entry's style, or its family's, without resolving a family's method (so a
         report never imports an optional package). None: not declared."""
-        if name in self._methods:
-            return self._methods[name].style
+        if name in self._methods or name in self._discovered():
+            return self.get(name).style
         prefix = name.split(":", 1)[0] if isinstance(name, str) and ":" in name else None
         return self._family_styles.get(prefix, {}).get(name)
 
     def is_reference(self, name: str) -> bool:
         """Whether ``name`` is the uncompressed reference every other cell of its group is paired with (a registered
         method only: a family's methods never are)."""
+        if isinstance(name, str) and name in self._discovered():
+            self._load_plugin(name)
         return name in self._methods and self._methods[name].reference
 
     def names(self) -> tuple[str, ...]:
-        """The registered method names, in table order (families' names are resolved on demand)."""
+        """The method names, in table order, installed plugins' after snapeval's own (families' names are resolved
+        on demand). Loads every plugin."""
+        self._load_plugins()
         return tuple(self._methods)
 
-    def settings(self) -> tuple[Setting, ...]:
-        """Every registered method's settings, in table order, each name once (its first declaration)."""
+    def settings(self, methods=None) -> tuple[Setting, ...]:
+        """The settings of ``methods`` (default: every method of the table), in table order, each name once (its
+        first declaration)."""
         first: dict[str, Setting] = {}
-        for info in self._methods.values():
-            for declared in info.settings():
+        for name in self.names() if methods is None else methods:
+            for declared in self.get(name).settings():
                 first.setdefault(declared.name, declared)
         return tuple(first.values())
 
-    def setting_names(self) -> tuple[str, ...]:
-        """The names of :meth:`settings`: the results table's and a cell view's setting columns, the keys
-        ``regress`` matches cells on, the ``snapeval run`` flags."""
-        return tuple(s.name for s in self.settings())
+    def setting_names(self, methods=None) -> tuple[str, ...]:
+        """The names of :meth:`settings` (``methods``: default every method of the table)."""
+        return tuple(s.name for s in self.settings(methods))
 
-    def setting_help(self, name: str) -> str:
-        """``--help`` of a setting: what it sets, then per method that has it its allowed values and default (methods
-        that declare it alike are named together)."""
-        alike: dict[tuple[str, str], list[str]] = {}
-        helps = []
-        for info in self._methods.values():
-            for declared in info.settings():
-                if declared.name == name:
-                    helps.append(declared.help)
-                    alike.setdefault((declared.allowed(), declared.default_text), []).append(info.name)
-        parts = [f"{', '.join(methods)}: {allowed}" + (f", default {default}" if default else "")
-                 for (allowed, default), methods in alike.items()]
-        return f"{helps[0]} ({'; '.join(parts)})"
+    def column_settings(self, methods=()) -> tuple[str, ...]:
+        """The setting columns of a results table or a cell view whose cells ran ``methods``: snapeval's own
+        methods' settings, always (so the shipped tables' columns never move), then the settings of the other
+        ``methods`` (a plugin's settings are columns only of the tables that ran it). A family's method adds none."""
+        others = [m for m in dict.fromkeys(methods) if m not in self._builtin and isinstance(m, str) and ":" not in m
+                  and m in self]
+        return tuple(dict.fromkeys([*self.setting_names(self._builtin), *self.setting_names(others)]))
 
     def allowed(self) -> str:
+        """Every method name, without loading a plugin (``--help``, error messages)."""
         families = [f"{prefix}:<Name>" for prefix in self._families]
-        return ", ".join([*self._methods, *families])
+        return ", ".join([*self._methods, *self._discovered(), *families])
 
     def get(self, name: Any) -> MethodInfo:
         if isinstance(name, str) and name in self._methods:
+            return self._methods[name]
+        if isinstance(name, str) and name in self._discovered():
+            self._load_plugin(name)
             return self._methods[name]
         if isinstance(name, str) and ":" in name:
             prefix = name.split(":", 1)[0]
@@ -199,7 +308,7 @@ class MethodTable:
         return True
 
 
-METHOD_TABLE = MethodTable()
+METHOD_TABLE = MethodTable(plugin_group=METHODS_GROUP)
 for _info in (
     MethodInfo("full", "snapeval.cache.config:FullConfig", "snapeval.cache.full:FullCache",
                branches=True, summary="every token (Hugging Face DynamicCache)",
@@ -217,6 +326,7 @@ for _info in (
                style=MethodStyle("snapkv", "tab:green", "^", rank=2)),
 ):
     METHOD_TABLE.register(_info)
+METHOD_TABLE.seal_builtin()
 
 #: How reports draw the kvpress presses of the baselines (any other press gets a spare colour per figure).
 _PRESS_STYLES = {f"kvpress:{press}": MethodStyle(f"kvpress:{press}", color, marker, rank)
@@ -228,8 +338,8 @@ _PRESS_STYLES = {f"kvpress:{press}": MethodStyle(f"kvpress:{press}", color, mark
 METHOD_TABLE.register_family("kvpress", lambda name: load_object("snapeval.cache.kvpress:resolve_family")(name),
                              styles=_PRESS_STYLES)
 
-#: The built-in method names (the kvpress family comes on top: ``kvpress:<Press>``).
-METHODS = METHOD_TABLE.names()
+#: The built-in method names (the kvpress family and installed plugins come on top).
+METHODS = METHOD_TABLE.builtin_names()
 
 
 def method_info(method: str | MethodConfig) -> MethodInfo:

@@ -79,3 +79,10 @@ def snapkv_scores(queries, keys, key_valid, candidate, *, scaling: float, kernel
     """:func:`window_attention` then :func:`pooled_scores`: ``[B, Hkv, L]`` scores of the candidates."""
     summed = window_attention(queries, keys, key_valid, scaling=scaling)
     return pooled_scores(summed, candidate, kernel=kernel, pooling=pooling)
+
+
+def observation_scores(prompt, candidate: torch.Tensor, observation: int, *, kernel: int, pooling: str) -> torch.Tensor:
+    """SnapKV's scores of a prefilled ``prompt`` (a :class:`~snapeval.cache.base.LayerPrompt`): its last
+    ``observation`` queries' attention (computed once per window size and shared, ``prompt.window_attention``), then
+    :func:`pooled_scores` over ``candidate`` ``[B, L]``. ``[B, Hkv, L]``."""
+    return pooled_scores(prompt.window_attention(observation), candidate, kernel=kernel, pooling=pooling)

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from snapeval.cache.base import CompressedKVCache, CompressedLayer
+from snapeval.cache.base import CompressedKVCache
 from snapeval.cache.config import SnapStreamConfig
-from snapeval.cache.scoring import pooled_scores
+from snapeval.cache.scoring import observation_scores
+from snapeval.cache.selection import ScoredSelectionLayer, edge_tokens, top_indices
+
+__all__ = ["SnapStreamCache", "SnapStreamLayer", "ring_slot", "top_indices"]
 
 
 def ring_slot(position: torch.Tensor, sink: int, recent: int) -> torch.Tensor:
@@ -26,12 +29,26 @@ def ring_slot(position: torch.Tensor, sink: int, recent: int) -> torch.Tensor:
     return torch.where(position < sink, position, ring)
 
 
-class SnapStreamLayer(CompressedLayer):
+class SnapStreamLayer(ScoredSelectionLayer):
+    """Its top-k part is the scored-selection base's (SnapKV's :meth:`score`, top-``topk`` per KV head of the middle);
+    the sinks and the ring are laid out by position, and decoded tokens go to the ring (not appended)."""
+
     config: SnapStreamConfig
+    appends = False
+
+    def score(self, prompt, candidate):
+        cfg = self.config
+        return observation_scores(prompt, candidate, cfg.observation, kernel=cfg.kernel, pooling=cfg.pooling)
+
+    def sinks(self) -> int:
+        return self.config.sink
+
+    def window(self) -> int:
+        return self.config.recent
 
     def select(self, prompt):
         cfg = self.config
-        batch, num_heads, length, _ = prompt.keys.shape
+        batch, num_heads = prompt.keys.shape[:2]
         device = prompt.keys.device
         lengths, padding = prompt.lengths, prompt.padding
         lengths_ = lengths[:, None]
@@ -45,14 +62,18 @@ class SnapStreamLayer(CompressedLayer):
         sink_ring = torch.cat([sink_pos, ring_pos], dim=1)  # [B, sink + recent] positions
         index = torch.where(sink_ring >= 0, sink_ring + padding[:, None], -1)[:, None].expand(-1, num_heads, -1)
 
-        top = torch.full((batch, num_heads, cfg.topk), -1, dtype=torch.long, device=device)
-        if cfg.topk > 0 and bool((lengths > cfg.sink + cfg.recent).any()):
-            position = prompt.positions()  # [B, L]
-            candidate = (position >= cfg.sink) & (position < lengths_ - cfg.recent)  # the middle: Eq. 3's K_evict
-            scores = pooled_scores(prompt.window_attention(cfg.observation), candidate, kernel=cfg.kernel,
-                                   pooling=cfg.pooling)
-            top[..., : min(cfg.topk, length)] = top_indices(scores, candidate, min(cfg.topk, length))
-        return torch.cat([index, top], dim=-1)
+        return torch.cat([index, self.select_top(prompt)], dim=-1)
+
+    def select_top(self, prompt) -> torch.Tensor:
+        """``[B, Hkv, topk]`` the top-k part: the best-scored middle tokens (between the sinks and the ring: Eq. 3's
+        ``K_evict``), -1 where a row has fewer."""
+        cfg = self.config
+        batch, num_heads, length, _ = prompt.keys.shape
+        top = torch.full((batch, num_heads, cfg.topk), -1, dtype=torch.long, device=prompt.keys.device)
+        if cfg.topk > 0 and bool((prompt.lengths > cfg.sink + cfg.recent).any()):
+            middle = prompt.key_valid & ~edge_tokens(prompt, self.sinks(), self.window())
+            top[..., : min(cfg.topk, length)] = top_indices(self.score(prompt, middle), middle, min(cfg.topk, length))
+        return top
 
     def write(self, key, value, position):
         slot = ring_slot(position, self.config.sink, self.config.recent)  # [B]
@@ -76,20 +97,6 @@ class SnapStreamLayer(CompressedLayer):
     def new_token_visible(self, query_positions):
         is_sink = (query_positions < self.config.sink)[:, None, :]
         return is_sink | self._in_ring(query_positions, query_positions)
-
-
-def top_indices(scores: torch.Tensor, candidate: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-``k`` candidate indices per row and head, ascending, -1 where fewer than ``k`` candidates exist.
-
-    ``scores`` ``[B, H, L]``; ``candidate`` ``[B, L]`` bool; returns ``[B, H, k]`` int64. Ties (max pooling makes
-    plateaus) go to the earlier token, so the choice does not depend on a row's padding.
-    """
-    length = scores.shape[-1]
-    masked = scores.masked_fill(~candidate[:, None, :], float("-inf"))
-    values, index = masked.sort(dim=-1, descending=True, stable=True)
-    values, index = values[..., :k], index[..., :k]
-    index = torch.where(values > float("-inf"), index, length).sort(dim=-1).values
-    return index.masked_fill(index == length, -1)
 
 
 class SnapStreamCache(CompressedKVCache):

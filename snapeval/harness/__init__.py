@@ -1,4 +1,4 @@
-"""lm-eval integration: the ``snapstream`` model and :func:`evaluate` (one lm-eval run with full provenance)."""
+"""lm-eval integration: the ``snapeval`` model and :func:`evaluate` (one lm-eval run with full provenance)."""
 from __future__ import annotations
 
 from snapeval.harness.evaluate import evaluate

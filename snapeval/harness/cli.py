@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from snapeval.errors import SnapevalError
@@ -15,7 +16,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "run",
         help="evaluate one model on lm-eval tasks under one KV-cache method and budget",
-        description="One lm-eval run through the `snapstream` model (tasks from snapeval/tasks, or $SNAPEVAL_TASKS_DIR). "
+        description="One lm-eval run through the `snapeval` model (tasks from snapeval/tasks, or $SNAPEVAL_TASKS_DIR). "
         "Prints the metrics with the measured KV-cache bytes and tokens/s, and writes the full results JSON.",
     )
     p.add_argument("--model", default="smollm2-135m-instruct", help="preset name (snapeval models), local dir, .gguf or hub id")
@@ -23,10 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--method", default="snapstream",
                    help=f"{' | '.join(METHOD_TABLE.allowed().split(', '))} (e.g. kvpress:TOVAPress)")
     p.add_argument("--budget", type=int, default=None, help="total KV budget in tokens (not for full)")
-    for name in METHOD_TABLE.setting_names():  # every method's own settings, as their declarations say
-        p.add_argument(f"--{name}", default=None, help=METHOD_TABLE.setting_help(name))
-    p.add_argument("--press-arg", action="append", default=[], metavar="NAME=VALUE",
-                   help="an argument of a kvpress press (method kvpress:<Press>), repeatable")
+    add_method_arg_flags(p)
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | float64 (default: the preset's)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda or cuda:1 (default cpu)")
     p.add_argument("--device-map", default=None,
@@ -45,6 +43,50 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+#: The flags of snapeval's own methods' settings before ``--method-arg`` (deprecated aliases: ``--sink 4`` is
+#: ``--method-arg sink=4``); a method added since has only ``--method-arg``.
+DEPRECATED_SETTING_FLAGS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
+
+
+def add_method_arg_flags(p) -> None:
+    """``--method-arg NAME=VALUE`` (a setting of the chosen method, in its own namespace: ``snapeval methods`` lists
+    them), its deprecated spellings (``--press-arg``, ``--sink`` and the other flags of the shipped methods'
+    settings, hidden from ``--help``). Reads no method: building the parser loads nothing."""
+    import argparse
+
+    p.add_argument("--method-arg", action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting of --method, repeatable (e.g. --method-arg recent=0.5; a kvpress press's own "
+                        "arguments too); `snapeval methods` lists each method's settings and defaults")
+    p.add_argument("--press-arg", action="append", default=[], metavar="NAME=VALUE", help=argparse.SUPPRESS)
+    for name in DEPRECATED_SETTING_FLAGS:
+        p.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
+
+
+def method_args(args) -> tuple[dict, dict]:
+    """``(settings, press)`` from ``--method-arg`` (and its deprecated spellings, with a ``DeprecationWarning``): a
+    registered method's settings parsed as declared, a family's (kvpress) arguments read as numbers, booleans or
+    text; one-line :class:`SnapevalError` for a malformed ``NAME=VALUE``, a name given twice or a bad value."""
+    from snapeval.cache.methods import settings_from_text
+    from snapeval.harness.lm_eval_model import press_value
+
+    given: dict[str, str] = {}
+    items = [("--method-arg", item) for item in args.method_arg] + [("--press-arg", item) for item in args.press_arg]
+    items += [(f"--{name}", f"{name}={getattr(args, name)}") for name in DEPRECATED_SETTING_FLAGS
+              if getattr(args, name, None) is not None]
+    for flag, item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SnapevalError(f"{flag}={item!r} is invalid; allowed: NAME=VALUE")
+        if name in given:
+            raise SnapevalError(f"{flag}: {name!r} is given twice; allowed: each setting once")
+        if flag != "--method-arg":
+            warnings.warn(f"{flag} is deprecated; use --method-arg {name}={value}", DeprecationWarning, 2)
+        given[name] = value
+    if ":" in args.method:  # a family's method (kvpress:<Press>): the press's own arguments
+        return {}, {name: press_value(value) for name, value in given.items()}
+    return settings_from_text(args.method, given), {}
+
+
 def _positive(name: str, value, *, optional: bool = False) -> None:
     if value is None and optional:
         return
@@ -53,22 +95,12 @@ def _positive(name: str, value, *, optional: bool = False) -> None:
 
 
 def run(args) -> int:
-    from snapeval.cache import METHOD_TABLE, resolve_method
-    from snapeval.cache.methods import settings_from_text
+    from snapeval.cache import resolve_method
     from snapeval.errors import check_choice
 
     check_choice("engine", args.engine, ("auto", "true", "false"))
-    from snapeval.harness.lm_eval_model import press_value
-
-    given = {k: getattr(args, k, None) for k in METHOD_TABLE.setting_names()}
-    split = settings_from_text(args.method, {k: v for k, v in given.items() if v is not None})
-    press = {}
-    for item in args.press_arg:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise SnapevalError(f"--press-arg={item!r} is invalid; allowed: NAME=VALUE")
-        press[name] = press_value(value)
-    resolve_method(args.method, args.budget, **split, **press)  # every method, budget and split error, before loading
+    settings, press = method_args(args)
+    resolve_method(args.method, args.budget, **settings, **press)  # every method, budget and setting error, before loading
     _positive("batch-size", args.batch_size)
     _positive("max-gen-toks", args.max_gen_toks)
     _positive("engine-slots", args.engine_slots, optional=True)
@@ -92,7 +124,7 @@ def run(args) -> int:
         "batch_size": args.batch_size, "max_gen_toks": args.max_gen_toks, "engine": args.engine,
         "engine_slots": args.engine_slots, "device": args.device, "device_map": args.device_map,
         **{f"press_{k}": v for k, v in press.items()},
-        **split,
+        **settings,
     }
     from snapeval.harness.evaluate import evaluate
 

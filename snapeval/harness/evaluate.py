@@ -1,11 +1,11 @@
-"""One lm-eval run through the ``snapstream`` model, returned with full provenance and measured cost."""
+"""One lm-eval run through the ``snapeval`` model, returned with full provenance and measured cost."""
 from __future__ import annotations
 
 import copy
 from pathlib import Path
 
 from snapeval.errors import SnapevalError
-from snapeval.paths import tasks_dir
+from snapeval.paths import task_folders
 
 
 def evaluate(
@@ -42,10 +42,12 @@ def evaluate(
 
     from snapeval.harness.lm_eval_model import SnapStreamLM
 
-    include = Path(include_path) if include_path else tasks_dir()
-    if not include.is_dir():
-        raise SnapevalError(f"include_path={str(include)!r} is not a directory; allowed: a folder of lm-eval task YAML "
-                            "(set SNAPEVAL_TASKS_DIR, default snapeval/tasks)")
+    folders = task_folders(include_path)
+    for folder in folders:
+        if not folder.is_dir():
+            raise SnapevalError(f"include_path={str(folder)!r} is not a directory; allowed: a folder of lm-eval task "
+                                "YAML (set SNAPEVAL_TASKS_DIR, default snapeval/tasks)")
+    include = [str(folder) for folder in folders]
     if lm is None:
         from snapeval.harness.shared import load_once
 
@@ -59,12 +61,12 @@ def evaluate(
         chat = bool(getattr(lm.tokenizer, "chat_template", None))
     # The repository's own task folder indexes in milliseconds; lm-eval's built-in tasks take seconds, so they are
     # indexed only when a task is not found in the folder.
-    manager = TaskManager(include_path=str(include), include_defaults=False, metadata=meta)
+    manager = TaskManager(include_path=include, include_defaults=False, metadata=meta)
     if any(not manager.match_tasks([t]) for t in tasks):
-        manager = TaskManager(include_path=str(include), metadata=meta)
+        manager = TaskManager(include_path=include, metadata=meta)
     unknown = [t for t in tasks if not manager.match_tasks([t])]
     if unknown:
-        raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include}`")
+        raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include[0]}`")
     samples, shard_record = None, None
     lm.documents = None
     if shard is not None:

@@ -1,9 +1,9 @@
-"""``snapeval-lm-eval``: lm-eval's own command line with the ``snapstream`` model registered.
+"""``snapeval-lm-eval``: lm-eval's own command line with the ``snapeval`` model registered.
 
 lm-eval 0.4.13 discovers models only from its built-in table, so the stock ``lm_eval`` command cannot see a model
 defined in another package. This entry point registers it and hands over to lm-eval's CLI unchanged:
 
-    snapeval-lm-eval --model snapstream --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
+    snapeval-lm-eval --model snapeval --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
         --include_path snapeval/tasks --tasks snapeval_passkey
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 def main() -> None:
     import sys
 
-    import snapeval.harness.lm_eval_model  # noqa: F401  (registers "snapstream")
+    import snapeval.harness.lm_eval_model  # noqa: F401  (registers "snapeval" and its deprecated alias "snapstream")
     from lm_eval.__main__ import cli_evaluate
 
     from snapeval.errors import SnapevalError

@@ -1,6 +1,7 @@
-"""The ``snapstream`` lm-eval model: any supported Hugging Face model under any KV-cache method and budget.
+"""The ``snapeval`` lm-eval model: any supported Hugging Face model under any KV-cache method and budget (its old name
+``snapstream`` is a deprecated alias).
 
-    lm_eval --model snapstream \\
+    lm_eval --model snapeval \\
         --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
         --include_path snapeval/tasks --tasks snapeval_passkey
 
@@ -190,14 +191,13 @@ def use_engine(engine, config: MethodConfig) -> bool:
     return choice
 
 
-@register_model("snapstream")
+@register_model("snapeval")
 class SnapStreamLM(HFLM):
     """lm-eval model wrapping :func:`snapeval.load_model` + the snapeval KV caches.
 
     model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (a name of the method table:
-    full | snapstream | streamingllm | snapkv), ``budget`` and the split fields of that method (``sink``, ``recent``,
-    ``topk``, ``observation``, ``kernel``, ``pooling``; for ``method=kvpress:<Press>``, the press's own arguments as
-    ``press_<name>``), or, from Python, ``config`` (a resolved method configuration, used unchanged; the old name
+    ``snapeval methods`` lists them), ``budget`` and the settings of that method by name (``sink=4``; for
+    ``method=kvpress:<Press>``, the press's own arguments as ``press_<name>``), or, from Python, ``config`` (a resolved method configuration, used unchanged; the old name
     ``cache_config`` is still accepted, deprecated);
     ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``, ``device_map`` (layers over several
     devices: auto | balanced | balanced_low_0 | sequential | a JSON {module: device} object); speculative prefill of
@@ -234,7 +234,7 @@ class SnapStreamLM(HFLM):
             budget=budget, batch_size=batch_size, max_gen_toks=max_gen_toks, max_length=max_length).items()}
         # A method's settings (every name some method of the table declares), typed as the method declares them.
         given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in METHOD_TABLE.setting_names()]}
-        split = settings_from_text(method, {k: v for k, v in given.items() if _coerce(k, v) is not None})
+        settings = settings_from_text(method, {k: v for k, v in given.items() if _coerce(k, v) is not None})
         press = {k[len("press_"):]: press_value(kwargs.pop(k)) for k in [k for k in kwargs if k.startswith("press_")]}
         if "cache_config" in kwargs:  # the old name of ``config`` (a documented argument until this release)
             warnings.warn("SnapStreamLM(cache_config=...) is deprecated; pass config=...", DeprecationWarning, 2)
@@ -242,9 +242,9 @@ class SnapStreamLM(HFLM):
                 raise SnapevalError("give config or cache_config (its old name), not both")
             config = kwargs.pop("cache_config")
         if config is None:
-            config = resolve_method(method, budget=args["budget"], **split, **press)
-        elif not isinstance(config, MethodConfig) or args["budget"] is not None or split:
-            raise SnapevalError("config must be a method configuration given alone (no budget or split fields)")
+            config = resolve_method(method, budget=args["budget"], **settings, **press)
+        elif not isinstance(config, MethodConfig) or args["budget"] is not None or settings:
+            raise SnapevalError("config must be a method configuration given alone (no budget or settings)")
         engine_on = use_engine(engine, config)  # checked before the model loads
         device_map = parse_device_map(device_map)
         if dtype is not None and dtype != "auto":
@@ -317,7 +317,7 @@ class SnapStreamLM(HFLM):
             "model": self.pretrained_name,
             "method": self.method_config.method,
             "budget": config.get("budget"),
-            "split": config,
+            "settings": config,
             "dtype": self.dtype_name,
             "max_length": self.max_length,
             "max_gen_toks": self.max_gen_toks,
@@ -566,3 +566,13 @@ class SnapStreamLM(HFLM):
             if request[0] is not None:
                 self.cache_hook.add_partial("loglikelihood", request[0], answer)
         return results
+
+
+@register_model("snapstream")
+class DeprecatedSnapStreamLM(SnapStreamLM):
+    """``lm_eval --model snapstream``: the old name of the ``snapeval`` model (``snapstream`` is also a method name);
+    the same model, with a ``DeprecationWarning``."""
+
+    def __init__(self, *args, **kwargs):
+        warnings.warn("lm-eval model 'snapstream' is deprecated; use --model snapeval", DeprecationWarning, 2)
+        super().__init__(*args, **kwargs)

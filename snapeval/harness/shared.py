@@ -2,7 +2,7 @@
 
 A sweep evaluates many cells of the same model; :func:`load_once` keeps each (model, dtype, placement) loaded for the
 life of the process (a Ray worker included). :func:`group_models` builds, for the cells of one group (same model,
-task, seed and items), one ``snapstream`` lm-eval model per cell, all answered by one
+task, seed and items), one ``snapeval`` lm-eval model per cell, all answered by one
 :class:`~snapeval.branching.SharedBranches`: each item is prefilled once for every method and budget.
 """
 from __future__ import annotations

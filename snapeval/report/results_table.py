@@ -45,11 +45,12 @@ PAIRED_COLUMNS = [
 ]
 
 
-def columns() -> list[str]:
-    """Column order of the table: the cell, every registered method's settings (declared on its configuration,
-    :meth:`~snapeval.cache.methods.MethodTable.setting_names`; empty where a method has none), the measured columns,
+def columns(methods=()) -> list[str]:
+    """Column order of the table of cells that ran ``methods``: the cell, the settings columns (snapeval's own
+    methods' settings always, then those of any other method among ``methods``:
+    :meth:`~snapeval.cache.methods.MethodTable.column_settings`; empty where a method has none), the measured columns,
     the ``sim_*`` ones (simulated on the configured hardware), the group and the paired and decision columns."""
-    return [*_CELL, *METHOD_TABLE.setting_names(), *_MEASURED, *_SIMULATED, "group_id", *PAIRED_COLUMNS]
+    return [*_CELL, *METHOD_TABLE.column_settings(methods), *_MEASURED, *_SIMULATED, "group_id", *PAIRED_COLUMNS]
 
 
 def paired_columns(view: dict[str, Any], result: CellResult, metric: str, reference: tuple[str, CellResult] | None,
@@ -123,7 +124,8 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
              else {**v, "group_id": group_id_of(results[v["cell_id"]].identity)} for v in views]
     references = {v.get("group_id"): (v["cell_id"], results[v["cell_id"]]) for v in views
                   if METHOD_TABLE.is_reference(v.get("method")) and v.get("group_id") and v["cell_id"] in results}
-    settings = METHOD_TABLE.setting_names()
+    methods = [v.get("method") for v in views if v["cell_id"] in results]
+    settings = METHOD_TABLE.column_settings(methods)
     families: dict[tuple, int] = {}  # (model, task): compressed cells with a reference, the Holm family
     for view in views:
         if view["cell_id"] in results and not METHOD_TABLE.is_reference(view.get("method")) \
@@ -153,8 +155,9 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
             rows.append({**cell_cols, **paired, "subtask": m.subtask, "metric": m.metric, "filter": m.filter,
                          "primary": (m.subtask, m.key) == primary, "higher_is_better": m.higher_is_better,
                          "value": m.value, "stderr": m.stderr, "n_samples": m.n})
-    table = pd.DataFrame(rows, columns=columns())
-    integer_settings = [s.name for s in METHOD_TABLE.settings() if s.type is int]
+    table = pd.DataFrame(rows, columns=columns(methods))
+    integer_settings = [s.name for s in METHOD_TABLE.settings([*METHOD_TABLE.builtin_names(), *methods])
+                        if s.type is int and s.name in settings]
     for col in ("budget", *integer_settings, "limit", "kv_cache_bytes",
                 "prompt_tokens", "generated_tokens", "sim_prompt_len", "sim_gen_len", "sim_batch", "sim_max_batch",
                 "sim_full_max_batch", "n_samples", "seed", "paired_n", "paired_clusters", "items_worse", "items_better",

@@ -33,7 +33,7 @@ def register(subparsers) -> None:
                     "prefill time. Assumptions and their sources: docs/simulator.md.")
     p.add_argument("--model", default="deepseek-r1", help="preset name (snapeval models) or a config.json/dir")
     hw = p.add_mutually_exclusive_group()
-    hw.add_argument("--hardware", default="sn40l-16", help="sn40l, sn40l-8, sn40l-16, h100, h200, dgx-h100")
+    hw.add_argument("--hardware", default="sn40l-16", help=hardware_help())
     hw.add_argument("--hardware-file", help="a hardware spec YAML/JSON (shape of snapeval/simulator/hardware/*.yaml)")
     p.add_argument("--prompt-len", type=_int, default=4096)
     p.add_argument("--gen-len", type=_int, default=1024)
@@ -41,9 +41,10 @@ def register(subparsers) -> None:
                    help=f"cache method: {METHOD_TABLE.allowed()} (default: snapstream with --budget, else full); "
                         "priced by what it holds and computes (docs/simulator.md)")
     p.add_argument("--budget", type=_int, default=None, help="cache budget in tokens per layer and KV head")
-    p.add_argument("--split", action="append", default=[], metavar="KEY=VALUE",
-                   help="a split field or press argument of the method (sink=4, recent=512, kernel=7, window_size=64, "
-                        "...); repeatable")
+    p.add_argument("--method-arg", action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting of --method (sink=4, recent=512, kernel=7; a press's own argument such as "
+                        "window_size=64), repeatable; `snapeval methods` lists them")
+    p.add_argument("--split", action="append", default=[], metavar="NAME=VALUE", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=_int, default=1)
     p.add_argument("--sockets", type=_int, default=None)
     p.add_argument("--tp", type=_int, default=None)
@@ -68,9 +69,7 @@ def register(subparsers) -> None:
                         "fastest)")
     p.add_argument("--draft-model", default=None, help="speculative decoding with this draft model (a preset name)")
     p.add_argument("--draft-acceptance", type=float, default=0.8, help="probability a draft token is accepted")
-    p.add_argument("--observation-length", type=_window, default=None,
-                   help="SnapKV observation window of snapstream/snapkv: tokens (default 32) or a fraction of the "
-                        "budget in (0, 1] (0.01); same as --split observation=N")
+    p.add_argument("--observation-length", type=_window, default=None, help=argparse.SUPPRESS)  # deprecated
     p.add_argument("--sweep", help="NAME=V1,V2,... with NAME in batch, prompt_len, gen_len, budget (full allowed), "
                                    "sockets, tp")
     p.add_argument("--plot", help="write a PNG of the sweep here")
@@ -91,15 +90,34 @@ def _model(spec: str):
     return get_preset(spec)
 
 
+def hardware_help() -> str:
+    """``--hardware``'s help: the installed targets (:func:`snapeval.simulator.hardware.list_hardware`)."""
+    from snapeval.simulator.hardware import list_hardware
+
+    return f"{', '.join(list_hardware())} (`snapeval hardware` describes them)"
+
+
+def _method_args(args) -> dict:
+    """``--method-arg`` as settings (and their deprecated spellings ``--split`` and ``--observation-length``, with a
+    ``DeprecationWarning``)."""
+    import warnings
+
+    if args.split:
+        warnings.warn("--split is deprecated; use --method-arg NAME=VALUE", DeprecationWarning, 2)
+    if args.observation_length is not None:
+        warnings.warn("--observation-length is deprecated; use --method-arg observation=N", DeprecationWarning, 2)
+    return _split([*args.method_arg, *args.split], args.observation_length)
+
+
 def _split(items: list[str], observation: int | float | None) -> dict:
-    """``--split KEY=VALUE`` pairs (integers, floats, true/false, else strings) and ``--observation-length``."""
+    """``NAME=VALUE`` pairs (integers, floats, true/false, else strings) and ``--observation-length``."""
     from snapeval.errors import SnapevalError
 
     out: dict = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise SnapevalError(f"--split {item!r} must look like KEY=VALUE (e.g. sink=4)")
+            raise SnapevalError(f"--method-arg {item!r} must look like NAME=VALUE (e.g. sink=4)")
         value: object = raw.strip()
         for cast in (int, float):
             try:
@@ -115,15 +133,15 @@ def _split(items: list[str], observation: int | float | None) -> dict:
     return out
 
 
-def method_for(name: str | None, split: dict):
+def method_for(name: str | None, settings: dict):
     """The resolved method configuration of a budget (None: the full cache): ``name`` (default snapstream) with
-    the ``split`` fields; one-line errors from :func:`snapeval.cache.resolve_method`."""
+    its ``settings``; one-line errors from :func:`snapeval.cache.resolve_method`."""
     from snapeval.cache import resolve_method
 
     def resolve(budget: int | None):
         if budget is None and name in (None, "full"):
             return resolve_method("full")
-        return resolve_method(name or "snapstream", budget, **split)
+        return resolve_method(name or "snapstream", budget, **settings)
 
     return resolve
 
@@ -146,7 +164,7 @@ def run(args) -> int:
                      attention_tiling=args.attention_tiling,
                      draft_tokens=args.draft_tokens, draft_model=args.draft_model,
                      draft_acceptance=args.draft_acceptance)
-    resolve = method_for(args.method, _split(args.split, args.observation_length))
+    resolve = method_for(args.method, _method_args(args))
     sweep = parse_sweep(args.sweep) if args.sweep else None
     method = None if sweep and sweep[0] == "budget" else resolve(args.budget)  # a budget sweep sets its own
 

@@ -1034,24 +1034,29 @@ def forward_flops_per_token(model: str | ModelPreset, context: int) -> float:
 
 def simulate_point(model: str | ModelPreset, hardware: str | HardwareSpec = "sn40l-16", prompt_len: int = 4096,
                    gen_len: int = 1024, budget: int | None = None, batch: int = 1, *,
-                   method: str | MethodConfig | None = None, split: dict[str, Any] | None = None,
-                   **deployment_overrides: Any) -> SimResult:
+                   method: str | MethodConfig | None = None, settings: dict[str, Any] | None = None,
+                   split: dict[str, Any] | None = None, **deployment_overrides: Any) -> SimResult:
     """Convenience wrapper: ``simulate_point("deepseek-r1", "sn40l-16", 131072, 1024, budget=32768, batch=64)``.
 
-    ``method``: a resolved configuration, or a method name resolved with ``budget`` and ``split`` (its split
-    fields, e.g. ``{"observation": 288}``) by :func:`snapeval.cache.resolve_method`; None = ``snapstream`` when a
-    budget is given, else the full cache. ``deployment_overrides`` are :class:`Deployment` fields (``sockets``,
+    ``method``: a resolved configuration, or a method name resolved with ``budget`` and ``settings`` (its
+    settings, e.g. ``{"observation": 288}``; ``split`` is their deprecated name) by
+    :func:`snapeval.cache.resolve_method`; None = ``snapstream`` when a budget is given, else the full cache. ``deployment_overrides`` are :class:`Deployment` fields (``sockets``,
     ``tp``, ``weight_dtype``, ``kernel_looping``, ``mtp_factor``, ``draft_model``, ...)."""
     allowed = set(Deployment.__dataclass_fields__)
     bad = sorted(set(deployment_overrides) - allowed)
     if bad:
         raise SnapevalError(f"unknown deployment field(s): {', '.join(bad)}; allowed: {', '.join(sorted(allowed))}")
+    if split is not None:
+        import warnings
+
+        warnings.warn("simulate_point(split=...) is deprecated; pass settings=...", DeprecationWarning, 2)
+        settings = {**split, **(settings or {})}
     if not isinstance(method, MethodConfig):
         from snapeval.cache import resolve_method
 
         name = method if method is not None else ("full" if budget is None else "snapstream")
-        method = resolve_method(name, budget, **(split or {}))
-    elif budget is not None or split:
-        raise SnapevalError("budget and split are part of a resolved method configuration; give one or the other")
+        method = resolve_method(name, budget, **(settings or {}))
+    elif budget is not None or settings:
+        raise SnapevalError("budget and settings are part of a resolved method configuration; give one or the other")
     dep = Deployment(batch=batch, prompt_len=prompt_len, gen_len=gen_len, **deployment_overrides)
     return simulate(hardware, model, dep, method)

@@ -1,5 +1,7 @@
 """Hardware specs as data: ``hardware/*.yaml`` ships SN40L (1, 8, 16 sockets), H100, H200 and DGX H100; users add
-their own with a YAML or JSON file of the same shape (``snapeval simulate --hardware-file my.yaml``)."""
+their own with a YAML or JSON file of the same shape (``snapeval simulate --hardware-file my.yaml``), or install a
+package that names one through the ``snapeval.hardware`` entry point group (then ``--hardware <name>`` and a sweep's
+``simulate: {hardware: <name>}`` find it)."""
 from __future__ import annotations
 
 import json
@@ -232,20 +234,47 @@ def load_hardware_file(path: str | Path) -> HardwareSpec:
 _CACHE: dict[str, HardwareSpec] = {}
 
 
+#: The entry-point group of hardware targets added by installed packages: each names the path of a spec file
+#: (YAML or JSON, the shape of ``hardware/*.yaml``), a mapping of that shape or a :class:`HardwareSpec`.
+HARDWARE_GROUP = "snapeval.hardware"
+
+
+def hardware_plugins() -> dict[str, Any]:
+    """The hardware entry points of installed packages, by name (lower case), not loaded."""
+    from importlib.metadata import entry_points
+
+    return {ep.name.lower(): ep for ep in sorted(entry_points(group=HARDWARE_GROUP), key=lambda ep: ep.name)}
+
+
 def list_hardware() -> list[str]:
-    """Names of the built-in hardware specs."""
-    return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+    """Names of the hardware specs: the shipped ones (``hardware/*.yaml``) and those installed packages add
+    (:data:`HARDWARE_GROUP`)."""
+    return sorted({p.stem for p in HARDWARE_DIR.glob("*.yaml")} | set(hardware_plugins()))
+
+
+def _plugin_hardware(name: str, entry) -> HardwareSpec:
+    """The spec an installed package's entry point names (a file path, a mapping or a :class:`HardwareSpec`)."""
+    loaded = entry.load()
+    if isinstance(loaded, HardwareSpec):
+        return loaded
+    if isinstance(loaded, Mapping):
+        return hardware_from_dict(loaded, origin=f"hardware {name!r} ({entry.value})")
+    if isinstance(loaded, (str, Path)):
+        return load_hardware_file(loaded)
+    raise SnapevalError(f"entry point {name!r} of {HARDWARE_GROUP} ({entry.value}) must name a spec file path, a "
+                        f"mapping or a HardwareSpec; got {type(loaded).__name__}")
 
 
 def get_hardware(name: str | HardwareSpec) -> HardwareSpec:
-    """A built-in spec by name (``sn40l``, ``sn40l-8``, ``sn40l-16``, ``h100``, ``h200``, ``dgx-h100``)."""
+    """A spec by name (:func:`list_hardware`: the shipped files, then installed packages' entry points)."""
     if isinstance(name, HardwareSpec):
         return name
     key = str(name).strip().lower()
     if key not in _CACHE:
         path = HARDWARE_DIR / f"{key}.yaml"
-        if not path.is_file():
+        plugins = {} if path.is_file() else hardware_plugins()
+        if not path.is_file() and key not in plugins:
             raise SnapevalError(f"hardware={name!r} is not known; choose one of: {', '.join(list_hardware())} "
                                 "(or give --hardware-file)")
-        _CACHE[key] = load_hardware_file(path)
+        _CACHE[key] = load_hardware_file(path) if path.is_file() else _plugin_hardware(key, plugins[key])
     return _CACHE[key]

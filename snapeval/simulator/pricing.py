@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from snapeval.cache import MethodConfig, method_info, resolve_method
+from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
 from snapeval.errors import SnapevalError
 from snapeval.tasks.families import typical_lengths
 
@@ -77,7 +77,7 @@ def measured_lengths(views: list[Mapping[str, Any]], results: Mapping[str, Any])
         if result is None or not result.prompt_tokens or result.generated_tokens is None:
             continue
         docs = len({(s.subtask, s.doc_id) for s in result.samples}) or 1
-        for bucket in ([full] if view["method"] == "full" else []) + [every]:
+        for bucket in ([full] if METHOD_TABLE.is_reference(view["method"]) else []) + [every]:
             acc = bucket.setdefault((view["model"], view["task"]), [0, 0, 0])
             acc[0] += result.prompt_tokens
             acc[1] += result.generated_tokens
@@ -114,7 +114,7 @@ def method_from_identity(policy: Mapping[str, Any]) -> MethodConfig:
     try:
         config = resolve_method(name, budget, **fields)
     except SnapevalError:
-        allowed = method_info(name).config_class().SPLIT_FIELDS
+        allowed = method_info(name).setting_names()
         config = resolve_method(name, budget, **{k: v for k, v in fields.items() if k in allowed})
     if config.identity() != dict(policy):
         raise SnapevalError(f"a cell's policy {dict(policy)!r} does not rebuild into the same configuration "
@@ -123,12 +123,11 @@ def method_from_identity(policy: Mapping[str, Any]) -> MethodConfig:
 
 
 def view_method(view: Mapping[str, Any]) -> MethodConfig:
-    """The configuration of a cell from its flat view (``method``, ``budget`` and the split fields it lists), for
+    """The configuration of a cell from its flat view (``method``, ``budget`` and the settings it lists), for
     cells whose result carries no policy identity."""
     name = view["method"]
-    allowed = method_info(name).config_class().SPLIT_FIELDS
-    split = {k: view[k] for k in allowed if view.get(k) is not None}
-    return resolve_method(name, view.get("budget"), **split)
+    settings = {k: view[k] for k in method_info(name).setting_names() if view.get(k) is not None}
+    return resolve_method(name, view.get("budget"), **settings)
 
 
 class CellPricing:

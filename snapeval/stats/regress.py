@@ -1,8 +1,8 @@
 """``snapeval regress``: accuracy regression check of a results directory against a committed baseline.
 
-Cells are matched on (model, task, method, budget, every method setting, seed: :func:`key_fields`). A baseline
-fixes its items, so every current cell must **pair** with its baseline cell, or the check fails with one line naming
-what is missing (exit 1):
+Cells are matched on (model, task, the method's identity, seed: :func:`key_fields`, :func:`method_identity`). A
+baseline fixes its items, so every current cell must **pair** with its baseline cell, or the check fails with one line
+naming what is missing (exit 1):
 
 * the current cell must cover exactly the baseline's items (``(subtask, doc_id)``): none missing, none other;
 * it must carry per-item samples scored on the headline metric (a cell without them could hide any drop);
@@ -65,9 +65,20 @@ MAX_DIFF_LINES = 6
 
 
 def key_fields() -> tuple[str, ...]:
-    """What two cells must share to be compared: model, task, method, budget, the settings of every registered method
-    (declared on its configuration; a setting a method lacks is None on both sides) and seed."""
-    return ("model", "task", "method", "budget", *METHOD_TABLE.setting_names(), "seed")
+    """What two cells must share to be compared, besides their method's identity (:func:`method_identity`): model,
+    task and seed."""
+    return ("model", "task", "seed")
+
+
+def method_identity(view: dict[str, Any], result: Any) -> str:
+    """The identity of a cell's method configuration (its name, budget and every setting, as hashed into the cell
+    id: ``identity["policy"]``), as canonical JSON; from the view's method, budget and setting columns for a result
+    without one. Two cells of one method differ in any setting; no method's settings enter another's key."""
+    policy = (getattr(result, "identity", None) or {}).get("policy")
+    if not isinstance(policy, dict):
+        settings = set(METHOD_TABLE.column_settings([view.get("method")]))
+        policy = {k: v for k, v in view.items() if k in {"method", "budget", *settings} and v is not None}
+    return json.dumps(policy, sort_keys=True, default=str)
 
 
 class UnusableInput(SnapevalError):
@@ -76,14 +87,15 @@ class UnusableInput(SnapevalError):
 
 @dataclass
 class Entry:
-    """One cell: its manifest view (model, task, split, ...) and its result."""
+    """One cell: its manifest view (model, task, method, budget, settings, ...) and its result."""
 
     view: dict[str, Any]
     result: Any  # CellResult
 
     @property
     def key(self) -> tuple:
-        return tuple(self.view.get(f) for f in key_fields())
+        model, task, seed = (self.view.get(f) for f in key_fields())
+        return model, task, method_identity(self.view, self.result), seed
 
     @property
     def label(self) -> str:

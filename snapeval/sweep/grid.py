@@ -81,6 +81,19 @@ def task_source_hashes(names: list[str], include_dir: str | Path) -> dict[str, s
     return {name: _folders_sha256(root, sorted(folders)) if folders else None for name, folders in defining.items()}
 
 
+def include_source_hashes(names: list[str], include: str) -> dict[str, str | None]:
+    """:func:`task_source_hashes` over every folder of an include path (:func:`snapeval.paths.task_folders`): each
+    task hashed in the first folder that defines it."""
+    from snapeval.paths import task_folders
+
+    out: dict[str, str | None] = dict.fromkeys(names)
+    for folder in task_folders(include):
+        missing = [name for name in names if out[name] is None]
+        if missing:
+            out.update({k: v for k, v in task_source_hashes(missing, folder).items() if v is not None})
+    return out
+
+
 def _folders_sha256(root: Path, folders: list[Path]) -> str:
     """SHA-256 of the task folders ``folders`` (relative path and bytes of every file) and of what their YAMLs
     reference outside them (:func:`_referenced_outside`)."""
@@ -167,9 +180,9 @@ def data_hashes(task: TaskSpec, data_dir: Path) -> dict[str, str]:
 @dataclass(frozen=True)
 class CellView:
     """The flat description of a cell that the results table, reports and paired statistics use (stored in the
-    manifest, one per cell). ``settings``: the value of every registered method's settings
-    (:meth:`~snapeval.cache.methods.MethodTable.setting_names`) that the cell's configuration has (``None`` for the
-    others), flattened into :meth:`to_dict` beside the other fields."""
+    manifest, one per cell). ``settings``: the value of snapeval's own methods' settings and of the cell's own method's
+    (:meth:`~snapeval.cache.methods.MethodTable.column_settings`; ``None`` for those its configuration lacks),
+    flattened into :meth:`to_dict` beside the other fields."""
 
     cell_id: str
     label: str
@@ -195,7 +208,7 @@ class CellView:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CellView":
         names = {f.name for f in fields(cls)} - {"settings"}
-        settings = tuple((k, data.get(k)) for k in METHOD_TABLE.setting_names())
+        settings = tuple((k, data.get(k)) for k in METHOD_TABLE.column_settings([data.get("method")]))
         return cls(**{k: v for k, v in data.items() if k in names}, settings=settings)
 
 
@@ -248,7 +261,7 @@ class Cell:
     def view(self) -> CellView:
         """The flat description of this cell that the results table and reports use (stored in the manifest)."""
         config = self.config
-        names = dict.fromkeys([*METHOD_TABLE.setting_names(), *(s.name for s in config.settings())])
+        names = dict.fromkeys([*METHOD_TABLE.column_settings(), *(s.name for s in config.settings())])
         return CellView(
             cell_id=self.cell_id, label=self.label, model=self.model.name, dtype=self.model.dtype,
             simulate_as=self.model.simulate_as, task=self.task.name, metric=self.task.metric,
@@ -285,7 +298,7 @@ def expand_grid(config: SweepConfig) -> list[Cell]:
 
     data_dir = config.data_path
     hashes = {task.name: tuple(sorted(data_hashes(task, data_dir).items())) for task in config.tasks}
-    sources = task_source_hashes([task.name for task in config.tasks], config.include_dir)
+    sources = include_source_hashes([task.name for task in config.tasks], config.include_dir)
     cells: list[Cell] = []
     seen: set[str] = set()
     for model in config.models:

@@ -20,7 +20,7 @@ margin).
 Every mistake (an unknown key, a wrong type, a value out of range) raises :class:`~snapeval.errors.SnapevalError`
 with one line that names the field by its path in the file (``methods[1].recent``) and what is allowed.
 
-Budget split. A budgeted method keeps ``budget`` KV entries per layer and KV head. The split is resolved here, with
+Settings. A budgeted method keeps ``budget`` KV entries per layer and KV head. Its settings are resolved here, with
 the cache's own rules (:func:`snapeval.cache.resolve_method`), so that it is part of every cell's identity (a changed
 default can never silently reuse an old result):
 

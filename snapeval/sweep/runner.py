@@ -38,7 +38,7 @@ GroupModelsFn = Callable[[list], list]
 
 
 def harness_evaluate(**kwargs) -> dict:
-    """The real evaluation: one lm-eval run through the ``snapstream`` model (imported lazily: torch, lm-eval)."""
+    """The real evaluation: one lm-eval run through the ``snapeval`` model (imported lazily: torch, lm-eval)."""
     from snapeval.harness import evaluate
 
     return evaluate(**kwargs)
@@ -286,7 +286,9 @@ class ShardPlanner:
         if cell.include_path not in self._groups:
             from lm_eval.tasks import TaskManager
 
-            manager = TaskManager(include_path=cell.include_path or None, include_defaults=False)
+            from snapeval.paths import include_folders
+
+            manager = TaskManager(include_path=include_folders(cell.include_path), include_defaults=False)
             self._groups[cell.include_path] = {*manager.all_groups, *manager.all_tags}
         return cell.task.name in self._groups[cell.include_path]
 
@@ -330,9 +332,11 @@ def check_tasks(names: list[str], include_path: str, *, include_defaults: bool =
 
     from lm_eval.tasks import TaskManager
 
-    known = set(TaskManager(include_path=include_path, include_defaults=False).all_tasks)
+    from snapeval.paths import include_folders
+
+    known = set(TaskManager(include_path=include_folders(include_path), include_defaults=False).all_tasks)
     if include_defaults and not set(names) <= known:
-        known |= set(TaskManager(include_path=include_path).all_tasks)
+        known |= set(TaskManager(include_path=include_folders(include_path)).all_tasks)
     for name in names:
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=3)

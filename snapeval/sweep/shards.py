@@ -196,8 +196,10 @@ def count_items(cell) -> int:
     from lm_eval.evaluator_utils import get_sample_size
     from lm_eval.tasks import TaskManager
 
+    from snapeval.paths import include_folders
+
     kwargs = cell.evaluate_kwargs()
-    manager = TaskManager(include_path=kwargs.get("include_path"), metadata=kwargs["metadata"])
+    manager = TaskManager(include_path=include_folders(kwargs.get("include_path")), metadata=kwargs["metadata"])
     loaded = manager.load([cell.task.name])
     if loaded["groups"] or len(loaded["tasks"]) != 1:
         raise SnapevalError(f"task {cell.task.name!r} is a group of tasks; sweep its tasks one by one to shard them")

@@ -13,7 +13,7 @@ from typing import Any
 from snapeval.cache import MethodConfig
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import DTYPES as _PRESET_DTYPES
-from snapeval.paths import default_data_dir, tasks_dir
+from snapeval.paths import default_data_dir, include_path, task_folders
 from snapeval.stats.decision import DecisionRule
 from snapeval.tasks.families import task_data_files
 
@@ -41,7 +41,7 @@ class Resources:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model of the grid: what the ``snapstream`` lm-eval model loads, and how the simulator sizes it.
+    """One model of the grid: what the ``snapeval`` lm-eval model loads, and how the simulator sizes it.
 
     ``simulate_as`` names the preset whose full-size deployment the simulator prices (default: ``pretrained`` when
     it is a preset name; otherwise no simulated columns unless given).
@@ -209,8 +209,8 @@ class SweepConfig:
 
     @property
     def include_dir(self) -> str:
-        if self.include_path is None:
-            return str(tasks_dir())
+        if self.include_path is None:  # the shipped task folder and those installed packages and the tasks path add
+            return include_path(task_folders())
         path = Path(self.include_path)
         return str(path if path.is_absolute() else (Path(self.source).parent / path).resolve())
 

@@ -1,4 +1,5 @@
-"""The task families: one folder each under ``snapeval/tasks/``, found by looking (no list to edit).
+"""The task families: one folder each under ``snapeval/tasks/``, found by looking (no list to edit), and those that
+installed packages add through the ``snapeval.tasks`` entry point group.
 
 A family's folder holds its lm-eval task YAML, its code (data loading, prompts, scoring) and its lm-eval hooks
 (``hooks.py``), and its ``__init__.py`` declares, in one place, a :class:`TaskFamily` named ``FAMILY``: the prefix of
@@ -73,9 +74,14 @@ class TaskFamily:
         return tuple(names)
 
 
+#: The entry-point group of task families added by installed packages (each names a :class:`TaskFamily`).
+TASKS_GROUP = "snapeval.tasks"
+
+
 @functools.lru_cache(maxsize=1)
 def families() -> tuple[TaskFamily, ...]:
-    """Every family: the ``FAMILY`` of each package below ``snapeval.tasks`` (in name order)."""
+    """Every family: the ``FAMILY`` of each package below ``snapeval.tasks`` (in name order), then those of installed
+    packages (:func:`plugin_families`)."""
     import snapeval.tasks as package
 
     found = []
@@ -84,6 +90,23 @@ def families() -> tuple[TaskFamily, ...]:
             declared = getattr(importlib.import_module(f"{package.__name__}.{module.name}"), "FAMILY", None)
             if isinstance(declared, TaskFamily):
                 found.append(declared)
+    return (*found, *plugin_families())
+
+
+@functools.lru_cache(maxsize=1)
+def plugin_families() -> tuple[TaskFamily, ...]:
+    """The families installed packages add: each entry point of :data:`TASKS_GROUP` names a :class:`TaskFamily`
+    (its folder, the one of its hooks module, holds its lm-eval YAML), in name order; one-line error for an entry
+    point that names something else."""
+    from importlib.metadata import entry_points
+
+    found = []
+    for entry in sorted(entry_points(group=TASKS_GROUP), key=lambda ep: ep.name):
+        declared = entry.load()
+        if not isinstance(declared, TaskFamily):
+            raise SnapevalError(f"entry point {entry.name!r} of {TASKS_GROUP} ({entry.value}) must name a TaskFamily; "
+                                f"got {type(declared).__name__}")
+        found.append(declared)
     return tuple(found)
 
 

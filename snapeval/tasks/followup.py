@@ -12,7 +12,7 @@ so a task declares the second pass in its ``generation_kwargs``::
       temperature: 0.1
       do_sample: true
 
-and the ``snapstream`` model runs both passes (:class:`~snapeval.harness.lm_eval_model.SnapStreamLM`). The second
+and the ``snapeval`` model runs both passes (:class:`~snapeval.harness.lm_eval_model.SnapStreamLM`). The second
 prompt is wrapped exactly as the first was: where the first context is the first prompt inside a chat template,
 the second prompt takes its place in the same template. Under a cache budget the second pass is a request like any
 other (prefilled, compressed, decoded). The request's answer is :func:`two_pass_response`: JSON with both passes'

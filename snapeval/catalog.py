@@ -1,0 +1,106 @@
+"""``snapeval methods``, ``snapeval tasks``, ``snapeval hardware``: what is installed, snapeval's own and what other
+packages add through their entry points (``snapeval.methods``, ``snapeval.tasks``, ``snapeval.hardware``), with each
+method's settings and defaults. Registering the commands reads nothing; each command reads its registry when run."""
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    for name, func, what in (
+        ("methods", list_methods, "the KV-cache methods installed, with their settings, allowed values and defaults"),
+        ("tasks", list_tasks, "the task families installed (and the task folders read), with their lm-eval tasks"),
+        ("hardware", list_hardware_targets, "the hardware targets the simulator knows"),
+    ):
+        p = subparsers.add_parser(name, help=f"list {what}", description=f"List {what}; --json for a machine.")
+        p.add_argument("--json", action="store_true", help="print JSON instead of text")
+        p.set_defaults(func=func)
+
+
+def _source(value: str) -> str:
+    """``snapeval``, or the distribution an entry point's object comes from (its top-level module)."""
+    module = value.split(":", 1)[0].split(".", 1)[0]
+    return "snapeval" if module == "snapeval" else module
+
+
+def methods_catalog() -> list[dict]:
+    """One record per method of the table (installed plugins loaded): name, summary, source and settings."""
+    from snapeval.cache.methods import METHOD_TABLE
+
+    out = []
+    for name in METHOD_TABLE.names():
+        info = METHOD_TABLE.get(name)
+        settings = [{"name": s.name, "allowed": s.allowed(), "default": s.default_text or s.default, "help": s.help}
+                    for s in info.settings()]
+        out.append({"method": name, "summary": info.summary, "source": _source(info.config),
+                    "budget": not METHOD_TABLE.is_reference(name), "settings": settings})
+    for family in METHOD_TABLE.allowed().split(", "):
+        if family.endswith(":<Name>"):
+            out.append({"method": family, "summary": "a family: its own arguments as settings", "source": "snapeval",
+                        "budget": True, "settings": []})
+    return out
+
+
+def list_methods(args) -> int:
+    catalog = methods_catalog()
+    if args.json:
+        print(json.dumps(catalog, indent=1, default=str))
+        return 0
+    for record in catalog:
+        budget = "" if record["budget"] else " (no budget)"
+        print(f"{record['method']}{budget}: {record['summary']} [{record['source']}]")
+        for s in record["settings"]:
+            print(f"  {s['name']}: {s['help']}; allowed: {s['allowed']}; default: {s['default']}")
+    print("set a setting with `snapeval run --method NAME --method-arg SETTING=VALUE`, or as a key of a sweep's "
+          "method entry")
+    return 0
+
+
+def tasks_catalog() -> dict:
+    """The task families (snapeval's and installed packages') and every task folder a run reads."""
+    from snapeval.paths import task_folders
+    from snapeval.tasks.families import families
+
+    records = []
+    for family in families():
+        records.append({"family": family.name, "source": _source(family.hooks), "folder": str(family.folder),
+                        "tasks": list(family.task_names()), "data": list(family.data_files) or None,
+                        "typical_lengths": list(family.typical_lengths) if family.typical_lengths else None})
+    return {"families": records, "folders": [str(folder) for folder in task_folders()]}
+
+
+def list_tasks(args) -> int:
+    catalog = tasks_catalog()
+    if args.json:
+        print(json.dumps(catalog, indent=1))
+        return 0
+    for record in catalog["families"]:
+        data = ", ".join(record["data"]) if record["data"] else "generated"
+        print(f"{record['family']} [{record['source']}]: {', '.join(record['tasks'])} (data: {data})")
+    print("task folders read:", *catalog["folders"], sep="\n  ")
+    return 0
+
+
+def hardware_catalog() -> list[dict]:
+    """One record per hardware target: name, kind, sockets, where it comes from and its description."""
+    from snapeval.simulator.hardware import get_hardware, hardware_plugins, list_hardware
+
+    plugins = hardware_plugins()
+    out = []
+    for name in list_hardware():
+        spec = get_hardware(name)
+        source = _source(plugins[name].value) if name in plugins else "snapeval"
+        out.append({"hardware": name, "kind": spec.kind, "sockets": spec.sockets, "source": source,
+                    "description": spec.description.strip().splitlines()[0] if spec.description.strip() else ""})
+    return out
+
+
+def list_hardware_targets(args) -> int:
+    catalog = hardware_catalog()
+    if args.json:
+        print(json.dumps(catalog, indent=1))
+        return 0
+    for record in catalog:
+        print(f"{record['hardware']} [{record['source']}]: {record['kind']}, {record['sockets']} socket(s). "
+              f"{record['description']}")
+    return 0
