@@ -272,3 +272,27 @@ def test_a_captured_decode_step_refuses_what_it_cannot_replay():
         CapturedDecodeStep(warmup=0)
     with pytest.raises(ValueError, match="CUDA"):
         CapturedDecodeStep()(None, None, torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long))
+
+
+@pytest.mark.parametrize("config", [FullConfig(), SnapStreamConfig.from_budget(64)], ids=["full", "snapstream"])
+def test_a_compiled_step_writes_the_rows_in_place_without_copying_them(config, kernel):
+    """Inductor's code for one compiled decode step allocates no buffer the size of a layer's rows: the new token is
+    written into the static rows in place. The former ``scatter_`` write compiled into a copy of every layer's keys and
+    values per step (the H100 run: a 14-row compiled step 2.8x slower than eager)."""
+    from torch._inductor.utils import run_and_get_code
+
+    kernel("split", "cpu")
+    model = tiny_model()
+    cache = prefilled(model, config, [300, 291], reserve=64)
+    tokens = torch.full((2, 1), 5)
+    positions = cache.next_positions()[:, None].clone()
+    for tensor in (tokens, positions):
+        torch._dynamo.mark_static_address(tensor)
+    rows_shape = tuple(cache.layers[0].keys.shape)
+    torch._dynamo.reset()
+    compiled = torch.compile(decode_step, fullgraph=True, dynamic=False)
+    with torch.inference_mode():
+        _, code = run_and_get_code(compiled, model, cache, tokens, positions)
+    torch._dynamo.reset()
+    allocation = f"empty_strided_cpu({rows_shape}".replace(" ", "")
+    assert code and not any(allocation in text.replace(" ", "") for text in code), rows_shape

@@ -137,6 +137,18 @@ class CompressedLayer(CacheLayerMixin):
         """Store one new token per row: ``key``/``value`` ``[B, Hkv, 1, D]``, ``position`` ``[B]``."""
         raise NotImplementedError
 
+    def write_slot(self, slot, key, value, position) -> None:
+        """Write one new token per row into slot ``slot`` ``[B]`` of every KV head of the static rows: ``key``/
+        ``value`` ``[B, Hkv, 1, D]``, ``position`` ``[B]``. By ``index_put_``, which a compiled decode step updates in
+        place; inductor compiled the former ``scatter_`` into a copy of the whole rows, per layer and step (its
+        generated code allocates a buffer the size of ``keys``: ``tests/test_gpu_decode.py``)."""
+        rows = torch.arange(key.shape[0], device=key.device)[:, None]  # [B, 1]
+        heads = torch.arange(key.shape[1], device=key.device)[None, :]  # [1, Hkv]
+        where = (rows, heads, slot[:, None])  # broadcast to [B, Hkv]
+        self.keys.index_put_(where, key[:, :, 0])
+        self.values.index_put_(where, value[:, :, 0])
+        self.positions.index_put_(where, position[:, None].expand(-1, key.shape[1]))
+
     def slot_visible(self, query_positions: torch.Tensor) -> torch.Tensor:
         """``[B, T, S]``: may a new query at ``query_positions [B, T]`` see each cached slot?"""
         return (self.positions[:, 0] >= 0)[:, None, :].expand(-1, query_positions.shape[1], -1)

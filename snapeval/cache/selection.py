@@ -97,11 +97,7 @@ class ScoredSelectionLayer(CompressedLayer):
 
     def write(self, key, value, position):
         if self.static:  # rows allocated once: the next free slot of each row (a parked row rewrites its last slot)
-            slot = self.fill.clamp(max=self.keys.shape[2] - 1)  # [B]
-            heads, dim = key.shape[1], key.shape[3]
-            self.keys.scatter_(2, slot[:, None, None, None].expand(-1, heads, 1, dim), key)
-            self.values.scatter_(2, slot[:, None, None, None].expand(-1, heads, 1, dim), value)
-            self.positions.scatter_(2, slot[:, None, None].expand(-1, heads, 1), position[:, None, None].expand(-1, heads, 1))
+            self.write_slot(self.fill.clamp(max=self.keys.shape[2] - 1), key, value, position)
             self.fill += 1
             return
         self.fill += 1

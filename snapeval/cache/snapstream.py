@@ -76,12 +76,7 @@ class SnapStreamLayer(ScoredSelectionLayer):
         return top
 
     def write(self, key, value, position):
-        slot = ring_slot(position, self.config.sink, self.config.recent)  # [B]
-        heads, dim = key.shape[1], key.shape[3]
-        slot_kv = slot[:, None, None, None].expand(-1, heads, 1, dim)
-        self.keys.scatter_(2, slot_kv, key)
-        self.values.scatter_(2, slot_kv, value)
-        self.positions.scatter_(2, slot[:, None, None].expand(-1, heads, 1), position[:, None, None].expand(-1, heads, 1))
+        self.write_slot(ring_slot(position, self.config.sink, self.config.recent), key, value, position)
 
     def _in_ring(self, positions: torch.Tensor, query_positions: torch.Tensor) -> torch.Tensor:
         """``[B, T, N]``: is a non-sink token at ``positions [B, N]`` still among the last ``recent`` at each query?"""
