@@ -63,6 +63,14 @@ for name, (batch, heads, kv_heads, slots, dim, dtype, mask) in json.loads(sys.ar
                     "splits": attention.decode_splits(slots, batch * kv_heads, 132, 64),
                     "diff_vs_sdpa": float((out.float() - ref.float()).abs().max()),
                     "diff_vs_float64": float((out.double() - ref64).abs().max())})
+# a compiled step calls the kernel as the opaque operator snapeval::triton_decode_attention (fullgraph: no break)
+step = torch.compile(lambda q, k, v, m: attention.decode_attention(q, k, v, m, 0.25, kernel="triton"),
+                     backend="aot_eager", fullgraph=True)
+query, key, value = torch.randn(2, 8, 1, 64), torch.randn(2, 2, 200, 64), torch.randn(2, 2, 200, 64)
+valid = torch.rand(2, 200) > 0.5
+compiled = step(query, key, value, valid)
+eager = attention.decode_attention(query, key, value, valid, 0.25, kernel="sdpa")
+results.append({"name": "compiled", "diff_vs_sdpa": float((compiled - eager).abs().max())})
 print(json.dumps(results))
 '''
 
@@ -73,6 +81,7 @@ CASES = {  # name: (B, Hq, Hkv, S, D, dtype, mask)
     "gqa8_d128_bf16": (2, 16, 2, 520, 128, "bfloat16", "holes"),
     "gqa6_d64_masked_slices": (2, 6, 1, 700, 64, "float32", "masked_slices"),
     "gqa2_d64_fp16_masked_slices": (2, 4, 2, 400, 64, "float16", "masked_slices"),
+    "gqa4_d128_33_slices": (1, 8, 2, 2100, 128, "float32", "holes"),  # the combine's chunks of 16: 16 + 16 + 1
 }
 TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
 
@@ -86,7 +95,8 @@ def test_triton_kernel_matches_sdpa_in_the_interpreter():
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(results, indent=1))
-    assert [r["name"] for r in results] == list(CASES)
+    assert [r["name"] for r in results] == list(CASES) + ["compiled"]
+    assert results.pop()["diff_vs_sdpa"] < TOLERANCE["float32"]
     for result in results:
         batch, heads, _, _, dim, dtype, _ = CASES[result["name"]]
         assert result["shape"] == [batch, 1, heads, dim]
@@ -95,6 +105,7 @@ def test_triton_kernel_matches_sdpa_in_the_interpreter():
         assert result["diff_vs_sdpa"] < TOLERANCE[dtype], result
         assert result["diff_vs_float64"] < TOLERANCE[dtype], result
     assert results[4]["splits"][0] > 3  # the masked slices are whole slices of a split launch
+    assert results[6]["splits"][0] == 33
 
 
 def test_decode_splits_fill_the_multiprocessors_with_whole_tiles():

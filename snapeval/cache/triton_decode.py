@@ -46,8 +46,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, m_ptr, l_ptr, acc_ptr,
                   BLOCK: tl.constexpr, HAS_VALID: tl.constexpr, IEEE: tl.constexpr):
     row = tl.program_id(0)  # batch row x KV head
     split = tl.program_id(1)
-    b = row // num_kv
-    h = row % num_kv
+    b = (row // num_kv).to(tl.int64)  # b x a row's stride can pass 2**31 elements
+    h = (row % num_kv).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
     offs_n = tl.arange(0, BLOCK)
@@ -96,23 +96,29 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, m_ptr, l_ptr, acc_ptr,
 
 @triton.jit
 def _combine_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, num_splits,
-                    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
+                    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+                    CHUNK_S: tl.constexpr):
     row = tl.program_id(0)  # batch row x KV head
     g = tl.program_id(1)  # query head of the group
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
-    s_ok = offs_s < num_splits
     d_ok = offs_d < HEAD_DIM
-    part = (row * num_splits + offs_s) * GROUP + g
-    m = tl.load(m_ptr + part, mask=s_ok, other=float("-inf"))
-    l = tl.load(l_ptr + part, mask=s_ok, other=0.0)
-    acc = tl.load(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    m = tl.load(m_ptr + (row * num_splits + offs_s) * GROUP + g, mask=offs_s < num_splits, other=float("-inf"))
     m_all = tl.max(m, 0)
     m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
-    weight = tl.exp(m - m_safe)  # a fully masked slice (m = -inf) weighs 0
-    total = tl.sum(l * weight, 0)
-    total = tl.where(total == 0.0, 1.0, total)  # every slot of the row masked: zeros, not NaN
-    out = tl.sum(acc * weight[:, None], 0) / total
+    total = tl.zeros([CHUNK_S], dtype=tl.float32)
+    acc = tl.zeros([CHUNK_S, BLOCK_D], dtype=tl.float32)
+    offs_c = tl.arange(0, CHUNK_S)
+    for start in range(0, num_splits, CHUNK_S):  # CHUNK_S slices at a time: few registers however many slices
+        s_ok = start + offs_c < num_splits
+        part = (row * num_splits + start + offs_c) * GROUP + g
+        weight = tl.exp(tl.load(m_ptr + part, mask=s_ok, other=float("-inf")) - m_safe)  # masked slice: 0
+        total += tl.load(l_ptr + part, mask=s_ok, other=0.0) * weight
+        acc += tl.load(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :],
+                       other=0.0) * weight[:, None]
+    norm = tl.sum(total, 0)
+    norm = tl.where(norm == 0.0, 1.0, norm)  # every slot of the row masked: zeros, not NaN
+    out = tl.sum(acc, 0) / norm
     # out [B, 1, Hq, D] contiguous: (row x KV head) x G + g is the query head's row
     tl.store(out_ptr + (row * GROUP + g) * HEAD_DIM + offs_d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
 
@@ -150,7 +156,7 @@ def triton_decode_attention(query, key, value, valid=None, scaling=None) -> torc
     )
     _combine_kernel[(rows, group)](
         m, l, acc, out, num_splits,
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=triton.next_power_of_2(num_splits),
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=triton.next_power_of_2(num_splits), CHUNK_S=16,
         num_warps=4,
     )
     return out
