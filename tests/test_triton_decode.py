@@ -82,6 +82,9 @@ CASES = {  # name: (B, Hq, Hkv, S, D, dtype, mask)
     "gqa6_d64_masked_slices": (2, 6, 1, 700, 64, "float32", "masked_slices"),
     "gqa2_d64_fp16_masked_slices": (2, 4, 2, 400, 64, "float16", "masked_slices"),
     "gqa4_d128_33_slices": (1, 8, 2, 2100, 128, "float32", "holes"),  # the combine's chunks of 16: 16 + 16 + 1
+    # many rows, few slices of several tiles each: the online softmax across tiles, a masked tile before a valid one
+    "gqa2_d128_bf16_5_tiles": (25, 16, 8, 640, 128, "bfloat16", "masked_slices"),
+    "gqa2_d64_2_tiles": (25, 8, 4, 640, 64, "float32", "masked_slices"),
 }
 TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
 
@@ -106,6 +109,7 @@ def test_triton_kernel_matches_sdpa_in_the_interpreter():
         assert result["diff_vs_float64"] < TOLERANCE[dtype], result
     assert results[4]["splits"][0] > 3  # the masked slices are whole slices of a split launch
     assert results[6]["splits"][0] == 33
+    assert results[7]["splits"] == [2, 320] and results[8]["splits"] == [5, 128]
 
 
 def test_decode_splits_fill_the_multiprocessors_with_whole_tiles():
@@ -166,3 +170,46 @@ def test_the_kernel_benchmark_never_picks_a_wrong_kernel(monkeypatch):
             assert point["kernels"][name]["max_abs_diff_vs_sdpa"] > 0.5
         assert "error" not in point["kernels"]["sdpa"]
     assert out["winner"] == "sdpa" and set(out["total_seconds"]) == {"sdpa"}
+
+
+@pytest.mark.skipif(not (HAS_TRITON and torch.cuda.is_available()), reason="needs a CUDA device and triton")
+def test_triton_kernel_on_cuda_matches_sdpa_and_is_captured_by_a_cuda_graph():
+    """On the GPU (compiled by Triton, not interpreted): the interpreter's cases plus Llama-3.1-8B's shape at 128k
+    slots, against SDPA in float32; then one call captured in a CUDA graph and replayed on new inputs."""
+    torch.manual_seed(0)
+    cases = {**CASES, "llama8b_128k": (1, 32, 8, 131072, 128, "bfloat16", "holes"),
+             "llama8b_batch": (6, 32, 8, 8200, 128, "bfloat16", "masked_slices")}
+    for name, (batch, heads, kv_heads, slots, dim, dtype, mask) in cases.items():
+        dtype = getattr(torch, dtype)
+        query = torch.randn(batch, heads, 1, dim, dtype=dtype, device="cuda")
+        key = torch.randn(batch, kv_heads, slots, dim, dtype=dtype, device="cuda") * 2
+        value = torch.randn(batch, kv_heads, slots, dim, dtype=dtype, device="cuda")
+        valid = None
+        if mask != "none":
+            valid = torch.rand(batch, slots, device="cuda") > 0.3
+            valid[:, slots - slots // 5:] = False
+            if mask == "masked_slices":
+                valid[0, 64:192] = False
+        out = attention.decode_attention(query, key, value, valid, dim**-0.5, kernel="triton")
+        ref = attention.decode_attention(query.float(), key.float(), value.float(), valid, dim**-0.5, kernel="sdpa")
+        assert out.shape == (batch, 1, heads, dim) and out.dtype == dtype, name
+        assert torch.isfinite(out).all(), name
+        diff = float((out.float() - ref).abs().max())
+        assert diff < TOLERANCE[str(dtype).removeprefix("torch.")], (name, diff)
+    query = torch.randn(4, 32, 1, 128, dtype=torch.bfloat16, device="cuda")
+    key, value = torch.randn(2, 4, 8, 4096, 128, dtype=torch.bfloat16, device="cuda")
+    valid = torch.rand(4, 4096, device="cuda") > 0.2
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        attention.decode_attention(query, key, value, valid, None, kernel="triton")  # compiles outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attention.decode_attention(query, key, value, valid, None, kernel="triton")
+    for tensor in (query, key, value):
+        tensor.copy_(torch.randn_like(tensor))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = attention.decode_attention(query.float(), key.float(), value.float(), valid, None, kernel="sdpa")
+    assert float((out.float() - ref).abs().max()) < TOLERANCE["bfloat16"]
