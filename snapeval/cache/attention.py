@@ -205,9 +205,9 @@ TRITON_WAVES = 3
 
 def decode_splits(slots: int, rows: int, multiprocessors: int, block: int) -> tuple[int, int]:
     """``(splits, slice_len)`` of the ``triton`` kernel: ``rows`` (batch x KV heads) times ``splits`` at least
-    :data:`TRITON_WAVES` times ``multiprocessors`` programs (fewer than twice that; at most one slice per tile), each slice ``slice_len`` slots (a multiple of
-    ``block``), the slices covering ``slots`` with none empty (the last may be shorter). Depends only on shapes:
-    one CUDA graph per shape."""
+    :data:`TRITON_WAVES` times ``multiprocessors`` programs (fewer than twice that; at most one slice per tile), each
+    slice ``slice_len`` slots (a multiple of ``block``), the slices covering ``slots`` with none empty (the last may
+    be shorter). Depends only on shapes: one CUDA graph per shape."""
     if slots < 1 or rows < 1 or multiprocessors < 1 or block < 1:
         raise SnapevalError(f"decode_splits needs positive slots, rows, multiprocessors and block; got "
                             f"{slots}, {rows}, {multiprocessors}, {block}")
