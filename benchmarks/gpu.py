@@ -12,10 +12,11 @@ was measured:
 
 - ``bandwidth``: a device-to-device copy (read + write bytes over time): the bandwidth the byte floors divide by.
 - ``kernels``: the decode attention kernels (``snapeval.cache.attention.DECODE_KERNELS``: ``sdpa``, ``split``,
-  ``flex``) alone, at the model's attention shape over 32k and 128k slots with a tenth of the slots empty (masked),
-  timed with CUDA events; the fastest masked kernel wins (``flex`` only by more than 5%, for its compilation)
-  and every decode below runs it (``set_decode_kernel``). The unmasked SDPA call (``enable_gqa``, every slot valid)
-  is timed beside them as a reference.
+  ``triton`` where the package imports, ``flex``) alone, at the model's attention shape over 32k and 128k slots with
+  a tenth of the slots empty (masked), timed with CUDA events (a kernel that fails at a point, or differs from SDPA
+  by over 10%, is reported and cannot win); the fastest masked kernel wins (``flex`` only by more than 5%, for its
+  compilation) and every decode below runs it (``set_decode_kernel``). The unmasked SDPA call (``enable_gqa``, every
+  slot valid) is timed beside them as a reference.
 - per length: ``prefill`` of one prompt with the full cache and with SnapStream at ``--decode-budget`` (time and peak
   memory); then ``decode`` of both paths: the full cache in static rows (``StaticFullCache``, what
   ``snapeval.generate`` decodes the full cache with) and SnapStream rows (the engine's layout), each at batch 1 and
@@ -171,6 +172,11 @@ def copy_bandwidth(device, gib: float, repeats: int) -> dict:
     return {"bytes_per_copy": moved, "seconds": seconds, "bytes_per_s": moved / seconds}
 
 
+#: A kernel whose output differs from SDPA's by more than this fraction of SDPA's largest output is reported as wrong
+#: and cannot win (a kernel new to a device must not decode every path with wrong numbers).
+WRONG_RESULT = 0.1
+
+
 def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile_flex: bool) -> dict:
     """Each decode kernel alone at the model's attention shape: ``points`` of (rows, slots), the last tenth of every
     row's slots empty (masked). Returns per point and kernel the median seconds, the bytes of keys and values read,
@@ -182,9 +188,10 @@ def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile
     heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     dtype, clock = model.dtype, Clock(device)
-    kernels = ["sdpa", "split"] + (["flex"] if compile_flex else [])
+    kernels = ["sdpa", "split"] + [k for k in ("triton",) if k in attention.runnable_decode_kernels(device)] + (
+        ["flex"] if compile_flex else [])
     out = {"points": [], "kernels": kernels, "repeats": repeats}
-    totals = {kernel: 0.0 for kernel in kernels}
+    totals, failed = {kernel: 0.0 for kernel in kernels}, set()
     for rows, slots in points:
         query = torch.randn(rows, heads, 1, head_dim, dtype=dtype, device=device)
         key = torch.randn(rows, kv_heads, slots, head_dim, dtype=dtype, device=device)
@@ -217,16 +224,20 @@ def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile
                        "bytes_per_s": moved / seconds, "workspace_bytes": extra}
                 if name != "sdpa_unmasked":
                     row["max_abs_diff_vs_sdpa"] = float((result.float() - reference.float()).abs().max())
+                    if not row["max_abs_diff_vs_sdpa"] <= WRONG_RESULT * float(reference.float().abs().max()):
+                        raise ValueError(f"wrong result: max abs diff vs sdpa {row['max_abs_diff_vs_sdpa']:.3g}")
                     totals[name] = totals.get(name, 0.0) + seconds
             except Exception as exc:  # noqa: BLE001 - a kernel that does not run on this stack is reported, not fatal
                 if is_oom(exc):
                     raise
-                row = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-                totals.pop(name, None)
+                row = {**(row if "wrong result" in str(exc) else {}),
+                       "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+                failed.add(name)
             point["kernels"][name] = row
         out["points"].append(point)
         del query, key, value, valid, reference
         release(device)
+    totals = {k: v for k, v in totals.items() if k not in failed}  # a total over some points only cannot win
     splits = {k: v for k, v in totals.items() if k.startswith("split")}
     best_split = min(splits, key=splits.get) if splits else None
     products = int(best_split.split("@")[1]) if best_split and "@" in best_split else attention.SPLIT_PRODUCTS

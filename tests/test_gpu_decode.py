@@ -31,7 +31,7 @@ def repeat_kv_reference(query, key, value, valid, scaling):
     return out.transpose(1, 2)
 
 
-@pytest.mark.parametrize("name", attention.DECODE_KERNELS)
+@pytest.mark.parametrize("name", attention.runnable_decode_kernels("cpu"))
 @pytest.mark.parametrize("slots", [7, 300, 1030])
 def test_every_decode_kernel_equals_sdpa_over_repeated_heads(name, slots):
     torch.manual_seed(slots)
@@ -76,7 +76,7 @@ def test_generate_full_cache_is_static_with_the_dynamic_cache_greedy_tokens(fami
     dynamic = generate_ids(model, tok, ids, mask, FullConfig(), params, static_full=False)
     expected = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)[:, ids.shape[1]:].tolist()
     assert [e[:len(t)] for e, t in zip(expected, dynamic.token_ids)] == dynamic.token_ids
-    for name in attention.DECODE_KERNELS:
+    for name in attention.runnable_decode_kernels("cpu"):
         kernel(name, "cpu")
         static = generate_ids(model, tok, ids, mask, FullConfig(), params)
         assert isinstance(static.cache, StaticFullCache), name

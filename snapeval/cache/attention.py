@@ -120,12 +120,24 @@ def grouped_decode_attention(query, key, value, mask, scaling=None) -> torch.Ten
 #:   read once by many SMs and nothing is copied per query head. No compilation, capturable by CUDA graphs.
 #: - ``flex``: PyTorch's FlexAttention (``torch.nn.attention.flex_attention``, compiled; its decoding kernel splits
 #:   the keys), ``enable_gqa=True``, the empty slots masked by a score modification reading the validity row.
-DECODE_KERNELS = ("sdpa", "split", "flex")
+#: - ``triton``: fused split-KV in Triton (:mod:`snapeval.cache.triton_decode`): a program per row x KV head x slice
+#:   of the slots reads its keys and values once (online softmax, float32 accumulation, the group's query heads
+#:   together), a second launch combines the slices; no float32 scores written. Needs the ``triton`` package (GPU).
+DECODE_KERNELS = ("sdpa", "split", "flex", "triton")
 #: The kernel each device type decodes with (:func:`set_decode_kernel`). The CPU keeps ``sdpa``, whose numerics
 #: every committed result was produced with; on a GPU ``split`` (``docs/engine.md``: chosen by the H100
 #: measurement of ``benchmarks/gpu.py``'s kernel section).
 _DEFAULT_KERNELS = {"cpu": "sdpa", "cuda": "split"}
 _decode_kernels = dict(_DEFAULT_KERNELS)
+
+
+def runnable_decode_kernels(device) -> tuple[str, ...]:
+    """The kernels of :data:`DECODE_KERNELS` that run on ``device`` here: ``triton`` only on CUDA with the ``triton``
+    package installed."""
+    import importlib.util
+
+    gpu_ready = torch.device(device).type == "cuda" and importlib.util.find_spec("triton") is not None
+    return tuple(k for k in DECODE_KERNELS if k != "triton" or gpu_ready)
 
 
 def set_decode_kernel(kernel: str | None, device_type: str = "cuda") -> None:
@@ -151,6 +163,10 @@ def decode_attention(query, key, value, valid=None, scaling=None, *, kernel: str
         if torch.compiler.is_compiling():  # one opaque call to inductor: its own fusion of these products was slower
             return torch.ops.snapeval.split_decode_attention(query, key, value, valid, scaling)
         return split_decode_attention(query, key, value, valid, scaling)
+    if kernel == "triton":
+        if torch.compiler.is_compiling():  # an opaque call: dynamo does not trace the launches
+            return torch.ops.snapeval.triton_decode_attention(query, key, value, valid, scaling)
+        return triton_decode_attention(query, key, value, valid, scaling)
     if kernel == "flex":
         return flex_decode_attention(query, key, value, valid, scaling)
     if kernel != "sdpa":
@@ -181,6 +197,35 @@ def split_chunks(slots: int, rows: int, products: int | None = None) -> int:
         if slots % chunks == 0:
             return chunks
     return 1
+
+
+#: Programs the ``triton`` kernel aims for, per multiprocessor of the GPU (:func:`decode_splits`).
+TRITON_WAVES = 3
+
+
+def decode_splits(slots: int, rows: int, multiprocessors: int, block: int) -> tuple[int, int]:
+    """``(splits, slice_len)`` of the ``triton`` kernel: ``rows`` (batch x KV heads) times ``splits`` at least
+    :data:`TRITON_WAVES` times ``multiprocessors`` programs (fewer than twice that; at most one slice per tile), each
+    slice ``slice_len`` slots (a multiple of ``block``), the slices covering ``slots`` with none empty (the last may
+    be shorter). Depends only on shapes: one CUDA graph per shape."""
+    if slots < 1 or rows < 1 or multiprocessors < 1 or block < 1:
+        raise SnapevalError(f"decode_splits needs positive slots, rows, multiprocessors and block; got "
+                            f"{slots}, {rows}, {multiprocessors}, {block}")
+    tiles = -(-slots // block)
+    want = max(1, min(tiles, -(-TRITON_WAVES * multiprocessors // rows)))
+    slice_len = (tiles // want) * block  # at least ``want`` slices, fewer than twice as many
+    return -(-slots // slice_len), slice_len
+
+
+def triton_decode_attention(query, key, value, valid=None, scaling=None) -> torch.Tensor:
+    """The ``triton`` kernel (:data:`DECODE_KERNELS`): shapes as :func:`decode_attention`. Raises a one-line
+    :class:`SnapevalError` where the ``triton`` package is not installed."""
+    try:
+        from snapeval.cache import triton_decode
+    except ImportError as exc:
+        raise SnapevalError(f"decode kernel 'triton' needs the triton package, which is not importable here ({exc}); "
+                            f"allowed without it: {', '.join(k for k in DECODE_KERNELS if k != 'triton')}") from None
+    return triton_decode.triton_decode_attention(query, key, value, valid, scaling)
 
 
 _bmm_float32_ok: bool | None = None
@@ -222,18 +267,25 @@ def split_decode_attention(query, key, value, valid=None, scaling=None) -> torch
     return out.to(query.dtype).reshape(batch, 1, num_heads, head_dim)
 
 
-@torch.library.custom_op("snapeval::split_decode_attention", mutates_args=())
-def _split_decode_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, valid: torch.Tensor | None,
-                     scaling: float | None) -> torch.Tensor:
-    """:func:`split_decode_attention` as one operator a compiled decode step calls as it is (the H100 run: inductor's
-    own kernels for its products and softmax made a 14-row step 2.7x slower than eager); CUDA graphs capture it."""
-    return split_decode_attention(query, key, value, valid, scaling)
+def _opaque_decode_op(kernel: Callable) -> None:
+    """Register ``kernel`` (shapes as :func:`decode_attention`) as the operator ``snapeval::<its name>``, which a
+    compiled decode step calls as it is (the H100 run: inductor's own kernels for the ``split`` products and softmax
+    made a 14-row step 2.7x slower than eager; dynamo does not trace Triton launches); CUDA graphs capture it."""
+
+    def op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, valid: torch.Tensor | None,
+           scaling: float | None) -> torch.Tensor:
+        return kernel(query, key, value, valid, scaling)
+
+    registered = torch.library.custom_op(f"snapeval::{kernel.__name__}", op, mutates_args=())
+
+    @registered.register_fake
+    def _(query, key, value, valid, scaling):
+        batch, heads, _, dim = query.shape
+        return query.new_empty(batch, 1, heads, dim)
 
 
-@_split_decode_op.register_fake
-def _(query, key, value, valid, scaling):
-    batch, heads, _, dim = query.shape
-    return query.new_empty(batch, 1, heads, dim)
+_opaque_decode_op(split_decode_attention)
+_opaque_decode_op(triton_decode_attention)
 
 
 _flex_compiled = None

@@ -1,0 +1,215 @@
+"""The ``triton`` decode kernel (snapeval/cache/triton_decode.py) against the ``sdpa`` kernel, in Triton's CPU
+interpreter (``TRITON_INTERPRET=1``, in a subprocess: it must be set before triton is imported), and its CPU parts
+(the split chooser, the error without triton), which always run."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from snapeval.cache import attention
+from snapeval.errors import SnapevalError
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+# Two workarounds for Triton 3.6's interpreter (not the kernel): with numpy >= 2.3 a loop bound read from a scalar
+# argument fails (int() of a 1-element array), and its tl.dot multiplies bfloat16's raw 16-bit patterns; bfloat16 is
+# widened to float32 exactly (as the GPU's tensor cores do before accumulating in float32).
+INTERPRETER_SCRIPT = r'''
+import json, sys
+import numpy as np
+import torch
+import triton.language as tl
+import triton.runtime.interpreter as ti
+
+_patch_tensor = ti._patch_lang_tensor
+def _patched_tensor(tensor, scope):
+    _patch_tensor(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+ti._patch_lang_tensor = _patched_tensor
+_dot = ti.InterpreterBuilder.create_dot
+def _widen(h):
+    if getattr(h.dtype, "scalar", h.dtype) == tl.bfloat16:
+        return ti.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+    return h
+ti.InterpreterBuilder.create_dot = lambda self, a, b, d, p, m: _dot(self, _widen(a), _widen(b), d, p, m)
+
+from snapeval.cache import attention
+
+torch.manual_seed(0)
+results = []
+for name, (batch, heads, kv_heads, slots, dim, dtype, mask) in json.loads(sys.argv[1]).items():
+    dtype = getattr(torch, dtype)
+    query = torch.randn(batch, heads, 1, dim, dtype=dtype)
+    key = torch.randn(batch, kv_heads, slots, dim, dtype=dtype) * 2
+    value = torch.randn(batch, kv_heads, slots, dim, dtype=dtype)
+    valid = None
+    if mask != "none":
+        valid = torch.rand(batch, slots) > 0.3  # holes
+        valid[:, slots - slots // 5:] = False  # an empty tail
+        if mask == "masked_slices":  # row 0: slots 64-191 (two whole slices of 64) masked
+            valid[0, 64:192] = False
+    scaling = dim**-0.5
+    out = attention.decode_attention(query, key, value, valid, scaling, kernel="triton")
+    ref = attention.decode_attention(query, key, value, valid, scaling, kernel="sdpa")
+    ref64 = attention.decode_attention(query.double(), key.double(), value.double(), valid, scaling, kernel="sdpa")
+    results.append({"name": name, "shape": list(out.shape), "dtype": str(out.dtype),
+                    "finite": bool(torch.isfinite(out).all()),
+                    "splits": attention.decode_splits(slots, batch * kv_heads, 132, 64),
+                    "diff_vs_sdpa": float((out.float() - ref.float()).abs().max()),
+                    "diff_vs_float64": float((out.double() - ref64).abs().max())})
+# a compiled step calls the kernel as the opaque operator snapeval::triton_decode_attention (fullgraph: no break)
+step = torch.compile(lambda q, k, v, m: attention.decode_attention(q, k, v, m, 0.25, kernel="triton"),
+                     backend="aot_eager", fullgraph=True)
+query, key, value = torch.randn(2, 8, 1, 64), torch.randn(2, 2, 200, 64), torch.randn(2, 2, 200, 64)
+valid = torch.rand(2, 200) > 0.5
+compiled = step(query, key, value, valid)
+eager = attention.decode_attention(query, key, value, valid, 0.25, kernel="sdpa")
+results.append({"name": "compiled", "diff_vs_sdpa": float((compiled - eager).abs().max())})
+print(json.dumps(results))
+'''
+
+CASES = {  # name: (B, Hq, Hkv, S, D, dtype, mask)
+    "gqa4_d64_holes": (2, 8, 2, 300, 64, "float32", "holes"),
+    "gqa4_d128_unmasked": (3, 32, 8, 130, 128, "float32", "none"),
+    "mha_d128_bf16": (1, 4, 4, 200, 128, "bfloat16", "holes"),
+    "gqa8_d128_bf16": (2, 16, 2, 520, 128, "bfloat16", "holes"),
+    "gqa6_d64_masked_slices": (2, 6, 1, 700, 64, "float32", "masked_slices"),
+    "gqa2_d64_fp16_masked_slices": (2, 4, 2, 400, 64, "float16", "masked_slices"),
+    "gqa4_d128_33_slices": (1, 8, 2, 2100, 128, "float32", "holes"),  # the combine's chunks of 16: 16 + 16 + 1
+    # many rows, few slices of several tiles each: the online softmax across tiles, a masked tile before a valid one
+    "gqa2_d128_bf16_5_tiles": (25, 16, 8, 640, 128, "bfloat16", "masked_slices"),
+    "gqa2_d64_2_tiles": (25, 8, 4, 640, 64, "float32", "masked_slices"),
+}
+TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the kernel needs the triton package; CPU "
+                                           "installs have none)")
+def test_triton_kernel_matches_sdpa_in_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", INTERPRETER_SCRIPT, json.dumps(CASES)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(results, indent=1))
+    assert [r["name"] for r in results] == list(CASES) + ["compiled"]
+    assert results.pop()["diff_vs_sdpa"] < TOLERANCE["float32"]
+    for result in results:
+        batch, heads, _, _, dim, dtype, _ = CASES[result["name"]]
+        assert result["shape"] == [batch, 1, heads, dim]
+        assert result["dtype"] == f"torch.{dtype}"
+        assert result["finite"], result
+        assert result["diff_vs_sdpa"] < TOLERANCE[dtype], result
+        assert result["diff_vs_float64"] < TOLERANCE[dtype], result
+    assert results[4]["splits"][0] > 3  # the masked slices are whole slices of a split launch
+    assert results[6]["splits"][0] == 33
+    assert results[7]["splits"] == [2, 320] and results[8]["splits"] == [5, 128]
+
+
+def test_decode_splits_fill_the_multiprocessors_with_whole_tiles():
+    for slots, rows in [(131072, 8), (4096, 8), (1000, 256), (64, 1), (65, 3), (300, 4), (100_000, 112)]:
+        splits, width = attention.decode_splits(slots, rows, 132, 64)
+        assert width % 64 == 0 and width >= 64
+        assert (splits - 1) * width < slots <= splits * width  # every slot covered, no empty slice
+        tiles = -(-slots // 64)
+        want = min(tiles, -(-3 * 132 // rows))
+        assert want <= splits < 2 * want or splits == tiles == want  # 3 waves of 132 SMs, fewer than 6
+    assert attention.decode_splits(131072, 8, 132, 64) == (52, 2560)  # 416 programs: 3.2 waves of 132
+    assert attention.decode_splits(4096, 256, 132, 64) == (2, 2048)
+    assert attention.decode_splits(100, 1, 132, 64) == (2, 64)
+    with pytest.raises(SnapevalError, match="decode_splits"):
+        attention.decode_splits(0, 8, 132, 64)
+
+
+def test_triton_kernel_without_triton_is_a_one_line_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", None)  # import triton raises ImportError
+    monkeypatch.delitem(sys.modules, "snapeval.cache.triton_decode", raising=False)
+    query, key = torch.randn(1, 4, 1, 64), torch.randn(1, 2, 128, 64)
+    with pytest.raises(SnapevalError, match="decode kernel 'triton' needs the triton package") as caught:
+        attention.decode_attention(query, key, key, None, None, kernel="triton")
+    assert "\n" not in str(caught.value)
+    assert "triton" in attention.DECODE_KERNELS
+    attention.set_decode_kernel("triton", "cuda")
+    try:
+        assert attention.decode_kernel("cuda") == "triton"
+    finally:
+        attention.set_decode_kernel(None, "cuda")
+
+
+def test_triton_runs_only_on_cuda_with_the_package(monkeypatch):
+    assert "triton" not in attention.runnable_decode_kernels("cpu")
+    assert attention.runnable_decode_kernels("cpu") == ("sdpa", "split", "flex")
+    assert ("triton" in attention.runnable_decode_kernels("cuda")) == HAS_TRITON
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else object())
+    assert "triton" not in attention.runnable_decode_kernels("cuda")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    assert "triton" in attention.runnable_decode_kernels("cuda")
+
+
+def test_the_kernel_benchmark_never_picks_a_wrong_kernel(monkeypatch):
+    """A kernel whose output is off (here ``split`` returning ones) is reported with its error and cannot win, and a
+    kernel failing at one point only cannot win on the other points' total."""
+    from types import SimpleNamespace
+
+    from benchmarks import gpu
+
+    model = SimpleNamespace(config=SimpleNamespace(num_attention_heads=4, num_key_value_heads=2, head_dim=16),
+                            dtype=torch.float32)
+    monkeypatch.setattr(attention, "split_decode_attention",
+                        lambda query, *a: torch.ones_like(query).transpose(1, 2))
+    out = gpu.bench_kernels(model, [(1, 64), (2, 128)], 2, torch.device("cpu"), 1e9, compile_flex=False)
+    for point in out["points"]:
+        for name in ("split", "split@64", "split@1024"):
+            assert point["kernels"][name]["error"].startswith("ValueError: wrong result"), point["kernels"][name]
+            assert point["kernels"][name]["max_abs_diff_vs_sdpa"] > 0.5
+        assert "error" not in point["kernels"]["sdpa"]
+    assert out["winner"] == "sdpa" and set(out["total_seconds"]) == {"sdpa"}
+
+
+@pytest.mark.skipif(not (HAS_TRITON and torch.cuda.is_available()), reason="needs a CUDA device and triton")
+def test_triton_kernel_on_cuda_matches_sdpa_and_is_captured_by_a_cuda_graph():
+    """On the GPU (compiled by Triton, not interpreted): the interpreter's cases plus Llama-3.1-8B's shape at 128k
+    slots, against SDPA in float32; then one call captured in a CUDA graph and replayed on new inputs."""
+    torch.manual_seed(0)
+    cases = {**CASES, "llama8b_128k": (1, 32, 8, 131072, 128, "bfloat16", "holes"),
+             "llama8b_batch": (6, 32, 8, 8200, 128, "bfloat16", "masked_slices")}
+    for name, (batch, heads, kv_heads, slots, dim, dtype, mask) in cases.items():
+        dtype = getattr(torch, dtype)
+        query = torch.randn(batch, heads, 1, dim, dtype=dtype, device="cuda")
+        key = torch.randn(batch, kv_heads, slots, dim, dtype=dtype, device="cuda") * 2
+        value = torch.randn(batch, kv_heads, slots, dim, dtype=dtype, device="cuda")
+        valid = None
+        if mask != "none":
+            valid = torch.rand(batch, slots, device="cuda") > 0.3
+            valid[:, slots - slots // 5:] = False
+            if mask == "masked_slices":
+                valid[0, 64:192] = False
+        out = attention.decode_attention(query, key, value, valid, dim**-0.5, kernel="triton")
+        ref = attention.decode_attention(query.float(), key.float(), value.float(), valid, dim**-0.5, kernel="sdpa")
+        assert out.shape == (batch, 1, heads, dim) and out.dtype == dtype, name
+        assert torch.isfinite(out).all(), name
+        diff = float((out.float() - ref).abs().max())
+        assert diff < TOLERANCE[str(dtype).removeprefix("torch.")], (name, diff)
+    query = torch.randn(4, 32, 1, 128, dtype=torch.bfloat16, device="cuda")
+    key, value = torch.randn(2, 4, 8, 4096, 128, dtype=torch.bfloat16, device="cuda")
+    valid = torch.rand(4, 4096, device="cuda") > 0.2
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        attention.decode_attention(query, key, value, valid, None, kernel="triton")  # compiles outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attention.decode_attention(query, key, value, valid, None, kernel="triton")
+    for tensor in (query, key, value):
+        tensor.copy_(torch.randn_like(tensor))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = attention.decode_attention(query.float(), key.float(), value.float(), valid, None, kernel="sdpa")
+    assert float((out.float() - ref).abs().max()) < TOLERANCE["bfloat16"]
