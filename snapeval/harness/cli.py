@@ -7,10 +7,7 @@ import sys
 from pathlib import Path
 
 from snapeval.errors import SnapevalError
-
-#: The model every command uses when none is given (``snapeval run``, ``snapeval demo``; ``snapeval simulate`` prices
-#: this preset at its own size).
-DEFAULT_MODEL = "smollm2-135m-instruct"
+from snapeval.models.presets import DEFAULT_MODEL
 
 
 def register(subparsers) -> None:
