@@ -88,7 +88,7 @@ def test_lm_eval_model_rejects_unknown_model_args():
 def test_lm_eval_cli_prints_one_line():
     out = subprocess.run([sys.executable, "-m", "snapeval.harness.lm_eval_cli", "--model", "snapstream",
                           "--model_args", "method=lru,budget=64", "--tasks", "snapeval_passkey",
-                          "--include_path", str(REPO / "snapeval" / "tasks")], capture_output=True, text=True,
+                          "--include_path", str(REPO / "tasks")], capture_output=True, text=True,
                          timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 2, out.stderr[-2000:]

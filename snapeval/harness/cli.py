@@ -16,7 +16,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "run",
         help="evaluate one model on lm-eval tasks under one KV-cache method and budget",
-        description="One lm-eval run through the `snapstream` model (tasks from snapeval/tasks, or $SNAPEVAL_TASKS_DIR). "
+        description="One lm-eval run through the `snapstream` model (tasks from tasks/, or $SNAPEVAL_TASKS_DIR). "
         "Prints the metrics with the measured KV-cache bytes and tokens/s, and writes the full results JSON.",
     )
     p.add_argument("--model", default=DEFAULT_MODEL,

@@ -45,7 +45,7 @@ def evaluate(
     include = Path(include_path) if include_path else tasks_dir()
     if not include.is_dir():
         raise SnapevalError(f"include_path={str(include)!r} is not a directory; allowed: a folder of lm-eval task YAML "
-                            "(set SNAPEVAL_TASKS_DIR, default snapeval/tasks)")
+                            "(set SNAPEVAL_TASKS_DIR, default: tasks/ of the checkout, or the copy a wheel installed)")
     if lm is None:
         from snapeval.harness.shared import load_once
 

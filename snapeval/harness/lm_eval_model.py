@@ -2,7 +2,7 @@
 
     lm_eval --model snapstream \\
         --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
-        --include_path snapeval/tasks --tasks snapeval_passkey
+        --include_path tasks/ --tasks snapeval_passkey
 
 - ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring. With a
   fixed-size cache (snapstream, streamingllm) this runs on the continuous-batching engine by default
