@@ -25,12 +25,26 @@ COMMAND_MODULES = [
 ]
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every command's ``--help``: each flag's default shown after its help (unless the help already says it, or
+    there is none to show: a flag that is off, or a value left unset)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and "%(default)" not in text and "default" not in text.lower()
+                and default not in (None, False, argparse.SUPPRESS, [], "")):
+            text += " (default: %(default)s)"
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     from snapeval import __version__
 
     parser = argparse.ArgumentParser(
         prog="snapeval",
-        description="Measure what SnapStream KV-cache compression does to LLM accuracy, and what it buys on SN40L.",
+        description="Measure what KV-cache compression (SnapStream and the baselines) does to LLM accuracy, and what "
+                    "it buys in memory and throughput (SN40L and GPUs, simulated).",
     )
     parser.add_argument("--version", action="version", version=f"snapeval {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -42,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(sub)
+    for command in sub.choices.values():  # one convention for every command's help
+        command.formatter_class = DefaultsHelpFormatter
     return parser
 
 

@@ -5,6 +5,7 @@ import sysconfig
 from pathlib import Path
 
 from snapeval.errors import SnapevalError
+from snapeval.models.presets import DEFAULT_MODEL
 
 DEFAULT_QUESTION = "According to the document, who created Python, at which institute, and in which country?"
 
@@ -21,11 +22,11 @@ def register(subparsers) -> None:
         description="Prefill a long real document once per method, then answer a question about it; prints the "
         "answers, the KV-cache bytes and prefill/decode speed for the full cache and SnapStream budgets.",
     )
-    p.add_argument("--model", default="smollm2-135m-instruct", help="preset name, local dir, .gguf or hub id")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="preset name, local dir, .gguf or hub id")
     p.add_argument("--document", type=Path, default=None, help="a text file (default: Python's LICENSE.txt)")
-    p.add_argument("--question", default=DEFAULT_QUESTION)
+    p.add_argument("--question", default=DEFAULT_QUESTION, help="the question asked about the document")
     p.add_argument("--budgets", default="256,1024", help="comma-separated SnapStream budgets (default: 256,1024)")
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--max-new-tokens", type=int, default=48, help="most tokens of each answer")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.set_defaults(func=run_demo)
 

@@ -4,7 +4,9 @@ task folder, the benchmark data and the cache of converted models. Each honours 
 =================  ======================  ==========================================================================
 what               variable                default
 =================  ======================  ==========================================================================
-tasks folder       ``SNAPEVAL_TASKS_DIR``  ``snapeval/tasks`` (the task families: YAML, data, hooks, one folder each)
+tasks folder       ``SNAPEVAL_TASKS_DIR``  ``tasks/`` in a checkout (the task families' lm-eval YAML, one folder each;
+                                           their code and hooks in ``snapeval/tasks/<family>/``), or
+                                           ``snapeval/task_yaml`` where a wheel installed that folder
 more task folders  ``SNAPEVAL_TASKS_PATH`` none (folders joined by ``os.pathsep``, added to the tasks folder)
 data directory     ``SNAPEVAL_DATA_DIR``   ``shared/data`` beside the repository checkout
 cache directory    ``SNAPEVAL_CACHE_DIR``  ``$XDG_CACHE_HOME/snapeval``, else ``~/.cache/snapeval``
@@ -27,9 +29,17 @@ def repo_root() -> Path:
 
 
 def tasks_dir() -> Path:
-    """The lm-eval task folder: ``$SNAPEVAL_TASKS_DIR`` if set, else the task families shipped in ``snapeval/tasks``."""
+    """The lm-eval task folder: ``$SNAPEVAL_TASKS_DIR`` if set, else the task families shipped with snapeval
+    (:func:`shipped_tasks_dir`)."""
     env = os.environ.get(TASKS_DIR_ENV)
-    return Path(env).expanduser() if env else Path(__file__).resolve().parent / "tasks"
+    return Path(env).expanduser() if env else shipped_tasks_dir()
+
+
+def shipped_tasks_dir() -> Path:
+    """The task families' YAML: ``snapeval/task_yaml`` where a wheel installed them, else ``tasks/`` of the checkout
+    (``lm_eval --include_path tasks/`` reads the same files)."""
+    installed = Path(__file__).resolve().parent / "task_yaml"
+    return installed if installed.is_dir() else repo_root() / "tasks"
 
 
 def task_folders(include: str | os.PathLike | None = None) -> list[Path]:

@@ -88,7 +88,7 @@ def test_lm_eval_model_rejects_unknown_model_args():
 def test_lm_eval_cli_prints_one_line():
     out = subprocess.run([sys.executable, "-m", "snapeval.harness.lm_eval_cli", "--model", "snapstream",
                           "--model_args", "method=lru,budget=64", "--tasks", "snapeval_passkey",
-                          "--include_path", str(REPO / "snapeval" / "tasks")], capture_output=True, text=True,
+                          "--include_path", str(REPO / "tasks")], capture_output=True, text=True,
                          timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 2, out.stderr[-2000:]
@@ -322,3 +322,208 @@ def test_real_drop_with_zero_standard_error_on_one_side_fails(tmp_path, capsys):
     assert cli(["regress", "--baseline", str(base4), "--current", str(cur4)]) == 0  # 3 of 4: p = 0.0625, honest
     none4 = _cell_dir(tmp_path, "n4", range(4), 0, greedy=False)
     assert cli(["regress", "--baseline", str(base4), "--current", str(none4)]) == 1  # 4 of 4: p = 0.031
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #40: every bad press or device argument is one line before anything heavy is imported or loaded
+
+RUN = ["run", "--tasks", "snapeval_passkey", "--budget", "64"]
+#: (class, arguments after RUN, the line's text): one entry per class of the red team's list, several where the class
+#: has several forms.
+BAD_LINES = [
+    ("abstract press class", ["--method", "kvpress:ScorerPress"],
+     "kvpress:ScorerPress is abstract: its score() raises NotImplementedError"),
+    ("negative argument", ["--method", "kvpress:SnapKVPress", "--press-arg", "window_size=-1"],
+     "kvpress:SnapKVPress.window_size='-1' is invalid; allowed: an integer >= 1 (default 64)"),
+    ("negative argument", ["--method", "kvpress:StreamingLLMPress", "--press-arg", "n_sink=-4"],
+     "kvpress:StreamingLLMPress.n_sink='-4' is invalid; allowed: an integer >= 0 (default 4)"),
+    ("zero kernel", ["--method", "kvpress:SnapKVPress", "--press-arg", "kernel_size=0"],
+     "kvpress:SnapKVPress.kernel_size='0' is invalid; allowed: an integer >= 1 (default 5)"),
+    ("window longer than the prompt", ["--method", "kvpress:SnapKVPress", "--press-arg", "window_size=100000"],
+     "window_size=100000 is invalid: the press needs prompts longer than window_size, and the model takes at most "
+     "8,192 tokens"),
+    ("window longer than the prompt", ["--method", "kvpress:ExpectedAttentionPress", "--press-arg", "n_sink=9000"],
+     "n_sink=9000 is invalid: the press needs prompts longer than n_sink"),
+    ("untyped optional given a string", ["--method", "kvpress:RandomPress", "--press-arg", "seed=abc"],
+     "kvpress:RandomPress.seed='abc' is invalid; allowed: an integer or none (default None)"),
+    ("untyped optional given a string", ["--method", "kvpress:CompactorPress", "--press-arg", "blending=abc"],
+     "kvpress:CompactorPress.blending='abc' is invalid; allowed: a finite number or none"),
+    ("a press needing another model", ["--method", "kvpress:RestoreKVPress"],
+     "kvpress:RestoreKVPress needs another model's files: it calls hf_hub_download"),
+    ("a press needing another model", ["--method", "kvpress:LUKVPress"],
+     "kvpress:LUKVPress needs another model's files: it calls requests.get"),
+    ("bad literal", ["--method", "kvpress:CURPress", "--press-arg", "leverage_type=foo"],
+     "kvpress:CURPress.leverage_type='foo' is not allowed; allowed: one of 'key', 'value', 'kv_avg', 'kv_product'"),
+    ("duplicated press argument",
+     ["--method", "kvpress:SnapKVPress", "--press-arg", "window_size=8", "--press-arg", "window_size=16"],
+     "--press-arg window_size is given twice (window_size='8' and window_size='16')"),
+    ("bool for int", ["--method", "kvpress:SnapKVPress", "--press-arg", "window_size=true"],
+     "kvpress:SnapKVPress.window_size='true' is invalid; allowed: an integer >= 1"),
+    ("NaN", ["--method", "kvpress:ExpectedAttentionPress", "--press-arg", "epsilon=nan"],
+     "kvpress:ExpectedAttentionPress.epsilon='nan' is invalid; allowed: a finite number >= 0"),
+    ("NaN", ["--method", "kvpress:CapPress", "--press-arg", "tau=inf"],
+     "kvpress:CapPress.tau='inf' is invalid; allowed: a finite number >= 0"),
+    ("private field", ["--method", "kvpress:CompactorPress", "--press-arg", "_leverage_press=1"],
+     "kvpress:CompactorPress._leverage_press is a private field of the press; allowed: blending, chunk_size"),
+    ("unknown press", ["--method", "kvpress:BasePress"], "method='kvpress:BasePress' is not allowed; kvpress presses:"),
+    ("device garbage", ["--method", "snapstream", "--device", "gpu0"],
+     "--device='gpu0' is invalid; allowed: cpu, cuda, cuda:N (a GPU index), mps"),
+    ("device empty", ["--method", "snapstream", "--device", ""], "--device='' is invalid; allowed: cpu, cuda"),
+    ("device meta", ["--method", "snapstream", "--device", "meta"],
+     "--device='meta' is invalid: a meta device holds no weights"),
+    ("model", ["--method", "snapstream", "--model", "no-such-model"],
+     "model='no-such-model' is not a preset, a local directory, a .gguf file or a hub id"),
+    ("setting", ["--method", "snapstream", "--sink", "99"], "sink=99 is invalid with budget=64; allowed: 0..63"),
+]
+HEAVY = ("torch", "lm_eval", "kvpress", "transformers")
+
+
+def _run_cli(argv: list[str]) -> tuple[int, str, list[str], float]:
+    """``snapeval ARGV`` in a fresh interpreter: exit code, stderr, the heavy modules it imported, wall seconds."""
+    import time
+
+    probe = ("import json, sys\nfrom snapeval.cli import main\nrc = main(sys.argv[1:])\n"
+             f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\nsys.exit(rc)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=REPO)
+    return out.returncode, out.stderr, json.loads(out.stdout.strip().splitlines()[-1]), time.perf_counter() - start
+
+
+def time_bound() -> float:
+    """3 s on an idle machine (the issue's bound); on a loaded one, stretched by the run queue per core (the suite
+    runs beside other work: the measured idle figure is in the commit that added this)."""
+    return 3.0 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+@pytest.mark.parametrize("kind, args, expected", BAD_LINES, ids=[f"{k}:{a[-1]}" for k, a, _ in BAD_LINES])
+def test_bad_run_argument_is_one_line_before_loading(kind, args, expected):
+    rc, err, heavy, seconds = _run_cli(RUN + args)
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("snapeval: error: ") and expected in err, err
+    assert heavy == [], f"imported {heavy} before refusing"
+    assert seconds < time_bound(), f"{seconds:.2f} s"
+
+
+def test_gpu_index_without_a_gpu_is_one_line():
+    rc, err, heavy, seconds = _run_cli(RUN + ["--method", "snapstream", "--device", "cuda:1"])
+    assert rc == 2 and err.strip() == ("snapeval: error: --device='cuda:1' is invalid: this machine has no GPU; "
+                                       "allowed: cpu"), err
+    assert heavy == [] and seconds < time_bound()
+
+
+@pytest.mark.parametrize("press, expected", [
+    ({"window_size": -1}, "kvpress:SnapKVPress.window_size=-1 is invalid; allowed: an integer >= 1"),
+    ({"window_size": True}, "kvpress:SnapKVPress.window_size=True is invalid; allowed: an integer >= 1"),
+    ({"kernel_size": float("nan")}, "kvpress:SnapKVPress.kernel_size=nan is invalid"),
+    ({"window_size": 9000}, "window_size=9000 is invalid: the press needs prompts longer than window_size, and the "
+                            "model takes at most 8,192 tokens"),
+    ({"_leverage_press": 1}, "takes no argument '_leverage_press'"),
+])
+def test_bad_press_in_a_sweep_is_one_line(tmp_path, capsys, press, expected):
+    raw = {**BASE, "methods": ["full", {"method": "kvpress:SnapKVPress", "budgets": [64], "press": press}]}
+    one_line_exit_2(capsys, ["sweep", str(write(tmp_path, raw)), "--dry-run"], expected)
+
+
+def test_press_argument_given_twice_in_a_sweep(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: bad\nmodels: [smollm2-135m-instruct]\ntasks: [snapeval_passkey]\nmethods:\n"
+                    "  - {method: 'kvpress:SnapKVPress', budgets: [64], press: {window_size: 8, window_size: 16}}\n")
+    one_line_exit_2(capsys, ["sweep", str(path), "--dry-run"],
+                    "c.yaml: line 5: key 'window_size' is given twice in one mapping")
+
+
+def test_sweep_with_a_bad_press_refuses_in_time(tmp_path):
+    raw = {**BASE, "methods": ["full", {"method": "kvpress:ScorerPress", "budgets": [64]}]}
+    rc, err, heavy, seconds = _run_cli(["sweep", str(write(tmp_path, raw)), "--dry-run"])
+    assert rc == 2 and "kvpress:ScorerPress is abstract" in err and len(err.strip().splitlines()) == 1, err
+    assert heavy == [] and seconds < time_bound()
+
+
+def test_object_typed_press_field_is_refused(tmp_path, monkeypatch, capsys):
+    """A press field whose type no command line can give (an object): one line naming the type. kvpress's usable
+    presses have no such public field, so a press source of that shape is planted."""
+    from snapeval.cache import press_spec
+
+    root = tmp_path / "kvpress"
+    (root / "presses").mkdir(parents=True)
+    (root / "__init__.py").write_text('__all__ = ["HelperPress"]\n')
+    (root / "presses" / "base_press.py").write_text(
+        "from dataclasses import dataclass\n\n@dataclass\nclass BasePress:\n"
+        "    def compress(self, module):\n        raise NotImplementedError\n")
+    (root / "presses" / "helper_press.py").write_text(
+        "from dataclasses import dataclass, field\nfrom kvpress.presses.base_press import BasePress\n\n"
+        "@dataclass\nclass HelperPress(BasePress):\n    compression_ratio: float = 0.0\n"
+        "    helper: BasePress = field(default_factory=BasePress)\n    def compress(self, module):\n        return 1\n")
+    monkeypatch.setattr(press_spec, "kvpress_dir", lambda: root)
+    press_spec.press_specs.cache_clear()
+    try:
+        one_line_exit_2(capsys, RUN + ["--method", "kvpress:HelperPress", "--press-arg", "helper=x"],
+                        "kvpress:HelperPress.helper='x' is invalid: helper takes a BasePress object, which no command "
+                        "line or YAML value can give")
+    finally:
+        press_spec.press_specs.cache_clear()
+
+
+def test_press_source_reading_matches_the_imported_classes():
+    """What :mod:`snapeval.cache.press_spec` reads from kvpress's source equals what the imported classes say: every
+    exported press's fields and defaults, whether it installs its own hooks, whether it keeps its budget per layer."""
+    import dataclasses
+
+    kvpress = pytest.importorskip("kvpress")
+    from kvpress.presses.base_press import BasePress
+    from kvpress.presses.scorer_press import ScorerPress
+
+    from snapeval.cache.press_spec import REQUIRED, press_names, press_specs
+
+    specs = press_specs()
+    for name in kvpress.__all__:
+        cls = getattr(kvpress, name)
+        if not (isinstance(cls, type) and issubclass(cls, BasePress) and dataclasses.is_dataclass(cls)) \
+                or cls is BasePress:
+            continue
+        spec = specs[name]
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        assert list(spec.fields) == [f.name for f in fields], name
+        for f in fields:
+            if f.default is not dataclasses.MISSING:
+                assert spec.fields[f.name].default == f.default, (name, f.name)
+            elif f.default_factory is dataclasses.MISSING:
+                assert spec.fields[f.name].default is REQUIRED, (name, f.name)
+        assert spec.overrides_call == (cls.__call__ is not BasePress.__call__), name
+        assert spec.overrides_forward_hook == (cls.forward_hook is not BasePress.forward_hook), name
+        assert spec.scorer_compress == (issubclass(cls, ScorerPress) and cls.compress is ScorerPress.compress), name
+    usable = press_names()
+    assert "ScorerPress" not in usable and "RestoreKVPress" not in usable
+    assert {"SnapKVPress", "TOVAPress", "StreamingLLMPress", "ExpectedAttentionPress", "KVComposePress"} <= set(usable)
+
+
+def test_a_press_assertion_on_a_short_prompt_is_one_line():
+    """A window shorter than the model's context but longer than this prompt: the press's own assertion, as one
+    line naming the press and the prompt."""
+    pytest.importorskip("kvpress")
+    import torch
+
+    from snapeval.cache import make_cache, resolve_method
+    from tests.conftest import tiny_model
+
+    model = tiny_model("llama")
+    config = resolve_method("kvpress:SnapKVPress", 4, window_size=8)
+    with pytest.raises(SnapevalError, match=r"^kvpress:SnapKVPress with \{'window_size': 8\} cannot compress a 6-token "
+                                            r"prompt: Query length 6 should be greater than the window size 8$"):
+        make_cache(model, config).prefill(model, torch.tensor([[5, 6, 7, 8, 9, 10]]))
+
+
+def test_devices_checked_without_torch():
+    from snapeval.models.devices import check_device, parse_device_map, usable_device
+
+    assert check_device("cpu") == "cpu" and check_device(" cuda ") == "cuda"
+    for bad in ("", None, "meta", "cuda:-1", "cuda:01", "tpu", "cpu:0:1"):
+        with pytest.raises(SnapevalError, match="is invalid"):
+            check_device(bad)
+    with pytest.raises(SnapevalError, match=r"device_map\['model.layers.0'\]='gpu' is invalid"):
+        parse_device_map({"model.layers.0": "gpu"})
+    with pytest.raises(SnapevalError, match="'meta' is invalid"):
+        usable_device("meta")

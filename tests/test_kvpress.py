@@ -48,7 +48,7 @@ def test_press_errors_are_one_line():
         resolve_method("kvpress:NoSuchPress", 64)
     with pytest.raises(SnapevalError, match=r"kvpress:SnapKVPress takes no argument 'windows'; allowed: .*window_size"):
         resolve_method("kvpress:SnapKVPress", 64, windows=3)
-    with pytest.raises(SnapevalError, match=r"kvpress:SnapKVPress.window_size='x' is invalid; allowed: a int"):
+    with pytest.raises(SnapevalError, match=r"kvpress:SnapKVPress.window_size='x' is invalid; allowed: an integer >= 1 \(default 64\)"):
         resolve_method("kvpress:SnapKVPress", 64, window_size="x")
     with pytest.raises(SnapevalError, match="needs a budget"):
         resolve_method("kvpress:TOVAPress")

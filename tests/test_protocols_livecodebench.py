@@ -489,7 +489,7 @@ def test_livecodebench_task_end_to_end_with_a_stub_model(tmp_path, repeats):
     from snapeval.tasks.data import loaded_data_records
 
     _write_data(tmp_path, STUB_PROBLEMS)
-    manager = TaskManager(include_path=str(REPO / "snapeval" / "tasks"), include_defaults=False,
+    manager = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False,
                           metadata={"data_dir": str(tmp_path), "release_version": "release_v1",
                                     "end_date": "2024-06-30", "sandbox_timeout_s": 2.0})
     task = manager.load(["livecodebench"])["tasks"]["livecodebench"]

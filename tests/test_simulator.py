@@ -675,7 +675,7 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
 def test_cli_bad_values_exit_2_with_one_line(capsys, argv, match):
     from snapeval.cli import main
 
-    assert main(["simulate", *argv]) == 2
+    assert main(["simulate", "--model", "deepseek-r1", *argv]) == 2  # the default model is SmolLM2
     err = capsys.readouterr().err
     assert err.startswith("snapeval: error:") and match in err and err.count("\n") == 1
 

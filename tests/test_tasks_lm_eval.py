@@ -15,7 +15,7 @@ from snapeval.errors import SnapevalError  # noqa: E402
 from snapeval.tasks import synthetic  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-TASKS = str(REPO / "snapeval" / "tasks")
+TASKS = str(REPO / "tasks")
 DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or REPO.parent / "shared" / "data")
 SYNTHETIC = ["snapeval_passkey", "snapeval_kv_needle", "snapeval_kv_needle_multi", "snapeval_variable_tracking"]
 

@@ -46,7 +46,8 @@ def evaluate(
     for folder in folders:
         if not folder.is_dir():
             raise SnapevalError(f"include_path={str(folder)!r} is not a directory; allowed: a folder of lm-eval task "
-                                "YAML (set SNAPEVAL_TASKS_DIR, default snapeval/tasks)")
+                                "YAML (set SNAPEVAL_TASKS_DIR, default: tasks/ of the checkout, or the copy a wheel "
+                                "installed)")
     include = [str(folder) for folder in folders]
     if lm is None:
         from snapeval.harness.shared import load_once

@@ -4,7 +4,7 @@ lm-eval 0.4.13 discovers models only from its built-in table, so the stock ``lm_
 defined in another package. This entry point registers it and hands over to lm-eval's CLI unchanged:
 
     snapeval-lm-eval --model snapeval --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
-        --include_path snapeval/tasks --tasks snapeval_passkey
+        --include_path tasks/ --tasks snapeval_passkey
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 
     lm_eval --model snapeval \\
         --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
-        --include_path snapeval/tasks --tasks snapeval_passkey
+        --include_path tasks/ --tasks snapeval_passkey
 
 - ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring. With a
   fixed-size cache (snapstream, streamingllm) this runs on the continuous-batching engine by default
@@ -37,6 +37,9 @@ from snapeval.generation import generate_ids
 from snapeval.tasks.followup import Followup, two_pass_response
 from snapeval.models.devices import input_device, parse_device_map, usable_device
 from snapeval.models.loading import DTYPES, load_model
+from snapeval.harness.quiet import silence_lm_eval_noise
+
+silence_lm_eval_noise()  # lm-eval's per-cell warnings that say nothing about a snapeval run
 
 #: model_args read as integers; a method's own settings (``sink``, ``recent``, ...) are read as their declarations
 #: say (:func:`snapeval.cache.methods.settings_from_text`).

@@ -9,13 +9,51 @@ embeddings (:func:`input_device`). Outputs come back on the input device (accele
 from __future__ import annotations
 
 import json
-from typing import Any
-
-import torch
+import os
+import re
+from typing import TYPE_CHECKING, Any
 
 from snapeval.errors import SnapevalError
 
+if TYPE_CHECKING:  # torch is imported where a model is placed, not where a device string is checked
+    import torch
+
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+#: The devices a model can be loaded on: the CPU, a CUDA GPU (``cuda`` is the first; ``cuda:N`` by index) or
+#: Apple's ``mps``.
+DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:(0|[1-9][0-9]*))?)$")
+DEVICES_ALLOWED = "cpu, cuda, cuda:N (a GPU index), mps"
+
+
+def gpu_count() -> int:
+    """The CUDA GPUs this process can use. Without a GPU driver's device files there are none, and torch is not
+    imported to say so (milliseconds); otherwise torch counts them."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return 0
+    if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")):
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def check_device(device: Any, field_name: str = "device") -> str:
+    """``device`` as a string when a model can be loaded there, else a one-line error: garbage or empty, ``meta``
+    (no weights at all), or a GPU index this machine does not have. A bare ``cuda`` on a machine without a GPU is
+    allowed: :func:`usable_device` falls back to the CPU as lm-eval's Hugging Face model does."""
+    text = str(device).strip() if device is not None else ""
+    if text == "meta":
+        raise SnapevalError(f"{field_name}='meta' is invalid: a meta device holds no weights, so nothing could run; "
+                            f"allowed: {DEVICES_ALLOWED}")
+    if not DEVICE_RE.match(text):
+        raise SnapevalError(f"{field_name}={device!r} is invalid; allowed: {DEVICES_ALLOWED}")
+    if text.startswith("cuda:"):
+        index, count = int(text.split(":")[1]), gpu_count()
+        if index >= count:
+            have = f"{count} GPU{'s' if count != 1 else ''} (cuda:0..cuda:{count - 1})" if count else "no GPU"
+            raise SnapevalError(f"{field_name}={text!r} is invalid: this machine has {have}; allowed: "
+                                f"{'cpu' if not count else DEVICES_ALLOWED}")
+    return text
 
 
 def parse_device_map(value: Any) -> str | dict[str, Any] | None:
@@ -44,20 +82,19 @@ def parse_device_map(value: Any) -> str | dict[str, Any] | None:
         if isinstance(device, bool) or not isinstance(device, (int, str)):
             raise SnapevalError(f"device_map[{module!r}]={device!r} is invalid; allowed: a GPU index, 'cpu', "
                                 "'cuda:N', 'mps' or 'disk'")
-        if isinstance(device, str) and device != "disk":
-            try:
-                torch.device(device)
-            except (RuntimeError, ValueError):
-                raise SnapevalError(f"device_map[{module!r}]={device!r} is invalid; allowed: a GPU index, 'cpu', "
-                                    "'cuda:N', 'mps' or 'disk'") from None
+        if isinstance(device, str) and device != "disk" and not DEVICE_RE.match(device):
+            raise SnapevalError(f"device_map[{module!r}]={device!r} is invalid; allowed: a GPU index, 'cpu', "
+                                "'cuda:N', 'mps' or 'disk'")
         out[str(module)] = device
     return out
 
 
 def usable_device(device: str) -> str:
-    """``device``, or ``cpu`` when it names CUDA on a machine without a GPU (lm-eval's CLI defaults to cuda, and a
-    sweep may declare GPUs it does not get: both fall back like lm-eval's Hugging Face model does)."""
-    return "cpu" if str(device).startswith("cuda") and not torch.cuda.is_available() else device
+    """``device`` checked (:func:`check_device`), or ``cpu`` when it is a bare ``cuda`` on a machine without a GPU
+    (lm-eval's CLI defaults to cuda, and a sweep may declare GPUs it does not get: both fall back like lm-eval's
+    Hugging Face model does)."""
+    device = check_device(device)
+    return "cpu" if device == "cuda" and not gpu_count() else device
 
 
 def gpu_device_map(num_gpus: float) -> str | None:
@@ -67,6 +104,8 @@ def gpu_device_map(num_gpus: float) -> str | None:
 
 
 def _execution_device(module: torch.nn.Module) -> torch.device:
+    import torch
+
     hook = getattr(module, "_hf_hook", None)
     device = getattr(hook, "execution_device", None)
     if device is not None:  # an offloaded module runs on its hook's execution device, its weights are elsewhere
@@ -80,6 +119,8 @@ def _execution_device(module: torch.nn.Module) -> torch.device:
 
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The decoder layers, in order (the ``ModuleList`` with ``config.num_hidden_layers`` entries)."""
+    import torch
+
     wanted = model.config.num_hidden_layers
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) == wanted and name.endswith("layers"):

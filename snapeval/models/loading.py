@@ -107,6 +107,33 @@ def resolve_model_path(name_or_path: str) -> Path:
     return _hub_snapshot(target)
 
 
+def check_model_reference(name_or_path: str) -> int | None:
+    """Check ``--model`` before anything loads (no torch, no file read beyond a stat): a preset that can be
+    evaluated, an existing ``.gguf`` file or a directory with ``config.json``, or a hub id (owner/name). Returns the
+    preset's context length in tokens (None when only the loaded model can say)."""
+    from snapeval.models.presets import get_preset, list_presets
+
+    name = str(name_or_path).strip()
+    if name == GEMMA3_270M:  # a draft model packaged like SmolLM2, not a preset
+        return None
+    if name in list_presets():
+        preset = get_preset(name)
+        if not getattr(preset, "evaluable", True):
+            raise SnapevalError(f"model {name!r} cannot be loaded for evaluation: {preset.not_evaluable_reason}")
+        return preset.max_context
+    path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return None
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SnapevalError(f"model={name_or_path!r}: directory {path} has no config.json")
+        return None
+    if not name or path.suffix == ".gguf" or not _looks_like_hub_id(name):
+        raise SnapevalError(f"model={name_or_path!r} is not a preset, a local directory, a .gguf file or a hub id "
+                            f"(owner/name); presets: {', '.join(list_presets())}, {GEMMA3_270M}")
+    return None
+
+
 def _looks_like_hub_id(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))

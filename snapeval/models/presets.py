@@ -18,6 +18,9 @@ from snapeval.errors import SnapevalError
 FAMILIES = ("llama", "qwen2", "deepseek_v3")
 CHAT_FORMATS = ("chatml", "llama3", "deepseek-r1", "none")
 DTYPES = ("float32", "bfloat16", "float16")
+#: The model every command uses when none is given (``snapeval run``, ``snapeval demo``, ``snapeval simulate``, which
+#: prices it at its own size).
+DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 @dataclass(frozen=True)

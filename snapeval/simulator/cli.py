@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from snapeval.models.presets import DEFAULT_MODEL
+
 
 def _int(text: str) -> int:
     try:
@@ -28,15 +30,19 @@ def register(subparsers) -> None:
     from snapeval.cache import METHOD_TABLE
 
     p = subparsers.add_parser(
-        "simulate", help="SN40L memory and throughput of a (model, context, method, batch, sockets) point",
-        description="Simulate memory per socket and tier, the largest batch that fits, decode throughput and "
-                    "prefill time. Assumptions and their sources: docs/simulator.md.")
-    p.add_argument("--model", default="deepseek-r1", help="preset name (snapeval models) or a config.json/dir")
+        "simulate", help="memory and throughput of a (model, context, method, batch, sockets) point on SN40L or a GPU",
+        description="Simulate memory per socket and tier, the largest batch that fits, decode throughput (the step's "
+                    "kernels, call boundaries and fill/drain, which sum to the step) and prefill time, on an SN40L "
+                    "or GPU target (`snapeval hardware` lists them). Assumptions and their sources: "
+                    "docs/simulator.md.")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="preset name (snapeval models) or a config.json/dir, priced at its real size (as "
+                        "in snapeval run)")
     hw = p.add_mutually_exclusive_group()
     hw.add_argument("--hardware", default="sn40l-16", help=hardware_help())
     hw.add_argument("--hardware-file", help="a hardware spec YAML/JSON (shape of snapeval/simulator/hardware/*.yaml)")
-    p.add_argument("--prompt-len", type=_int, default=4096)
-    p.add_argument("--gen-len", type=_int, default=1024)
+    p.add_argument("--prompt-len", type=_int, default=4096, help="prompt tokens per sequence (suffix k = x1024)")
+    p.add_argument("--gen-len", type=_int, default=1024, help="generated tokens per sequence (suffix k = x1024)")
     p.add_argument("--method", default=None,
                    help=f"cache method: {METHOD_TABLE.allowed()} (default: snapstream with --budget, else full); "
                         "priced by what it holds and computes (docs/simulator.md)")
@@ -45,16 +51,18 @@ def register(subparsers) -> None:
                    help="a setting of --method (sink=4, recent=512, kernel=7; a press's own argument such as "
                         "window_size=64), repeatable; `snapeval methods` lists them")
     p.add_argument("--split", action="append", default=[], metavar="NAME=VALUE", help=argparse.SUPPRESS)
-    p.add_argument("--batch", type=_int, default=1)
-    p.add_argument("--sockets", type=_int, default=None)
-    p.add_argument("--tp", type=_int, default=None)
+    p.add_argument("--batch", type=_int, default=1, help="sequences decoded together")
+    p.add_argument("--sockets", type=_int, default=None, help="sockets (GPUs) used (default: the hardware's)")
+    p.add_argument("--tp", type=_int, default=None, help="tensor-parallel degree of the GEMMs (default: every socket)")
     p.add_argument("--attention-parallel", default="auto", help="auto | dp | tp")
     p.add_argument("--weight-dtype", default="auto", help="auto | bfloat16 | float16 | float32 | fp8 | int8 | int4")
-    p.add_argument("--kv-dtype", default="bfloat16")
+    p.add_argument("--kv-dtype", default="bfloat16", help="KV-cache element type")
     p.add_argument("--mtp-factor", type=float, default=None, help="default: 2.4 for DeepSeek-R1, else 1")
     loop = p.add_mutually_exclusive_group()
-    loop.add_argument("--kernel-looping", dest="kernel_looping", action="store_true", default=None)
-    loop.add_argument("--no-kernel-looping", dest="kernel_looping", action="store_false")
+    loop.add_argument("--kernel-looping", dest="kernel_looping", action="store_true", default=None,
+                      help="loop identical layer kernels in one call (default: the hardware's)")
+    loop.add_argument("--no-kernel-looping", dest="kernel_looping", action="store_false",
+                      help="one call per layer kernel")
     p.add_argument("--placement", default="hbm", help="hbm | hbm+ddr")
     p.add_argument("--batch-granularity", default="auto", help="auto (the hardware's: any on h100/h200, pow2 elsewhere) | pow2 | any")
     p.add_argument("--compiled-context", type=_int, default=None,
@@ -248,6 +256,10 @@ def _point_table(r) -> str:
                          f"{(r.draft_seconds_per_step or 0) * 1e3:.2f} ms per step")
         for k in r.decode_kernels:
             lines.append(f"  {k.name:<28} {k.seconds * 1e3:8.3f} ms  ({k.bound}-bound)")
+        for name, seconds in r.decode_overheads:  # the step's time besides its kernels: the lines sum to the step
+            lines.append(f"  {name:<28} {seconds * 1e3:8.3f} ms")
+        if r.draft_seconds_per_step:
+            lines.append(f"  {'drafting':<28} {r.draft_seconds_per_step * 1e3:8.3f} ms")
         if r.attention_units > 1:
             lines.append(f"  (each KV stream's attention tiled over {r.attention_units} compute units)")
         lines.append(f"prefill (one prompt): {r.prefill_seconds:.3f} s"

@@ -246,6 +246,9 @@ class SimResult:
     prefill_overhead_fraction: float
     prefill_kernel_share: dict[str, float]
     _inputs: tuple = field(default=(), repr=False, compare=False)
+    #: What the decode step spends besides its kernels, ``(name, seconds)``: call boundaries, the fill/drain of each
+    #: layer call's pipeline, cross-socket collectives; kernels + these (+ drafting) = ``decode_step_seconds``.
+    decode_overheads: tuple[tuple[str, float], ...] = ()
 
     @property
     def memory_per_socket(self) -> float:
@@ -480,6 +483,7 @@ class _Step:
     bytes: float
     flops: float
     attention_units: int
+    overheads: tuple[tuple[str, float], ...] = ()  # (name, seconds) besides the kernels; they sum to the rest
 
 
 def _split_attention(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, plan: _Plan, local_seqs: int,
@@ -621,19 +625,22 @@ def _decode_step(hardware: HardwareSpec, model: ModelPreset, dep: Deployment, pl
     if plan.kernel_looping:
         # consecutive identical layer kernels become one looped call: one call per run of identical layers
         regions = 1 + (1 if model.num_dense_layers and model.num_moe_layers else 0)
-        overhead = (regions + 1) * barrier
+        overheads = [("call boundaries (looped)", (regions + 1) * barrier)]
     else:
         layer_work = work - kernels[-1].seconds
-        overhead = (layer_calls + 1) * barrier + a.call_fill_drain_fraction * layer_work
+        overheads = [("call boundaries", (layer_calls + 1) * barrier),
+                     ("fill/drain (per layer call)", a.call_fill_drain_fraction * layer_work)]
     if multi:
         # cross-socket collectives: two per layer (after attention, after the FFN/MoE); their latency grows with
         # the sockets a ring/all-to-all must pass through. Not hidden by pipelining: a layer needs the previous
         # layer's reduced hidden state before it can start.
         hops = 2 * (plan.sockets - 1)
-        overhead += 2 * model.num_layers * (a.collective_latency_s + hops * a.link_hop_latency_s)
+        overheads.append(("cross-socket collectives",
+                          2 * model.num_layers * (a.collective_latency_s + hops * a.link_hop_latency_s)))
+    overhead = sum(seconds for _, seconds in overheads)
     total_bytes = sum(k.bytes for k in kernels) * plan.sockets
     total_flops = sum(k.flops for k in kernels) * plan.sockets
-    return _Step(work + overhead, kernels, total_bytes, total_flops, splits)
+    return _Step(work + overhead, kernels, total_bytes, total_flops, splits, tuple(overheads))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1008,6 +1015,7 @@ def simulate(hardware: str | HardwareSpec, model: str | ModelPreset, deployment:
         decode_bytes_per_step=step.bytes,
         decode_flops_per_step=step.flops,
         decode_kernels=step.kernels,
+        decode_overheads=step.overheads,
         attention_units=step.attention_units,
         draft_tokens=plan.draft_tokens,
         tokens_per_step=tokens,

@@ -48,10 +48,38 @@ def main(args: argparse.Namespace) -> int:
         stale = sum(state == "stale" for _, state in cells)
         print(f"sweep {config.name!r} -> {resolve_out(config, args.out)}: {len(cells)} cells, {done} done, "
               f"{len(cells) - done} to run" + (f" ({stale} stale: --rerun-stale)" if stale else ""))
-        for cell, state in cells:
-            print(f"  {state:5}  {cell.cell_id}  {cell.label}")
+        for (cell, state), label in zip(cells, distinct_labels([cell for cell, _ in cells])):
+            print(f"  {state:5}  {cell.cell_id}  {label}")
         return 0
     executor = make_executor(args.executor, ray_address=args.ray_address)
     summary = run_sweep(config, args.out, executor=executor, report=not args.no_report, rerun_stale=args.rerun_stale)
     print(summary.render())
     return 0 if summary.ok else 1
+
+
+def _flat(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def distinct_labels(cells) -> list[str]:
+    """Each cell's label, followed, where several cells share it, by what tells them apart: the fields of their
+    identities whose values differ (``snapstream@64 | seed 0 (sink=4)`` vs ``(sink=8)``)."""
+    labels = [cell.label for cell in cells]
+    groups: dict[str, list[int]] = {}
+    for index, label in enumerate(labels):
+        groups.setdefault(label, []).append(index)
+    for indices in groups.values():
+        if len(indices) < 2:
+            continue
+        flats = [_flat(cells[i].identity()) for i in indices]
+        keys = sorted({k for flat in flats for k in flat})
+        differ = [k for k in keys if len({repr(flat.get(k)) for flat in flats}) > 1]
+        for i, flat in zip(indices, flats):
+            shown = ", ".join(f"{k.split('.')[-1] if k.startswith('policy.') else k}={flat.get(k)!r}" for k in differ)
+            labels[i] = f"{labels[i]} ({shown})"
+    return labels

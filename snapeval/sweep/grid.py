@@ -95,20 +95,49 @@ def include_source_hashes(names: list[str], include: str) -> dict[str, str | Non
 
 
 def _folders_sha256(root: Path, folders: list[Path]) -> str:
-    """SHA-256 of the task folders ``folders`` (relative path and bytes of every file) and of what their YAMLs
-    reference outside them (:func:`_referenced_outside`)."""
+    """SHA-256 of the task folders ``folders`` (relative path and bytes of every file), of the code folder of each
+    task family whose hooks their YAMLs call (:func:`_family_code_folders`: its files named as if they lay in the
+    YAML's folder, so a family reads the same whether its YAML sits beside its code or in ``tasks/``), and of what
+    their YAMLs reference outside them (:func:`_referenced_outside`). Each YAML is parsed once."""
+    parsed: dict[Path, tuple[list[Path], list[Path], list[str]]] = {}
+
+    def references(path: Path) -> tuple[list[Path], list[Path], list[str]]:
+        if path not in parsed:
+            parsed[path] = _yaml_references(path)
+        return parsed[path]
+
     digest = hashlib.sha256()
     inside: list[Path] = []
+    roots = list(folders)
     for folder in folders:
-        for path in sorted(p for p in folder.rglob("*") if p.is_file() and not _skipped(p.relative_to(folder))):
-            digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\0".encode())
+        named = [(p.relative_to(root), p) for p in _files(folder)]
+        for code in _family_code_folders(folder, references):
+            roots.append(code)
+            named += [(folder.relative_to(root) / p.relative_to(code), p) for p in _files(code)]
+        for relative, path in sorted(named):
+            digest.update(f"{relative.as_posix()}\0{file_sha256(path)}\0".encode())
             inside.append(path)
-    for path in _referenced_outside(inside, folders):
+    for path in _referenced_outside(inside, roots, references):
         digest.update(f"{Path(os.path.relpath(path, root)).as_posix()}\0{file_sha256(path)}\0".encode())
     return digest.hexdigest()
 
 
-def _referenced_outside(files: list[Path], folders: list[Path]) -> list[Path]:
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not _skipped(p.relative_to(folder)))
+
+
+def _family_code_folders(folder: Path, references) -> list[Path]:
+    """The code folders (``snapeval/tasks/<family>/``) of the task families whose hooks module the YAMLs of
+    ``folder`` call with ``!function``, unless ``folder`` holds that hooks file itself (a family whose YAML sits
+    beside its code)."""
+    from snapeval.tasks.families import families
+
+    hooks = {family.hooks: family.folder.resolve() for family in families()}
+    called = {spec.rpartition(".")[0] for path in folder.glob("*.yaml") for spec in references(path.resolve())[2]}
+    return sorted({hooks[m] for m in called if m in hooks and not (folder / f"{m.rpartition('.')[2]}.py").is_file()})
+
+
+def _referenced_outside(files: list[Path], folders: list[Path], references) -> list[Path]:
     """The files outside ``folders`` that the YAMLs among ``files`` include, directly or through other included YAMLs,
     and the modules of the included YAMLs' ``!function`` tags (existing files only, sorted)."""
     roots = [folder.resolve() for folder in folders]
@@ -120,7 +149,7 @@ def _referenced_outside(files: list[Path], folders: list[Path]) -> list[Path]:
     pending = [path.resolve() for path in files if path.suffix in (".yaml", ".yml")]
     seen = set(pending)
     while pending:
-        includes, modules = _yaml_references(pending.pop())
+        includes, modules, _ = references(pending.pop())
         found.update(path for path in includes + modules if path.is_file() and outside(path))
         for path in includes:
             if path not in seen and path.is_file():  # an included YAML's own includes and modules
@@ -129,10 +158,10 @@ def _referenced_outside(files: list[Path], folders: list[Path]) -> list[Path]:
     return sorted(found)
 
 
-def _yaml_references(path: Path) -> tuple[list[Path], list[Path]]:
-    """(the YAML files ``path`` includes, the Python modules its ``!function`` tags name), resolved as lm-eval
-    resolves them: relative to the YAML's folder (``utils.process_docs`` -> ``utils.py``). A YAML that does not
-    parse names nothing (lm-eval reports it when it loads the task)."""
+def _yaml_references(path: Path) -> tuple[list[Path], list[Path], list[str]]:
+    """(the YAML files ``path`` includes, the Python modules its ``!function`` tags name, resolved as lm-eval
+    resolves them first: relative to the YAML's folder (``utils.process_docs`` -> ``utils.py``), and the tags
+    themselves). A YAML that does not parse names nothing (lm-eval reports it when it loads the task)."""
     functions: list[str] = []
 
     class Loader(yaml.SafeLoader):
@@ -146,12 +175,12 @@ def _yaml_references(path: Path) -> tuple[list[Path], list[Path]]:
     try:
         data = yaml.load(_read_text(path), Loader=Loader)  # noqa: S506 (a SafeLoader with one string tag)
     except yaml.YAMLError:
-        return [], []
+        return [], [], []
     raw = data.get("include") if isinstance(data, dict) else None
     names = [raw] if isinstance(raw, str) else [x for x in raw if isinstance(x, str)] if isinstance(raw, list) else []
     includes = [Path(n) if Path(n).is_absolute() else path.parent / n for n in names]
     modules = [path.parent / f"{spec.rpartition('.')[0].replace('.', '/')}.py" for spec in functions if "." in spec]
-    return [p.resolve() for p in includes], [p.resolve() for p in modules]
+    return [p.resolve() for p in includes], [p.resolve() for p in modules], functions
 
 
 def _skipped(relative: Path) -> bool:

@@ -352,6 +352,14 @@ def _check_budgets_fit(ctx: _Ctx, models, methods) -> None:
                     if budget > context:
                         raise ctx.fail(f"methods[{i}].budgets[{j}]", f"{budget} exceeds the {context:,}-token context "
                                        f"of {model.pretrained}; allowed: 2..{context}")
+        for model in models:  # a method's arguments that must fit the model's prompts (a press's window)
+            if model.pretrained in list_presets():
+                for config in spec.points():
+                    if hasattr(config, "check_context"):
+                        try:
+                            config.check_context(get_preset(model.pretrained).max_context)
+                        except SnapevalError as exc:
+                            raise ctx.fail(f"methods[{i}]", str(exc)) from None
 
 
 def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
@@ -428,6 +436,18 @@ def _bounded_loader():
                                         f"most {MAX_YAML_ALIASES} (an alias bomb?)")
             return super().compose_node(parent, index)
 
+        def construct_mapping(self, node, deep=False):
+            """A key given twice in one mapping is an error (PyYAML keeps the last one silently)."""
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise SnapevalError(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice in one mapping "
+                                        f"(first on line {seen[key] + 1}); allowed: each key once")
+                if isinstance(key, (str, int, float, bool)):
+                    seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
     return BoundedLoader
 
 
@@ -452,6 +472,8 @@ def load_config(name_or_path: str | os.PathLike) -> SweepConfig:
                             "UTF-8 YAML sweep config") from None
     except RecursionError:
         raise SnapevalError(f"{path.name}: YAML nested too deeply") from None
+    except SnapevalError as exc:  # the loader's own refusals (aliases, a key given twice)
+        raise SnapevalError(f"{path.name}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -1,8 +1,9 @@
 """The task families: one folder each under ``snapeval/tasks/``, found by looking (no list to edit), and those that
 installed packages add through the ``snapeval.tasks`` entry point group.
 
-A family's folder holds its lm-eval task YAML, its code (data loading, prompts, scoring) and its lm-eval hooks
-(``hooks.py``), and its ``__init__.py`` declares, in one place, a :class:`TaskFamily` named ``FAMILY``: the prefix of
+A family's folder holds its code (data loading, prompts, scoring) and its lm-eval hooks (``hooks.py``); its lm-eval
+task YAML lives in the folder of the same name under the top-level ``tasks/`` (where lm-eval users look:
+``--include_path tasks/``; :func:`snapeval.paths.shipped_tasks_dir`). Its ``__init__.py`` declares, in one place, a :class:`TaskFamily` named ``FAMILY``: the prefix of
 its task names, the data it reads (a :class:`~snapeval.tasks.data.DatasetSpec`, whose files are hashed into a sweep
 cell's identity) and the typical lengths of its samples (what the SN40L pricing of a results row deploys). A new task
 is one folder (``CONTRIBUTING.md``). Nothing here imports torch or lm-eval.
@@ -63,13 +64,24 @@ class TaskFamily:
 
     @property
     def folder(self) -> Path:
-        """Its folder: the YAML, the code and the hooks."""
+        """Its code folder: the code and the hooks (``snapeval/tasks/<family>/``)."""
         return Path(importlib.import_module(self.hooks.rpartition(".")[0]).__file__).parent
 
+    @property
+    def yaml_folder(self) -> Path:
+        """Its lm-eval task YAML: for a shipped family the folder of the same name in the shipped tasks folder
+        (``tasks/<family>/``); for a family an installed package adds (``snapeval.tasks`` entry points), its own
+        folder, which holds its YAML beside its code."""
+        from snapeval.paths import shipped_tasks_dir
+
+        if self.folder.parent != Path(__file__).resolve().parent:
+            return self.folder
+        return shipped_tasks_dir() / self.folder.name
+
     def task_names(self) -> tuple[str, ...]:
-        """The lm-eval tasks its YAML files define (groups excluded), read from the folder."""
+        """The lm-eval tasks its YAML files define (groups excluded), read from its YAML folder."""
         names = []
-        for path in sorted(self.folder.glob("*.yaml")):
+        for path in sorted(self.yaml_folder.glob("*.yaml")):
             names += _TASK_LINE.findall(path.read_text(encoding="utf-8"))
         return tuple(names)
 

@@ -1,0 +1,118 @@
+"""One convention across the commands (issue #40): help and a default on every flag, `--tasks` (and `--task`), run
+outputs named by every setting, dry-run labels that tell cells apart, `simulate`'s default model and a decode
+breakdown that sums to its step."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from snapeval.cli import build_parser
+from snapeval.cli import main as cli
+
+
+def _commands():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def test_every_flag_has_help_and_shows_its_default():
+    missing = [(name, a.option_strings) for name, command in _commands().items() for a in command._actions
+               if a.option_strings and not a.help]
+    assert not missing
+    run_help = " ".join(_commands()["run"].format_help().split())
+    assert "(default: 256)" in run_help and "(default: snapstream)" in run_help
+    assert "(default: smollm2-135m-instruct)" in " ".join(_commands()["simulate"].format_help().split())
+
+
+def test_tasks_flag_and_its_alias():
+    run = _commands()["run"]
+    assert run.parse_args(["--tasks", "a,b"]).tasks == "a,b"
+    assert run.parse_args(["--task", "a"]).tasks == "a"
+
+
+def test_run_and_simulate_share_the_default_model():
+    from snapeval.models.presets import DEFAULT_MODEL
+
+    commands = _commands()
+    assert commands["run"].get_default("model") == commands["simulate"].get_default("model") == DEFAULT_MODEL
+    assert commands["demo"].get_default("model") == DEFAULT_MODEL
+    text = " ".join(commands["simulate"].format_help().split())
+    assert "SN40L" in text and "GPU" in text and "h200" in text
+
+
+def test_run_default_output_names_every_setting():
+    from snapeval.harness.cli import default_output
+
+    base = {"pretrained": "smollm2-135m-instruct", "method": "snapstream", "budget": 64, "dtype": None,
+            "batch_size": 1, "max_gen_toks": 256, "engine": "auto", "engine_slots": None, "device": "cpu",
+            "device_map": None}
+    run = {"limit": 4, "seed": 0, "metadata": {}}
+    plain = default_output(["snapeval_passkey"], base, **run)
+    sink8 = default_output(["snapeval_passkey"], {**base, "sink": 8}, **run)
+    sink4 = default_output(["snapeval_passkey"], {**base, "sink": 4}, **run)
+    assert len({plain, sink8, sink4}) == 3 and "sink=8" in sink8.name
+    assert default_output(["snapeval_passkey"], base, **{**run, "seed": 1}) != plain
+    assert default_output(["snapeval_passkey"], {**base, "dtype": "bfloat16"}, **run) != plain
+    assert default_output(["snapeval_passkey"], base, **run) == plain  # the same run, the same file: resumable
+    assert plain.parent.as_posix() == "results/runs" and plain.name.startswith("snapeval_passkey-smollm2")
+
+
+def test_dry_run_labels_tell_cells_apart(tmp_path, capsys):
+    import yaml
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "labels", "models": ["smollm2-135m-instruct"], "tasks": [{"name": "snapeval_passkey", "limit": 2}],
+        "methods": ["full", {"method": "snapstream", "budgets": [64], "sink": 4},
+                    {"method": "snapstream", "budgets": [64], "sink": 8}]}))
+    assert cli(["sweep", str(config), "--dry-run", "--out", str(tmp_path / "out")]) == 0
+    lines = [line.split(None, 2)[2] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert len(lines) == len(set(lines)) == 3
+    assert any("snapstream@64 | seed 0 (sink=4" in line for line in lines)
+    assert any("snapstream@64 | seed 0 (sink=8" in line for line in lines)
+
+
+@pytest.mark.parametrize("model, hardware, extra", [
+    ("llama-3.1-8b-instruct", "h200", {}),
+    ("llama-3.1-8b-instruct", "sn40l-16", {}),
+    ("deepseek-r1", "sn40l-16", {"kernel_looping": True}),
+    ("deepseek-r1", "sn40l-16", {"kernel_looping": False}),
+    ("deepseek-r1-distill-llama-70b", "sn40l-16", {"draft_model": "llama-3.1-8b-instruct"}),
+])
+def test_simulated_step_breakdown_sums_to_the_step(model, hardware, extra):
+    from snapeval.simulator.core import simulate_point
+
+    r = simulate_point(model, hardware, prompt_len=4096, gen_len=512, budget=1024, **extra)
+    parts = sum(k.seconds for k in r.decode_kernels) + sum(s for _, s in r.decode_overheads) \
+        + (r.draft_seconds_per_step or 0.0)
+    assert parts == pytest.approx(r.decode_step_seconds, rel=1e-12)
+    assert r.decode_overheads  # the rest is named, never left out
+
+
+def test_simulate_prints_the_fill_drain_line(capsys):
+    assert cli(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "h200", "--budget", "1024"]) == 0
+    out = capsys.readouterr().out
+    step = float(out.split("decode step: ")[1].split(" ms")[0])
+    lines = [line for line in out.splitlines() if line.startswith("  ") and line.rstrip().endswith(("bound)", "ms"))
+             and " ms" in line and "tokens" not in line]
+    assert any("fill/drain" in line for line in lines)
+    shown = sum(float(line.split(" ms")[0].split()[-1]) for line in lines)
+    assert shown == pytest.approx(step, abs=0.01 + 0.001 * len(lines))
+
+
+def test_lm_eval_noise_is_silenced_and_nothing_else(caplog):
+    import logging
+
+    import snapeval.harness.lm_eval_model  # noqa: F401  (installs the filters)
+
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("lm_eval.models.huggingface").warning(
+            "`pretrained` model kwarg is not of type `str`. Many other model arguments may be ignored.")
+        logging.getLogger("lm_eval.models.huggingface").warning(
+            "Passed an already-initialized model through `pretrained`, assuming single-process call")
+        logging.getLogger("lm_eval.api.task").warning(
+            "snapeval_passkey: Custom kwargs can be passed to `--metadata` in console (as json string)")
+        logging.getLogger("lm_eval.api.task").warning("a warning that says something")
+    assert [r.getMessage() for r in caplog.records] == ["a warning that says something"]
