@@ -72,8 +72,8 @@ def add_method_arg_flags(p) -> None:
 
 def method_args(args) -> tuple[dict, dict]:
     """``(settings, press)`` from ``--method-arg`` (and its deprecated spellings, with a ``DeprecationWarning``): a
-    registered method's settings parsed as declared, a family's (kvpress) arguments read as numbers, booleans or
-    text; one-line :class:`SnapevalError` for a malformed ``NAME=VALUE``, a name given twice or a bad value."""
+    registered method's settings parsed as declared, a family's (kvpress) arguments as the text given, which its
+    configuration checks and converts against the press's own fields (:mod:`snapeval.cache.press_spec`); one-line :class:`SnapevalError` for a malformed ``NAME=VALUE``, a name given twice or a bad value."""
     from snapeval.cache.methods import settings_from_text
 
     given: dict[str, str] = {}
@@ -85,7 +85,8 @@ def method_args(args) -> tuple[dict, dict]:
         if not sep or not name:
             raise SnapevalError(f"{flag}={item!r} is invalid; allowed: NAME=VALUE")
         if name in given:
-            raise SnapevalError(f"{flag}: {name!r} is given twice; allowed: each setting once")
+            raise SnapevalError(f"{flag} {name} is given twice ({name}={given[name]!r} and {name}={value!r}); "
+                                "allowed: each setting once")
         if flag != "--method-arg":
             warnings.warn(f"{flag} is deprecated; use --method-arg {name}={value}", DeprecationWarning, 2)
         given[name] = value
