@@ -140,3 +140,28 @@ metric_list:
     return root
 
 
+
+
+SANDBOX_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "snapeval-tests-sandbox.lock"
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_lock(request):
+    """The tests that look for sandbox processes or run cgroups left anywhere on the machine (``sandbox_alone``) run
+    while no other test runs programs (``runs_programs``), whichever pytest-xdist worker it is on: an flock held
+    exclusively by the first, shared by the second."""
+    import fcntl
+
+    if request.node.get_closest_marker("sandbox_alone"):
+        mode = fcntl.LOCK_EX
+    elif request.node.get_closest_marker("runs_programs"):
+        mode = fcntl.LOCK_SH
+    else:
+        yield
+        return
+    with open(SANDBOX_LOCK, "a") as lock:
+        fcntl.flock(lock, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

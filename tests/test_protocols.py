@@ -31,7 +31,7 @@ from snapeval.tasks.metrics import pass_at_k  # noqa: E402
 from tests.conftest import DATA_DIR  # noqa: E402
 from tests.fixtures.stub_lm import StubLM  # noqa: E402
 
-TASKS = str(Path(__file__).resolve().parents[1] / "snapeval" / "tasks")
+TASKS = str(Path(__file__).resolve().parents[1] / "tasks")
 
 AIME_CASES = [  # (generation, answer, official verdict)
     ('So the answer is $\\boxed{25}$.', '25', True),

@@ -30,6 +30,8 @@ from snapeval.tasks import livecodebench
 from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
 from snapeval.tasks.metrics import pass_at_k
 
+pytestmark = pytest.mark.runs_programs  # beside the red-team checks of leftovers, never during them (conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or REPO.parent / "shared" / "data")
 TIMEOUT = 2  # seconds: the official --timeout is an integer (signal.alarm)
@@ -546,7 +548,7 @@ def _task(name, tmp_path):
     from lm_eval.tasks import TaskManager
 
     _write_data(tmp_path, [_problem("p1", "2024-06-01T00:00:00")])
-    manager = TaskManager(include_path=str(REPO / "snapeval" / "tasks"), include_defaults=False,
+    manager = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False,
                           metadata={"data_dir": str(tmp_path)})
     return manager.load([name])["tasks"][name]
 

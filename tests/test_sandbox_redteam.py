@@ -84,7 +84,8 @@ def _pipes():
     return out
 """
 
-pytestmark = pytest.mark.skipif(not isolation().isolate_fs, reason="no mount namespace here: execution is refused")
+pytestmark = [pytest.mark.skipif(not isolation().isolate_fs, reason="no mount namespace here: execution is refused"),
+              pytest.mark.runs_programs]  # the checks of leftovers (sandbox_alone) see the whole machine
 
 
 def judge_stdout(*outputs):
@@ -472,6 +473,7 @@ except OSError:
     assert result.passed, result
 
 
+@pytest.mark.sandbox_alone  # no other test's runs on the machine while it looks for leftovers
 def test_no_thread_outlives_the_reported_run():
     """A thread that keeps running (and writing) after the last test: the result comes back only once every thread
     and process of the run is gone and its cgroup removed."""
@@ -621,6 +623,7 @@ def test_host_unix_sockets_and_the_network_are_unreachable(tmp_path):
         abstract.close()
 
 
+@pytest.mark.sandbox_alone  # no other test's runs on the machine while it looks for leftovers
 def test_no_process_outlives_its_run():
     """A new session and a double fork: the seccomp filter refuses the fork itself, and nothing of the run is left."""
     survivor = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\nprint(5)\n")
@@ -629,6 +632,7 @@ def test_no_process_outlives_its_run():
     assert _sandbox_processes() == [] and _run_cgroups() == []
 
 
+@pytest.mark.sandbox_alone  # no other test's runs on the machine while it looks for leftovers
 def test_no_process_outlives_its_run_without_seccomp(monkeypatch, tmp_path):
     """The PID namespace (and the cgroup) alone: when the run's PID 1 ends, the kernel kills the setsid +
     double-forked survivor before it can touch anything, and the harness finds nothing of the run left."""

@@ -90,6 +90,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.slow
+@pytest.mark.runs_programs  # livecodebench's programs run: never during the red-team checks of leftovers
 def test_a_wheel_installs_the_tasks_and_runs_every_task(tmp_path):
     """Build a wheel from the repository's files, install it into an empty target, and run every task from there (a
     stub model answering each family's reference reply: right where the family declares one)."""
