@@ -85,11 +85,15 @@ def _resolve_alias(name: str) -> str:
     except ImportError:
         return name
     if name in list_presets():
-        preset = get_preset(name)
-        if not getattr(preset, "evaluable", True):
-            raise SnapevalError(f"model {name!r} cannot be loaded for evaluation: {preset.not_evaluable_reason}")
-        return preset.hub_id
+        return _evaluable_preset(get_preset(name), name).hub_id
     return name
+
+
+def _evaluable_preset(preset, name: str):
+    """``preset``, or a one-line :class:`SnapevalError` when it cannot be loaded for evaluation."""
+    if not getattr(preset, "evaluable", True):
+        raise SnapevalError(f"model {name!r} cannot be loaded for evaluation: {preset.not_evaluable_reason}")
+    return preset
 
 
 def resolve_model_path(name_or_path: str) -> Path:
@@ -117,10 +121,7 @@ def check_model_reference(name_or_path: str) -> int | None:
     if name == GEMMA3_270M:  # a draft model packaged like SmolLM2, not a preset
         return None
     if name in list_presets():
-        preset = get_preset(name)
-        if not getattr(preset, "evaluable", True):
-            raise SnapevalError(f"model {name!r} cannot be loaded for evaluation: {preset.not_evaluable_reason}")
-        return preset.max_context
+        return _evaluable_preset(get_preset(name), name).max_context
     path = Path(name).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return None
