@@ -311,7 +311,7 @@ class MethodTable:
 METHOD_TABLE = MethodTable(plugin_group=METHODS_GROUP)
 for _info in (
     MethodInfo("full", "snapeval.cache.config:FullConfig", "snapeval.cache.full:FullCache",
-               branches=True, summary="every token (Hugging Face DynamicCache)",
+               branches=True, summary="every token (static rows written by index; a DynamicCache for log-likelihoods)",
                static_cache="snapeval.cache.full:StaticFullCache",
                style=MethodStyle("full cache", "black", "s", rank=0), reference=True),
     MethodInfo("snapstream", "snapeval.cache.config:SnapStreamConfig", "snapeval.cache.snapstream:SnapStreamCache",
