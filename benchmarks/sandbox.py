@@ -45,6 +45,14 @@ BOMBS = {
 BOMB_LIMITS = SandboxLimits(timeout_s=30.0, memory_mb=2048)
 
 
+def _without_checkout_path(description: dict) -> dict:
+    """``description`` with this checkout's absolute path written ``<repo>`` (numpy's folder is bound from the
+    checkout's environment): the committed figures name no path of the machine that measured them."""
+    from snapeval.paths import repo_root
+
+    return json.loads(json.dumps(description).replace(str(repo_root()), "<repo>"))
+
+
 def bomb(name: str, harness_memory_mb: int = 0) -> dict:
     """Run one of :data:`BOMBS` here and return its verdict and what it cost this process: CPU seconds and the growth
     of its peak RSS. ``harness_memory_mb`` > 0 puts this process under an address-space limit of that much beyond
@@ -148,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "harness_cost": harness_cost,
         "program_limits": {"memory_mb": BOMB_LIMITS.memory_mb, "output_bytes": BOMB_LIMITS.output_bytes,
                            "timeout_s": BOMB_LIMITS.timeout_s},
-        "isolation": isolation().describe(),
+        "isolation": _without_checkout_path(isolation().describe()),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_average_before": load, "load_average_after": [round(x, 2) for x in os.getloadavg()]},
         "target": "per-program start-up (a program with 1 test) < 100 ms on an idle machine",
