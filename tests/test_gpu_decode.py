@@ -241,10 +241,6 @@ def test_one_compiled_static_full_step_keeps_cuda_graphs(kernel):
 def test_a_compiled_step_calls_the_split_kernel_as_one_operator_with_equal_output():
     """Inside torch.compile the split kernel is the opaque ``snapeval::split_decode_attention`` operator (the H100 run:
     inductor's own fusion of its products was slower than eager); its output equals the eager kernel's."""
-    import torch
-
-    from snapeval.cache import attention
-
     torch.manual_seed(0)
     query, key = torch.randn(2, 8, 1, 16), torch.randn(2, 2, 512, 16)
     value, valid = torch.randn_like(key), torch.rand(2, 512) > 0.2
@@ -263,9 +259,6 @@ def test_a_compiled_step_calls_the_split_kernel_as_one_operator_with_equal_outpu
 
 
 def test_a_captured_decode_step_refuses_what_it_cannot_replay():
-    import pytest
-    import torch
-
     from snapeval.decoding.graphs import CapturedDecodeStep
 
     with pytest.raises(ValueError, match="warmup"):
