@@ -7,10 +7,12 @@ task, seed and items), one ``snapeval`` lm-eval model per cell, all answered by 
 """
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
 
 _LOADED: dict[tuple[str, str | None, str, str], Any] = {}
+_FROZEN = False  # whether this process has frozen what lives once its first group's model is loaded
 
 
 def load_once(pretrained: str, dtype: str | None = None, device: str = "cpu", device_map=None):
@@ -36,9 +38,24 @@ def group_models(cells) -> list:
     spec = cells[0].model
     kwargs = cells[0].evaluate_kwargs()["model_args"]
     loaded = load_once(spec.pretrained, spec.dtype, **spec.placement())
+    _freeze_once()
     slots = max(spec.batch_size, 8)
     budget = spec.memory_for(input_device(loaded[0]))
     shared = SharedBranches(BranchSet(*loaded, [cell.config for cell in cells], batch=slots, seed=cells[0].seed,
                                       max_memory=budget))
     common = {k: v for k, v in kwargs.items() if k != "config"}
     return [SnapStreamLM(**common, config=cell.config, loaded=loaded, shared=shared) for cell in cells]
+
+
+def _freeze_once() -> None:
+    """Move every object alive now (imports, the loaded model and tokenizer: about 600k objects for SmolLM2 with
+    lm-eval imported) out of the cyclic collector's reach, once per process, as vLLM does after start-up. A group
+    collects after each engine (:mod:`snapeval.branching`) so that one configuration's rows are gone before the next
+    are allocated; a full collection walked all of these each time (0.28 s, 8% of a quickstart group) and now walks
+    only what came after. Frozen objects are still freed by reference counting; only cycles among them would wait.
+    Freezing before the group's own objects exist keeps each group's garbage collectable."""
+    global _FROZEN
+    if not _FROZEN:
+        gc.collect()
+        gc.freeze()
+        _FROZEN = True
