@@ -11,11 +11,11 @@ Sections, in order; the JSON is written after each finished point and section, s
 was measured:
 
 - ``bandwidth``: a device-to-device copy (read + write bytes over time): the bandwidth the byte floors divide by.
-- ``kernels``: the decode attention kernels (``snapeval.cache.attention.DECODE_KERNELS``: ``sdpa``, ``split``,
+- ``kernels``: the decode attention kernels (``snapeval.cache.kernels.DECODE_KERNELS``: ``sdpa``, ``split``,
   ``triton`` where the package imports, ``flex``) alone, at the model's attention shape over 32k and 128k slots with
   a tenth of the slots empty (masked), timed with CUDA events (a kernel that fails at a point, or differs from SDPA
   by over 10%, is reported and cannot win); the fastest masked kernel wins (``flex`` only by more than 5%, for its
-  compilation) and every decode below runs it (``set_decode_kernel``). The unmasked SDPA call (``enable_gqa``, every
+  compilation) and every cache below is built with it (``decode_kernel=``). The unmasked SDPA call (``enable_gqa``, every
   slot valid) is timed beside them as a reference.
 - per length: ``prefill`` of one prompt with the full cache and with SnapStream at ``--decode-budget`` (time and peak
   memory); then ``decode`` of both paths: the full cache in static rows (``StaticFullCache``, what
@@ -69,7 +69,7 @@ AGREEMENT_MODEL = "smollm2-135m-instruct"
 SKIPPABLE = ("kernels", "compile", "specprefill")
 #: ``flex`` must beat the best other masked kernel by this factor to be chosen (it compiles once per shape).
 FLEX_MARGIN = 1.05
-#: Other numbers of products the ``split`` kernel is timed with (its default is ``attention.SPLIT_PRODUCTS``).
+#: Other numbers of products the ``split`` kernel is timed with (its default is ``kernel_shapes.SPLIT_PRODUCTS``).
 SPLIT_VARIANTS = (64, 1024)
 
 
@@ -182,28 +182,29 @@ def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile
     row's slots empty (masked). Returns per point and kernel the median seconds, the bytes of keys and values read,
     and ``x_floor`` (seconds / (those bytes / ``bandwidth``)); ``winner`` is the fastest masked kernel over all
     points (``flex`` only when it beats the others by :data:`FLEX_MARGIN`)."""
-    from snapeval.cache import attention
+    from snapeval.cache import kernel_shapes
+    from snapeval.cache import kernels
 
     cfg = model.config
     heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     dtype, clock = model.dtype, Clock(device)
-    kernels = ["sdpa", "split"] + [k for k in ("triton",) if k in attention.runnable_decode_kernels(device)] + (
+    names = ["sdpa", "split"] + [k for k in ("triton",) if k in kernels.runnable_decode_kernels(device)] + (
         ["flex"] if compile_flex else [])
-    out = {"points": [], "kernels": kernels, "repeats": repeats}
-    totals, failed = {kernel: 0.0 for kernel in kernels}, set()
+    out = {"points": [], "kernels": names, "repeats": repeats}
+    totals, failed = {kernel: 0.0 for kernel in names}, set()
     for rows, slots in points:
         query = torch.randn(rows, heads, 1, head_dim, dtype=dtype, device=device)
         key = torch.randn(rows, kv_heads, slots, head_dim, dtype=dtype, device=device)
         value = torch.randn_like(key)
         valid = torch.ones(rows, slots, dtype=torch.bool, device=device)
         valid[:, slots - slots // 10:] = False
-        reference = attention.decode_attention(query, key, value, valid, head_dim**-0.5, kernel="sdpa")
+        reference = kernels.decode_attention(query, key, value, valid, head_dim**-0.5, kernel="sdpa")
         moved = key.nbytes + value.nbytes
         point = {"rows": rows, "slots": slots, "kv_bytes": moved, "floor_s": moved / bandwidth, "kernels": {}}
-        runs = {kernel: (lambda k=kernel: attention.decode_attention(query, key, value, valid, head_dim**-0.5,
-                                                                      kernel=k)) for kernel in kernels}
-        runs["sdpa_unmasked"] = lambda: attention.decode_attention(query, key, value, None, head_dim**-0.5,
+        runs = {kernel: (lambda k=kernel: kernels.decode_attention(query, key, value, valid, head_dim**-0.5,
+                                                                      kernel=k)) for kernel in names}
+        runs["sdpa_unmasked"] = lambda: kernels.decode_attention(query, key, value, None, head_dim**-0.5,
                                                                    kernel="sdpa")
         for products in SPLIT_VARIANTS:  # the split kernel aiming at other numbers of products (its one setting)
             runs[f"split@{products}"] = lambda n=products: split_with(n, query, key, value, valid, head_dim**-0.5)
@@ -240,7 +241,7 @@ def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile
     totals = {k: v for k, v in totals.items() if k not in failed}  # a total over some points only cannot win
     splits = {k: v for k, v in totals.items() if k.startswith("split")}
     best_split = min(splits, key=splits.get) if splits else None
-    products = int(best_split.split("@")[1]) if best_split and "@" in best_split else attention.SPLIT_PRODUCTS
+    products = int(best_split.split("@")[1]) if best_split and "@" in best_split else kernel_shapes.SPLIT_PRODUCTS
     kernel_totals = {k: v for k, v in totals.items() if "@" not in k}
     if best_split:
         kernel_totals["split"] = splits[best_split]
@@ -255,14 +256,14 @@ def bench_kernels(model, points, repeats: int, device, bandwidth: float, compile
 
 
 def split_with(products: int, *args):
-    """The ``split`` kernel aiming at ``products`` products (:data:`snapeval.cache.attention.SPLIT_PRODUCTS`)."""
-    from snapeval.cache import attention
+    """The ``split`` kernel aiming at ``products`` products (:data:`snapeval.cache.kernel_shapes.SPLIT_PRODUCTS`)."""
+    from snapeval.cache import kernel_shapes, kernels
 
-    default, attention.SPLIT_PRODUCTS = attention.SPLIT_PRODUCTS, products
+    default, kernel_shapes.SPLIT_PRODUCTS = kernel_shapes.SPLIT_PRODUCTS, products
     try:
-        return attention.split_decode_attention(*args)
+        return kernels.split_decode_attention(*args)
     finally:
-        attention.SPLIT_PRODUCTS = default
+        kernel_shapes.SPLIT_PRODUCTS = default
 
 
 # --- prefill and decode rows -----------------------------------------------------------------------------------------
@@ -555,7 +556,7 @@ def simulator_beside(preset, hardware, length, budget, path: dict, new_tokens: i
 def run(args, save=lambda payload: None) -> dict:
     """Every section of ``args``; ``save(payload)`` after each finished point and section, so that a crash or a kill
     keeps what was measured."""
-    from snapeval.cache import attention
+    from snapeval.cache import kernel_shapes
 
     smoke = args.smoke
     if not smoke and not torch.cuda.is_available():
@@ -586,13 +587,12 @@ def run(args, save=lambda payload: None) -> dict:
             return False
         return True
 
-    split_products = attention.SPLIT_PRODUCTS
+    split_products = kernel_shapes.SPLIT_PRODUCTS
     try:
         for preset in args.models:
             run_model(args, preset, device, dtype, hardware, payload, log, finished, in_time)
     finally:
-        attention.set_decode_kernel(None, device.type)  # the kernels section chose one for this run only
-        attention.SPLIT_PRODUCTS = split_products
+        kernel_shapes.SPLIT_PRODUCTS = split_products  # the kernels section chose one for this run only
     payload.update(load_average_end=os.getloadavg(), wall_seconds=elapsed())
     save(payload)
     return payload
@@ -600,8 +600,9 @@ def run(args, save=lambda payload: None) -> dict:
 
 def run_model(args, preset, device, dtype, hardware, payload, log, finished, in_time) -> None:
     """Every section for one model (:func:`run`)."""
-    from snapeval.cache import FullConfig, SnapStreamConfig, attention
+    from snapeval.cache import FullConfig, SnapStreamConfig, kernel_shapes
     from snapeval.cache.full import StaticFullCache
+    from snapeval.cache.kernels import resolve_decode_kernel
     from snapeval.cache.snapstream import SnapStreamCache
     from snapeval.models.loading import packaged_tokenizer
 
@@ -616,20 +617,22 @@ def run_model(args, preset, device, dtype, hardware, payload, log, finished, in_
     if "kernels" not in args.skip:
         entry["kernels"] = bench_kernels(model, args.kernel_points, args.kernel_repeats, device, bandwidth,
                                          compile_flex=args.flex)
-        attention.set_decode_kernel(entry["kernels"]["winner"], device.type)
-        attention.SPLIT_PRODUCTS = entry["kernels"].get("split_products", attention.SPLIT_PRODUCTS)
+        kernel_shapes.SPLIT_PRODUCTS = entry["kernels"].get("split_products", kernel_shapes.SPLIT_PRODUCTS)
         log(f"kernels: {json.dumps(entry['kernels']['total_seconds'])} -> {entry['kernels']['winner']}")
         finished(entry)
-    entry["decode_kernel"] = attention.decode_kernel(device)
+    # every cache below decodes with the kernels section's winner (else the run's auto rule for this device)
+    kernel = entry["kernels"]["winner"] if "kernels" in entry else resolve_decode_kernel("auto", device)
+    entry["decode_kernel"] = kernel
     compile_rows = None  # (SnapStream config, its maximum batch) of the first length: the compile section's rows
     for index, length in enumerate(args.lengths):
         if index and not in_time(f"length {length}", args.length_estimates.get(length, 60)):
             continue
         ids = prompt_ids(tokenizer, length, 1)[0]
         if index == 0:  # warm-up: the first prefill pays the kernels' start-up
-            prefill_into(model, ids[: min(length, 4096)], StaticFullCache(model, reserve=1), device)
+            prefill_into(model, ids[: min(length, 4096)], StaticFullCache(model, reserve=1, decode_kernel=kernel),
+                         device)
         point = {"prompt_tokens": length, "new_tokens": args.new_tokens, "decode_budget": args.decode_budget}
-        full = StaticFullCache(model, FullConfig(), reserve=args.new_tokens)
+        full = StaticFullCache(model, FullConfig(), reserve=args.new_tokens, decode_kernel=kernel)
         point["full"] = decode_path(model, ids, FullConfig(), full, args.new_tokens, args.steps, device,
                                     bandwidth, args.max_batch, "full cache, static rows (generate)")
         del full
@@ -643,7 +646,7 @@ def run_model(args, preset, device, dtype, hardware, payload, log, finished, in_
             f"{point['full']['max_batch']['tokens_per_s']:.1f} tok/s (x{point['full']['max_batch']['x_floor']:.2f}); "
             f"{graphs_note(point['full'])}")
         config = SnapStreamConfig.from_budget(min(args.decode_budget, length))
-        snap = SnapStreamCache(model, config)
+        snap = SnapStreamCache(model, config, decode_kernel=kernel)
         point["snapstream"] = decode_path(model, ids, config, snap, args.new_tokens, args.steps, device,
                                           bandwidth, args.max_batch, f"SnapStream-{config.budget} rows (engine)")
         point["snapstream"]["simulator"] = simulator_beside(preset, hardware, length, config.budget,
@@ -670,7 +673,7 @@ def run_model(args, preset, device, dtype, hardware, payload, log, finished, in_
         for batch in dict.fromkeys([1, most]):
             if not in_time(f"compile at batch {batch}", args.compile_estimate):
                 break
-            rows = SnapStreamCache(model, config)
+            rows = SnapStreamCache(model, config, decode_kernel=kernel)
             try:
                 full_rows(model, rows, batch)
                 point = bench_compile(model, rows, args.steps, device)

@@ -41,12 +41,14 @@ import torch
 import torch.nn.functional as F
 
 from snapeval.cache import MethodConfig, make_cache, method_info
+from snapeval.cache.methods import build_cache
 from snapeval.cache.capture import PromptCapture
 from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_generator,
                                stop_token_ids)
 from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, device_budget,
                                   is_out_of_memory, plan_group)
 from snapeval.models.devices import input_device
+from snapeval.run_args import RunArgs
 
 
 def capture_window(configs: Sequence[MethodConfig]) -> int:
@@ -79,12 +81,13 @@ class Prefilled:
     seconds: float
     presses: dict = field(default_factory=dict)
 
-    def cache(self, model, config: MethodConfig, cache_class=None):
+    def cache(self, model, config: MethodConfig, cache_class=None, *, decode_kernel: str = "auto"):
         """A fresh one-row cache of ``config`` holding this prompt, compressed as ``config`` says (``cache_class``:
-        another layout of the same method, such as the engine's static rows)."""
+        another layout of the same method, such as the engine's static rows), decoding with ``decode_kernel``."""
         if config in self.presses:
             return self.presses[config].cache(model, cache_class)
-        cache = make_cache(model, config) if cache_class is None else cache_class(model, config)
+        cache = build_cache(cache_class or method_info(config).cache_class(), model, config,
+                            decode_kernel=decode_kernel)
         load_caches(self.capture, [cache])
         return cache
 
@@ -122,17 +125,20 @@ class BranchSet:
     ``BranchSet(model, tokenizer, configs, batch=8)``; :meth:`generate` and :meth:`score` return one list of
     results per configuration, in ``configs`` order. ``batch``: items in flight at most (the memory plan may take
     fewer); ``max_memory``: the device's budget in bytes, weights included (default: what is in use plus what is
-    free, less a margin; :func:`snapeval.memory_plan.device_budget`).
+    free, less a margin; :func:`snapeval.memory_plan.device_budget`); ``run_args``: the run's arguments
+    (:class:`~snapeval.run_args.RunArgs`), of which the branches read the decode kernel their caches carry and
+    whether the engines' decode steps are captured in CUDA graphs (:meth:`~snapeval.run_args.RunArgs.compile_mode`).
     """
 
     def __init__(self, model, tokenizer, configs: Sequence[MethodConfig], *, batch: int = 8, seed: int = 0,
-                 max_memory: int | None = None):
+                 max_memory: int | None = None, run_args: RunArgs | None = None):
         if not configs:
             raise ValueError("a BranchSet needs at least one configuration")
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch={batch!r} is invalid; allowed: an integer >= 1")
         self.model, self.tokenizer, self.configs = model, tokenizer, list(configs)
         self.batch, self.seed, self.max_memory = batch, seed, max_memory
+        self.run_args = RunArgs() if run_args is None else run_args
         infos = [method_info(c) for c in self.configs]
         # A press branches when it shares the prefill with another configuration; alone it prefills through
         # kvpress's own hooks (the reference path of a per-cell run).
@@ -141,6 +147,9 @@ class BranchSet:
         self.from_capture = [c for c, b, info in zip(self.configs, self._branches, infos) if b and not info.prefill_hooks]
         self.window = capture_window(self.from_capture)
         self.device = input_device(model)  # token ids go there; outputs come back there (a split model too)
+        self.decode_kernel = self.run_args.decode_kernel
+        #: The engines' ``compile=``: ``reduce-overhead`` (captured in CUDA graphs) on CUDA unless the run says no.
+        self.compile = self.run_args.compile_mode(self.device)
         self.stops = stop_token_ids(model, tokenizer)
         #: Whether any configuration builds its cache from the shared prefill.
         self.shares = any(self._branches)
@@ -214,7 +223,7 @@ class BranchSet:
         """A configuration that cannot branch prefills ``prompt`` through its own cache (a press and its hooks);
         returns ``(logits [V], cache)``."""
         start = time.perf_counter()
-        cache = make_cache(self.model, config)
+        cache = make_cache(self.model, config, decode_kernel=self.decode_kernel)
         logits = cache.prefill(self.model, torch.tensor([list(prompt)], device=self.device))
         self.stats.count_prefill(len(prompt), start)
         return logits, cache
@@ -223,7 +232,7 @@ class BranchSet:
         """``(logits [V], a fresh one-row cache)`` of ``config`` for a prompt: from the shared prefill when the
         method branches, else from its own prefill."""
         if self.branches(config):
-            return prefilled.logits, prefilled.cache(self.model, config)
+            return prefilled.logits, prefilled.cache(self.model, config, decode_kernel=self.decode_kernel)
         return self.own_prefill(config, prompt)
 
     # --- generation -------------------------------------------------------------------------------------------
@@ -345,7 +354,8 @@ class BranchSet:
             if not waiting:
                 continue
             seconds = {i: waiting[i][2] for i in part}
-            engine = Engine(self.model, self.tokenizer, self.configs[c], num_slots=plan.chunk, seed=self.seed)
+            engine = Engine(self.model, self.tokenizer, self.configs[c], num_slots=plan.chunk, seed=self.seed,
+                            compile=self.compile, decode_kernel=self.decode_kernel)
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
             del engine
@@ -364,7 +374,8 @@ class BranchSet:
         cache_class = method_info(config).static_cache_class() if in_rows else None
         if config in prefilled.presses:
             return prefilled.presses[config].cache(self.model, cache_class)
-        return make_cache(self.model, config) if cache_class is None else cache_class(self.model, config)
+        return build_cache(cache_class or method_info(config).cache_class(), self.model, config,
+                           decode_kernel=self.decode_kernel)
 
     def _seeded(self, params: SamplingParams, index: int) -> SamplingParams:
         """A sampled request without its own seed samples from ``seed + index`` (its index in the call, as

@@ -127,15 +127,16 @@ class GenerateRun:
         return max(len(self.step_times) - 1, 0)
 
 
-def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor, max_new_tokens: int = 0):
+def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor, max_new_tokens: int = 0, *,
+              decode_kernel: str = "auto"):
     """A fresh cache of ``config``'s method for left-padded rows (``attention_mask`` ``[B, L]``). The full cache
     decodes in static rows (:class:`~snapeval.cache.full.StaticFullCache` with ``max_new_tokens`` free slots after
     each prompt: decoded tokens written by index, no per-step concatenation, the decode kernel of the device) when
     ``max_new_tokens`` is given; otherwise it is Hugging Face's ``DynamicCache``, which learns each row's padding for
-    its slot-position introspection."""
+    its slot-position introspection. ``decode_kernel``: the run's (:mod:`snapeval.run_args`), carried by the cache."""
     if max_new_tokens and isinstance(config, FullConfig):
-        return StaticFullCache(model, config, reserve=max_new_tokens)
-    cache = make_cache(model, config)
+        return StaticFullCache(model, config, reserve=max_new_tokens, decode_kernel=decode_kernel)
+    cache = make_cache(model, config, decode_kernel=decode_kernel)
     if hasattr(cache, "padding"):
         cache.padding = (attention_mask == 0).sum(dim=1).cpu()
     return cache
@@ -144,7 +145,8 @@ def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor, max_new
 @torch.inference_mode()
 def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor, config: MethodConfig,
                  params: SamplingParams | Sequence[SamplingParams], *, seed: int | None = None,
-                 min_new_tokens: int = 0, on_step=None, static_full: bool = True) -> GenerateRun:
+                 min_new_tokens: int = 0, on_step=None, static_full: bool = True,
+                 decode_kernel: str = "auto") -> GenerateRun:
     """Left-padded rows ``input_ids``/``attention_mask`` ``[B, L]`` under a fresh cache of ``config``'s method:
     :func:`~snapeval.decoding.prefill` of the batch, then :func:`~snapeval.decoding.decode` until every row stops.
 
@@ -156,6 +158,7 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     before that many tokens (Hugging Face's ``min_new_tokens``). ``on_step(cache)`` runs whenever a step's logits
     are ready. ``static_full``: the full cache decodes in static rows (:func:`cache_for`; the same greedy tokens as
     Hugging Face's ``DynamicCache``, ``tests/test_gpu_decode.py``); False keeps the ``DynamicCache``.
+    ``decode_kernel``: the run's decode kernel (``auto``: the device's, :func:`snapeval.cache.kernels.resolve_decode_kernel`).
     """
     rows = input_ids.shape[0]
     params = [params] * rows if isinstance(params, SamplingParams) else list(params)
@@ -167,7 +170,8 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     requests = [Request(index=row, prompt=input_ids[row, -int(attention_mask[row].sum()):].tolist(), params=p,
                         generator=request_generator(p, seed or 0, row, device))
                 for row, p in enumerate(params)]
-    cache = cache_for(model, config, attention_mask, max(p.max_new_tokens for p in params) if static_full else 0)
+    cache = cache_for(model, config, attention_mask, max(p.max_new_tokens for p in params) if static_full else 0,
+                      decode_kernel=decode_kernel)
     length = input_ids.shape[1]
     start = time.perf_counter()
     logits = prefill(model, cache, input_ids, attention_mask=attention_mask,
@@ -200,6 +204,7 @@ def generate(
     system: str | None = None,
     seed: int | None = None,
     on_step=None,
+    decode_kernel: str = "auto",
     **sampling,
 ) -> GenerationResult:
     """Generate for each prompt under a KV-cache ``method``.
@@ -214,6 +219,8 @@ def generate(
         chat: wrap string prompts in the tokenizer's chat template.
         seed: seeds sampling (``do_sample=True``): row ``r`` samples from its own generator seeded ``seed + r``.
         on_step: called with the cache after every generation step (introspection, benchmarks).
+        decode_kernel: the attention kernel of a decode step, as the run argument (:mod:`snapeval.run_args`):
+            ``auto`` (the device's: sdpa on the CPU) or one of ``sdpa``, ``split``, ``flex``, ``triton``.
         sampling: under Hugging Face's names, ``do_sample``, ``temperature``, ``top_p``, ``top_k`` (0: off),
             ``stop_strings`` (a row stops once its text holds one) and ``min_new_tokens`` (no stop token before).
 
@@ -243,7 +250,7 @@ def generate(
     device = input_device(model)
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     run = generate_ids(model, tokenizer, input_ids, attention_mask, config, params, seed=seed,
-                       min_new_tokens=min_new_tokens, on_step=on_step)
+                       min_new_tokens=min_new_tokens, on_step=on_step, decode_kernel=decode_kernel)
     new_tokens = run.token_ids
     outputs = [
         GenerationOutput(

@@ -49,13 +49,14 @@ def test_bad_device_map_is_a_one_line_error_naming_the_choices(value):
 
 
 def test_gpu_resources_map_onto_a_device_map():
+    from snapeval.run_args import RunArgs
     from snapeval.sweep.spec import ModelSpec, Resources
 
     assert gpu_device_map(0) is None and gpu_device_map(1) is None and gpu_device_map(4) == "balanced"
     assert ModelSpec("m").placement() == {"device": "cpu"}
     assert ModelSpec("m", resources=Resources(num_gpus=1)).placement() == {"device": "cuda"}
     assert ModelSpec("m", resources=Resources(num_gpus=2)).placement() == {"device_map": "balanced"}
-    explicit = ModelSpec("m", resources=Resources(num_gpus=2), device_map=(("model.layers.0", 0),))
+    explicit = ModelSpec("m", resources=Resources(num_gpus=2), run_args=RunArgs(device_map={"model.layers.0": 0}))
     assert explicit.placement() == {"device_map": {"model.layers.0": 0}}
 
 

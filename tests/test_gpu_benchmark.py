@@ -13,7 +13,7 @@ def test_gpu_benchmark_smoke(tmp_path, data_dir, monkeypatch):
     run), both decode paths at batch 1 and at the memory plan's batch with their byte floors, the ratio between the
     paths' maximum batches, the simulator beside each point, the compiled step."""
     from benchmarks import gpu
-    from snapeval.cache import attention
+    from snapeval.cache import kernel_shapes, kernels
 
     monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
     out = gpu.main(["--smoke", "--lengths", "256", "--out", str(tmp_path / "gpu.json")])  # one length: same code
@@ -21,11 +21,11 @@ def test_gpu_benchmark_smoke(tmp_path, data_dir, monkeypatch):
     assert payload["smoke"] is True and payload["device"] == "cpu" and payload["left_out_for_time"] == []
     (entry,) = payload["results"]
     assert entry["model"] == "llama-3.1-8b-instruct" and entry["bandwidth"]["bytes_per_s"] > 0
-    kernels = entry["kernels"]
-    assert kernels["winner"] in attention.DECODE_KERNELS and entry["decode_kernel"] == kernels["winner"]
-    assert attention.decode_kernel("cpu") == "sdpa" and attention.SPLIT_PRODUCTS == 256  # nor outlive the run
-    assert kernels["split_products"] in (64, 256, 1024)
-    for point in kernels["points"]:
+    chosen = entry["kernels"]
+    assert chosen["winner"] in kernels.DECODE_KERNELS and entry["decode_kernel"] == chosen["winner"]
+    assert kernel_shapes.SPLIT_PRODUCTS == 256  # the split kernel's products do not outlive the run
+    assert chosen["split_products"] in (64, 256, 1024)
+    for point in chosen["points"]:
         assert set(point["kernels"]) == {"sdpa", "split", "flex", "sdpa_unmasked", "split@64", "split@1024"}
         for name in ("sdpa", "split", "flex", "split@64", "split@1024"):
             assert point["kernels"][name]["seconds"] > 0 and point["kernels"][name]["max_abs_diff_vs_sdpa"] < 1e-4

@@ -10,17 +10,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import TinyTokenizer, random_prompt, tiny_model
-from snapeval.cache import FullConfig, SnapStreamConfig, attention
+from snapeval.cache import FullConfig, SnapStreamConfig, kernels
 from snapeval.cache.full import StaticFullCache
 from snapeval.decoding import SamplingParams, decode_step
 from snapeval.generation import encode_prompts, generate_ids
-
-
-@pytest.fixture
-def kernel():
-    """Restores the CPU's decode kernel after a test that sets one."""
-    yield attention.set_decode_kernel
-    attention.set_decode_kernel(None, "cpu")
 
 
 def repeat_kv_reference(query, key, value, valid, scaling):
@@ -31,7 +24,7 @@ def repeat_kv_reference(query, key, value, valid, scaling):
     return out.transpose(1, 2)
 
 
-@pytest.mark.parametrize("name", attention.runnable_decode_kernels("cpu"))
+@pytest.mark.parametrize("name", kernels.runnable_decode_kernels("cpu"))
 @pytest.mark.parametrize("slots", [7, 300, 1030])
 def test_every_decode_kernel_equals_sdpa_over_repeated_heads(name, slots):
     torch.manual_seed(slots)
@@ -40,24 +33,26 @@ def test_every_decode_kernel_equals_sdpa_over_repeated_heads(name, slots):
     valid = torch.rand(3, slots) > 0.3
     valid[:, 0] = True
     for mask in (valid, None):
-        out = attention.decode_attention(query, key, value, mask, 0.3, kernel=name)
+        out = kernels.decode_attention(query, key, value, mask, 0.3, kernel=name)
         assert out.shape == (3, 1, 8, 16)
         torch.testing.assert_close(out, repeat_kv_reference(query, key, value, mask, 0.3), rtol=1e-12, atol=1e-12)
 
 
 def test_split_kernel_slices_are_views_that_fill_a_gpu():
-    assert attention.split_chunks(131136, 8) == 32 and 131136 % 32 == 0  # 256 products of 4,098 slots
-    assert attention.split_chunks(32768, 96) == 3 or 32768 % attention.split_chunks(32768, 96) == 0
+    assert kernels.split_chunks(131136, 8) == 32 and 131136 % 32 == 0  # 256 products of 4,098 slots
+    assert kernels.split_chunks(32768, 96) == 3 or 32768 % kernels.split_chunks(32768, 96) == 0
     for slots, rows in ((131136, 1), (32832, 24), (1030, 6), (100, 1), (257, 1)):
-        chunks = attention.split_chunks(slots, rows)
+        chunks = kernels.split_chunks(slots, rows)
         assert slots % chunks == 0 and (chunks == 1 or slots // chunks >= 256)
 
 
 def test_a_bad_decode_kernel_is_one_line_error():
     from snapeval.errors import SnapevalError
 
-    with pytest.raises(SnapevalError, match="decode kernel 'flash' is invalid; allowed: sdpa, split, flex"):
-        attention.set_decode_kernel("flash")
+    with pytest.raises(SnapevalError, match="decode_kernel='flash' is invalid; allowed: auto, sdpa, split, flex"):
+        StaticFullCache(tiny_model(), decode_kernel="flash")
+    with pytest.raises(SnapevalError, match="decode_kernel='flash' is invalid; allowed: auto, sdpa, split, flex"):
+        kernels.resolve_decode_kernel("flash", "cpu")
     with pytest.raises(ValueError, match="reserve=-1 is invalid; allowed: an integer >= 0"):
         StaticFullCache(tiny_model(), reserve=-1)
 
@@ -67,7 +62,7 @@ PROMPTS = [(30, 1), (17, 2), (41, 3)]
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_generate_full_cache_is_static_with_the_dynamic_cache_greedy_tokens(family, kernel):
+def test_generate_full_cache_is_static_with_the_dynamic_cache_greedy_tokens(family):
     """Left-padded rows of different lengths: the static rows (every decode kernel) give the ``DynamicCache`` path's
     and ``model.generate``'s greedy tokens, and report the same KV bytes."""
     model, tok = tiny_model(family), TinyTokenizer()
@@ -76,10 +71,10 @@ def test_generate_full_cache_is_static_with_the_dynamic_cache_greedy_tokens(fami
     dynamic = generate_ids(model, tok, ids, mask, FullConfig(), params, static_full=False)
     expected = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)[:, ids.shape[1]:].tolist()
     assert [e[:len(t)] for e, t in zip(expected, dynamic.token_ids)] == dynamic.token_ids
-    for name in attention.runnable_decode_kernels("cpu"):
-        kernel(name, "cpu")
-        static = generate_ids(model, tok, ids, mask, FullConfig(), params)
+    for name in kernels.runnable_decode_kernels("cpu"):
+        static = generate_ids(model, tok, ids, mask, FullConfig(), params, decode_kernel=name)
         assert isinstance(static.cache, StaticFullCache), name
+        assert {layer.kernel for layer in static.cache.layers} == {name}  # the cache carried it to every layer
         assert static.token_ids == dynamic.token_ids, name
         assert static.cache.kv_bytes_per_row() == dynamic.cache.kv_bytes_per_row()
         layer = static.cache.layers[0]
@@ -130,13 +125,15 @@ def step_bytes(model, cache, rows: int) -> int:
     return counter.bytes
 
 
-def prefilled(model, config, lengths, reserve=8):
-    """A cache of ``config`` after a left-padded prefill of rows of ``lengths`` (the full cache: static rows)."""
+def prefilled(model, config, lengths, reserve=8, kernel="auto"):
+    """A cache of ``config`` after a left-padded prefill of rows of ``lengths`` (the full cache: static rows),
+    decoding with ``kernel``."""
     from snapeval.cache import make_cache
     from snapeval.decoding import prefill
 
     ids, mask = encode_prompts(TinyTokenizer(), [random_prompt(n, n) for n in lengths])
-    cache = StaticFullCache(model, reserve=reserve) if isinstance(config, FullConfig) else make_cache(model, config)
+    cache = (StaticFullCache(model, reserve=reserve, decode_kernel=kernel) if isinstance(config, FullConfig)
+             else make_cache(model, config, decode_kernel=kernel))
     with torch.inference_mode():
         prefill(model, cache, ids, attention_mask=mask,
                 position_ids=(mask.cumsum(-1) - 1).masked_fill(mask == 0, 0))
@@ -145,20 +142,19 @@ def prefilled(model, config, lengths, reserve=8):
 
 @pytest.mark.parametrize("name", ["sdpa", "split"])  # flex: uncompiled on the CPU it runs its unfused reference
 @pytest.mark.parametrize("config", [FullConfig(), SnapStreamConfig.from_budget(64)], ids=["full", "snapstream"])
-def test_a_decode_step_allocates_nothing_that_grows_with_the_context(name, config, kernel):
+def test_a_decode_step_allocates_nothing_that_grows_with_the_context(name, config):
     """Per context token a step may allocate float scores (a few per query head), never keys or values: the growth
     between two context lengths stays under a quarter of one token's KV bytes (a ``DynamicCache`` concatenation
     allocates all of them; ``repeat_kv`` twice that)."""
-    kernel(name, "cpu")
     model = tiny_model(heads=2, kv_heads=1)  # head_dim 32: a token's keys and values dwarf its scores
     kv_token = 2 * 2 * 1 * 32 * 8  # layers x (keys, values) x Hkv x D x float64
     short, long = 200, 1000
-    grown = step_bytes(model, prefilled(model, config, [long, long - 9]), 2) - step_bytes(
-        model, prefilled(model, config, [short, short - 9]), 2)
+    grown = step_bytes(model, prefilled(model, config, [long, long - 9], kernel=name), 2) - step_bytes(
+        model, prefilled(model, config, [short, short - 9], kernel=name), 2)
     assert grown / (long - short) / 2 < kv_token / 4, grown
 
 
-def test_the_dynamic_cache_step_copies_the_cache(kernel):
+def test_the_dynamic_cache_step_copies_the_cache():
     """The measurement above catches the old path: a ``DynamicCache`` decode step of padded rows allocates at least
     one copy of every row's keys and values."""
     from snapeval.cache import make_cache
@@ -213,12 +209,11 @@ def compiled_graph_mutation_report(step, *args) -> list[str | None]:
 
 
 @pytest.mark.parametrize("name", ["split", "sdpa"])
-def test_one_compiled_engine_step_has_no_graph_break_and_keeps_cuda_graphs(name, kernel):
+def test_one_compiled_engine_step_has_no_graph_break_and_keeps_cuda_graphs(name):
     from snapeval.engine import Engine
 
-    kernel(name, "cpu")
     model, tok = tiny_model(), TinyTokenizer()
-    engine = Engine(model, tok, 24, num_slots=2, compile=False)
+    engine = Engine(model, tok, 24, num_slots=2, compile=False, decode_kernel=name)
     for layer in engine.cache.layers:
         layer.always_mask = True  # as a compiled engine has it: one graph whatever the slots hold
     engine.generate([random_prompt(40, 1), random_prompt(30, 2)], SamplingParams(max_new_tokens=2))
@@ -227,10 +222,9 @@ def test_one_compiled_engine_step_has_no_graph_break_and_keeps_cuda_graphs(name,
     assert reports == [None]
 
 
-def test_one_compiled_static_full_step_keeps_cuda_graphs(kernel):
-    kernel("split", "cpu")
+def test_one_compiled_static_full_step_keeps_cuda_graphs():
     model = tiny_model()
-    cache = prefilled(model, FullConfig(), [40, 31])
+    cache = prefilled(model, FullConfig(), [40, 31], kernel="split")
     tokens = torch.full((2, 1), 5)
     positions = cache.next_positions()[:, None].clone()
     for tensor in (tokens, positions):
@@ -244,14 +238,14 @@ def test_a_compiled_step_calls_the_split_kernel_as_one_operator_with_equal_outpu
     torch.manual_seed(0)
     query, key = torch.randn(2, 8, 1, 16), torch.randn(2, 2, 512, 16)
     value, valid = torch.randn_like(key), torch.rand(2, 512) > 0.2
-    eager = attention.decode_attention(query, key, value, valid, 0.25, kernel="split")
+    eager = kernels.decode_attention(query, key, value, valid, 0.25, kernel="split")
     seen = []
 
     def backend(graph_module, example_inputs):
         seen.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
         return graph_module
 
-    compiled = torch.compile(lambda q, k, v, m: attention.decode_attention(q, k, v, m, 0.25, kernel="split"),
+    compiled = torch.compile(lambda q, k, v, m: kernels.decode_attention(q, k, v, m, 0.25, kernel="split"),
                              backend=backend, fullgraph=True)
     torch.testing.assert_close(compiled(query, key, value, valid), eager)
     assert any("split_decode_attention" in target for target in seen), seen
@@ -268,15 +262,14 @@ def test_a_captured_decode_step_refuses_what_it_cannot_replay():
 
 
 @pytest.mark.parametrize("config", [FullConfig(), SnapStreamConfig.from_budget(64)], ids=["full", "snapstream"])
-def test_a_compiled_step_writes_the_rows_in_place_without_copying_them(config, kernel):
+def test_a_compiled_step_writes_the_rows_in_place_without_copying_them(config):
     """Inductor's code for one compiled decode step allocates no buffer the size of a layer's rows: the new token is
     written into the static rows in place. The former ``scatter_`` write compiled into a copy of every layer's keys and
     values per step (the H100 run: a 14-row compiled step 2.8x slower than eager)."""
     from torch._inductor.utils import run_and_get_code
 
-    kernel("split", "cpu")
     model = tiny_model()
-    cache = prefilled(model, config, [300, 291], reserve=64)
+    cache = prefilled(model, config, [300, 291], reserve=64, kernel="split")
     tokens = torch.full((2, 1), 5)
     positions = cache.next_positions()[:, None].clone()
     for tensor in (tokens, positions):

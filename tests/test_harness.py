@@ -135,7 +135,7 @@ def test_engine_choice(method, engine, expected):
 
 
 @pytest.mark.parametrize("method, engine, message", [
-    ("snapstream", "sometimes", "engine='sometimes' is not allowed; choose one of: auto, true, false"),
+    ("snapstream", "sometimes", "engine='sometimes' is invalid; allowed: auto, true, false"),
 ])
 def test_engine_choice_errors(method, engine, message):
     from snapeval.cache import resolve_method

@@ -10,6 +10,7 @@ import yaml
 
 from snapeval.cli import main as cli
 from snapeval.errors import SnapevalError
+from snapeval.run_args import RunArgs
 from snapeval.sweep import expand_grid, load_config, parse_config
 from snapeval.sweep.grid import canonical_json
 
@@ -44,9 +45,10 @@ def test_grid_expansion_and_splits():
     stream = cells[6].config
     assert (stream.sink, stream.recent, stream.topk) == (4, 60, 0)
     args = cells[2].evaluate_kwargs()
-    assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "dtype": "auto", "batch_size": 1, "engine": "auto", "device": "cpu",
-                                  "config": snap}
+    assert args["model_args"] == {"pretrained": "smollm2-135m-instruct", "config": snap,
+                                  "run_args": RunArgs(dtype="auto", batch_size=1, engine="auto", device="cpu")}
     assert args["model_args"]["config"] is snap  # the resolved object travels unchanged, never re-derived
+    assert args["model_args"]["run_args"] is cells[2].model.run_args  # ... and so do the run arguments
     assert cells[2].identity()["policy"] == {"method": "snapstream", "budget": 64, "sink": 4, "recent": 32, "topk": 28,
                                              "observation": 32, "kernel": 5, "pooling": "avg"}
     assert args["tasks"] == ["snapeval_passkey"] and args["limit"] == 4 and args["seed"] == 0
@@ -129,7 +131,10 @@ def test_data_file_hash_enters_identity(tmp_path):
     ({"models": [{"pretrained": "m", "dtype": "fp8"}]}, "models[0].dtype", "auto, float32, bfloat16, float16"),
     ({"models": [{"pretrained": "m", "resources": {"num_gpus": -1}}]}, "models[0].resources.num_gpus", ">= 0"),
     ({"models": []}, "models", "must not be empty"),
-    ({"models": [{"pretrained": "m", "engine": True}]}, "models[0].engine", "auto, false"),
+    ({"models": [{"pretrained": "m", "engine": "sometimes"}]}, "models[0].engine", "auto, true, false"),
+    ({"models": [{"pretrained": "m", "decode_kernel": "flash"}]}, "models[0].decode_kernel",
+     "auto, sdpa, split, flex, triton"),
+    ({"models": [{"pretrained": "m", "capture": "maybe"}]}, "models[0].capture", "auto, true, false"),
     ({"seeds": [0, 0]}, "seeds", "duplicate"),
     ({"budget": [64]}, "config", "did you mean 'budgets'"),
     ({"simulate": {"batch": "all"}}, "simulate.batch", "integer"),

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from snapeval.cache import attention
+from snapeval.cache import kernels
 from snapeval.errors import SnapevalError
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -39,7 +39,7 @@ def _widen(h):
     return h
 ti.InterpreterBuilder.create_dot = lambda self, a, b, d, p, m: _dot(self, _widen(a), _widen(b), d, p, m)
 
-from snapeval.cache import attention
+from snapeval.cache import kernels
 
 torch.manual_seed(0)
 results = []
@@ -55,21 +55,21 @@ for name, (batch, heads, kv_heads, slots, dim, dtype, mask) in json.loads(sys.ar
         if mask == "masked_slices":  # row 0: slots 64-191 (two whole slices of 64) masked
             valid[0, 64:192] = False
     scaling = dim**-0.5
-    out = attention.decode_attention(query, key, value, valid, scaling, kernel="triton")
-    ref = attention.decode_attention(query, key, value, valid, scaling, kernel="sdpa")
-    ref64 = attention.decode_attention(query.double(), key.double(), value.double(), valid, scaling, kernel="sdpa")
+    out = kernels.decode_attention(query, key, value, valid, scaling, kernel="triton")
+    ref = kernels.decode_attention(query, key, value, valid, scaling, kernel="sdpa")
+    ref64 = kernels.decode_attention(query.double(), key.double(), value.double(), valid, scaling, kernel="sdpa")
     results.append({"name": name, "shape": list(out.shape), "dtype": str(out.dtype),
                     "finite": bool(torch.isfinite(out).all()),
-                    "splits": attention.decode_splits(slots, batch * kv_heads, 132, 64),
+                    "splits": kernels.decode_splits(slots, batch * kv_heads, 132, 64),
                     "diff_vs_sdpa": float((out.float() - ref.float()).abs().max()),
                     "diff_vs_float64": float((out.double() - ref64).abs().max())})
 # a compiled step calls the kernel as the opaque operator snapeval::triton_decode_attention (fullgraph: no break)
-step = torch.compile(lambda q, k, v, m: attention.decode_attention(q, k, v, m, 0.25, kernel="triton"),
+step = torch.compile(lambda q, k, v, m: kernels.decode_attention(q, k, v, m, 0.25, kernel="triton"),
                      backend="aot_eager", fullgraph=True)
 query, key, value = torch.randn(2, 8, 1, 64), torch.randn(2, 2, 200, 64), torch.randn(2, 2, 200, 64)
 valid = torch.rand(2, 200) > 0.5
 compiled = step(query, key, value, valid)
-eager = attention.decode_attention(query, key, value, valid, 0.25, kernel="sdpa")
+eager = kernels.decode_attention(query, key, value, valid, 0.25, kernel="sdpa")
 results.append({"name": "compiled", "diff_vs_sdpa": float((compiled - eager).abs().max())})
 print(json.dumps(results))
 '''
@@ -114,17 +114,17 @@ def test_triton_kernel_matches_sdpa_in_the_interpreter():
 
 def test_decode_splits_fill_the_multiprocessors_with_whole_tiles():
     for slots, rows in [(131072, 8), (4096, 8), (1000, 256), (64, 1), (65, 3), (300, 4), (100_000, 112)]:
-        splits, width = attention.decode_splits(slots, rows, 132, 64)
+        splits, width = kernels.decode_splits(slots, rows, 132, 64)
         assert width % 64 == 0 and width >= 64
         assert (splits - 1) * width < slots <= splits * width  # every slot covered, no empty slice
         tiles = -(-slots // 64)
         want = min(tiles, -(-3 * 132 // rows))
         assert want <= splits < 2 * want or splits == tiles == want  # 3 waves of 132 SMs, fewer than 6
-    assert attention.decode_splits(131072, 8, 132, 64) == (52, 2560)  # 416 programs: 3.2 waves of 132
-    assert attention.decode_splits(4096, 256, 132, 64) == (2, 2048)
-    assert attention.decode_splits(100, 1, 132, 64) == (2, 64)
+    assert kernels.decode_splits(131072, 8, 132, 64) == (52, 2560)  # 416 programs: 3.2 waves of 132
+    assert kernels.decode_splits(4096, 256, 132, 64) == (2, 2048)
+    assert kernels.decode_splits(100, 1, 132, 64) == (2, 64)
     with pytest.raises(SnapevalError, match="decode_splits"):
-        attention.decode_splits(0, 8, 132, 64)
+        kernels.decode_splits(0, 8, 132, 64)
 
 
 def test_triton_kernel_without_triton_is_a_one_line_error(monkeypatch):
@@ -132,24 +132,25 @@ def test_triton_kernel_without_triton_is_a_one_line_error(monkeypatch):
     monkeypatch.delitem(sys.modules, "snapeval.cache.triton_decode", raising=False)
     query, key = torch.randn(1, 4, 1, 64), torch.randn(1, 2, 128, 64)
     with pytest.raises(SnapevalError, match="decode kernel 'triton' needs the triton package") as caught:
-        attention.decode_attention(query, key, key, None, None, kernel="triton")
+        kernels.decode_attention(query, key, key, None, None, kernel="triton")
     assert "\n" not in str(caught.value)
-    assert "triton" in attention.DECODE_KERNELS
-    attention.set_decode_kernel("triton", "cuda")
-    try:
-        assert attention.decode_kernel("cuda") == "triton"
-    finally:
-        attention.set_decode_kernel(None, "cuda")
+    assert "triton" in kernels.DECODE_KERNELS
+    with pytest.raises(SnapevalError, match="decode_kernel='triton' cannot run on cpu") as caught:
+        kernels.resolve_decode_kernel("triton", "cpu")
+    assert "\n" not in str(caught.value)
 
 
 def test_triton_runs_only_on_cuda_with_the_package(monkeypatch):
-    assert "triton" not in attention.runnable_decode_kernels("cpu")
-    assert attention.runnable_decode_kernels("cpu") == ("sdpa", "split", "flex")
-    assert ("triton" in attention.runnable_decode_kernels("cuda")) == HAS_TRITON
+    assert "triton" not in kernels.runnable_decode_kernels("cpu")
+    assert kernels.runnable_decode_kernels("cpu") == ("sdpa", "split", "flex")
+    assert ("triton" in kernels.runnable_decode_kernels("cuda")) == HAS_TRITON
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else object())
-    assert "triton" not in attention.runnable_decode_kernels("cuda")
+    assert "triton" not in kernels.runnable_decode_kernels("cuda")
+    assert kernels.resolve_decode_kernel("auto", "cuda") == "split"  # auto without the package
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
-    assert "triton" in attention.runnable_decode_kernels("cuda")
+    assert "triton" in kernels.runnable_decode_kernels("cuda")
+    assert kernels.resolve_decode_kernel("auto", "cuda") == "triton"  # auto: the fastest under CUDA graphs
+    assert kernels.resolve_decode_kernel("auto", "cpu") == "sdpa"  # every committed CPU result's numerics
 
 
 def test_the_kernel_benchmark_never_picks_a_wrong_kernel(monkeypatch):
@@ -161,7 +162,7 @@ def test_the_kernel_benchmark_never_picks_a_wrong_kernel(monkeypatch):
 
     model = SimpleNamespace(config=SimpleNamespace(num_attention_heads=4, num_key_value_heads=2, head_dim=16),
                             dtype=torch.float32)
-    monkeypatch.setattr(attention, "split_decode_attention",
+    monkeypatch.setattr(kernels, "split_decode_attention",
                         lambda query, *a: torch.ones_like(query).transpose(1, 2))
     out = gpu.bench_kernels(model, [(1, 64), (2, 128)], 2, torch.device("cpu"), 1e9, compile_flex=False)
     for point in out["points"]:
@@ -190,8 +191,8 @@ def test_triton_kernel_on_cuda_matches_sdpa_and_is_captured_by_a_cuda_graph():
             valid[:, slots - slots // 5:] = False
             if mask == "masked_slices":
                 valid[0, 64:192] = False
-        out = attention.decode_attention(query, key, value, valid, dim**-0.5, kernel="triton")
-        ref = attention.decode_attention(query.float(), key.float(), value.float(), valid, dim**-0.5, kernel="sdpa")
+        out = kernels.decode_attention(query, key, value, valid, dim**-0.5, kernel="triton")
+        ref = kernels.decode_attention(query.float(), key.float(), value.float(), valid, dim**-0.5, kernel="sdpa")
         assert out.shape == (batch, 1, heads, dim) and out.dtype == dtype, name
         assert torch.isfinite(out).all(), name
         diff = float((out.float() - ref).abs().max())
@@ -202,14 +203,14 @@ def test_triton_kernel_on_cuda_matches_sdpa_and_is_captured_by_a_cuda_graph():
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        attention.decode_attention(query, key, value, valid, None, kernel="triton")  # compiles outside the capture
+        kernels.decode_attention(query, key, value, valid, None, kernel="triton")  # compiles outside the capture
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = attention.decode_attention(query, key, value, valid, None, kernel="triton")
+        out = kernels.decode_attention(query, key, value, valid, None, kernel="triton")
     for tensor in (query, key, value):
         tensor.copy_(torch.randn_like(tensor))
     graph.replay()
     torch.cuda.synchronize()
-    ref = attention.decode_attention(query.float(), key.float(), value.float(), valid, None, kernel="sdpa")
+    ref = kernels.decode_attention(query.float(), key.float(), value.float(), valid, None, kernel="sdpa")
     assert float((out.float() - ref).abs().max()) < TOLERANCE["bfloat16"]

@@ -21,6 +21,9 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from snapeval.cache import attention
 from snapeval.cache.attention import PendingAttention, hand_off
+from snapeval.cache.kernels import resolve_decode_kernel
+from snapeval.errors import SnapevalError
+from snapeval.run_args import DECODE_KERNELS
 
 
 def key_validity(hf_mask: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
@@ -126,6 +129,11 @@ class CompressedLayer(CacheLayerMixin):
         #: data-dependent branch: the same computation every step).
         self.static = False
         self.always_mask = False
+        #: The run's ``decode_kernel`` (``auto`` or a kernel name, :mod:`snapeval.run_args`), set by the cache, and
+        #: the kernel it resolves to on this layer's device (:func:`~snapeval.cache.kernels.resolve_decode_kernel`,
+        #: once, when the layer's device is known): every decode step hands it to attention.
+        self.kernel_choice = "auto"
+        self.kernel = "sdpa"
         self._prompt: tuple[torch.Tensor, torch.Tensor] | None = None
 
     # --- hooks for subclasses -------------------------------------------------------------------------------
@@ -161,6 +169,7 @@ class CompressedLayer(CacheLayerMixin):
     # --- Hugging Face layer API ---------------------------------------------------------------------------
     def lazy_initialization(self, key_states, value_states) -> None:  # buffers are built by compress()
         self.dtype, self.device = key_states.dtype, key_states.device
+        self.kernel = resolve_decode_kernel(self.kernel_choice, self.device)
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, cache_kwargs=None):
@@ -180,8 +189,9 @@ class CompressedLayer(CacheLayerMixin):
             valid = self.positions[:, :1, None, :] >= 0  # [B, 1, 1, S]; validity is the same for every head
             # sdpa drops an all-true mask (its unmasked GQA path; the check reads the device); the other decode
             # kernels mask at no cost, so they always get it (no host sync per layer)
-            always = self.always_mask or attention.decode_kernel(valid.device) != "sdpa"
-            hand_off(PendingAttention(self.layer_idx, mask=valid if always or not bool(valid.all()) else None))
+            always = self.always_mask or self.kernel != "sdpa"
+            hand_off(PendingAttention(self.layer_idx, mask=valid if always or not bool(valid.all()) else None,
+                                      kernel=self.kernel))
             return self.keys, self.values
         return self._append_chunk(key_states, value_states)
 
@@ -262,12 +272,19 @@ class CompressedKVCache(Cache):
     layer_class: type[CompressedLayer] = CompressedLayer
     config_class: type = object  # subclasses name the config dataclass they take
 
-    def __init__(self, model, config):
+    def __init__(self, model, config, *, decode_kernel: str = "auto"):
         if not isinstance(config, self.config_class):
             raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
+        if decode_kernel != "auto" and decode_kernel not in DECODE_KERNELS:
+            raise SnapevalError(f"decode_kernel={decode_kernel!r} is invalid; allowed: auto, {', '.join(DECODE_KERNELS)}")
         attention.install(model)
         self.config = config
+        #: The run's decode kernel (``auto`` or a name of :data:`~snapeval.run_args.DECODE_KERNELS`): each layer
+        #: resolves it for its own device and hands it to attention with every decode step.
+        self.decode_kernel = decode_kernel
         layers = [self.layer_class(i, config) for i in range(model.config.num_hidden_layers)]
+        for layer in layers:
+            layer.kernel_choice = decode_kernel
         super().__init__(layers=layers)
 
     @property
@@ -332,6 +349,7 @@ class CompressedKVCache(Cache):
             raise ValueError(f"{len(devices)} devices for a cache of {len(self.layers)} layers")
         for layer, device in zip(self.layers, devices):
             layer.dtype, layer.device, layer.is_initialized = dtype, device, True
+            layer.kernel = resolve_decode_kernel(layer.kernel_choice, device)
             layer.static, layer.always_mask, layer.seen = True, always_mask, 0
             layer.keys = torch.zeros(num_rows, num_kv_heads, slots, head_dim, dtype=dtype, device=device)
             layer.values = torch.zeros_like(layer.keys)
@@ -378,4 +396,4 @@ class CompressedKVCache(Cache):
             layer.positions[row].zero_()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.config!r}, layers={len(self.layers)})"
+        return f"{type(self).__name__}({self.config!r}, layers={len(self.layers)}, decode_kernel={self.decode_kernel!r})"

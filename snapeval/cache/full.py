@@ -93,8 +93,8 @@ class StaticFullCache(CompressedKVCache):
     layer_class = EveryTokenLayer
     config_class = FullConfig
 
-    def __init__(self, model, config=None, *, reserve: int = 0):
-        super().__init__(model, FullConfig() if config is None else config)
+    def __init__(self, model, config=None, *, reserve: int = 0, decode_kernel: str = "auto"):
+        super().__init__(model, FullConfig() if config is None else config, decode_kernel=decode_kernel)
         if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
             raise ValueError(f"reserve={reserve!r} is invalid; allowed: an integer >= 0")
         for layer in self.layers:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from snapeval.cache.config import MethodConfig, Setting
 from snapeval.errors import SnapevalError
+from snapeval.run_args import RunArgs
 
 
 def load_object(path: str):
@@ -109,10 +110,10 @@ class MethodInfo:
 RESERVED_SETTING_NAMES = frozenset({
     # a sweep's method entry, a method's resolution
     "method", "budget", "budgets", "press", "settings", "config", "cache_config", "policy",
-    # the lm-eval model's model_args and the `snapeval run` flags
-    "pretrained", "model", "dtype", "device", "device_map", "batch_size", "max_gen_toks", "max_length", "engine",
-    "engine_slots", "loaded", "shared", "tokenizer", "task", "tasks", "limit", "seed", "seeds", "metadata", "data_dir",
-    "output", "method_arg", "press_arg", "generation",
+    # the lm-eval model's model_args and the `snapeval run` flags: the run arguments (snapeval.run_args) and the rest
+    *RunArgs.names(), "run_args",
+    "pretrained", "model", "loaded", "shared", "tokenizer", "task", "tasks", "limit", "seed", "seeds", "metadata",
+    "data_dir", "output", "method_arg", "press_arg", "generation",
     # a cell view's fields and the results table's fixed columns
     "cell_id", "label", "simulate_as", "metric", "group_id", "subtask", "filter", "primary", "higher_is_better",
     "value", "stderr", "n_samples", "kv_cache_bytes", "decode_tokens_per_s", "prefill_tokens_per_s",
@@ -390,8 +391,21 @@ def settings_from_text(method: str, given: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def make_cache(model, config: MethodConfig):
-    """A fresh cache for one ``generate``/forward sequence: the cache class of ``config.method``."""
+def make_cache(model, config: MethodConfig, *, decode_kernel: str = "auto"):
+    """A fresh cache for one ``generate``/forward sequence: the cache class of ``config.method``, decoding with the
+    run's ``decode_kernel`` (:mod:`snapeval.run_args`; a cache that grows as Hugging Face's ``DynamicCache`` decodes
+    through Hugging Face's own attention and takes none)."""
     if not isinstance(config, MethodConfig):
         raise SnapevalError(f"config={config!r} is not a method configuration; build one with resolve_method()")
-    return method_info(config).cache_class()(model, config)
+    return build_cache(method_info(config).cache_class(), model, config, decode_kernel=decode_kernel)
+
+
+def build_cache(cache_class, model, config, *, decode_kernel: str = "auto", **options):
+    """``cache_class(model, config, **options)``, given the run's ``decode_kernel`` where the class decodes through
+    snapeval's kernels (a :class:`~snapeval.cache.base.CompressedKVCache`): the one place a cache is built with its
+    kernel."""
+    from snapeval.cache.base import CompressedKVCache
+
+    if issubclass(cache_class, CompressedKVCache):
+        options["decode_kernel"] = decode_kernel
+    return cache_class(model, config, **options)

@@ -7,7 +7,7 @@ with an online softmax (running maximum and sum), the slots whose ``valid`` is F
 maximum, sum and weighted values. The second has a program per (row x KV head, query head of the group) and combines
 the slices. No host synchronisation and no data-dependent shape (CUDA graphs capture both launches).
 
-Imported only where the kernel is asked for (:func:`snapeval.cache.attention.decode_attention`): ``triton`` is
+Imported only where the kernel is asked for (:func:`snapeval.cache.kernels.decode_attention`): ``triton`` is
 absent from CPU installs. Triton's interpreter (``TRITON_INTERPRET=1``) runs it on CPU tensors (the tests do).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from snapeval.cache.attention import decode_splits
+from snapeval.cache.kernel_shapes import decode_splits
 
 #: Slots per tile (a slice of the slots is a multiple of it).
 BLOCK_N = 64
@@ -124,8 +124,8 @@ def _combine_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, num_splits,
 
 
 def triton_decode_attention(query, key, value, valid=None, scaling=None) -> torch.Tensor:
-    """The ``triton`` kernel (:data:`snapeval.cache.attention.DECODE_KERNELS`): shapes as
-    :func:`snapeval.cache.attention.decode_attention` (``query [B, Hq, 1, D]``, ``key``/``value`` ``[B, Hkv, S, D]``,
+    """The ``triton`` kernel (:data:`snapeval.cache.kernels.DECODE_KERNELS`): shapes as
+    :func:`snapeval.cache.kernels.decode_attention` (``query [B, Hq, 1, D]``, ``key``/``value`` ``[B, Hkv, S, D]``,
     ``valid`` bool ``[B, S]`` or None; returns ``[B, 1, Hq, D]``)."""
     batch, num_heads, _, head_dim = query.shape
     num_kv, slots = key.shape[1], key.shape[2]

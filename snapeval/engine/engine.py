@@ -9,9 +9,10 @@ The engine owns ``num_slots`` rows of one :class:`~snapeval.cache.SnapStreamCach
 2. **copied into a free slot** (:meth:`~snapeval.cache.base.CompressedKVCache.load_row`);
 3. **decoded together with every other slot**, one batched forward per token: ``input_ids`` ``[num_slots, 1]`` and
    explicit ``position_ids`` ``[num_slots, 1]`` (each row's next position) and the cache's validity mask. Every
-   decode step runs on the same shapes, whatever the batch composition, through the device's decode kernel
-   (:func:`snapeval.cache.attention.decode_attention`: grouped-query heads read their KV head in place). The mask is
-   always given with ``compile=True`` (one graph) and to the ``split``/``flex`` kernels (a GPU's default); the
+   decode step runs on the same shapes, whatever the batch composition, through the decode kernel its caches carry
+   (the run's ``decode_kernel``, :func:`snapeval.cache.kernels.decode_attention`: grouped-query heads read their KV
+   head in place). The mask is
+   always given with ``compile=True`` (one graph) and to the ``split``/``flex``/``triton`` kernels (a GPU's); the
    ``sdpa`` kernel (the CPU's) leaves it out eagerly when every slot is valid. The rows, the token ids and the
    positions are static addresses, written in place, so ``compile="reduce-overhead"`` captures the step in CUDA
    graphs.
@@ -96,12 +97,15 @@ class Engine:
         num_slots: requests decoded together (the static batch size).
         compile: run the decode step through ``torch.compile``: ``True`` (its default mode) or a mode name from
             :data:`COMPILE_MODES` (``"reduce-overhead"`` captures the step in CUDA graphs on a GPU). Off by default:
-            it brought no reliable gain on CPU (``docs/engine.md``).
+            it brought no reliable gain on CPU (``docs/engine.md``). A run's ``capture`` argument resolves to it
+            (:meth:`snapeval.run_args.RunArgs.compile_mode`: ``reduce-overhead`` on CUDA, off on the CPU).
         seed: base seed of requests whose :class:`SamplingParams` gives none.
+        decode_kernel: the attention kernel of a decode step (the run's ``decode_kernel``, :mod:`snapeval.run_args`:
+            ``auto`` or a kernel name), carried by the engine's caches to every layer's attention.
     """
 
     def __init__(self, model, tokenizer, config: MethodConfig | int, method: str = "snapstream",
-                 num_slots: int = 8, *, compile: bool | str = False, seed: int = 0):
+                 num_slots: int = 8, *, compile: bool | str = False, seed: int = 0, decode_kernel: str = "auto"):
         if isinstance(config, int) and not isinstance(config, bool):
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
@@ -123,8 +127,9 @@ class Engine:
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.cache_class = method_info(config).static_cache_class()
         self.fixed_size = method_info(config).fixed_size
-        self.cache = self.cache_class(model, config)
-        self.prefill_cache = self.cache_class(model, config)  # reset and reused by every prefill
+        self.cache = self.cache_class(model, config, decode_kernel=decode_kernel)
+        self.prefill_cache = self.cache_class(model, config, decode_kernel=decode_kernel)  # reset, reused by prefills
+        self.decode_kernel = decode_kernel
         self._row_shape = (cfg.num_key_value_heads, head_dim)
         self._always_mask = bool(compile)
         self.stops = stop_token_ids(model, tokenizer)

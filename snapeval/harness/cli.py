@@ -13,6 +13,7 @@ from snapeval.models.presets import DEFAULT_MODEL
 
 def register(subparsers) -> None:
     from snapeval.cache import METHOD_TABLE
+    from snapeval.run_args import add_run_flags
 
     p = subparsers.add_parser(
         "run",
@@ -28,21 +29,11 @@ def register(subparsers) -> None:
                    help=f"{' | '.join(METHOD_TABLE.allowed().split(', '))} (e.g. kvpress:TOVAPress)")
     p.add_argument("--budget", type=int, default=None, help="total KV budget in tokens (not for full)")
     add_method_arg_flags(p)
-    p.add_argument("--dtype", default=None,
-                   help="float32 | bfloat16 | float16 | float64 (default: the preset's, else float32)")
-    p.add_argument("--device", default="cpu",
-                   help="cpu | cuda | cuda:N | mps (a bare cuda falls back to cpu on a machine without a GPU)")
-    p.add_argument("--device-map", default=None,
-                   help="spread the layers over devices: auto | balanced | balanced_low_0 | sequential | a JSON "
-                        "{module: device} object (overrides --device; default: one device)")
-    p.add_argument("--batch-size", type=int, default=1, help="requests per lm-eval batch")
-    p.add_argument("--max-gen-toks", type=int, default=256, help="most tokens generated per request")
-    p.add_argument("--engine", default="auto", help="auto | true | false: generate with the continuous-batching "
-                   "engine (auto: for snapstream and streamingllm)")
-    p.add_argument("--engine-slots", type=int, default=None, help="engine decode slots (default: max(batch size, 8))")
+    add_run_flags(p, defaults={"max_gen_toks": 256})  # --dtype, --device, ..., --decode-kernel, --capture
     p.add_argument("--limit", type=float, default=None,
                    help="documents per task (an int, or a fraction < 1; default: every document)")
-    p.add_argument("--seed", type=int, default=0, help="seed of lm-eval, sampling and the synthetic tasks")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of lm-eval, sampling and the synthetic tasks; an integer >= 0 (default: 0)")
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks (e.g. '{\"max_seq_lengths\": [1024]}')")
     p.add_argument("--data-dir", default=None, help="local data in the hub schema (default: $SNAPEVAL_DATA_DIR)")
     p.add_argument("--output", type=Path, default=None,
@@ -95,36 +86,21 @@ def method_args(args) -> tuple[dict, dict]:
     return settings_from_text(args.method, given), {}
 
 
-def _positive(name: str, value, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if value is None or value < 1:
-        raise SnapevalError(f"--{name}={value} is invalid; allowed: an integer >= 1")
-
-
 def run(args) -> int:
     """Every argument is checked before lm-eval, torch or the model are imported (one-line errors, in a second)."""
     from snapeval.cache import resolve_method
-    from snapeval.errors import check_choice
-    from snapeval.models.devices import check_device, parse_device_map
     from snapeval.models.loading import check_model_reference
+    from snapeval.run_args import RunArgs
 
-    check_choice("engine", args.engine, ("auto", "true", "false"))
+    run_args = RunArgs.from_flags(args)  # every run argument, as declared (snapeval.run_args)
     context = check_model_reference(args.model)
-    check_device(args.device, "--device")
-    parse_device_map(args.device_map)
-    if args.dtype is not None and args.dtype != "auto":
-        from snapeval.models.loading import DTYPES
-
-        check_choice("dtype", args.dtype, DTYPES)
     settings, press = method_args(args)
     config = resolve_method(args.method, args.budget, **settings, **press)  # every method, budget and setting error
     if context is not None and hasattr(config, "check_context"):
         config.check_context(context)
     press = dict(getattr(config, "press_args", ()))  # the press's arguments as its fields' types
-    _positive("batch-size", args.batch_size)
-    _positive("max-gen-toks", args.max_gen_toks)
-    _positive("engine-slots", args.engine_slots, optional=True)
+    if args.seed is None or args.seed < 0:
+        raise SnapevalError(f"--seed={args.seed} is invalid; allowed: an integer >= 0")
     if args.limit is not None and not (args.limit > 0 and (args.limit < 1 or float(args.limit).is_integer())):
         raise SnapevalError(f"--limit={args.limit} is invalid; allowed: a positive integer, or a fraction in (0, 1)")
     try:
@@ -143,13 +119,8 @@ def run(args) -> int:
     limit = args.limit
     if limit is not None and limit >= 1:
         limit = int(limit)
-    model_args = {
-        "pretrained": args.model, "method": args.method, "budget": args.budget, "dtype": args.dtype,
-        "batch_size": args.batch_size, "max_gen_toks": args.max_gen_toks, "engine": args.engine,
-        "engine_slots": args.engine_slots, "device": args.device, "device_map": args.device_map,
-        **{f"press_{k}": v for k, v in press.items()},
-        **settings,
-    }
+    model_args = {"pretrained": args.model, "method": args.method, "budget": args.budget, "run_args": run_args,
+                  **{f"press_{k}": v for k, v in press.items()}, **settings}
     out = args.output or default_output(tasks, model_args, limit=limit, seed=args.seed, metadata=metadata)
     from snapeval.harness.evaluate import evaluate
 
@@ -178,13 +149,15 @@ def default_output(tasks: list[str], model_args: dict, **run) -> Path:
     import re
 
     settings = {k: v for k, v in model_args.items() if v is not None and k not in
-                ("pretrained", "method", "budget", "batch_size", "max_gen_toks", "engine", "engine_slots", "device",
-                 "device_map", "dtype")}
+                ("pretrained", "method", "budget", "run_args")}
     label = "-".join([
         "+".join(tasks), Path(str(model_args["pretrained"])).name, str(model_args["method"]).replace(":", "_"),
         str(model_args["budget"] or "full"), *(f"{k}={v}" for k, v in sorted(settings.items()))])
     label = re.sub(r"[^A-Za-z0-9_.=+-]", "_", label)[:150]
-    digest = hashlib.sha256(json.dumps({"model_args": model_args, **run}, sort_keys=True, default=str).encode())
+    flat = {k: v for k, v in model_args.items() if k != "run_args"}
+    if model_args.get("run_args") is not None:  # the run arguments by name, as given (defaults left out)
+        flat.update(model_args["run_args"].changed())
+    digest = hashlib.sha256(json.dumps({"model_args": flat, **run}, sort_keys=True, default=str).encode())
     return Path("results") / "runs" / f"{label}-{digest.hexdigest()[:8]}.json"
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from snapeval.errors import SnapevalError
 from snapeval.paths import task_folders
+from snapeval.run_args import RunArgs
 
 
 def evaluate(
@@ -52,9 +53,13 @@ def evaluate(
     if lm is None:
         from snapeval.harness.shared import load_once
 
-        loaded = load_once(model_args.get("pretrained", "smollm2-135m-instruct"), model_args.get("dtype"),
-                           model_args.get("device", "cpu"), model_args.get("device_map"))
-        lm = SnapStreamLM(**model_args, loaded=loaded)
+        # the run arguments resolved once (a sweep hands a RunArgs; a dict of model_args is parsed as declared),
+        # then used unchanged by the model, its engine and its caches
+        run_args = model_args.get("run_args") or RunArgs.from_mapping(model_args, surface="model_args")
+        rest = {k: v for k, v in model_args.items() if k not in (*RunArgs.names("model_args"), "run_args")}
+        loaded = load_once(rest.get("pretrained", "smollm2-135m-instruct"), run_args.dtype, run_args.device,
+                           run_args.device_map_value)
+        lm = SnapStreamLM(**rest, run_args=run_args, loaded=loaded)
     lm.seed = seed  # the base of every request's sampling seed
     meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name),
             **(metadata or {})}

@@ -31,20 +31,20 @@ from lm_eval.models.huggingface import HFLM
 import snapeval
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
 from snapeval.cache.methods import settings_from_text
-from snapeval.errors import SnapevalError, check_choice
+from snapeval.errors import SnapevalError
 from snapeval.decoding import SamplingParams, pad_token_id
 from snapeval.generation import generate_ids
 from snapeval.tasks.followup import Followup, two_pass_response
-from snapeval.models.devices import input_device, parse_device_map, usable_device
-from snapeval.models.loading import DTYPES, load_model
+from snapeval.models.devices import input_device, usable_device
+from snapeval.models.loading import load_model
+from snapeval.run_args import RunArgs
 from snapeval.harness.quiet import silence_lm_eval_noise
 
 silence_lm_eval_noise()  # lm-eval's per-cell warnings that say nothing about a snapeval run
 
-#: model_args read as integers; a method's own settings (``sink``, ``recent``, ...) are read as their declarations
-#: say (:func:`snapeval.cache.methods.settings_from_text`).
-INT_ARGS = ("engine_slots", "budget", "batch_size", "max_gen_toks", "max_length",
-            "specprefill_chunk", "specprefill_lookahead", "specprefill_pool_kernel")
+#: model_args read as integers besides the run arguments (:class:`snapeval.run_args.RunArgs`, parsed as declared)
+#: and a method's own settings (``sink``, ``recent``, ...: :func:`snapeval.cache.methods.settings_from_text`).
+INT_ARGS = ("budget",)
 
 
 @dataclass
@@ -174,17 +174,14 @@ def _hflm_arguments() -> set[str]:
     return {name for name in inspect.signature(HFLM.__init__).parameters if name not in ("self", "kwargs")}
 
 
-def use_engine(engine, config: MethodConfig) -> bool:
-    """Resolve the ``engine`` model_arg: ``auto`` (or None) is the engine exactly for the fixed-size caches (full and
-    SnapKV keep lm-eval's padded batches, the reference path); ``true`` puts any method with a static-row layout on
-    it."""
+def use_engine(engine: str, config: MethodConfig) -> bool:
+    """Resolve the ``engine`` run argument (``auto | true | false``, :class:`snapeval.run_args.RunArgs`): ``auto`` is
+    the engine exactly for the fixed-size caches (full and SnapKV keep lm-eval's padded batches, the reference
+    path); ``true`` puts any method with a static-row layout on it."""
     from snapeval.engine import ENGINE_METHODS
 
     method = config.method
-    choice = {"auto": None, "none": None, "true": True, "1": True, "yes": True, "false": False, "0": False,
-              "no": False}.get(str(engine).lower(), "invalid")
-    if choice == "invalid":
-        raise SnapevalError(f"engine={engine!r} is not allowed; choose one of: auto, true, false")
+    choice = RunArgs(engine="auto" if engine is None else engine).engine_choice()
     if choice is None:
         return method_info(config).fixed_size
     info = method_info(config)
@@ -201,13 +198,13 @@ class SnapStreamLM(HFLM):
     model_args: ``pretrained`` (preset, local dir, .gguf, hub id), ``method`` (a name of the method table:
     ``snapeval methods`` lists them), ``budget`` and the settings of that method by name (``sink=4``; for
     ``method=kvpress:<Press>``, the press's own arguments as ``press_<name>``), or, from Python, ``config`` (a resolved method configuration, used unchanged; the old name
-    ``cache_config`` is still accepted, deprecated);
-    ``dtype``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``device``, ``device_map`` (layers over several
-    devices: auto | balanced | balanced_low_0 | sequential | a JSON {module: device} object); speculative prefill of
-    generation prompts by a draft model: ``specprefill_draft`` (a model name; enables it), ``specprefill_keep``,
-    ``specprefill_chunk``, ``specprefill_lookahead``, ``specprefill_pool_kernel``; ``engine`` (auto | true | false;
-    auto: the continuous-batching engine for snapstream/streamingllm, padded batches for full/snapkv) with
-    ``engine_slots`` decode slots (default max(batch_size, 8)).
+    ``cache_config`` is still accepted, deprecated); and the run arguments, declared once in
+    :class:`snapeval.run_args.RunArgs` (the same names and values as ``snapeval run``'s flags and a sweep's model
+    keys): ``dtype``, ``device``, ``device_map``, ``batch_size``, ``max_gen_toks``, ``max_length``, ``engine``
+    (auto | true | false) with ``engine_slots``, ``decode_kernel`` (auto | sdpa | split | flex | triton), ``capture``
+    (auto | true | false: CUDA graphs for the engine's decode step) and speculative prefill by a draft model
+    (``specprefill_draft`` enables it; ``specprefill_keep``, ``_chunk``, ``_lookahead``, ``_pool_kernel``); or, from
+    Python, ``run_args`` (a resolved :class:`~snapeval.run_args.RunArgs`, used unchanged).
     """
 
     def __init__(
@@ -216,25 +213,19 @@ class SnapStreamLM(HFLM):
         method: str = "snapstream",
         config: MethodConfig | None = None,
         budget: int | None = None,
-        dtype: str | None = None,
-        batch_size: int = 1,
-        max_gen_toks: int = 256,
-        max_length: int | None = None,
-        device: str = "cpu",
-        device_map=None,
-        engine: bool | str | None = "auto",
-        engine_slots: int | None = None,
-        specprefill_draft: str | None = None,
-        specprefill_keep: float | None = None,
-        specprefill_chunk: int | None = None,
-        specprefill_lookahead: int | None = None,
-        specprefill_pool_kernel: int | None = None,
+        run_args: RunArgs | None = None,
         loaded=None,
         shared=None,
         **kwargs,
     ):
-        args = {k: _coerce(k, v) for k, v in dict(
-            budget=budget, batch_size=batch_size, max_gen_toks=max_gen_toks, max_length=max_length).items()}
+        budget = _coerce("budget", budget)
+        # The run arguments (dtype, device, batching, engine, decode kernel, capture, speculative prefill), declared
+        # once in snapeval.run_args: given as model_args they are parsed as declared; from Python (a sweep), a
+        # resolved RunArgs is used unchanged.
+        given_run = {name: kwargs.pop(name) for name in RunArgs.names("model_args") if name in kwargs}
+        if run_args is not None and (not isinstance(run_args, RunArgs) or given_run):
+            raise SnapevalError("run_args must be a RunArgs given alone; allowed: run_args=RunArgs(...) or the "
+                                f"run arguments as model_args ({', '.join(RunArgs.names('model_args'))})")
         # A method's settings (every name some method of the table declares), typed as the method declares them.
         given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in METHOD_TABLE.setting_names()]}
         settings = settings_from_text(method, {k: v for k, v in given.items() if _coerce(k, v) is not None})
@@ -245,41 +236,37 @@ class SnapStreamLM(HFLM):
                 raise SnapevalError("give config or cache_config (its old name), not both")
             config = kwargs.pop("cache_config")
         if config is None:
-            config = resolve_method(method, budget=args["budget"], **settings, **press)
-        elif not isinstance(config, MethodConfig) or args["budget"] is not None or settings:
+            config = resolve_method(method, budget=budget, **settings, **press)
+        elif not isinstance(config, MethodConfig) or budget is not None or settings:
             raise SnapevalError("config must be a method configuration given alone (no budget or settings)")
-        engine_on = use_engine(engine, config)  # checked before the model loads
-        device_map = parse_device_map(device_map)
-        if dtype is not None and dtype != "auto":
-            check_choice("dtype", dtype, DTYPES)
-        slots = _coerce("engine_slots", engine_slots)
-        for name, value in (*((n, args[n]) for n in ("batch_size", "max_gen_toks", "max_length")), ("engine_slots", slots)):
-            if value is not None and value < 1:
-                raise SnapevalError(f"{name}={value} is invalid; allowed: an integer >= 1")
+        if run_args is None:  # after the method: a bad method is named before lm-eval's own default device
+            run_args = RunArgs.from_mapping(given_run, surface="model_args")
+        engine_on = use_engine(run_args.engine, config)  # checked before the model loads
         unknown = sorted(set(kwargs) - _hflm_arguments())
         if unknown:
-            allowed = ", ".join(sorted({*METHOD_TABLE.setting_names(), *INT_ARGS, "pretrained", "method", "dtype", "device",
-                                        "device_map", "engine", "specprefill_draft", "specprefill_keep", *_hflm_arguments()}))
+            allowed = ", ".join(sorted({*METHOD_TABLE.setting_names(), *RunArgs.names("model_args"), "pretrained",
+                                        "method", "budget", *_hflm_arguments()}))
             raise SnapevalError(f"model_args: unknown argument {unknown[0]!r}; allowed: {allowed}")
         # A method configuration is a ``config`` everywhere; here ``self.config`` is lm-eval's (the Hugging Face
         # model's configuration), so the method's is ``self.method_config``.
         self.method_config = config
+        self.run_args = run_args
         self.pretrained_name = str(pretrained)
-        device = usable_device(device)
+        device = usable_device(run_args.device)
         if loaded is None:
             check_declared_architecture(self.pretrained_name, config)  # before minutes of loading
-            loaded = load_model(self.pretrained_name, dtype=None if dtype in (None, "auto") else dtype, device=device,
-                                device_map=device_map)
+            loaded = load_model(self.pretrained_name, dtype=None if run_args.dtype == "auto" else run_args.dtype,
+                                device=device, device_map=run_args.device_map_value)
         model, tokenizer = loaded
-        if device_map is not None:
+        if run_args.device_map is not None:
             device = str(input_device(model))  # lm-eval puts its inputs there; accelerate's hooks do the rest
         self.dtype_name = str(model.dtype).replace("torch.", "")
         kwargs.pop("tokenizer", None)
         super().__init__(
-            pretrained=model, tokenizer=tokenizer, batch_size=args["batch_size"] or 1,
-            max_length=args["max_length"], device=device, **kwargs,
+            pretrained=model, tokenizer=tokenizer, batch_size=run_args.batch_size,
+            max_length=run_args.max_length, device=device, **kwargs,
         )
-        self._snapeval_max_gen_toks = args["max_gen_toks"] or 256
+        self._snapeval_max_gen_toks = run_args.max_gen_toks or 256
         #: Base of the per-request sampling seeds (:func:`request_seeds`); :func:`snapeval.harness.evaluate` sets the
         #: run's seed.
         self.seed = 0
@@ -288,26 +275,18 @@ class SnapStreamLM(HFLM):
         self.documents: dict[str, list[int]] | None = None
         self.stats = RunStats()
         self.use_engine = engine_on
-        self.engine_slots = max(int(args["batch_size"] or 1), 8) if slots is None else slots
+        self.engine_slots = max(run_args.batch_size, 8) if run_args.engine_slots is None else run_args.engine_slots
         self._engine = None
         self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
         if shared is None and method_info(config).prefill_hooks:  # a kvpress press: its own prefill hooks
             from snapeval.branching import BranchSet, SharedBranches
 
-            self.shared = SharedBranches(BranchSet(model, tokenizer, [config], seed=0))
+            self.shared = SharedBranches(BranchSet(model, tokenizer, [config], seed=0, run_args=run_args))
         self.specprefill = None
-        if specprefill_draft:
+        if run_args.specprefill_draft:
             from snapeval.specprefill import SpecPrefillConfig
 
-            options = {"keep": specprefill_keep, "chunk": _coerce("specprefill_chunk", specprefill_chunk),
-                       "lookahead": _coerce("specprefill_lookahead", specprefill_lookahead),
-                       "pool_kernel": _coerce("specprefill_pool_kernel", specprefill_pool_kernel)}
-            if options["keep"] is not None:
-                try:
-                    options["keep"] = float(options["keep"])
-                except ValueError:
-                    raise SnapevalError(f"specprefill_keep={specprefill_keep!r} is invalid; allowed: a number in (0, 1]") from None
-            self.specprefill = SpecPrefillConfig(draft=specprefill_draft, **{k: v for k, v in options.items() if v is not None})
+            self.specprefill = SpecPrefillConfig(draft=run_args.specprefill_draft, **run_args.specprefill_options())
 
     # --- identity -----------------------------------------------------------------------------------------
     def describe(self) -> dict:
@@ -326,6 +305,9 @@ class SnapStreamLM(HFLM):
             "max_gen_toks": self.max_gen_toks,
             "specprefill": self.specprefill.to_dict() if self.specprefill is not None else None,
             "engine": {"slots": self.engine_slots} if self.use_engine else None,
+            # the decode kernel and capture when a run chose them (absent at auto: earlier descriptions, and the
+            # response cache named after them, stay the same)
+            **{k: v for k, v in self.run_args.changed().items() if k in ("decode_kernel", "capture")},
             "shared_prefill": self.shared.describe() if self.shared is not None else None,
             "versions": {"snapeval": snapeval.__version__, "lm_eval": lm_eval.__version__,
                          "transformers": transformers.__version__, "torch": torch.__version__},
@@ -484,7 +466,9 @@ class SnapStreamLM(HFLM):
         from snapeval.engine import Engine
 
         if self._engine is None:
-            self._engine = Engine(self.model, self.tokenizer, self.method_config, num_slots=self.engine_slots)
+            self._engine = Engine(self.model, self.tokenizer, self.method_config, num_slots=self.engine_slots,
+                                  compile=self.run_args.compile_mode(self.device),
+                                  decode_kernel=self.run_args.decode_kernel)
         prompts, params = self._engine_inputs(requests, seeds)
         return self._finish_generations(requests, self._engine.generate(prompts, params))
 
@@ -515,7 +499,8 @@ class SnapStreamLM(HFLM):
             attention_mask = torch.ones_like(context)
         eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
         params = self._sampling_params(generation_kwargs, stop, max_length - context.shape[1], None, eos)
-        run = generate_ids(self.model, self.tokenizer, context, attention_mask, self.method_config, params)
+        run = generate_ids(self.model, self.tokenizer, context, attention_mask, self.method_config, params,
+                           decode_kernel=self.run_args.decode_kernel)
         pad = pad_token_id(self.tokenizer)
         new = torch.full((context.shape[0], max(map(len, run.token_ids))), pad, dtype=context.dtype,
                          device=context.device)

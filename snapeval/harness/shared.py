@@ -42,7 +42,7 @@ def group_models(cells) -> list:
     slots = max(spec.batch_size, 8)
     budget = spec.memory_for(input_device(loaded[0]))
     shared = SharedBranches(BranchSet(*loaded, [cell.config for cell in cells], batch=slots, seed=cells[0].seed,
-                                      max_memory=budget))
+                                      max_memory=budget, run_args=spec.run_args))
     common = {k: v for k, v in kwargs.items() if k != "config"}
     return [SnapStreamLM(**common, config=cell.config, loaded=loaded, shared=shared) for cell in cells]
 

@@ -302,11 +302,9 @@ class Cell:
 
     def evaluate_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`snapeval.harness.evaluate` for this cell."""
-        model_args: dict[str, Any] = {"pretrained": self.model.pretrained, "dtype": self.model.dtype,
-                                      "batch_size": self.model.batch_size, "engine": self.model.engine,
-                                      "config": self.config, **self.model.placement()}
-        if self.model.max_gen_toks is not None:
-            model_args["max_gen_toks"] = self.model.max_gen_toks
+        # the method's configuration and the model's run arguments, both resolved once, handed on unchanged
+        model_args: dict[str, Any] = {"pretrained": self.model.pretrained, "config": self.config,
+                                      "run_args": self.model.run_args}
         metadata = {**self.task.metadata_dict, "pretrained": self.model.pretrained}
         if self.data_dir:
             metadata["data_dir"] = self.data_dir

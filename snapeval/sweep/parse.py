@@ -3,7 +3,7 @@
 A config is plain YAML (see ``configs/quickstart.yaml`` for a commented example)::
 
     name: quickstart
-    models: [smollm2-135m-instruct]            # or mappings: {pretrained, dtype, batch_size, max_gen_toks, engine, ...}
+    models: [smollm2-135m-instruct]            # or mappings: {pretrained, dtype, batch_size, decode_kernel, ...}
     tasks:                                      # or bare task names
       - {name: passkey, limit: 20, metadata: {context_len: 2048}, generation: {max_gen_toks: 16}}
     methods:
@@ -16,6 +16,11 @@ Scale (docs/sweeps.md): ``shards: N`` or ``shard_size: N`` (items per shard) spl
 each its own work unit (default: one per worker of the executor); a model's ``max_memory`` (``20GiB``, or per
 device ``{cuda:0: 70GiB, cpu: 64GiB}``) is the memory budget of its shared groups (default: in use plus free, less a
 margin).
+
+A model entry's keys besides ``pretrained``, ``simulate_as``, ``resources``, ``share_prefill`` and ``max_memory``
+are the run arguments (:class:`snapeval.run_args.RunArgs`: ``dtype``, ``batch_size``, ``max_gen_toks``,
+``engine``, ``decode_kernel``, ``capture``, ...), with the same names and values as ``snapeval run``'s flags and
+lm-eval's model_args; the device comes from ``resources``.
 
 Every mistake (an unknown key, a wrong type, a value out of range) raises :class:`~snapeval.errors.SnapevalError`
 with one line that names the field by its path in the file (``methods[1].recent``) and what is allowed.
@@ -50,8 +55,8 @@ from typing import Any
 from snapeval.cache import METHOD_TABLE
 from snapeval.errors import SnapevalError
 from snapeval.paths import repo_root
+from snapeval.run_args import RunArgs
 from snapeval.sweep.spec import (
-    DTYPES,
     SIM_HARDWARE_DEFAULT,
     MethodSpec,
     ModelSpec,
@@ -141,8 +146,8 @@ def _is_json_value(value: Any) -> bool:
 
 _TOP_KEYS = ("name", "description", "out", "data_dir", "include_path", "models", "tasks", "methods", "budgets",
              "seeds", "limit", "generation", "resources", "simulate", "decision", "shards", "shard_size")
-_MODEL_KEYS = ("pretrained", "dtype", "batch_size", "max_gen_toks", "simulate_as", "resources", "engine",
-               "share_prefill", "device_map", "max_memory")
+#: A model entry's own keys; besides them, every run argument of the ``sweep`` surface (:mod:`snapeval.run_args`).
+_MODEL_KEYS = ("pretrained", "simulate_as", "resources", "share_prefill", "max_memory")
 _DEVICE_RE = re.compile(r"^(\*|cpu|cuda(:[0-9]+)?)$")
 _TASK_KEYS = ("name", "limit", "metadata", "generation", "metric", "data_files", "sim")
 #: A method entry's own keys; besides them, every setting a method of the table declares (``sink``, ``recent``, ...).
@@ -167,19 +172,28 @@ def _parse_resources(ctx: _Ctx, raw: Any, path: str, default: Resources) -> Reso
 
 
 def _parse_model(ctx: _Ctx, raw: Any, path: str, resources: Resources) -> ModelSpec:
+    """A model entry: its own keys (:data:`_MODEL_KEYS`) and the run arguments, every one parsed as
+    :class:`snapeval.run_args.RunArgs` declares it (the same names and values as ``snapeval run``'s flags and
+    lm-eval's model_args)."""
     if isinstance(raw, str):
         raw = {"pretrained": raw}
-    raw = ctx.mapping(raw, path, _MODEL_KEYS, required=("pretrained",))
+    raw = ctx.mapping(raw, path, (*_MODEL_KEYS, *RunArgs.names("sweep")), required=("pretrained",))
+    for declaration in RunArgs.declarations("sweep"):  # each one named by its path in the file
+        if declaration.name in raw:
+            try:
+                declaration.parse(raw[declaration.name])
+            except SnapevalError as exc:
+                raise ctx.fail(f"{path}.{declaration.name}", str(exc)) from None
+    try:
+        run_args = RunArgs.from_mapping(raw, surface="sweep")
+    except SnapevalError as exc:  # a combination of arguments (capture on the CPU, ...)
+        raise ctx.fail(path, str(exc)) from None
     return ModelSpec(
         pretrained=ctx.string(raw["pretrained"], f"{path}.pretrained"),
-        dtype=ctx.string(raw.get("dtype", "auto"), f"{path}.dtype", choices=DTYPES),
-        batch_size=ctx.integer(raw.get("batch_size", 1), f"{path}.batch_size", minimum=1),
-        max_gen_toks=ctx.integer(raw.get("max_gen_toks"), f"{path}.max_gen_toks", minimum=1, optional=True),
+        run_args=run_args,
         simulate_as=(ctx.string(raw["simulate_as"], f"{path}.simulate_as") if raw.get("simulate_as") else None),
         resources=_parse_resources(ctx, raw.get("resources"), f"{path}.resources", resources),
-        engine=_parse_engine(ctx, raw.get("engine", "auto"), f"{path}.engine"),
         share_prefill=_parse_bool(ctx, raw.get("share_prefill", True), f"{path}.share_prefill"),
-        device_map=_parse_device_map(ctx, raw.get("device_map"), f"{path}.device_map"),
         max_memory=_parse_max_memory(ctx, raw.get("max_memory"), f"{path}.max_memory"),
     )
 
@@ -204,27 +218,10 @@ def _parse_max_memory(ctx: _Ctx, raw: Any, path: str):
     return tuple(sorted(out))
 
 
-def _parse_device_map(ctx: _Ctx, raw: Any, path: str):
-    from snapeval.models.devices import parse_device_map
-
-    try:
-        parsed = parse_device_map(raw)
-        return tuple(parsed.items()) if isinstance(parsed, dict) else parsed  # hashable, like the rest of the spec
-    except SnapevalError as e:
-        raise ctx.fail(path, str(e)) from None
-
-
 def _parse_bool(ctx: _Ctx, raw: Any, path: str) -> bool:
     if not isinstance(raw, bool):
         raise ctx.fail(path, f"expected true or false; got {raw!r}")
     return raw
-
-
-def _parse_engine(ctx: _Ctx, raw: Any, path: str) -> str:
-    """``auto`` (the engine for the fixed-size caches, padded batches for full/snapkv) or ``false`` (padded batches
-    everywhere). There is no ``true``: a grid mixes methods, and full/snapkv cannot run on the engine."""
-    value = {True: "true", False: "false"}[raw] if isinstance(raw, bool) else raw
-    return ctx.string(value, path, choices=("auto", "false"))
 
 
 def _parse_task(ctx: _Ctx, raw: Any, path: str, limit: int | None, generation: dict) -> TaskSpec:
@@ -340,6 +337,22 @@ def _hardware_names() -> list[str]:
     return list_hardware()
 
 
+def _check_engine(ctx: _Ctx, models, methods) -> None:
+    """``engine: true`` puts every cell of the model on the engine: each method of the grid needs a static-row
+    layout (a press compresses through its own prefill hooks)."""
+    for i, model in enumerate(models):
+        if model.engine != "true":
+            continue
+        for j, spec in enumerate(methods):
+            for config in spec.points():
+                info = METHOD_TABLE.get(config.method)
+                if not info.static_rows or info.prefill_hooks:
+                    allowed = ", ".join(n for n in METHOD_TABLE.names() if METHOD_TABLE.get(n).static_rows)
+                    raise ctx.fail(f"models[{i}].engine", f"engine='true' cannot run methods[{j}] "
+                                   f"({config.method!r}); allowed with engine true: {allowed}; or engine auto")
+                break
+
+
 def _check_budgets_fit(ctx: _Ctx, models, methods) -> None:
     """A budget beyond a preset model's context can never be used: say so before anything loads."""
     from snapeval.models.presets import get_preset, list_presets
@@ -380,6 +393,7 @@ def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
     methods = tuple(_parse_method(ctx, m, f"methods[{i}]", budgets)
                     for i, m in enumerate(ctx.listof(raw["methods"], "methods")))
     _check_budgets_fit(ctx, models, methods)
+    _check_engine(ctx, models, methods)
     seeds = tuple(ctx.integer(s, f"seeds[{i}]", minimum=0)
                   for i, s in enumerate(ctx.listof(raw.get("seeds", [0]), "seeds")))
     for axis, values in (("models", [m.pretrained for m in models]), ("tasks", [t.name for t in tasks]),

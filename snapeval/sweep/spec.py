@@ -12,15 +12,15 @@ from typing import Any
 
 from snapeval.cache import MethodConfig
 from snapeval.errors import SnapevalError
-from snapeval.models.presets import DTYPES as _PRESET_DTYPES
 from snapeval.paths import default_data_dir, include_path, task_folders
+from snapeval.run_args import DTYPES as _RUN_DTYPES, RunArgs
 from snapeval.stats.decision import DecisionRule
 from snapeval.tasks.families import task_data_files
 
 __all__ = ["DTYPES", "EXECUTORS", "SIM_HARDWARE_DEFAULT", "MethodSpec", "ModelSpec", "Resources", "SimLengths",
            "SimulateSpec", "SweepConfig", "TaskSpec", "data_files_for"]
 
-DTYPES = ("auto", *_PRESET_DTYPES)
+DTYPES = ("auto", *_RUN_DTYPES)
 EXECUTORS = ("inprocess", "ray")
 SIM_HARDWARE_DEFAULT = "sn40l-16"
 
@@ -41,29 +41,60 @@ class Resources:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model of the grid: what the ``snapeval`` lm-eval model loads, and how the simulator sizes it.
+    """One model of the grid: what the ``snapeval`` lm-eval model loads, how it runs, and how the simulator sizes it.
 
-    ``simulate_as`` names the preset whose full-size deployment the simulator prices (default: ``pretrained`` when
-    it is a preset name; otherwise no simulated columns unless given).
+    ``run_args`` are the run arguments of its entry (:class:`snapeval.run_args.RunArgs`: dtype, batching, the
+    generation budget, the engine, the decode kernel, capture, ...), parsed once as declared and handed unchanged to
+    the lm-eval model, its engines and its caches; its placement (``device``/``device_map``) is resolved from
+    ``resources`` when the spec is built (:meth:`placement`). ``simulate_as`` names the preset whose full-size
+    deployment the simulator prices (default: ``pretrained`` when it is a preset name; otherwise no simulated
+    columns unless given).
     """
 
     pretrained: str
-    dtype: str = "auto"
-    batch_size: int = 1
-    max_gen_toks: int | None = None
+    run_args: RunArgs = RunArgs()
     simulate_as: str | None = None
     resources: Resources = Resources()
-    engine: str = "auto"  # auto | false: the continuous-batching engine for snapstream/streamingllm (docs/engine.md)
     #: One prefill per item for every method and budget of a (model, task, seed) group (snapeval.branching); false
     #: runs every cell as its own lm-eval run (the reference path). Not part of the identity: results are the same.
     share_prefill: bool = True
-    #: Spread the layers over devices (snapeval.models.devices): a strategy name or ``(module, device)`` pairs.
-    #: None: ``balanced`` over the GPUs when ``resources.num_gpus`` > 1, one GPU for 1, else the CPU.
-    device_map: str | tuple[tuple[str, Any], ...] | None = None
     #: The memory budget of a shared group (snapeval.memory_plan), weights included: ``(device, bytes)`` pairs, the
     #: device ``"*"`` for every device. None: what is in use plus what is free, less a margin. Not part of the
     #: identity: the plan only changes how many items are in flight, never a result.
     max_memory: tuple[tuple[str, int], ...] | None = None
+
+    def __post_init__(self) -> None:
+        # Placement, resolved once: the entry's own device map, else ``balanced`` over the GPUs its resources give
+        # (more than one), else one device (cuda with a GPU, the CPU without). Not part of the identity.
+        from snapeval.models.devices import gpu_device_map
+
+        device_map = self.run_args.device_map
+        if device_map is None:
+            device_map = gpu_device_map(self.resources.num_gpus)
+        device = "cuda" if self.resources.num_gpus >= 1 else "cpu"
+        if (device, device_map) != (self.run_args.device, self.run_args.device_map):
+            object.__setattr__(self, "run_args", self.run_args.replace(device=device, device_map=device_map))
+
+    # the run arguments the sweep reads by name
+    @property
+    def dtype(self) -> str:
+        return self.run_args.dtype
+
+    @property
+    def batch_size(self) -> int:
+        return self.run_args.batch_size
+
+    @property
+    def max_gen_toks(self) -> int | None:
+        return self.run_args.max_gen_toks
+
+    @property
+    def engine(self) -> str:
+        return self.run_args.engine
+
+    @property
+    def device_map(self):
+        return self.run_args.device_map
 
     def memory_for(self, device) -> int | None:
         """The budget in bytes for ``device`` (``cuda:1``, ``cuda``, ``cpu``): its own entry, else its type's, else
@@ -78,22 +109,21 @@ class ModelSpec:
     def placement(self) -> dict[str, Any]:
         """Where the model is loaded: ``{"device_map": ...}`` or ``{"device": ...}`` (keyword arguments of
         :func:`snapeval.load_model`). Not part of the identity: placement does not change results."""
-        from snapeval.models.devices import gpu_device_map
-
-        device_map = self.device_map if self.device_map is not None else gpu_device_map(self.resources.num_gpus)
-        if device_map is not None:
-            return {"device_map": dict(device_map) if isinstance(device_map, tuple) else device_map}
-        return {"device": "cuda" if self.resources.num_gpus >= 1 else "cpu"}
+        if self.run_args.device_map is not None:
+            return {"device_map": self.run_args.device_map_value}
+        return {"device": self.run_args.device}
 
     @property
     def name(self) -> str:
         return self.pretrained
 
     def identity(self) -> dict[str, Any]:
+        """The model and every run argument that changes what is measured: ``dtype``, ``batch_size`` and
+        ``max_gen_toks`` always (as cells have always been hashed), any other only when it is not at its default
+        (:meth:`snapeval.run_args.RunArgs.identity`), so that cells hashed before it existed keep their ids."""
         identity = {"pretrained": self.pretrained, "dtype": self.dtype, "batch_size": self.batch_size,
                     "max_gen_toks": self.max_gen_toks}
-        if self.engine != "auto":  # auto is the default: results from before this option stay comparable
-            identity["engine"] = self.engine
+        identity.update({k: v for k, v in self.run_args.identity().items() if k not in identity})
         return identity
 
 
