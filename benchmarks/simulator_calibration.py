@@ -25,7 +25,7 @@ from snapeval.cache import resolve_method
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import get_preset, with_overrides
 from snapeval.simulator import forward_flops_per_token, get_hardware, simulate_point
-from snapeval.simulator.core import Deployment, simulate
+from snapeval.simulator.core import Deployment, gain_vs_full, simulate
 
 GIB = 2**30
 R1_PROMPT, R1_GEN = 131072, 1024   # "128K prompt"; generation length of the decode measurement is not published
@@ -165,7 +165,7 @@ def calibration(window: float) -> list[dict]:
                     "tokens/s", pts, note=f"step {full.decode_step_seconds * 1e3:.1f} ms"))
     rows.append(row("decode throughput, 128K, SnapStream 32K, batch 64 (x2.4 MTP)", snap.decode_tokens_per_s, 1832,
                     "tokens/s", pts, note=f"step {snap.decode_step_seconds * 1e3:.1f} ms"))
-    rows.append(row("SnapStream throughput gain at max batch, 128K", snap.gain_vs_full()["throughput_gain_max_batch"],
+    rows.append(row("SnapStream throughput gain at max batch, 128K", gain_vs_full(snap)["throughput_gain_max_batch"],
                     1832 / 434, "x", pts))
     snap_w = r1(R1_PROMPT, 32768, 64, settings={"observation": window})
     share = snap_w.prefill_kernel_share

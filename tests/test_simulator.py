@@ -13,7 +13,7 @@ from snapeval.errors import SnapevalError
 from snapeval.models import get_preset
 from snapeval.cache import resolve_method
 from snapeval.simulator import (
-    Deployment, forward_flops_per_token, get_hardware, list_hardware, simulate, simulate_point,
+    Deployment, forward_flops_per_token, gain_vs_full, get_hardware, list_hardware, simulate, simulate_point,
 )
 from snapeval.simulator.hardware import hardware_from_dict, load_hardware_file
 
@@ -50,7 +50,7 @@ def test_snapstream_deployment_reproduces_published_batches():
     for result, published in ((full, 434), (snap, 1832)):
         assert abs(result.decode_tokens_per_s / published - 1) < 0.15
         assert result.decode_tokens_per_s == pytest.approx(2.4 * result.decode_tokens_per_s_raw)
-    gain = snap.gain_vs_full()
+    gain = gain_vs_full(snap)
     assert gain["batch_gain"] == 4 and gain["kv_memory_reduction"] == pytest.approx((131072 + 1024) / 32768)
     assert 0 < snap.prefill_compression_seconds < 0.05 * snap.prefill_seconds
     assert full.prefill_compression_seconds == 0
@@ -741,3 +741,20 @@ def test_the_calibrations_llama_shapes_have_their_published_parameter_counts():
     for shape, published in ((LLAMA_70B, 70_553_706_496), (LLAMA_405B, 405_853_388_800),
                              (LLAMA_1B, 1_235_814_400)):
         assert shape.param_count() == published, shape.name
+
+
+def test_a_result_record_never_simulates_again():
+    """A SimResult holds numbers: what needs another simulation (the full cache beside it, another batch) is a
+    function of the simulator (gain_vs_full, at_batch) that says so, and the records module imports no simulation."""
+    import ast
+    from pathlib import Path
+
+    from snapeval.simulator import SimResult, at_batch, records
+
+    assert not hasattr(SimResult, "gain_vs_full")
+    tree = ast.parse(Path(records.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= {"__future__", "dataclasses", "typing"}, imported
+    point = simulate_point("llama-3.1-8b-instruct", "h100", 32768, 1024, budget=4096, batch=4)
+    assert at_batch(point, 4) is point and at_batch(point, 0) is None
+    assert at_batch(point, 8).batch == 8 and gain_vs_full(point)["max_batch"] == point.max_batch

@@ -7,7 +7,8 @@ prices a results-table row.
 from __future__ import annotations
 
 from snapeval.simulator.core import (
-    DTYPE_BYTES, Deployment, KernelTime, SimResult, TierUsage, forward_flops_per_token, simulate, simulate_point,
+    DTYPE_BYTES, Deployment, KernelTime, SimResult, TierUsage, at_batch, forward_flops_per_token, gain_vs_full, simulate,
+    simulate_point,
 )
 from snapeval.simulator.hardware import (
     Assumptions, HardwareSpec, SocketSpec, get_hardware, list_hardware, load_hardware_file,
@@ -15,6 +16,6 @@ from snapeval.simulator.hardware import (
 
 __all__ = [
     "Assumptions", "DTYPE_BYTES", "Deployment", "HardwareSpec", "KernelTime", "SimResult", "SocketSpec",
-    "TierUsage", "forward_flops_per_token", "get_hardware", "list_hardware", "load_hardware_file", "simulate",
+    "TierUsage", "at_batch", "forward_flops_per_token", "gain_vs_full", "get_hardware", "list_hardware", "load_hardware_file", "simulate",
     "simulate_point",
 ]

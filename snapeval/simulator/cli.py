@@ -156,7 +156,7 @@ def method_for(name: str | None, settings: dict):
 
 def run(args) -> int:
     from snapeval.errors import SnapevalError
-    from snapeval.simulator.core import Deployment, simulate
+    from snapeval.simulator.core import Deployment, gain_vs_full, simulate
     from snapeval.simulator.hardware import get_hardware, load_hardware_file
     from snapeval.simulator.sweep import parse_sweep, plot_sweep, row, run_sweep
 
@@ -193,7 +193,7 @@ def run(args) -> int:
     result = simulate(hardware, model, dep, method)
     if args.json:
         out = result.to_dict()
-        out["gain_vs_full"] = result.gain_vs_full() if result.budget is not None else None
+        out["gain_vs_full"] = gain_vs_full(result) if result.budget is not None else None
         print(json.dumps(out, indent=2))
     else:
         print(_point_table(result))
@@ -223,6 +223,8 @@ def _sweep_table(name: str, rows: list[dict]) -> str:
 
 
 def _point_table(r) -> str:
+    from snapeval.simulator.core import gain_vs_full
+
     gb = 1e9
     method = "full cache" if r.budget is None else f"method {r.method}"
     lines = [
@@ -266,7 +268,7 @@ def _point_table(r) -> str:
                      + (f", of which the method's compression {r.prefill_compression_seconds * 1e3:.1f} ms "
                         f"({r.prefill_overhead_fraction * 100:.2f}%)" if r.prefill_compression_seconds else ""))
         if r.budget is not None:
-            g = r.gain_vs_full()
+            g = gain_vs_full(r)
             lines.append("gain vs full cache: KV memory x{0}, batch x{1} ({2} vs {3}), throughput at max batch x{4}"
                          .format(_fmt(g["kv_memory_reduction"], 3), _fmt(g["batch_gain"], 3), g["max_batch"],
                                  g["full_max_batch"], _fmt(g["throughput_gain_max_batch"], 3)))
