@@ -227,23 +227,67 @@ def _gguf_fields(gguf: Path):
     return lambda name, default=None: metadata.get(name, default)
 
 
+#: The text splits of llama.cpp's BPE pre-tokenizers (``src/llama-vocab.cpp``, ``llm_tokenizer_bpe``), as the
+#: model's own ``tokenizer.json`` writes them (a Split on the pattern, then byte-level without a regex).
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"""
+QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                 r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                  r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
+#: ``tokenizer.ggml.pre`` -> (digits split alone first, the split pattern, Unicode NFC first), as llama.cpp maps the
+#: name (``llama_vocab::impl::load``) and the model's ``tokenizer.json`` builds it (transformers' ``Qwen2Converter``
+#: for Qwen2: NFC, its pattern; Llama 3's ``tokenizer.json``: its pattern, no normalizer; SmolLM's: every digit
+#: alone, then GPT-2's pattern, which is byte-level's own). A name not here is refused: snapeval never builds a
+#: different tokenizer.
+BPE_PRE_TOKENIZERS = {
+    "gpt2": (False, GPT2_PATTERN, False),
+    "smollm": (True, GPT2_PATTERN, False),
+    "qwen2": (False, QWEN2_PATTERN, True),
+    "deepseek-r1-qwen": (False, QWEN2_PATTERN, True),
+    "llama-bpe": (False, LLAMA3_PATTERN, False),
+    "llama3": (False, LLAMA3_PATTERN, False),
+}
+
+
 def tokenizer_from_gguf(gguf: Path):
-    """Build a fast tokenizer from a GGUF's ``tokenizer.ggml.*`` metadata (byte-level BPE or SentencePiece BPE)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    """Build a fast tokenizer from a GGUF's ``tokenizer.ggml.*`` metadata (byte-level BPE or SentencePiece BPE),
+    equal to the model's own (:func:`tokenizer_from_fields`)."""
+    field = _gguf_fields(gguf)
+    if field("tokenizer.ggml.model") == "llama":
+        return _sentencepiece_tokenizer_from_gguf(field)
+    return tokenizer_from_fields(field, gguf.name)
+
+
+def tokenizer_from_fields(field, source: str = "GGUF"):
+    """A byte-level BPE tokenizer (``tokenizer.ggml.model = gpt2``) from GGUF metadata (``field(name, default)``):
+    the vocabulary and merges; the text splits of the pre-tokenizer the header names (:data:`BPE_PRE_TOKENIZERS`;
+    one that snapeval cannot reproduce is a one-line error); the BOS/EOS added on encode as the header's
+    ``add_bos_token``/``add_eos_token`` say (the R1 distills of Qwen: a BOS, as their ``LlamaTokenizerFast`` config
+    adds one); control tokens special; user-defined tokens (R1's ``<think>``) matched whole as ordinary text; the
+    chat template."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    field = _gguf_fields(gguf)
     kind = field("tokenizer.ggml.model")
-    if kind == "llama":
-        return _sentencepiece_tokenizer_from_gguf(field)
     if kind != "gpt2":
-        raise SnapevalError(f"GGUF {gguf.name}: tokenizer.ggml.model={kind!r} is not supported here; allowed: gpt2, llama")
+        raise SnapevalError(f"{source}: tokenizer.ggml.model={kind!r} is not supported here; allowed: gpt2, llama")
+    pre = field("tokenizer.ggml.pre") or "gpt2"
+    if pre not in BPE_PRE_TOKENIZERS:
+        raise SnapevalError(f"{source}: tokenizer.ggml.pre={pre!r} is a pre-tokenizer snapeval cannot reproduce; "
+                            f"allowed: {', '.join(BPE_PRE_TOKENIZERS)}")
+    digits, pattern, nfc = BPE_PRE_TOKENIZERS[pre]
     tokens = field("tokenizer.ggml.tokens")
     types = field("tokenizer.ggml.token_type", [1] * len(tokens))
     merges = [tuple(m.split(" ", 1)) for m in field("tokenizer.ggml.merges")]
     backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
-    splits = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
-    if field("tokenizer.ggml.pre") in ("smollm", "qwen2", "llama-bpe", "deepseek-llm"):
+    if nfc:
+        backend.normalizer = normalizers.NFC()
+    if pattern == GPT2_PATTERN:  # byte-level's own regex is GPT-2's
+        splits = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    else:
+        splits = [pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    if digits:
         splits.insert(0, pre_tokenizers.Digits(individual_digits=True))
     backend.pre_tokenizer = pre_tokenizers.Sequence(splits)
     backend.decoder = decoders.ByteLevel()
@@ -256,12 +300,23 @@ def tokenizer_from_gguf(gguf: Path):
         idx = field(f"tokenizer.ggml.{name}_token_id")
         return tokens[idx] if idx is not None else None
 
+    bos, eos = token("bos"), token("eos")
+    add_bos = bool(field("tokenizer.ggml.add_bos_token", False)) and bos is not None
+    add_eos = bool(field("tokenizer.ggml.add_eos_token", False)) and eos is not None
+    if add_bos or add_eos:  # as LlamaTokenizerFast's update_post_processor writes it
+        def around(piece: str, segment: int) -> list[str]:
+            return [*([f"{bos}:{segment}"] if add_bos else []), f"{piece}:{segment}",
+                    *([f"{eos}:{segment}"] if add_eos else [])]
+
+        backend.post_processor = processors.TemplateProcessing(
+            single=around("$A", 0), pair=around("$A", 0) + around("$B", 1),
+            special_tokens=[(t, tokens.index(t)) for t in {bos, eos} if t is not None])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
-        bos_token=token("bos"),
-        eos_token=token("eos"),
+        bos_token=bos,
+        eos_token=eos,
         unk_token=token("unknown"),
-        pad_token=token("padding") or token("eos"),
+        pad_token=token("padding") or eos,
         chat_template=field("tokenizer.chat_template"),
         clean_up_tokenization_spaces=False,
     )
