@@ -172,7 +172,7 @@ def test_golden_verdicts_equal_lcb_runner():
 
 
 def _numpy_in_sandbox():
-    ok = lambda index, output: output == "ok\n"  # noqa: E731
+    ok = lambda index, output: output == b"ok\n"  # noqa: E731
     return run_programs([ProgramJob("import numpy\nprint('ok')\n", ["x\n"], "stdin", ok)],
                         limits=SandboxLimits(timeout_s=10))[0]
 

@@ -48,7 +48,8 @@ from snapeval.errors import check_choice
 from snapeval.sandbox.cgroups import RunCgroup
 from snapeval.sandbox.probe import kill_process_group, require_isolation, spawn_driver, uid_spec
 from snapeval.sandbox.limits import SandboxLimits
-from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value, input_frame
+from snapeval.sandbox.protocol import (FrameReader, OutputTooLarge, ProtocolError, check_utf8, decode_value,
+                                       input_frame)
 
 MODES = ("stdin", "functional")
 STATUSES = ("passed", "wrong_answer", "runtime_error", "time_limit", "output_limit", "sandbox_error")
@@ -56,8 +57,9 @@ STARTUP_S = 10.0  # the driver's trusted set-up, before the ready byte
 _TICK_S = 0.05  # how often the harness reads the run's CPU time while a test runs
 _REAP_S = 2.0
 
-#: ``judge(test index, output) -> passed``: output is the captured standard output (``str``, stdin mode) or the
-#: returned value (functional mode). An exception is that test's runtime error (the output could not be compared).
+#: ``judge(test index, output) -> passed``: output is the captured standard output (``bytes``, checked to be UTF-8,
+#: stdin mode) or the returned value (functional mode). An exception is that test's runtime error (the output could
+#: not be compared).
 Judge = Callable[[int, Any], bool]
 
 
@@ -348,7 +350,11 @@ def _grade(reader: FrameReader, index: int, mode: str, judge: Judge, deadline: f
     try:
         payload = reader.payload
         reader.release()
-        output = payload.decode("utf-8", "surrogatepass") if mode == "stdin" else decode_value(payload)
+        if mode == "stdin":
+            check_utf8(payload)
+            output = payload  # graded as UTF-8 bytes: never widened to a str of up to 4 bytes a character
+        else:
+            output = decode_value(payload)
         del payload
     except OutputTooLarge as exc:
         return "output_limit", str(exc)

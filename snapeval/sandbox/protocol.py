@@ -11,6 +11,7 @@ while it is built (millions of new containers would start a full collection agai
 """
 from __future__ import annotations
 
+import codecs
 import gc
 import itertools
 import json
@@ -81,6 +82,16 @@ class FrameReader:
     @property
     def extra(self) -> int:
         return max(0, len(self.buffer) - self.end) if self.end >= 0 else 0
+
+
+def check_utf8(payload: bytes, chunk: int = 1 << 14) -> None:
+    """Raise ``UnicodeDecodeError`` unless ``payload`` is UTF-8 (lone surrogates allowed: what the driver writes for
+    any ``str``), decoding 16 KiB at a time and keeping nothing: a standard output is graded as bytes."""
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+    view = memoryview(payload)
+    for start in range(0, len(payload), chunk):
+        decoder.decode(view[start:start + chunk])
+    decoder.decode(b"", final=True)
 
 
 def _parse_header(line: bytes, cap: int) -> dict:

@@ -1,0 +1,119 @@
+"""The harness's cost of grading is bounded by the bytes a program wrote (sandbox issue #47, item 2): standard outputs
+are compared as UTF-8 bytes with the official verdict, and functional results are refused by size before anything
+is converted. Memory is measured with tracemalloc (never wall-clock)."""
+from __future__ import annotations
+
+import time
+import tracemalloc
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapeval.sandbox import harness
+from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value
+from snapeval.tasks.livecodebench import SPACES, stdout_matches
+
+
+# ------------------------------------------------------- the official comparison (lcb_runner testing_util.py 28fef95)
+def official_lines(text):  # get_stripped_lines
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def official_decimals(line):  # convert_line_to_decimals
+    try:
+        return True, [Decimal(x) for x in line.split()]
+    except BaseException:
+        return False, []
+
+
+def official_verdict(prediction, expected):
+    """grade_stdio's comparison: True, or -2 (wrong answer); raises what it raises."""
+    got, want = official_lines(prediction), official_lines(expected)
+    if len(got) != len(want):
+        return -2
+    for a, b in zip(got, want):
+        if a == b:
+            continue
+        ok_a, da = official_decimals(a)
+        ok_b, db = official_decimals(b)
+        if not ok_a or not ok_b or da != db:
+            return -2
+    return True
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - a raise is a verdict too (the official: a runtime error)
+        return type(exc).__name__
+
+
+def test_spaces_are_what_str_strip_and_split_use():
+    assert SPACES == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+
+
+# digits of several scripts (Arabic-Indic, Devanagari, fullwidth, mathematical: outside the BMP), every whitespace,
+# numbers, separators, characters outside the BMP, a lone surrogate, NUL
+_TOKENS = st.sampled_from(["5", "5.0", "05", "-0", "0.10", "1e2", "100", "1_000", "1000", "abc", "NaN", "nan", "inf",
+                           "-Infinity", "sNaN", "1", "x", "0.1000001", "٣", "٥", "३", "５", "𝟓", "𝟎𝟓", "١_٠٠٠",
+                           "1٠٠٠", "\U0001F600", "é", "\ud800", "\x00", "+5", "5e0", "٣.٥", "3.5", "\n",
+                           *SPACES])
+_TEXT = st.lists(_TOKENS, max_size=12).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_TEXT, _TEXT)
+def test_byte_comparison_equals_official_verdict(got, expected):
+    official = _outcome(official_verdict, got, expected)
+    ours = _outcome(stdout_matches, got.encode("utf-8", "surrogatepass"), expected)
+    assert (official is True) == (ours is True) and isinstance(official, str) == isinstance(ours, str), \
+        (got, expected, official, ours)
+
+
+def test_byte_comparison_examples():
+    cases = [("5  \r\n\n", "5\n"), ("1.50 2", "1.5 2.0"), ("005", "5"), ("1\n\n2", "1\n2"), ("٣\u3000٤", "3 4"),
+             ("\u3000 5 \x1c", "5"), ("𝟓", "5"), ("٣x", "3"), ("5\u200b", "5"), ("a" * 70000 + "\u2003", "a" * 70000),
+             ("\u3000" * 40000 + "7" + " \u2029" * 40000, "7.0"), ("1 " * 50000, "1 " * 49999)]
+    for got, expected in cases:
+        assert stdout_matches(got.encode(), expected) == (official_verdict(got, expected) is True), (got[:20], expected)
+    with pytest.raises(ArithmeticError):  # the official comparison raises too: a runtime error there
+        stdout_matches(b"sNaN", "5")
+
+
+# ------------------------------------------------------------------------------------------- bounded by the bytes
+def _grading_peak(mode, payload, judge):
+    """The harness's peak of new memory while it grades one result frame of ``payload``, as a ratio to its size."""
+    judge(0, "٣ 𝟓".encode())  # what is built once per process (the table of non-ASCII digits) is not this output's
+    reader = FrameReader(len(payload))
+    assert reader.feed(b'{"status": "ok", "bytes": %d}\n' % len(payload) + payload)
+    tracemalloc.start()
+    try:
+        verdict = harness._grade(reader, 0, mode, judge, time.monotonic() + 600)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return verdict, peak / len(payload)
+
+
+STDIN_BOMBS = {  # 4 MiB each, the classes of issue #47
+    "ascii_then_one_astral": b"a" * (4 << 20) + "\U0001F600".encode(),
+    "astral_line": "\U0001F600".encode() * (1 << 20),
+    "astral_tokens_ideographic_space": ("\U0001F600\u3000".encode()) * ((4 << 20) // 7),
+    "one_char_tokens": b"1 " * (2 << 20),
+    "blank_lines": b"\n" * (4 << 20),
+    "digits": b"1" * (4 << 20),
+    "wide_space_padding": "\u3000".encode() * (1 << 20) + b"5" + "\u2029".encode() * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STDIN_BOMBS))
+def test_stdin_grading_memory_is_bounded_by_the_output(name):
+    """Old code: the output decoded to a str (4 bytes a character beside a non-BMP one) and copied per step."""
+    payload = STDIN_BOMBS[name]
+    verdict, ratio = _grading_peak("stdin", payload, lambda index, out: stdout_matches(out, "5\n"))
+    assert verdict in (None, ("wrong_answer", "")), verdict
+    # a line of digits is converted, as the official does: its text (one byte a digit), Decimal's own ASCII copy of
+    # it and the Decimal (0.42 byte a digit)
+    assert ratio < (3.5 if name == "digits" else 1.2), f"{name}: grading took {ratio:.2f}x the output's size"
