@@ -3,15 +3,18 @@ are compared as UTF-8 bytes with the official verdict, and functional results ar
 is converted. Memory is measured with tracemalloc (never wall-clock)."""
 from __future__ import annotations
 
+import re
 import time
 import tracemalloc
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapeval.sandbox import harness
+from snapeval.sandbox import driver, harness
+from snapeval.sandbox.limits import MAX_INT_LITERAL, MAX_VALUES, RESULT_LIMITS
 from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value
 from snapeval.tasks.livecodebench import SPACES, stdout_matches
 
@@ -117,3 +120,50 @@ def test_stdin_grading_memory_is_bounded_by_the_output(name):
     # a line of digits is converted, as the official does: its text (one byte a digit), Decimal's own ASCII copy of
     # it and the Decimal (0.42 byte a digit)
     assert ratio < (3.5 if name == "digits" else 1.2), f"{name}: grading took {ratio:.2f}x the output's size"
+
+
+# ------------------------------------------------------------------------------------------- functional results
+def test_long_decimal_integers_are_refused_before_conversion():
+    """Old code: json.loads converted every integer (up to 4,300 digits, quadratic time) before any check."""
+    with pytest.raises(ProtocolError):
+        decode_value(b"[" + b"7" * 4000 + b"]")
+    with pytest.raises(ProtocolError):
+        decode_value(b'{"~": "x", "v": 1, "pad": [' + b", ".join([b"9" * 300] * 10) + b"]}")
+    with pytest.raises(ProtocolError):
+        decode_value(b"[1." + b"5" * 400 + b"]")
+
+
+@pytest.mark.parametrize("value", [Fraction(10 ** 5000 + 1, 3), -(7 ** 9000), [1 << 64, -(1 << 64), (1 << 64) - 1],
+                                   Fraction(-5, 1 << 70)], ids=["fraction", "int", "edges", "small_fraction"])
+def test_wide_integers_cross_the_pipe_in_hexadecimal(value):
+    """Old code: a Fraction with a part wider than 13,000 bits crossed as an unequal placeholder."""
+    text = driver.encode_value(value, RESULT_LIMITS)
+    numbers = re.findall(rb"-?\d+", re.sub(rb'"[^"]*"', b'""', text))  # the literals outside strings
+    assert max(map(len, numbers), default=0) <= MAX_INT_LITERAL, numbers
+    back = decode_value(text)
+    assert back == value and type(back) is type(value)
+
+
+def test_many_small_values_are_refused_before_they_are_built():
+    """Old code: up to 2^21 values were built, one Python object each (a one-character string outside the BMP costs
+    80 bytes: +160 MiB for a 28 MiB result)."""
+    payload = driver.encode_value(["\U0001F600"] * (MAX_VALUES + 10), RESULT_LIMITS)
+    tracemalloc.start()
+    try:
+        with pytest.raises(OutputTooLarge):
+            decode_value(payload)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(payload), peak / len(payload)
+
+
+def test_values_under_the_bound_cost_what_limits_py_states():
+    payload = driver.encode_value(["\U0001F600"] * (MAX_VALUES - 10), RESULT_LIMITS)
+    tracemalloc.start()
+    try:
+        value = decode_value(payload)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(value) == MAX_VALUES - 10 and peak < 110 * MAX_VALUES, peak / MAX_VALUES  # ~105 bytes a value at worst

@@ -779,27 +779,26 @@ def run_stdin_test(method, text, max_bytes=None):
     return capture.getvalue().encode("utf-8", "surrogatepass")
 
 
-MAX_DEPTH = 500  # values nested deeper are a runtime error (the harness's JSON parser recurses per level)
-_BIG_INT_BITS = 13000  # about 3,900 decimal digits: below the default str <-> int limit of the harness's parser
-
-
-def encode_value(value):
+def encode_value(value, limits):
     """A functional test's returned value as JSON text that keeps what Python equality with a JSON value depends
     on: lists are JSON arrays; tuples, dicts (as key/value pairs), large integers (hexadecimal), ``Fraction``,
     ``Decimal``, ``complex`` and ``bytes`` are tagged objects ``{"~": tag, ...}``; a subclass of a built-in type is
     sent as the built-in value it holds; a value of any other type (a set, an object with its own ``__eq__``) only as
-    its type's name, and it equals nothing on the harness's side."""
+    its type's name, and it equals nothing on the harness's side. ``limits``: the spec's ``result_limits``
+    (``max_depth``: deeper is an error; ``decimal_int_bits``: wider integers are hexadecimal), see ``limits.py``."""
     from decimal import Decimal
     from fractions import Fraction
 
+    max_depth, int_bits = limits["max_depth"], limits["decimal_int_bits"]
+
     def enc(v, depth):
-        if depth > MAX_DEPTH:
-            raise ValueError(f"the result is nested deeper than {MAX_DEPTH} levels")
+        if depth > max_depth:
+            raise ValueError(f"the result is nested deeper than {max_depth} levels")
         t = type(v)
         if v is None or t is bool or t is str or t is float:
             return v
         if t is int:
-            return v if v.bit_length() <= _BIG_INT_BITS else {"~": "int", "v": format(v, "x")}
+            return v if v.bit_length() <= int_bits else {"~": "int", "v": format(v, "x")}
         if t is list:
             return [enc(x, depth + 1) for x in v]
         if t is tuple:
@@ -822,8 +821,8 @@ def encode_value(value):
             return enc(tuple(v), depth)
         if isinstance(v, dict):
             return enc(dict(v), depth)
-        if isinstance(v, Fraction) and max(v.numerator.bit_length(), v.denominator.bit_length()) <= _BIG_INT_BITS:
-            return {"~": "fraction", "n": v.numerator, "d": v.denominator}
+        if isinstance(v, Fraction):
+            return {"~": "fraction", "n": enc(int(v.numerator), depth + 1), "d": enc(int(v.denominator), depth + 1)}
         if isinstance(v, Decimal):
             return {"~": "decimal", "v": str(v)}
         if isinstance(v, complex):
@@ -842,8 +841,8 @@ def _is_numpy_scalar(value):
     return numpy is not None and isinstance(value, getattr(numpy, "generic", ()))
 
 
-def run_functional_test(method, text):
-    return encode_value(method(*[json.loads(line) for line in text.split("\n")]))
+def run_functional_test(method, text, limits):
+    return encode_value(method(*[json.loads(line) for line in text.split("\n")]), limits)
 
 
 def read_input(fd):
@@ -886,9 +885,11 @@ def serve(spec, code, inputs_fd, results_fd):
     except BaseException as exc:  # a program that fails to load fails its first test (official: [-4])
         method, failure = None, _describe(exc)
     max_bytes = spec.get("max_file_bytes")
-    run_test = (lambda m, t: run_stdin_test(m, t, max_bytes)) if spec["mode"] == "stdin" else run_functional_test
+    limits = spec["result_limits"]
+    run_test = ((lambda m, t: run_stdin_test(m, t, max_bytes)) if spec["mode"] == "stdin"
+                else (lambda m, t: run_functional_test(m, t, limits)))
     if spec.get("load_only"):  # a problem without tests: loading is all (the official compiles, then runs none)
-        run_test = (lambda m, t: b"") if spec["mode"] == "stdin" else (lambda m, t: encode_value(None))
+        run_test = (lambda m, t: b"") if spec["mode"] == "stdin" else (lambda m, t: encode_value(None, limits))
     while True:
         text = read_input(inputs_fd)
         if text is None:

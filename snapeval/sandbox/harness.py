@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 from snapeval.errors import check_choice
 from snapeval.sandbox.cgroups import RunCgroup
 from snapeval.sandbox.probe import kill_process_group, require_isolation, spawn_driver, uid_spec
-from snapeval.sandbox.limits import SandboxLimits
+from snapeval.sandbox.limits import RESULT_LIMITS, SandboxLimits
 from snapeval.sandbox.protocol import (FrameReader, OutputTooLarge, ProtocolError, check_utf8, decode_value,
                                        input_frame)
 
@@ -451,6 +451,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
             "max_file_bytes": int(limits.output_bytes), "max_open_files": int(limits.max_open_files),
             "max_processes": int(limits.max_processes), **uid_spec(iso.drop_uid, iso.isolate_fs),
             "cgroup_procs": cgroup.procs_files if cgroup else [], "load_only": load_only,
+            "result_limits": RESULT_LIMITS,
         }
         os.mkdir(Path(run_dir, "root"))
         Path(run_dir, "solution.py").write_text(code, encoding="utf-8", errors="surrogatepass")

@@ -21,15 +21,14 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
+from snapeval.sandbox.limits import MAX_DEPTH, MAX_INT_LITERAL, MAX_VALUES
+
 HEADER_BYTES = 4096
-MAX_DEPTH = 500  # the driver's limit too (a deeper result is the program's runtime error)
-#: The most JSON values (scalars, containers, object keys) a functional result may hold: 16x the largest
-#: LeetCode-style output (10^5 values) several times over, and about 160 MiB of Python objects at most.
-MAX_VALUES = 1 << 21
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string (its commas and brackets are not structure)
+_MAX_FLOAT_LITERAL = 32  # repr() of a float is at most 24 characters
+# a JSON string (its commas and brackets are not structure); possessive: no backtracking state per repetition
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BRACKET_STEPS = bytes(2 if b in b"[{" else 0 for b in range(256))
-_BIG_INT_BITS = 13000
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -146,7 +145,12 @@ def check_shape(payload: bytes, max_values: int = MAX_VALUES) -> None:
     the brackets (no more than ``max_values`` of them by then)."""
     if _structure(payload) <= max_values and payload.count(b"[") + payload.count(b"{") <= MAX_DEPTH:
         return
-    bare = _STRING.sub(b'""', payload)
+    # each string is a value: its opening quote is never escaped, its closing one may follow an escaped backslash,
+    # so quotes - backslash-quotes lies between the number of strings and twice it
+    strings_bound = payload.count(b'"') - payload.count(b'\\"')
+    if strings_bound > 2 * max_values:
+        raise OutputTooLarge(f"a returned value of more than {max_values} values")
+    bare = _blank_strings(payload)
     if _structure(bare) > max_values:
         raise OutputTooLarge(f"a returned value of more than {max_values} values")
     # the nesting: the running sum of +1 per opening and -1 per closing bracket (2 and 0, minus one per position),
@@ -154,6 +158,17 @@ def check_shape(payload: bytes, max_values: int = MAX_VALUES) -> None:
     steps = bare.translate(_BRACKET_STEPS, _NOT_BRACKETS)
     if steps and max(map(operator.sub, itertools.accumulate(steps), itertools.count(1))) > 2 * MAX_DEPTH + 4:
         raise ProtocolError(f"the returned value is nested deeper than {MAX_DEPTH} levels")
+
+
+def _blank_strings(payload: bytes) -> bytearray:
+    """``payload`` with every string emptied, built once (no list of pieces: at most ``2 x max_values`` strings)."""
+    bare, at, view = bytearray(), 0, memoryview(payload)
+    for string in _STRING.finditer(payload):
+        bare += view[at:string.start()]
+        bare += b'""'
+        at = string.end()
+    bare += view[at:]
+    return bare
 
 
 def decode_value(payload: bytes, max_values: int = MAX_VALUES) -> Any:
@@ -166,7 +181,7 @@ def decode_value(payload: bytes, max_values: int = MAX_VALUES) -> Any:
     try:
         # a NaN of its own each time (json's decoder hands out one shared NaN object, and `[nan] == [nan]` is True
         # for the same object: the program's NaN must not equal a NaN of the expected value through identity)
-        raw = json.loads(payload, parse_constant=float)
+        raw = json.loads(payload, parse_constant=float, parse_int=_int_literal, parse_float=_float_literal)
         return _build(raw, 0)
     except ProtocolError:
         raise
@@ -177,8 +192,22 @@ def decode_value(payload: bytes, max_values: int = MAX_VALUES) -> Any:
             gc.enable()
 
 
+def _int_literal(text: str) -> int:
+    """A decimal integer of the result, its length checked before it is converted (the driver writes wider ones in
+    hexadecimal: converting a decimal literal costs time quadratic in its digits)."""
+    if len(text) > MAX_INT_LITERAL:
+        raise ProtocolError("the returned value is malformed")
+    return int(text)
+
+
+def _float_literal(text: str) -> float:
+    if len(text) > _MAX_FLOAT_LITERAL:
+        raise ProtocolError("the returned value is malformed")
+    return float(text)
+
+
 def _int(x: Any) -> int:
-    if type(x) is not int or x.bit_length() > _BIG_INT_BITS:
+    if type(x) is not int:
         raise ProtocolError("the returned value is malformed")
     return x
 
@@ -209,7 +238,7 @@ def _build(x: Any, depth: int) -> Any:
             raise ProtocolError("the returned value is malformed")
         return int(digits, 16)
     if tag == "fraction":
-        return Fraction(_int(x["n"]), _int(x["d"]))
+        return Fraction(_int(_build(x["n"], depth + 1)), _int(_build(x["d"], depth + 1)))
     if tag == "decimal":
         if not isinstance(x["v"], str):
             raise ProtocolError("the returned value is malformed")
