@@ -283,6 +283,51 @@ def seal_read_only(root, bound):
     return False
 
 
+VIEWS = "/.views"  # where the fixed views are made (an empty read-only directory once they are bound)
+#: Host-wide figures under /proc that another run's activity moves (the processes forked, memory shared, threads
+#: running, pages faulted or reclaimed, interrupts, pressure, file and inode counts): each is replaced, inside the
+#: run's mount namespace, by a fixed per-run view (as lxcfs does); a directory by an empty one.
+MASKED_FILES = ("vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "slabinfo", "diskstats", "interrupts", "softirqs",
+                "schedstat", "locks", "key-users", "sched_debug", "timer_list", "partitions", "swaps", "kallsyms",
+                "vmallocinfo", "iomem", "ioports", "mdstat", "cgroups", "modules")
+MASKED_DIRS = ("sys", "pressure", "sysvipc", "driver", "fs", "irq", "bus", "tty", "acpi", "scsi")
+
+
+def proc_views(spec, cpus):
+    """The fixed contents of ``/proc/stat``, ``/proc/meminfo`` and ``/proc/loadavg`` a run reads: the run's own CPUs
+    and memory limit, every counter zero (nothing in them depends on the host or on another run)."""
+    zeros = " 0" * 10
+    kib = int(spec["memory_bytes"]) >> 10
+    stat = "cpu " + zeros + "\n" + "".join(f"cpu{c}{zeros}\n" for c in cpus) + (
+        "intr 0\nctxt 0\nbtime 0\nprocesses 0\nprocs_running 1\nprocs_blocked 0\nsoftirq 0\n")
+    meminfo = "".join(f"{name + ':':<16}{value:>8} kB\n" for name, value in (
+        ("MemTotal", kib), ("MemFree", kib), ("MemAvailable", kib), ("Buffers", 0), ("Cached", 0),
+        ("SwapCached", 0), ("Active", 0), ("Inactive", 0), ("SwapTotal", 0), ("SwapFree", 0), ("Dirty", 0),
+        ("Shmem", 0), ("Slab", 0), ("CommitLimit", kib), ("Committed_AS", 0)))
+    return {"stat": stat, "meminfo": meminfo, "loadavg": "0.00 0.00 0.00 1/1 1\n"}
+
+
+def private_proc_views(proc, views, spec):
+    """Bind the fixed views over the new ``/proc``'s host-wide files (a small tmpfs made for them, detached once
+    they are bound: the bound files stay)."""
+    mount("tmpfs", views, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+    os.mkdir(views + "/empty", 0o555)
+    contents = proc_views(spec, sorted(os.sched_getaffinity(0)))
+    contents.update({name: "" for name in MASKED_FILES})
+    for name, text in contents.items():
+        if os.path.isfile(f"{proc}/{name}"):
+            with open(f"{views}/{name}", "w") as f:
+                f.write(text)
+            os.chmod(f"{views}/{name}", 0o444)
+            mount(f"{views}/{name}", f"{proc}/{name}", None, MS_BIND)
+            mount(None, f"{proc}/{name}", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for name in MASKED_DIRS:
+        if os.path.isdir(f"{proc}/{name}"):
+            mount(views + "/empty", f"{proc}/{name}", None, MS_BIND)
+            mount(None, f"{proc}/{name}", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _check(_libc.umount2(views.encode(), MNT_DETACH), "umount views")
+
+
 def enter_new_root(spec):
     """Pivot into a new root holding only what the interpreter needs (see the module docstring)."""
     root = spec["root_dir"]
@@ -298,10 +343,11 @@ def enter_new_root(spec):
     for host, inside in spec.get("packages", ()):  # third-party packages (numpy), read-only, at their own place
         mount(host, _mount_point(root, inside, True), None, MS_BIND | MS_REC)
         bound.append(inside)
-    points = {path: _mount_point(root, path, True) for path in ("/dev", "/proc", "/work", "/tmp")}
+    points = {path: _mount_point(root, path, True) for path in ("/dev", "/proc", "/work", "/tmp", VIEWS)}
     sealed = seal_read_only(root, bound)  # before /dev (its nodes need device access) and the writable tmpfs
     make_devices(root)
     mount("proc", points["/proc"], "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    private_proc_views(points["/proc"], points[VIEWS], spec)
     size = f"size={int(spec['disk_bytes'])},nr_inodes=4096"
     for path, mode in (("/work", "0755"), ("/tmp", "1777")):
         mount("tmpfs", points[path], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"{size},mode={mode}")

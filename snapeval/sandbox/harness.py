@@ -42,7 +42,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from snapeval.errors import check_choice
 from snapeval.sandbox.cgroups import RunCgroup
@@ -90,13 +90,15 @@ class ProgramResult:
 
 @dataclass(frozen=True)
 class ProgramJob:
-    """One program and its tests' inputs (``mode``: how each test calls it); ``judge`` grades each output."""
+    """One program and its tests' inputs (``mode``: how each test calls it); ``judge`` grades each output. Jobs of
+    the same ``group`` (the samples of one problem) never run at the same time (:func:`run_programs`)."""
 
     code: str
     inputs: Sequence[str]
     mode: str
     judge: Judge
     func_name: str | None = None
+    group: Hashable | None = None
 
 
 # ------------------------------------------------------------------------------------------- one run's process
@@ -482,14 +484,25 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
 
 def run_programs(jobs: Sequence[ProgramJob], *, limits: SandboxLimits | None = None,
                  workers: int | None = None) -> list[ProgramResult]:
-    """Run many programs in parallel (``workers`` defaults to the usable cores); results in ``jobs`` order."""
+    """Run many programs in parallel (``workers`` defaults to the usable cores); results in ``jobs`` order.
+
+    Jobs of one ``group`` run one after the other, never side by side: what the kernel counts for every process at
+    once and cannot hide from a run (the inode numbers of new pipes and sockets) then cannot carry one sample's
+    answer to another sample of the same problem while both run (docs/sandbox.md)."""
     if not jobs:
         return []
     workers = workers or len(os.sched_getaffinity(0))
+    chains: dict[Any, list[int]] = {}
+    for index, job in enumerate(jobs):
+        chains.setdefault(("group", job.group) if job.group is not None else ("job", index), []).append(index)
+    results: list[ProgramResult | None] = [None] * len(jobs)
 
-    def one(job: ProgramJob) -> ProgramResult:
-        return run_program(job.code, job.inputs, mode=job.mode, judge=job.judge, func_name=job.func_name,
-                           limits=limits)
+    def chain(indices: list[int]) -> None:
+        for index in indices:
+            job = jobs[index]
+            results[index] = run_program(job.code, job.inputs, mode=job.mode, judge=job.judge,
+                                         func_name=job.func_name, limits=limits)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
-        return list(pool.map(one, jobs))
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(chains)))) as pool:
+        list(pool.map(chain, chains.values()))
+    return results  # type: ignore[return-value]

@@ -532,7 +532,8 @@ def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits
         for s, resp in enumerate(resps):
             code = extract_code(resp)
             if code is not None:
-                jobs.append(ProgramJob(code, [c.input for c in tests.cases], tests.mode, grade, tests.func_name))
+                jobs.append(ProgramJob(code, [c.input for c in tests.cases], tests.mode, grade, tests.func_name,
+                                       group=d))  # the samples of one problem never run side by side
                 where.append((d, s))
     for (d, s), result in zip(where, run_programs(jobs, limits=limits, workers=workers)):
         out[d][s] = result
