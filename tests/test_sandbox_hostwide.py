@@ -87,3 +87,22 @@ def test_the_files_a_run_maps_are_read_before_any_run():
     assert any(stdlib_file.startswith(path) for path in iso.expose)
     assert probe.make_resident([stdlib_file]) == os.path.getsize(stdlib_file)
     assert probe.make_resident([os.path.dirname(stdlib_file)], hidden=iso.hide) > 0
+
+
+def test_the_runs_parent_group_weighs_as_its_parallel_runs(tmp_path):
+    """Old code: the parent of every run's cgroup kept the default weight (all parallel runs = one host process)."""
+    from snapeval.sandbox.cgroups import CPU_WEIGHT, MAX_WEIGHT, CgroupTree
+
+    (tmp_path / "cpu.weight").write_text("100\n")
+    tree = CgroupTree(2, {"unified": str(tmp_path)})
+    tree.weigh(8)
+    assert (tmp_path / "cpu.weight").read_text().strip() == str(8 * CPU_WEIGHT)
+    tree.weigh(1000)
+    assert (tmp_path / "cpu.weight").read_text().strip() == str(MAX_WEIGHT)
+    tree = isolation().cgroups
+    if tree is None or tree.version != 2 or not os.path.exists(os.path.join(tree.bases["unified"], "cpu.weight")):
+        pytest.skip("no cgroup v2 cpu controller here")
+    run_programs([ProgramJob("print(1)", [], "stdin", lambda i, o: True, group=g) for g in "ab"], limits=FAST,
+                 workers=2)
+    with open(os.path.join(tree.bases["unified"], "cpu.weight")) as f:
+        assert f.read().strip() == str(2 * CPU_WEIGHT)

@@ -503,6 +503,10 @@ def run_programs(jobs: Sequence[ProgramJob], *, limits: SandboxLimits | None = N
             results[index] = run_program(job.code, job.inputs, mode=job.mode, judge=job.judge,
                                          func_name=job.func_name, limits=limits)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(chains)))) as pool:
+    parallel = max(1, min(workers, len(chains)))
+    tree = require_isolation().cgroups
+    if tree is not None:
+        tree.weigh(parallel)  # all parallel runs together weigh as that many host processes (cgroups.py)
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
         list(pool.map(chain, chains.values()))
     return results  # type: ignore[return-value]
