@@ -354,14 +354,9 @@ def load_json(text: str) -> Any:
 # output as a whole: a line is equal as text exactly when it is equal as UTF-8 (one encoding per text), and what
 # str.strip() and str.split() treat as whitespace (Py_UNICODE_ISSPACE) is 10 ASCII bytes and 19 multi-byte sequences
 # that start with a lead byte, so they are found on the bytes without splitting a character (UTF-8 synchronises).
-# Runs of whitespace are matched possessively ("++": the regular-expression engine keeps no state per repetition).
 SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
           "\u200a\u2028\u2029\u202f\u205f\u3000")
 _WIDE_SPACES = tuple(c.encode("utf-8") for c in SPACES if not c.isascii())
-_SPACE_BYTES = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "
-_SPACE_RUN = re.compile(b"(?:[" + re.escape(_SPACE_BYTES) + b"]|" + b"|".join(map(re.escape, _WIDE_SPACES)) + b")++")
-_SPACE_RUN_REVERSED = re.compile(b"(?:[" + re.escape(_SPACE_BYTES) + b"]|"
-                                 + b"|".join(re.escape(s[::-1]) for s in _WIDE_SPACES) + b")++")
 _SPACE_MARKS = bytes(32 if chr(b).isspace() else 120 for b in range(128)) + b"x" * 128  # whitespace -> " ", else "x"
 _CHUNK = 1 << 16  # bytes of output handled at a time where a step needs a copy
 
@@ -381,17 +376,24 @@ def _char_start(buf: bytes, at: int, low: int, step: int) -> int:
 
 
 def _strip(buf: bytes, start: int, end: int) -> tuple[int, int]:
-    """``str.strip`` on ``buf[start:end]``, as the bounds of what is left: a regular-expression match from the front,
-    one over reversed 64 KiB pieces from the back (no copy of the region)."""
-    front = _SPACE_RUN.match(buf, start, end)
-    start = front.end() if front else start
+    """``str.strip`` on ``buf[start:end]``, as the bounds of what is left: the first and the last byte that is not
+    whitespace, looked for in C over 64 KiB pieces from each end (no copy of the region)."""
+    while start < end:
+        stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
+        found = _marks(buf[start:stop]).find(b"x")
+        if found >= 0:
+            start += found
+            break
+        start = stop
     while end > start:
         piece_at = _char_start(buf, max(start, end - _CHUNK), start, -1)
-        piece = buf[piece_at:end][::-1]
-        back = _SPACE_RUN_REVERSED.match(piece)
-        end -= back.end() if back else 0
-        if not back or back.end() < len(piece):
+        found = _marks(buf[piece_at:end]).rfind(b"x")
+        if found >= 0:
+            end = piece_at + found + 1
+            while end < len(buf) and 0x80 <= buf[end] < 0xC0:  # the whole of the last character
+                end += 1
             break
+        end = piece_at
     return start, end
 
 
@@ -405,20 +407,52 @@ def _lines(buf: bytes, start: int, end: int):
         start = newline + 1
 
 
+# the multi-byte whitespace by lead byte (a piece without the lead byte holds none of them)
+_WIDE_BY_LEAD = {lead: tuple(s for s in _WIDE_SPACES if s[0] == lead) for lead in sorted({s[0] for s in _WIDE_SPACES})}
+
+
+def _marks(piece: bytes) -> bytes:
+    """``piece`` with every whitespace character (of any width) as spaces and every other byte as ``x`` (each
+    multi-byte whitespace blanked by ``bytes.replace``, in C, where its lead byte occurs)."""
+    if not piece.isascii():
+        for lead, wide in _WIDE_BY_LEAD.items():
+            if lead in piece:
+                for space in wide:
+                    piece = piece.replace(space, b" " * len(space))
+    return piece.translate(_SPACE_MARKS)
+
+
 def _token_count(buf: bytes, start: int, end: int) -> int:
     """``len(buf[start:end].decode().split())`` without decoding or building the tokens: in C, 64 KiB at a time (a
     line of 16 million one-character tokens costs tens of milliseconds, not gigabytes of strings)."""
     count, after_space = 0, True
     while start < end:
         stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
-        piece = buf[start:stop]
-        if not piece.isascii():
-            for space in _WIDE_SPACES:
-                piece = piece.replace(space, b" " * len(space))
-        marks = piece.translate(_SPACE_MARKS)
+        marks = _marks(buf[start:stop])
         count += marks.count(b" x") + (after_space and marks.startswith(b"x"))
         after_space, start = marks.endswith(b" "), stop
     return count
+
+
+def _token_spans(buf: bytes, start: int, end: int):
+    """The bounds of each token of ``buf[start:end]`` (what ``str.split()`` returns), found 64 KiB at a time in C."""
+    token_at = None
+    while start < end:
+        stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
+        marks, at = _marks(buf[start:stop]), 0
+        while True:
+            found = marks.find(b"x" if token_at is None else b" ", at)
+            if found < 0:
+                break
+            if token_at is None:
+                token_at = start + found
+            else:
+                yield token_at, start + found
+                token_at = None
+            at = found
+        start = stop
+    if token_at is not None:
+        yield token_at, end
 
 
 def token_count(line: str) -> int:
@@ -457,20 +491,16 @@ def _decimal_text(buf: bytes, start: int, end: int) -> str | None:
 
 
 def _line_decimals(buf: bytes, start: int, end: int) -> list[Decimal] | None:
-    """``convert_line_to_decimals`` of ``buf[start:end]`` (stripped): one ``Decimal`` per token, or ``None``."""
-    if start == end:
-        return []
+    """``convert_line_to_decimals`` of ``buf[start:end]``: one ``Decimal`` per token, or ``None``."""
     values = []
-    for space in [*_SPACE_RUN.finditer(buf, start, end), None]:
-        stop = space.start() if space else end
+    for token_start, token_end in _token_spans(buf, start, end):
         try:
-            text = _decimal_text(buf, start, stop)
+            text = _decimal_text(buf, token_start, token_end)
             if text is None:
                 return None
             values.append(Decimal(text))
         except Exception:  # noqa: BLE001 - the official catches everything here
             return None
-        start = space.end() if space else end
     return values
 
 
