@@ -103,7 +103,10 @@ def bomb_in_fresh_process(name: str, harness_memory_mb: int = 0) -> dict:
 
 
 def _judge(expected):
-    return lambda index, output: (output.strip().decode() if isinstance(output, bytes) else output) == expected
+    def judge(index, output):
+        output = output.decode() if isinstance(output, bytes) else output  # a standard output arrives as bytes
+        return (output.strip() if isinstance(output, str) else output) == expected
+    return judge
 
 
 def _time_pair(code, small, large, func, mode, expected, repeats):

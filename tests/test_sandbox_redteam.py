@@ -1203,3 +1203,14 @@ def test_cooperating_samples_cannot_pass_answers_through_shared_futexes():
     operations (what threads use) are allowed."""
     results = _cooperate(FUTEX_PUBLISHER, FUTEX_CHEATER)
     assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
+def test_sysinfo_host_wide_figures_are_refused():
+    """sysinfo(2) returns the host's process count, load and shared memory (what /proc/stat, /proc/loadavg and
+    /proc/meminfo show, now fixed views: issue #47); old code allowed it."""
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nbuf = ctypes.create_string_buffer(128)\n"
+            "print(libc.syscall(99, buf), ctypes.get_errno())\n")
+    seen = []
+    result = run_program(hostile(code), ["x\n"], mode="stdin", judge=lambda i, out: seen.append(out) or True,
+                         limits=FAST)
+    assert result.passed and seen == [b"-1 1\n"], (result, seen)

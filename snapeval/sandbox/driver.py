@@ -461,7 +461,7 @@ ALLOWED_SYSCALLS = {
     "getuid": (102, 174), "geteuid": (107, 175), "getgid": (104, 176), "getegid": (108, 177),
     "getgroups": (115, 158), "getresuid": (118, 148), "getresgid": (120, 150), "getpgid": (121, 155),
     "getsid": (124, 156), "getrlimit": (97, 163), "setrlimit": (160, 164), "prlimit64": (302, 261),
-    "getrusage": (98, 165), "sysinfo": (99, 179), "uname": (63, 160), "getrandom": (318, 278), "getcpu": (309, 168),
+    "getrusage": (98, 165), "uname": (63, 160), "getrandom": (318, 278), "getcpu": (309, 168),
     "membarrier": (324, 283),
 }
 #: The x86-64 spellings of the same calls that the arm64 kernel does not have (older C libraries use them).

@@ -29,7 +29,7 @@ _MAX_FLOAT_LITERAL = 32  # repr() of a float is at most 24 characters
 _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BRACKET_STEPS = bytes(2 if b in b"[{" else 0 for b in range(256))
-_HEX = frozenset("0123456789abcdef")
+_HEX_INT = re.compile(r"-?[0-9a-f]++")
 
 
 class ProtocolError(ValueError):
@@ -234,7 +234,7 @@ def _build(x: Any, depth: int) -> Any:
         return Unequal("dict with a key that is not a string")
     if tag == "int":
         digits = x["v"]
-        if not isinstance(digits, str) or not digits.lstrip("-") or not set(digits.lstrip("-")) <= _HEX:
+        if not isinstance(digits, str) or not _HEX_INT.fullmatch(digits):
             raise ProtocolError("the returned value is malformed")
         return int(digits, 16)
     if tag == "fraction":
