@@ -6,8 +6,10 @@ than the cap in force, bytes are kept once in one growing buffer, and a function
 parse and one walk over it (no structure whose cost the program could make superlinear: a dict or set whose keys
 could collide is never built from program data). Before it is decoded, its size in values and its nesting are
 checked on the bytes (:func:`check_shape`: passes in C over the payload, no object per value), so that what the
-harness builds is bounded by :data:`MAX_VALUES`, not by how small a value the program can write; the collector is off
-while it is built (millions of new containers would start a full collection again and again).
+harness builds is bounded by :data:`MAX_VALUES`, not by how small a value the program can write; every integer and
+float literal's length is checked before it is converted (wide integers cross in hexadecimal, linear to convert);
+the collector is off while it is built (millions of new containers would start a full collection again and again).
+A standard output is not decoded here: it is checked to be UTF-8 (:func:`check_utf8`) and graded as bytes.
 """
 from __future__ import annotations
 
