@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import time
 import tracemalloc
-from decimal import Decimal
 from fractions import Fraction
 
 import pytest
@@ -17,40 +16,8 @@ from snapeval.sandbox import driver, harness
 from snapeval.sandbox.limits import MAX_INT_LITERAL, MAX_VALUES, RESULT_LIMITS
 from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value
 from snapeval.tasks.livecodebench import SPACES, stdout_matches
-
-
-# ------------------------------------------------------- the official comparison (lcb_runner testing_util.py 28fef95)
-def official_lines(text):  # get_stripped_lines
-    return [line.strip() for line in text.strip().split("\n")]
-
-
-def official_decimals(line):  # convert_line_to_decimals
-    try:
-        return True, [Decimal(x) for x in line.split()]
-    except BaseException:
-        return False, []
-
-
-def official_verdict(prediction, expected):
-    """grade_stdio's comparison: True, or -2 (wrong answer); raises what it raises."""
-    got, want = official_lines(prediction), official_lines(expected)
-    if len(got) != len(want):
-        return -2
-    for a, b in zip(got, want):
-        if a == b:
-            continue
-        ok_a, da = official_decimals(a)
-        ok_b, db = official_decimals(b)
-        if not ok_a or not ok_b or da != db:
-            return -2
-    return True
-
-
-def _outcome(fn, *args):
-    try:
-        return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - a raise is a verdict too (the official: a runtime error)
-        return type(exc).__name__
+from tests.test_protocols_livecodebench import _outcome  # the official comparison (lcb_runner's), written out there
+from tests.test_protocols_livecodebench import ref_stdio_verdict as official_verdict
 
 
 def test_spaces_are_what_str_strip_and_split_use():
