@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapeval.sandbox import driver, harness
+from snapeval.sandbox import SandboxLimits, driver, harness, isolation, run_program
 from snapeval.sandbox.limits import MAX_INT_LITERAL, MAX_VALUES, RESULT_LIMITS
 from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value
 from snapeval.tasks.livecodebench import SPACES, stdout_matches
@@ -134,3 +134,25 @@ def test_values_under_the_bound_cost_what_limits_py_states():
     finally:
         tracemalloc.stop()
     assert len(value) == MAX_VALUES - 10 and peak < 110 * MAX_VALUES, peak / MAX_VALUES  # ~105 bytes a value at worst
+
+
+@pytest.mark.runs_programs
+@pytest.mark.skipif(not isolation().isolate_fs, reason="no mount namespace here: execution is refused")
+def test_functional_limits_against_lcb_runner():
+    """Issue #46 item 3: integers of any size pass as lcb_runner passes them (old code: a Fraction with a part wider
+    than 13,000 bits equalled nothing, though Fraction(10**5000) == 10**5000 officially); nesting up to
+    limits.MAX_DEPTH passes, deeper is the listed departure (docs/tasks.md): a runtime error here."""
+    from snapeval.sandbox.limits import MAX_DEPTH
+    from snapeval.tasks.livecodebench import functional_matches, load_json
+
+    def run(body, expected):
+        code = f"from fractions import Fraction\nclass Solution:\n    def f(self, x):\n        {body}\n"
+        return run_program(code, ["0"], mode="functional", func_name="f", limits=SandboxLimits(timeout_s=5.0),
+                           judge=lambda index, value: functional_matches(value, load_json(expected))).status
+
+    assert run("return Fraction(10 ** 5000)", "1" + "0" * 5000) == "passed"
+    assert run("return -(7 ** 5000)", str(-(7 ** 5000))) == "passed"  # 14,037 bits
+    nested = lambda depth: "[" * depth + "]" * depth  # noqa: E731
+    wrap = "return __import__('functools').reduce(lambda inner, _: [inner], range({}), [])"  # {} + 1 brackets deep
+    assert run(wrap.format(MAX_DEPTH - 2), nested(MAX_DEPTH - 1)) == "passed"
+    assert run(wrap.format(MAX_DEPTH + 1), nested(MAX_DEPTH + 2)) == "runtime_error"
