@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from snapeval.errors import SnapevalError
 from snapeval.sandbox import ProgramJob, SandboxLimits, driver, isolation, run_programs
+from snapeval.sandbox.limits import RESULT_LIMITS
 from snapeval.sandbox.protocol import decode_value
 from snapeval.tasks import livecodebench
 from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
@@ -172,7 +173,7 @@ def test_golden_verdicts_equal_lcb_runner():
 
 
 def _numpy_in_sandbox():
-    ok = lambda index, output: output == "ok\n"  # noqa: E731
+    ok = lambda index, output: output == b"ok\n"  # noqa: E731
     return run_programs([ProgramJob("import numpy\nprint('ok')\n", ["x\n"], "stdin", ok)],
                         limits=SandboxLimits(timeout_s=10))[0]
 
@@ -238,14 +239,14 @@ def test_functional_comparison_equals_grade_call_based(value, expected):
     text = json.dumps(expected)
     prediction = list(value) if isinstance(value, tuple) else value
     official = prediction == json.loads(text)
-    ours = functional_matches(decode_value(driver.encode_value(value)), load_json(text))
+    ours = functional_matches(decode_value(driver.encode_value(value, RESULT_LIMITS)), load_json(text))
     assert official == ours, (value, expected)
 
 
 @given(_VALUE)
 @settings(max_examples=300, deadline=None)
 def test_returned_values_cross_the_pipe_unchanged(value):
-    back = decode_value(driver.encode_value(value))
+    back = decode_value(driver.encode_value(value, RESULT_LIMITS))
     if isinstance(value, frozenset) or (isinstance(value, dict) and any(type(k) is not str for k in value)):
         assert back != value  # types no JSON value can equal arrive as such
     elif not _has_nan(value) and not _has_unequal(value):

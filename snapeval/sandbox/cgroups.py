@@ -35,6 +35,8 @@ V1_ROLES = ("memory", "pids", "cpuacct", "cpu")  # cpuacct and cpu are optional
 #: explicitly): the scheduler divides the CPU between runs, not between their threads, so a run with many threads
 #: cannot take a parallel run's CPU time.
 CPU_SHARES, CPU_WEIGHT = 1024, 100
+#: The kernel's largest weight and shares (cgroup v2 ``cpu.weight``, v1 ``cpu.shares``).
+MAX_WEIGHT, MAX_SHARES = 10000, 262144
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,25 @@ class CgroupTree:
                     pass
             raise
         return run
+
+    def weigh(self, parallel_runs: int) -> None:
+        """Weight the runs' parent group as ``parallel_runs`` processes of the host (``parallel_runs x`` the default
+        weight, at most the kernel's largest): the scheduler divides the CPU first between the parent's siblings, so
+        at the default weight all parallel runs together would get the share of one host process (starved by a busy
+        host), while a weight per run lets them neither starve the host nor be starved by it. Without a cpu
+        controller (or permission) the weight stays as it is."""
+        runs = max(1, int(parallel_runs))
+        if self.version == 2:
+            name, value = "cpu.weight", min(MAX_WEIGHT, CPU_WEIGHT * runs)
+            base = self.bases.get("unified")
+        else:
+            name, value = "cpu.shares", min(MAX_SHARES, CPU_SHARES * runs)
+            base = self.bases.get("cpu")
+        if base and os.path.exists(os.path.join(base, name)):
+            try:
+                _write(os.path.join(base, name), str(value))
+            except OSError:
+                pass
 
     def describe(self) -> str:
         if self.version == 2:

@@ -54,44 +54,23 @@ import signal
 import sys
 import types
 
-# The official LiveCodeBench import header (lcb_runner/evaluation/testing_util.py), prepended to every program.
-IMPORT_HEADER = """\
-from string import *
-from re import *
-from datetime import *
-from collections import *
-from heapq import *
-from bisect import *
-from copy import *
-from math import *
-from random import *
-from statistics import *
-from itertools import *
-from functools import *
-from operator import *
-from io import *
-from sys import *
-from json import *
-from builtins import *
-from typing import *
-import string
-import re
-import datetime
-import collections
-import heapq
-import bisect
-import copy
-import math
-import random
-import statistics
-import itertools
-import functools
-import operator
-import io
-import sys
-import json
-sys.setrecursionlimit(50000)
-"""
+def _load_part(name):
+    """A part of the driver kept in a file of its own beside this one (loaded by its path: the driver runs as a
+    script under ``python -I``, with no package to import from; before the new root hides this folder)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(f"snapeval_sandbox_driver_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_official = _load_part("official")
+IMPORT_HEADER = _official.IMPORT_HEADER
+disable_like_official, load_program, run_stdin_test = (_official.disable_like_official, _official.load_program,
+                                                        _official.run_stdin_test)
 #: lcb_runner/evaluation/compute_code_generation_metrics.py raises the int <-> str conversion limit for every program.
 INT_MAX_STR_DIGITS = 50000
 
@@ -185,7 +164,7 @@ def join_cgroups(procs_files):
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "arm64": 41}
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -283,6 +262,51 @@ def seal_read_only(root, bound):
     return False
 
 
+VIEWS = "/.views"  # where the fixed views are made (an empty read-only directory once they are bound)
+#: Host-wide figures under /proc that another run's activity moves (the processes forked, memory shared, threads
+#: running, pages faulted or reclaimed, interrupts, pressure, file and inode counts): each is replaced, inside the
+#: run's mount namespace, by a fixed per-run view (as lxcfs does); a directory by an empty one.
+MASKED_FILES = ("vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "slabinfo", "diskstats", "interrupts", "softirqs",
+                "schedstat", "locks", "key-users", "sched_debug", "timer_list", "partitions", "swaps", "kallsyms",
+                "vmallocinfo", "iomem", "ioports", "mdstat", "cgroups", "modules")
+MASKED_DIRS = ("sys", "pressure", "sysvipc", "driver", "fs", "irq", "bus", "tty", "acpi", "scsi")
+
+
+def proc_views(spec, cpus):
+    """The fixed contents of ``/proc/stat``, ``/proc/meminfo`` and ``/proc/loadavg`` a run reads: the run's own CPUs
+    and memory limit, every counter zero (nothing in them depends on the host or on another run)."""
+    zeros = " 0" * 10
+    kib = int(spec["memory_bytes"]) >> 10
+    stat = "cpu " + zeros + "\n" + "".join(f"cpu{c}{zeros}\n" for c in cpus) + (
+        "intr 0\nctxt 0\nbtime 0\nprocesses 0\nprocs_running 1\nprocs_blocked 0\nsoftirq 0\n")
+    meminfo = "".join(f"{name + ':':<16}{value:>8} kB\n" for name, value in (
+        ("MemTotal", kib), ("MemFree", kib), ("MemAvailable", kib), ("Buffers", 0), ("Cached", 0),
+        ("SwapCached", 0), ("Active", 0), ("Inactive", 0), ("SwapTotal", 0), ("SwapFree", 0), ("Dirty", 0),
+        ("Shmem", 0), ("Slab", 0), ("CommitLimit", kib), ("Committed_AS", 0)))
+    return {"stat": stat, "meminfo": meminfo, "loadavg": "0.00 0.00 0.00 1/1 1\n"}
+
+
+def private_proc_views(proc, views, spec):
+    """Bind the fixed views over the new ``/proc``'s host-wide files (a small tmpfs made for them, detached once
+    they are bound: the bound files stay)."""
+    mount("tmpfs", views, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+    os.mkdir(views + "/empty", 0o555)
+    contents = proc_views(spec, sorted(os.sched_getaffinity(0)))
+    contents.update({name: "" for name in MASKED_FILES})
+    for name, text in contents.items():
+        if os.path.isfile(f"{proc}/{name}"):
+            with open(f"{views}/{name}", "w") as f:
+                f.write(text)
+            os.chmod(f"{views}/{name}", 0o444)
+            mount(f"{views}/{name}", f"{proc}/{name}", None, MS_BIND)
+            mount(None, f"{proc}/{name}", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for name in MASKED_DIRS:
+        if os.path.isdir(f"{proc}/{name}"):
+            mount(views + "/empty", f"{proc}/{name}", None, MS_BIND)
+            mount(None, f"{proc}/{name}", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _check(_libc.umount2(views.encode(), MNT_DETACH), "umount views")
+
+
 def enter_new_root(spec):
     """Pivot into a new root holding only what the interpreter needs (see the module docstring)."""
     root = spec["root_dir"]
@@ -298,10 +322,11 @@ def enter_new_root(spec):
     for host, inside in spec.get("packages", ()):  # third-party packages (numpy), read-only, at their own place
         mount(host, _mount_point(root, inside, True), None, MS_BIND | MS_REC)
         bound.append(inside)
-    points = {path: _mount_point(root, path, True) for path in ("/dev", "/proc", "/work", "/tmp")}
+    points = {path: _mount_point(root, path, True) for path in ("/dev", "/proc", "/work", "/tmp", VIEWS)}
     sealed = seal_read_only(root, bound)  # before /dev (its nodes need device access) and the writable tmpfs
     make_devices(root)
     mount("proc", points["/proc"], "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    private_proc_views(points["/proc"], points[VIEWS], spec)
     size = f"size={int(spec['disk_bytes'])},nr_inodes=4096"
     for path, mode in (("/work", "0755"), ("/tmp", "1777")):
         mount("tmpfs", points[path], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"{size},mode={mode}")
@@ -354,452 +379,37 @@ def drop_privileges(uid):
 
 
 # --------------------------------------------------------------------------------------------- seccomp filter
-# An allow-list: every system call not named here is refused with EPERM. The list is what a Python program under the
-# grading protocol was seen to use (traces of real LiveCodeBench programs, the stdin idioms, threads, numpy; see
-# docs/sandbox.md, which gives the reason for each), plus the older spellings of the same calls. Some are allowed
-# with some arguments only (``ARGUMENT_RULES``): ``fcntl`` on the caller's own descriptors but no record locks,
-# leases or directory notification (a lock on a file every run sees read-only is a channel between runs);
-# ``futex`` process-private only (a shared futex on a page of a file every run maps is another);
-# ``socket``/``socketpair`` for AF_UNIX only (vsock is not confined by the network namespace); ``madvise`` without
-# the advice that evicts or fills the page cache or merges pages across processes; ``preadv2``/``pwritev2``
-# without flags (RWF_NOWAIT tells whether a page is cached); ``ioctl`` with the terminal and descriptor requests
-# the standard library makes; ``prctl`` with thread names and further filters. ``clone`` makes threads only
-# (CLONE_THREAD and no namespace flag); ``clone3`` answers ENOSYS so that the C library falls back to ``clone``,
-# whose flags the filter can read. Left out, among others: new processes and exec, namespaces and mounts, ptrace
-# and cross-process memory, keyrings, bpf, perf, userfaultfd, io_uring and legacy AIO (``io_setup`` draws on a
-# host-wide limit), SysV IPC, POSIX message queues and memfd (memory the rlimits do not count), ``flock``, inotify,
-# fanotify, the page-cache primitives (``fadvise64``, ``readahead``, ``mincore``, ``cachestat``), file handles, module
-# and kexec loading, the kernel log. Any other architecture (x32, i386 through ``int 0x80``) kills the process.
-_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7, "arm64": 0xC00000B7}
-#: name -> (x86_64 number, arm64 number): both from the kernel's unistd headers.
-ALLOWED_SYSCALLS = {
-    # reading and writing the descriptors it holds
-    "read": (0, 63), "write": (1, 64), "readv": (19, 65), "writev": (20, 66), "pread64": (17, 67),
-    "pwrite64": (18, 68), "preadv": (295, 69), "pwritev": (296, 70), "lseek": (8, 62), "close": (3, 57),
-    "close_range": (436, 436), "dup": (32, 23), "dup3": (292, 24), "fsync": (74, 82), "fdatasync": (75, 83),
-    "ftruncate": (77, 46), "truncate": (76, 45), "fallocate": (285, 47), "sendfile": (40, 71),
-    "copy_file_range": (326, 285), "pipe2": (293, 59),
-    # files and directories (the shared ones are read-only mounts: writes there fail with EROFS)
-    "openat": (257, 56), "newfstatat": (262, 79), "fstat": (5, 80), "statx": (332, 291), "faccessat": (269, 48),
-    "faccessat2": (439, 439), "readlinkat": (267, 78), "getdents64": (217, 61), "getcwd": (79, 17),
-    "chdir": (80, 49), "fchdir": (81, 50), "mkdirat": (258, 34), "unlinkat": (263, 35), "renameat": (264, 38),
-    "renameat2": (316, 276), "symlinkat": (266, 36), "linkat": (265, 37), "mknodat": (259, 33),
-    "fchmod": (91, 52), "fchmodat": (268, 53), "fchown": (93, 55), "fchownat": (260, 54), "utimensat": (280, 88),
-    "umask": (95, 166), "statfs": (137, 43), "fstatfs": (138, 44), "getxattr": (191, 8), "lgetxattr": (192, 9),
-    "fgetxattr": (193, 10), "listxattr": (194, 11), "llistxattr": (195, 12), "flistxattr": (196, 13),
-    # memory
-    "brk": (12, 214), "mmap": (9, 222), "munmap": (11, 215), "mremap": (25, 216), "mprotect": (10, 226),
-    "msync": (26, 227), "mbind": (237, 235), "get_mempolicy": (239, 236), "set_mempolicy": (238, 237),
-    # time, sleeping, waiting
-    "clock_gettime": (228, 113), "clock_getres": (229, 114), "gettimeofday": (96, 169), "nanosleep": (35, 101),
-    "clock_nanosleep": (230, 115), "times": (100, 153), "getitimer": (36, 102), "setitimer": (38, 103),
-    "timer_create": (222, 107), "timer_settime": (223, 110), "timer_gettime": (224, 108),
-    "timer_getoverrun": (225, 109), "timer_delete": (226, 111), "ppoll": (271, 73), "pselect6": (270, 72),
-    "epoll_create1": (291, 20), "epoll_ctl": (233, 21), "epoll_pwait": (281, 22), "epoll_pwait2": (441, 441),
-    "eventfd2": (290, 19), "restart_syscall": (219, 128),
-    # AF_UNIX sockets (the family is checked at socket()/socketpair(); abstract names are per network namespace)
-    "bind": (49, 200), "listen": (50, 201), "accept": (43, 202), "accept4": (288, 242), "connect": (42, 203),
-    "getsockname": (51, 204), "getpeername": (52, 205), "sendto": (44, 206), "recvfrom": (45, 207),
-    "sendmsg": (46, 211), "recvmsg": (47, 212), "shutdown": (48, 210), "setsockopt": (54, 208),
-    "getsockopt": (55, 209),
-    # signals (other processes are out of reach: a PID namespace and a uid of the run's own)
-    "rt_sigaction": (13, 134), "rt_sigprocmask": (14, 135), "rt_sigreturn": (15, 139), "sigaltstack": (131, 132),
-    "rt_sigsuspend": (130, 133), "rt_sigtimedwait": (128, 137), "rt_sigpending": (127, 136), "kill": (62, 129),
-    "tgkill": (234, 131), "tkill": (200, 130),
-    # threads and the process itself
-    "exit": (60, 93), "exit_group": (231, 94), "set_tid_address": (218, 96), "set_robust_list": (273, 99),
-    "get_robust_list": (274, 100), "rseq": (334, 293), "sched_yield": (24, 124),
-    "sched_getaffinity": (204, 123), "sched_setaffinity": (203, 122), "sched_getparam": (143, 121),
-    "sched_getscheduler": (145, 120), "sched_get_priority_max": (146, 125), "sched_get_priority_min": (147, 126),
-    "getpriority": (140, 141), "gettid": (186, 178), "getpid": (39, 172), "getppid": (110, 173),
-    "getuid": (102, 174), "geteuid": (107, 175), "getgid": (104, 176), "getegid": (108, 177),
-    "getgroups": (115, 158), "getresuid": (118, 148), "getresgid": (120, 150), "getpgid": (121, 155),
-    "getsid": (124, 156), "getrlimit": (97, 163), "setrlimit": (160, 164), "prlimit64": (302, 261),
-    "getrusage": (98, 165), "sysinfo": (99, 179), "uname": (63, 160), "getrandom": (318, 278), "getcpu": (309, 168),
-    "membarrier": (324, 283),
-}
-#: The x86-64 spellings of the same calls that the arm64 kernel does not have (older C libraries use them).
-X86_LEGACY_SYSCALLS = {
-    "open": 2, "creat": 85, "stat": 4, "lstat": 6, "access": 21, "readlink": 89, "mkdir": 83, "rmdir": 84,
-    "unlink": 87, "rename": 82, "symlink": 88, "link": 86, "chmod": 90, "chown": 92, "lchown": 94, "utimes": 235,
-    "futimesat": 261, "pipe": 22, "dup2": 33, "select": 23, "poll": 7, "alarm": 37, "pause": 34, "getpgrp": 111,
-    "time": 201, "epoll_wait": 232, "epoll_create": 213, "getdents": 78, "eventfd": 284, "arch_prctl": 158,
-}
-AF_UNIX = 1
-#: name -> (x86_64, arm64, index of the argument checked, the values allowed): see the comment above.
-ARGUMENT_RULES = {
-    # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC, F_SETPIPE_SZ, F_GETPIPE_SZ
-    "fcntl": (72, 25, 1, (0, 1, 2, 3, 4, 1030, 1031, 1032)),
-    # TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX (isatty, terminal size, non-blocking, close-on-exec)
-    "ioctl": (16, 29, 1, (0x5401, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451)),
-    "socket": (41, 198, 0, (AF_UNIX,)),
-    "socketpair": (53, 199, 0, (AF_UNIX,)),
-    # NORMAL, RANDOM, SEQUENTIAL, DONTNEED, FREE, DONTFORK, DOFORK, HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP,
-    # WIPEONFORK, KEEPONFORK (not WILLNEED, COLD, PAGEOUT, POPULATE_*: the page cache; not MERGEABLE: KSM)
-    "madvise": (28, 233, 2, (0, 1, 2, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19)),
-    # PR_SET_PDEATHSIG, PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_NAME, PR_GET_NAME, PR_GET_SECCOMP,
-    # PR_SET_SECCOMP, PR_CAPBSET_READ, PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS, PR_SET_VMA (names a mapping)
-    "prctl": (157, 167, 0, (1, 2, 3, 15, 16, 21, 22, 23, 38, 39, 0x53564D41)),
-    # process-private operations only (FUTEX_PRIVATE_FLAG, with or without FUTEX_CLOCK_REALTIME): a shared futex is
-    # keyed by the page, so two runs mapping the same read-only file could wake each other's waiters
-    "futex": (202, 98, 1, tuple(op | 128 | clock for op in (0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
-                                for clock in (0, 256))),
-    "preadv2": (327, 286, 5, (0,)),  # no RWF_* flags
-    "pwritev2": (328, 287, 5, (0,)),
-}
-CLONE, CLONE3 = (56, 220), (435, 435)
-CLONE_THREAD = 0x00010000
-CLONE_NAMESPACES = 0x7E020080  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
-EPERM, ENOSYS = 1, 38
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def seccomp_program(machine):
-    """The BPF program as ``(code, jt, jf, k)`` tuples, or ``None`` for an unknown architecture. Every jump is
-    forward and short (one byte): each argument check is a block with its own returns, and the plain allow-list
-    comes in chunks, each ending in its own ``ret ALLOW``."""
-    arch = _AUDIT_ARCH.get(machine)
-    if arch is None:
-        return None
-    column = 0 if machine == "x86_64" else 1
-    ld, jeq, jset, jge, ja, ret = 0x20, 0x15, 0x45, 0x35, 0x05, 0x06
-    allow, eperm, enosys, kill = 0x7FFF0000, 0x00050000 | EPERM, 0x00050000 | ENOSYS, 0x80000000
-
-    def arg(index):  # the low 32 bits of an argument (little endian)
-        return (ld, 0, 0, 16 + 8 * index)
-
-    program = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]  # seccomp_data.arch, then nr
-    if machine == "x86_64":
-        program += [(jge, 0, 1, 0x40000000), (ret, 0, 0, kill)]  # x32 system calls
-    program += [(jeq, 0, 1, CLONE3[column]), (ret, 0, 0, enosys)]
-    # clone: threads only (CLONE_THREAD set, no namespace flag)
-    program += [(jeq, 0, 5, CLONE[column]), arg(0), (jset, 2, 0, CLONE_NAMESPACES), (jset, 0, 1, CLONE_THREAD),
-                (ret, 0, 0, allow), (ret, 0, 0, eperm)]
-    for x86, arm, index, values in ARGUMENT_RULES.values():
-        n = len(values)
-        program.append((jeq, 0, n + 3, (x86, arm)[column]))
-        program.append(arg(index))
-        program += [(jeq, n - i, 0, value) for i, value in enumerate(values)]
-        program += [(ret, 0, 0, eperm), (ret, 0, 0, allow)]
-    numbers = [nr[column] for nr in ALLOWED_SYSCALLS.values()]
-    if machine == "x86_64":
-        numbers += list(X86_LEGACY_SYSCALLS.values())
-    for at in range(0, len(numbers), 200):
-        chunk = numbers[at:at + 200]
-        program += [(jeq, len(chunk) - i, 0, nr) for i, nr in enumerate(chunk)]
-        program += [(ja, 0, 0, 1), (ret, 0, 0, allow)]
-    program.append((ret, 0, 0, eperm))  # everything else
-    return program
-
-
-def install_seccomp():
-    """Install the filter (``no_new_privs`` must be set); False on an architecture it does not know or a kernel
-    without seccomp filters."""
-    program = seccomp_program(os.uname().machine)
-    if program is None:
-        return False
-    filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
-    prog = _SockFprog(len(program), filters)
-    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
-        if ctypes.get_errno() == 22:  # EINVAL: a kernel without seccomp filters (the probe says so)
-            return False
-        _check(-1, "seccomp")
-    return True
-
-
-# ------------------------------------------------------------------------ the official runner's execution model
-OFFICIAL_DISABLED = {  # testing_util.reliability_guard: set to None before a program runs
-    "builtins": ("quit", "help"),
-    "os": ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork", "forkpty",
-           "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
-           "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir"),
-    "shutil": ("rmtree", "move", "chown"),
-}
-OFFICIAL_HIDDEN_MODULES = ("ipdb", "joblib", "resource", "psutil", "tkinter")
-
-
-def disable_like_official():
-    """What the official runner switches off in the process that runs a program (``reliability_guard``), so that a
-    program calling one of these fails here as it fails there. (Its ``subprocess.Popen = None`` is not repeated:
-    importing ``subprocess`` is refused here, and ``exec`` by the kernel.)"""
-    import shutil
-
-    os.environ["OMP_NUM_THREADS"] = "1"  # before os.putenv goes (os.environ calls it)
-    modules = {"builtins": builtins, "os": os, "shutil": shutil}
-    for module, names in OFFICIAL_DISABLED.items():
-        for name in names:
-            setattr(modules[module], name, None)
-    for name in OFFICIAL_HIDDEN_MODULES:
-        sys.modules[name] = None
-
-
-def unwrap_main_guard(code):
-    """``clean_if_name``: a last top-level ``if __name__ == '__main__':`` is replaced by its body."""
-    try:
-        tree = ast.parse(code)
-        last = tree.body[-1]
-        if isinstance(last, ast.If) and ast.unparse(last.test).strip() == "__name__ == '__main__'":
-            code = ast.unparse(tree.body[:-1]) + "\n" + ast.unparse(last.body)
-    except BaseException:  # the official catches everything here and keeps the code as it was
-        pass
-    return code
-
-
-def wrap_in_function(code):
-    """``make_function``: the import header, then the program's top-level imports, then every other top-level
-    statement as the body of ``wrapped_function()``; code that does not parse is returned unchanged."""
-    try:
-        tree = ast.parse(code)
-        is_import = [isinstance(s, (ast.Import, ast.ImportFrom)) for s in tree.body]
-        imports = [s for s, imp in zip(tree.body, is_import) if imp]
-        body = [s for s, imp in zip(tree.body, is_import) if not imp]
-        signature = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
-        function = ast.FunctionDef(name="wrapped_function", args=signature, body=body, decorator_list=[], lineno=-1)
-        return IMPORT_HEADER + "\n" + ast.unparse(imports) + "\n" + ast.unparse(function)
-    except Exception:
-        return code
-
-
-class OfficialStdin:
-    """``sys.stdin`` during a stdin test, behaving as the official runner's replacement does
-    (``MockStdinWithBuffer``): ``read()`` is always the whole input, ``readline()`` the next line (newline kept,
-    ``''`` at the end), ``readlines()`` the input split on newlines (newlines dropped); ``buffer.read()`` the input as
-    bytes and ``buffer.readline()`` always the first line; anything else is that of a text stream over the input. It
-    is not iterable (``for line in sys.stdin`` raises ``TypeError`` there too)."""
-
-    def __init__(self, text):
-        self._text = text
-        self._lines = io.StringIO(text)
-        self.buffer = _OfficialStdinBuffer(text)
-
-    def read(self, *args):
-        return self._text
-
-    def readline(self, *args):
-        return self._lines.readline(*args)
-
-    def readlines(self, *args):
-        return self._text.split("\n")
-
-    def __getattr__(self, name):
-        return getattr(self._lines, name)
-
-
-class _OfficialStdinBuffer:
-    def __init__(self, text):
-        self._data = text.encode("utf-8")
-
-    def read(self, *args):
-        return self._data
-
-    def readline(self, *args):
-        return self._data.split(b"\n")[0] + b"\n"
-
-
-class PatchedRealStdin:
-    """The official ``call_method`` stacks five ``unittest.mock.patch`` decorators; ``mock`` enters them bottom-up, so
-    ``sys.stdin.read``, ``sys.stdin.readlines`` and ``sys.stdin.readline`` are patched on the process's *real*
-    standard input object before ``sys.stdin`` itself is replaced. A program holding that object (``from sys import
-    stdin``, or the bare ``stdin`` the import header's ``from sys import *`` binds) therefore reads the test input
-    through those three methods: ``read()`` the whole input, ``readlines()`` the input split on newlines, and
-    ``readline()`` the next line *without* its newline, raising ``StopIteration`` once the lines (one more than the
-    newlines) are used up. Everything else of that object (``buffer``, iteration, ``fileno``) is still the real,
-    empty standard input. This context manager sets the same three instance attributes and, as ``mock`` does on
-    exit, restores an instance attribute that was there before or deletes the new one."""
-
-    NAMES = ("read", "readlines", "readline")
-
-    def __init__(self, stream, text):
-        lines = iter(text.split("\n"))
-        self.stream = stream
-        self.values = {"read": lambda *args: text, "readlines": lambda *args: text.split("\n"),
-                       "readline": lambda *args: next(lines)}
-        self.saved = {}
-
-    def __enter__(self):
-        own = getattr(self.stream, "__dict__", {})
-        for name in self.NAMES:
-            if name in own:
-                self.saved[name] = own[name]
-            setattr(self.stream, name, self.values[name])
-        return self
-
-    def __exit__(self, *exc):
-        for name in reversed(self.NAMES):
-            try:
-                if name in self.saved:
-                    setattr(self.stream, name, self.saved[name])
-                else:
-                    delattr(self.stream, name)
-            except (AttributeError, TypeError):  # the program removed or froze it: nothing left to undo
-                pass
-        return False
-
-
-def like_official_worker_stdin():
-    """Standard input as the official runner's worker has it: each program runs in a ``multiprocessing.Process``,
-    whose start-up (``BaseProcess._bootstrap``) closes ``sys.stdin`` and replaces it with ``open(os.devnull)``. So
-    ``sys.__stdin__`` is a closed file there (reading it is a ``ValueError``) and the ``stdin`` object the import
-    header binds is an empty file whose ``read``/``readline``/``readlines`` each test patches
-    (:class:`PatchedRealStdin`)."""
-    if sys.stdin is not None:
-        try:
-            sys.stdin.close()
-            sys.stdin = open(os.devnull, encoding="utf-8")
-        except (OSError, ValueError):
-            pass
-
-
-class OfficialOpen:
-    """``builtins.open`` during a stdin test (the official runner patches it with ``unittest.mock.mock_open`` over
-    the input): every call, whatever the path and mode, rewinds one shared handle over the input text; ``read``,
-    ``readline``, ``readlines`` and iteration read it, ``write`` and ``close`` do nothing, any other attribute is an
-    inert stand-in."""
-
-    def __init__(self, text):
-        self._text = text
-        self._handle = _InputHandle()
-
-    def __call__(self, *args, **kwargs):
-        self._handle._stream = io.StringIO(self._text)
-        return self._handle
-
-
-class _Inert:
-    def __call__(self, *args, **kwargs):
-        return self
-
-    def __getattr__(self, name):
-        return self
-
-
-class _InputHandle:
-    _stream = None
-
-    def read(self, *args):
-        return self._stream.read(*args)
-
-    def readline(self, *args):
-        return self._stream.readline(*args)
-
-    def readlines(self, *args):
-        return self._stream.readlines(*args)
-
-    def __iter__(self):
-        return iter(self._stream)
-
-    def __next__(self):
-        return next(self._stream)
-
-    def write(self, *args, **kwargs):
-        return None
-
-    def writelines(self, *args, **kwargs):
-        return None
-
-    def close(self, *args, **kwargs):
-        return None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def __getattr__(self, name):
-        return _Inert()
-
-
-def load_program(spec, code):
-    """Execute the program as ``compile_code`` does and return the callable each test calls: ``wrapped_function``
-    (stdin) or the function named ``func_name`` (functional), on ``Solution()`` when the text contains
-    ``class Solution``. Raises what the program raises."""
-    like_official_worker_stdin()
-    if spec["mode"] == "stdin":
-        text, name = wrap_in_function(unwrap_main_guard(code)), "wrapped_function"
-    else:
-        text, name = IMPORT_HEADER + "\n\n" + code, spec["func_name"]
-    module = types.ModuleType("tmp_sol", "")
-    exec(compile(text, "<string>", "exec"), module.__dict__)
-    target = module.Solution() if "class Solution" in text else module
-    if not hasattr(target, name):
-        raise AttributeError(f"the program defines no {name}")
-    return getattr(target, name)
-
-
-class BoundedCapture(io.StringIO):
-    """The official ``Capturing`` text buffer (its ``close`` takes one argument) that stops a test as soon as it
-    holds more characters than ``max_chars``: every character is at least one byte, so it never stops output
-    within the byte cap, and a program printing without end fails with ``output_limit`` in the time it takes to
-    write the cap, not after filling its memory or its time. Once over, it stays over even if the program catches
-    the error."""
-
-    def __init__(self, max_chars=None):
-        super().__init__()
-        self.max_chars, self.written, self.exceeded = max_chars, 0, False
-
-    def write(self, text):
-        self.written += len(text)
-        if self.max_chars is not None and self.written > self.max_chars:
-            self.exceeded = True
-            raise OSError(errno.EFBIG, f"more than {self.max_chars} bytes of output")
-        return super().write(text)
-
-    def close(self, *args):
-        return 1
-
-
-def run_stdin_test(method, text, max_bytes=None):
-    """One stdin test: standard output captured in a ``BoundedCapture`` (at most ``max_bytes``), the real standard
-    input's ``read``/``readlines``/``readline`` patched (:class:`PatchedRealStdin`), then ``sys.stdin`` and
-    ``builtins.open`` replaced, as the official ``call_method`` does; ``SystemExit`` ends the test normally."""
-    capture = BoundedCapture(max_bytes)
-    saved_stdout, saved_stdin, saved_open = sys.stdout, sys.stdin, builtins.open
-    sys.stdout = capture
-    try:
-        with PatchedRealStdin(saved_stdin, text):
-            sys.stdin, builtins.open = OfficialStdin(text), OfficialOpen(text)
-            try:
-                method()
-            except SystemExit:
-                pass
-            finally:
-                sys.stdin, builtins.open = saved_stdin, saved_open
-    finally:
-        sys.stdout = saved_stdout
-    if capture.exceeded:
-        raise OSError(errno.EFBIG, f"more than {capture.max_chars} bytes of output")
-    return capture.getvalue().encode("utf-8", "surrogatepass")
-
-
-MAX_DEPTH = 500  # values nested deeper are a runtime error (the harness's JSON parser recurses per level)
-_BIG_INT_BITS = 13000  # about 3,900 decimal digits: below the default str <-> int limit of the harness's parser
-
-
-def encode_value(value):
+_seccomp = _load_part("seccomp")  # the allow-list, its argument rules and the BPF program (seccomp.py)
+ALLOWED_SYSCALLS = _seccomp.ALLOWED_SYSCALLS
+ARGUMENT_RULES = _seccomp.ARGUMENT_RULES
+CLONE = _seccomp.CLONE
+CLONE3 = _seccomp.CLONE3
+X86_LEGACY_SYSCALLS = _seccomp.X86_LEGACY_SYSCALLS
+_AUDIT_ARCH = _seccomp._AUDIT_ARCH
+install_seccomp = _seccomp.install_seccomp
+seccomp_program = _seccomp.seccomp_program
+
+
+def encode_value(value, limits):
     """A functional test's returned value as JSON text that keeps what Python equality with a JSON value depends
     on: lists are JSON arrays; tuples, dicts (as key/value pairs), large integers (hexadecimal), ``Fraction``,
     ``Decimal``, ``complex`` and ``bytes`` are tagged objects ``{"~": tag, ...}``; a subclass of a built-in type is
     sent as the built-in value it holds; a value of any other type (a set, an object with its own ``__eq__``) only as
-    its type's name, and it equals nothing on the harness's side."""
+    its type's name, and it equals nothing on the harness's side. ``limits``: the spec's ``result_limits``
+    (``max_depth``: deeper is an error; ``decimal_int_bits``: wider integers are hexadecimal), see ``limits.py``."""
     from decimal import Decimal
     from fractions import Fraction
 
+    max_depth, int_bits = limits["max_depth"], limits["decimal_int_bits"]
+
     def enc(v, depth):
-        if depth > MAX_DEPTH:
-            raise ValueError(f"the result is nested deeper than {MAX_DEPTH} levels")
+        if depth > max_depth:
+            raise ValueError(f"the result is nested deeper than {max_depth} levels")
         t = type(v)
         if v is None or t is bool or t is str or t is float:
             return v
         if t is int:
-            return v if v.bit_length() <= _BIG_INT_BITS else {"~": "int", "v": format(v, "x")}
+            return v if v.bit_length() <= int_bits else {"~": "int", "v": format(v, "x")}
         if t is list:
             return [enc(x, depth + 1) for x in v]
         if t is tuple:
@@ -822,8 +432,8 @@ def encode_value(value):
             return enc(tuple(v), depth)
         if isinstance(v, dict):
             return enc(dict(v), depth)
-        if isinstance(v, Fraction) and max(v.numerator.bit_length(), v.denominator.bit_length()) <= _BIG_INT_BITS:
-            return {"~": "fraction", "n": v.numerator, "d": v.denominator}
+        if isinstance(v, Fraction):
+            return {"~": "fraction", "n": enc(int(v.numerator), depth + 1), "d": enc(int(v.denominator), depth + 1)}
         if isinstance(v, Decimal):
             return {"~": "decimal", "v": str(v)}
         if isinstance(v, complex):
@@ -842,8 +452,8 @@ def _is_numpy_scalar(value):
     return numpy is not None and isinstance(value, getattr(numpy, "generic", ()))
 
 
-def run_functional_test(method, text):
-    return encode_value(method(*[json.loads(line) for line in text.split("\n")]))
+def run_functional_test(method, text, limits):
+    return encode_value(method(*[json.loads(line) for line in text.split("\n")]), limits)
 
 
 def read_input(fd):
@@ -886,9 +496,11 @@ def serve(spec, code, inputs_fd, results_fd):
     except BaseException as exc:  # a program that fails to load fails its first test (official: [-4])
         method, failure = None, _describe(exc)
     max_bytes = spec.get("max_file_bytes")
-    run_test = (lambda m, t: run_stdin_test(m, t, max_bytes)) if spec["mode"] == "stdin" else run_functional_test
+    limits = spec["result_limits"]
+    run_test = ((lambda m, t: run_stdin_test(m, t, max_bytes)) if spec["mode"] == "stdin"
+                else (lambda m, t: run_functional_test(m, t, limits)))
     if spec.get("load_only"):  # a problem without tests: loading is all (the official compiles, then runs none)
-        run_test = (lambda m, t: b"") if spec["mode"] == "stdin" else (lambda m, t: encode_value(None))
+        run_test = (lambda m, t: b"") if spec["mode"] == "stdin" else (lambda m, t: encode_value(None, limits))
     while True:
         text = read_input(inputs_fd)
         if text is None:

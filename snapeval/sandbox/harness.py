@@ -42,13 +42,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from snapeval.errors import check_choice
 from snapeval.sandbox.cgroups import RunCgroup
 from snapeval.sandbox.probe import kill_process_group, require_isolation, spawn_driver, uid_spec
-from snapeval.sandbox.limits import SandboxLimits
-from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value, input_frame
+from snapeval.sandbox.limits import RESULT_LIMITS, SandboxLimits
+from snapeval.sandbox.protocol import (FrameReader, OutputTooLarge, ProtocolError, check_utf8, decode_value,
+                                       input_frame)
 
 MODES = ("stdin", "functional")
 STATUSES = ("passed", "wrong_answer", "runtime_error", "time_limit", "output_limit", "sandbox_error")
@@ -56,8 +57,9 @@ STARTUP_S = 10.0  # the driver's trusted set-up, before the ready byte
 _TICK_S = 0.05  # how often the harness reads the run's CPU time while a test runs
 _REAP_S = 2.0
 
-#: ``judge(test index, output) -> passed``: output is the captured standard output (``str``, stdin mode) or the
-#: returned value (functional mode). An exception is that test's runtime error (the output could not be compared).
+#: ``judge(test index, output) -> passed``: output is the captured standard output (``bytes``, checked to be UTF-8,
+#: stdin mode) or the returned value (functional mode). An exception is that test's runtime error (the output could
+#: not be compared).
 Judge = Callable[[int, Any], bool]
 
 
@@ -88,13 +90,15 @@ class ProgramResult:
 
 @dataclass(frozen=True)
 class ProgramJob:
-    """One program and its tests' inputs (``mode``: how each test calls it); ``judge`` grades each output."""
+    """One program and its tests' inputs (``mode``: how each test calls it); ``judge`` grades each output. Jobs of
+    the same ``group`` (the samples of one problem) never run at the same time (:func:`run_programs`)."""
 
     code: str
     inputs: Sequence[str]
     mode: str
     judge: Judge
     func_name: str | None = None
+    group: Hashable | None = None
 
 
 # ------------------------------------------------------------------------------------------- one run's process
@@ -348,7 +352,11 @@ def _grade(reader: FrameReader, index: int, mode: str, judge: Judge, deadline: f
     try:
         payload = reader.payload
         reader.release()
-        output = payload.decode("utf-8", "surrogatepass") if mode == "stdin" else decode_value(payload)
+        if mode == "stdin":
+            check_utf8(payload)
+            output = payload  # graded as UTF-8 bytes: never widened to a str of up to 4 bytes a character
+        else:
+            output = decode_value(payload)
         del payload
     except OutputTooLarge as exc:
         return "output_limit", str(exc)
@@ -445,6 +453,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
             "max_file_bytes": int(limits.output_bytes), "max_open_files": int(limits.max_open_files),
             "max_processes": int(limits.max_processes), **uid_spec(iso.drop_uid, iso.isolate_fs),
             "cgroup_procs": cgroup.procs_files if cgroup else [], "load_only": load_only,
+            "result_limits": RESULT_LIMITS,
         }
         os.mkdir(Path(run_dir, "root"))
         Path(run_dir, "solution.py").write_text(code, encoding="utf-8", errors="surrogatepass")
@@ -475,14 +484,29 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
 
 def run_programs(jobs: Sequence[ProgramJob], *, limits: SandboxLimits | None = None,
                  workers: int | None = None) -> list[ProgramResult]:
-    """Run many programs in parallel (``workers`` defaults to the usable cores); results in ``jobs`` order."""
+    """Run many programs in parallel (``workers`` defaults to the usable cores); results in ``jobs`` order.
+
+    Jobs of one ``group`` run one after the other, never side by side: what the kernel counts for every process at
+    once and cannot hide from a run (the inode numbers of new pipes and sockets) then cannot carry one sample's
+    answer to another sample of the same problem while both run (docs/sandbox.md)."""
     if not jobs:
         return []
     workers = workers or len(os.sched_getaffinity(0))
+    chains: dict[Any, list[int]] = {}
+    for index, job in enumerate(jobs):
+        chains.setdefault(("group", job.group) if job.group is not None else ("job", index), []).append(index)
+    results: list[ProgramResult | None] = [None] * len(jobs)
 
-    def one(job: ProgramJob) -> ProgramResult:
-        return run_program(job.code, job.inputs, mode=job.mode, judge=job.judge, func_name=job.func_name,
-                           limits=limits)
+    def chain(indices: list[int]) -> None:
+        for index in indices:
+            job = jobs[index]
+            results[index] = run_program(job.code, job.inputs, mode=job.mode, judge=job.judge,
+                                         func_name=job.func_name, limits=limits)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
-        return list(pool.map(one, jobs))
+    parallel = max(1, min(workers, len(chains)))
+    tree = require_isolation().cgroups
+    if tree is not None:
+        tree.weigh(parallel)  # all parallel runs together weigh as that many host processes (cgroups.py)
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        list(pool.map(chain, chains.values()))
+    return results  # type: ignore[return-value]

@@ -6,6 +6,22 @@ from dataclasses import dataclass
 from snapeval.errors import SnapevalError
 
 
+#: How deep a functional result may nest (the driver refuses a deeper one, the program's runtime error; the harness
+#: refuses deeper bytes before parsing them). lcb_runner compares in the program's process, where only Python's
+#: recursion limit (50,000 under its import header) and the C stack bound it: a listed departure (docs/sandbox.md).
+MAX_DEPTH = 500
+#: Integers wider than this are sent in hexadecimal (linear to write and to read; a decimal literal costs quadratic
+#: time to convert), so no integer literal of a result is longer than :data:`MAX_INT_LITERAL` characters.
+DECIMAL_INT_BITS = 64
+MAX_INT_LITERAL = len(str(-(1 << DECIMAL_INT_BITS)))
+#: The most JSON values (scalars, containers, object keys) a functional result may hold: 5x the largest
+#: LeetCode-style output (10^5 values), and at most about 55 MiB of Python objects (105 bytes a value measured for
+#: the worst, a list of one-character strings outside the BMP).
+MAX_VALUES = 1 << 19
+#: What the driver needs of these (it imports nothing of snapeval: they travel in its spec).
+RESULT_LIMITS = {"max_depth": MAX_DEPTH, "decimal_int_bits": DECIMAL_INT_BITS}
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
     """Limits of one program run.

@@ -274,6 +274,28 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
 _PROBED = threading.Lock()
 
 
+def make_resident(paths: Sequence[str], hidden: Sequence[str] = ()) -> int:
+    """Read every file a run can map (the interpreter, its libraries, its standard library, the exposed packages)
+    once, before any run starts, so that their pages are in the page cache, charged to the harness's cgroup (a run's
+    memory limit does not reclaim them): a run's page faults on them are then minor whatever another run touched, so
+    its fault counts tell nothing about which pages another run used. ``hidden``: folders a run does not see
+    (skipped). Returns the bytes read."""
+    buffer, total = bytearray(1 << 20), 0
+    for top in paths:
+        walk = [(top, [], [""])] if os.path.isfile(top) else os.walk(top)
+        for folder, subfolders, files in walk:
+            subfolders[:] = [s for s in subfolders if os.path.join(folder, s) not in hidden]
+            for name in files:
+                path = os.path.join(folder, name) if name else folder
+                try:
+                    with open(path, "rb", buffering=0) as f:
+                        while (n := f.readinto(buffer)):
+                            total += n
+                except OSError:
+                    continue
+    return total
+
+
 def isolation() -> Isolation:
     """Probe once per process which layers work here (no root assumed; CI is root). Parallel first calls (the
     workers of :func:`~snapeval.sandbox.run_programs`) wait for one probe."""
@@ -302,6 +324,7 @@ def _probe_layers() -> Isolation:
     except OSError as exc:
         expose, hide, packages, answer, missing = (), (), (), _ProbeAnswer(False), f"{missing[:-1]}; {exc})"
     if answer.worked:
+        make_resident([*expose, *(host for host, _ in packages)], hidden=hide)
         return Isolation(prefix, True, drop_uid, python, expose=expose, hide=hide, seccomp=answer.seccomp,
                          cgroups=tree if answer.cgroup else None,
                          packages=packages if answer.packages else ())

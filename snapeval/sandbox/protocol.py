@@ -6,11 +6,14 @@ than the cap in force, bytes are kept once in one growing buffer, and a function
 parse and one walk over it (no structure whose cost the program could make superlinear: a dict or set whose keys
 could collide is never built from program data). Before it is decoded, its size in values and its nesting are
 checked on the bytes (:func:`check_shape`: passes in C over the payload, no object per value), so that what the
-harness builds is bounded by :data:`MAX_VALUES`, not by how small a value the program can write; the collector is off
-while it is built (millions of new containers would start a full collection again and again).
+harness builds is bounded by :data:`MAX_VALUES`, not by how small a value the program can write; every integer and
+float literal's length is checked before it is converted (wide integers cross in hexadecimal, linear to convert);
+the collector is off while it is built (millions of new containers would start a full collection again and again).
+A standard output is not decoded here: it is checked to be UTF-8 (:func:`check_utf8`) and graded as bytes.
 """
 from __future__ import annotations
 
+import codecs
 import gc
 import itertools
 import json
@@ -20,16 +23,15 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
+from snapeval.sandbox.limits import MAX_DEPTH, MAX_INT_LITERAL, MAX_VALUES
+
 HEADER_BYTES = 4096
-MAX_DEPTH = 500  # the driver's limit too (a deeper result is the program's runtime error)
-#: The most JSON values (scalars, containers, object keys) a functional result may hold: 16x the largest
-#: LeetCode-style output (10^5 values) several times over, and about 160 MiB of Python objects at most.
-MAX_VALUES = 1 << 21
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string (its commas and brackets are not structure)
+_MAX_FLOAT_LITERAL = 32  # repr() of a float is at most 24 characters
+# a JSON string (its commas and brackets are not structure); possessive: no backtracking state per repetition
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BRACKET_STEPS = bytes(2 if b in b"[{" else 0 for b in range(256))
-_BIG_INT_BITS = 13000
-_HEX = frozenset("0123456789abcdef")
+_HEX_INT = re.compile(r"-?[0-9a-f]++")
 
 
 class ProtocolError(ValueError):
@@ -81,6 +83,16 @@ class FrameReader:
     @property
     def extra(self) -> int:
         return max(0, len(self.buffer) - self.end) if self.end >= 0 else 0
+
+
+def check_utf8(payload: bytes, chunk: int = 1 << 14) -> None:
+    """Raise ``UnicodeDecodeError`` unless ``payload`` is UTF-8 (lone surrogates allowed: what the driver writes for
+    any ``str``), decoding 16 KiB at a time and keeping nothing: a standard output is graded as bytes."""
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+    view = memoryview(payload)
+    for start in range(0, len(payload), chunk):
+        decoder.decode(view[start:start + chunk])
+    decoder.decode(b"", final=True)
 
 
 def _parse_header(line: bytes, cap: int) -> dict:
@@ -135,7 +147,12 @@ def check_shape(payload: bytes, max_values: int = MAX_VALUES) -> None:
     the brackets (no more than ``max_values`` of them by then)."""
     if _structure(payload) <= max_values and payload.count(b"[") + payload.count(b"{") <= MAX_DEPTH:
         return
-    bare = _STRING.sub(b'""', payload)
+    # each string is a value: its opening quote is never escaped, its closing one may follow an escaped backslash,
+    # so quotes - backslash-quotes lies between the number of strings and twice it
+    strings_bound = payload.count(b'"') - payload.count(b'\\"')
+    if strings_bound > 2 * max_values:
+        raise OutputTooLarge(f"a returned value of more than {max_values} values")
+    bare = _blank_strings(payload)
     if _structure(bare) > max_values:
         raise OutputTooLarge(f"a returned value of more than {max_values} values")
     # the nesting: the running sum of +1 per opening and -1 per closing bracket (2 and 0, minus one per position),
@@ -143,6 +160,17 @@ def check_shape(payload: bytes, max_values: int = MAX_VALUES) -> None:
     steps = bare.translate(_BRACKET_STEPS, _NOT_BRACKETS)
     if steps and max(map(operator.sub, itertools.accumulate(steps), itertools.count(1))) > 2 * MAX_DEPTH + 4:
         raise ProtocolError(f"the returned value is nested deeper than {MAX_DEPTH} levels")
+
+
+def _blank_strings(payload: bytes) -> bytearray:
+    """``payload`` with every string emptied, built once (no list of pieces: at most ``2 x max_values`` strings)."""
+    bare, at, view = bytearray(), 0, memoryview(payload)
+    for string in _STRING.finditer(payload):
+        bare += view[at:string.start()]
+        bare += b'""'
+        at = string.end()
+    bare += view[at:]
+    return bare
 
 
 def decode_value(payload: bytes, max_values: int = MAX_VALUES) -> Any:
@@ -155,7 +183,7 @@ def decode_value(payload: bytes, max_values: int = MAX_VALUES) -> Any:
     try:
         # a NaN of its own each time (json's decoder hands out one shared NaN object, and `[nan] == [nan]` is True
         # for the same object: the program's NaN must not equal a NaN of the expected value through identity)
-        raw = json.loads(payload, parse_constant=float)
+        raw = json.loads(payload, parse_constant=float, parse_int=_int_literal, parse_float=_float_literal)
         return _build(raw, 0)
     except ProtocolError:
         raise
@@ -166,8 +194,22 @@ def decode_value(payload: bytes, max_values: int = MAX_VALUES) -> Any:
             gc.enable()
 
 
+def _int_literal(text: str) -> int:
+    """A decimal integer of the result, its length checked before it is converted (the driver writes wider ones in
+    hexadecimal: converting a decimal literal costs time quadratic in its digits)."""
+    if len(text) > MAX_INT_LITERAL:
+        raise ProtocolError("the returned value is malformed")
+    return int(text)
+
+
+def _float_literal(text: str) -> float:
+    if len(text) > _MAX_FLOAT_LITERAL:
+        raise ProtocolError("the returned value is malformed")
+    return float(text)
+
+
 def _int(x: Any) -> int:
-    if type(x) is not int or x.bit_length() > _BIG_INT_BITS:
+    if type(x) is not int:
         raise ProtocolError("the returned value is malformed")
     return x
 
@@ -194,11 +236,11 @@ def _build(x: Any, depth: int) -> Any:
         return Unequal("dict with a key that is not a string")
     if tag == "int":
         digits = x["v"]
-        if not isinstance(digits, str) or not digits.lstrip("-") or not set(digits.lstrip("-")) <= _HEX:
+        if not isinstance(digits, str) or not _HEX_INT.fullmatch(digits):
             raise ProtocolError("the returned value is malformed")
         return int(digits, 16)
     if tag == "fraction":
-        return Fraction(_int(x["n"]), _int(x["d"]))
+        return Fraction(_int(_build(x["n"], depth + 1)), _int(_build(x["d"], depth + 1)))
     if tag == "decimal":
         if not isinstance(x["v"], str):
             raise ProtocolError("the returned value is malformed")

@@ -13,6 +13,7 @@ readings chosen where the official code is ambiguous: ``docs/tasks.md``.
 from __future__ import annotations
 
 import base64
+import functools
 import binascii
 import io
 import json
@@ -349,51 +350,183 @@ def load_json(text: str) -> Any:
     return json.loads(text, parse_int=lambda s: int(s) if len(s) <= 4000 else _big_int(s))
 
 
-def stripped_lines(text: str) -> list[str]:
-    """``get_stripped_lines``: the text stripped, split on ``\\n``, every line stripped (so trailing spaces, ``\\r``
-    of ``\\r\\n`` endings and blank lines around the output do not count; blank lines inside it do)."""
-    return [line.strip() for line in text.strip().split("\n")]
-
-
-def _decimals(line: str) -> list[Decimal] | None:
-    """``convert_line_to_decimals``: every whitespace-separated token as a ``Decimal``, or ``None``."""
-    try:
-        return [Decimal(token) for token in line.split()]
-    except Exception:  # noqa: BLE001 - the official catches everything here
-        return None
-
-
+# The comparison of a program's output works on its UTF-8 bytes, as the sandbox delivers them, and never decodes the
+# output as a whole: a line is equal as text exactly when it is equal as UTF-8 (one encoding per text), and what
+# str.strip() and str.split() treat as whitespace (Py_UNICODE_ISSPACE) is 10 ASCII bytes and 19 multi-byte sequences
+# that start with a lead byte, so they are found on the bytes without splitting a character (UTF-8 synchronises).
+SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+          "\u200a\u2028\u2029\u202f\u205f\u3000")
+_WIDE_SPACES = tuple(c.encode("utf-8") for c in SPACES if not c.isascii())
 _SPACE_MARKS = bytes(32 if chr(b).isspace() else 120 for b in range(128)) + b"x" * 128  # whitespace -> " ", else "x"
-_UNICODE_SPACE = re.compile(r"\s")  # what str.split() splits on (Py_UNICODE_ISSPACE), ASCII or not
+_CHUNK = 1 << 16  # bytes of output handled at a time where a step needs a copy
+
+
+@functools.cache
+def _digits() -> dict[int, int]:
+    """Every non-ASCII decimal digit (Unicode category Nd, what ``Decimal`` and ``int`` read as digits) -> its ASCII
+    digit, for ``str.translate``."""
+    return {c: 0x30 + int(chr(c)) for c in range(0x80, 0x110000) if chr(c).isdecimal()}
+
+
+def _char_start(buf: bytes, at: int, low: int, step: int) -> int:
+    """``at`` moved by ``step`` (-1 or +1) to the first byte of a character (a UTF-8 continuation byte is 10xxxxxx)."""
+    while low < at < len(buf) and 0x80 <= buf[at] < 0xC0:
+        at += step
+    return at
+
+
+def _strip(buf: bytes, start: int, end: int) -> tuple[int, int]:
+    """``str.strip`` on ``buf[start:end]``, as the bounds of what is left: the first and the last byte that is not
+    whitespace, looked for in C over 64 KiB pieces from each end (no copy of the region)."""
+    while start < end:
+        stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
+        found = _marks(buf[start:stop]).find(b"x")
+        if found >= 0:
+            start += found
+            break
+        start = stop
+    while end > start:
+        piece_at = _char_start(buf, max(start, end - _CHUNK), start, -1)
+        found = _marks(buf[piece_at:end]).rfind(b"x")
+        if found >= 0:
+            end = piece_at + found + 1
+            while end < len(buf) and 0x80 <= buf[end] < 0xC0:  # the whole of the last character
+                end += 1
+            break
+        end = piece_at
+    return start, end
+
+
+def _lines(buf: bytes, start: int, end: int):
+    """The bounds of each ``\\n``-separated line of ``buf[start:end]``, stripped (one at a time)."""
+    while True:
+        newline = buf.find(b"\n", start, end)
+        yield _strip(buf, start, end if newline < 0 else newline)
+        if newline < 0:
+            return
+        start = newline + 1
+
+
+# the multi-byte whitespace by lead byte (a piece without the lead byte holds none of them)
+_WIDE_BY_LEAD = {lead: tuple(s for s in _WIDE_SPACES if s[0] == lead) for lead in sorted({s[0] for s in _WIDE_SPACES})}
+
+
+def _marks(piece: bytes) -> bytes:
+    """``piece`` with every whitespace character (of any width) as spaces and every other byte as ``x`` (each
+    multi-byte whitespace blanked by ``bytes.replace``, in C, where its lead byte occurs)."""
+    if not piece.isascii():
+        for lead, wide in _WIDE_BY_LEAD.items():
+            if lead in piece:
+                for space in wide:
+                    piece = piece.replace(space, b" " * len(space))
+    return piece.translate(_SPACE_MARKS)
+
+
+def _token_count(buf: bytes, start: int, end: int) -> int:
+    """``len(buf[start:end].decode().split())`` without decoding or building the tokens: in C, 64 KiB at a time (a
+    line of 16 million one-character tokens costs tens of milliseconds, not gigabytes of strings)."""
+    count, after_space = 0, True
+    while start < end:
+        stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
+        marks = _marks(buf[start:stop])
+        count += marks.count(b" x") + (after_space and marks.startswith(b"x"))
+        after_space, start = marks.endswith(b" "), stop
+    return count
+
+
+def _token_spans(buf: bytes, start: int, end: int):
+    """The bounds of each token of ``buf[start:end]`` (what ``str.split()`` returns), found 64 KiB at a time in C."""
+    token_at = None
+    while start < end:
+        stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
+        marks, at = _marks(buf[start:stop]), 0
+        while True:
+            found = marks.find(b"x" if token_at is None else b" ", at)
+            if found < 0:
+                break
+            if token_at is None:
+                token_at = start + found
+            else:
+                yield token_at, start + found
+                token_at = None
+            at = found
+        start = stop
+    if token_at is not None:
+        yield token_at, end
 
 
 def token_count(line: str) -> int:
-    """``len(line.split())`` without building the tokens: in C, one translated copy of the line and a count (a line
-    of 16 million one-character tokens costs a few tens of milliseconds, not gigabytes of strings)."""
-    if not line.isascii():
-        line = _UNICODE_SPACE.sub(" ", line)
-    marks = line.encode("utf-8", "surrogatepass").translate(_SPACE_MARKS)
-    return marks.count(b" x") + marks.startswith(b"x")
+    """``len(line.split())`` (see :func:`_token_count`)."""
+    data = line.encode("utf-8", "surrogatepass")
+    return _token_count(data, 0, len(data))
 
 
-def stdout_matches(got: str, expected: str) -> bool:
+_NOT_IN_A_NUMBER = re.compile(r"[^0-9._eE+-]")  # Decimal's syntax past its first 9 characters (sign, "Infinity")
+
+
+def _decimal_text(buf: bytes, start: int, end: int) -> str | None:
+    """The ASCII text ``Decimal(buf[start:end].decode())`` parses, or ``None`` where it cannot be a number: ``Decimal``
+    reads every non-ASCII decimal digit as its ASCII digit and refuses any other non-ASCII character, so the text is
+    made the same way. A first pass, 64 KiB at a time, gives up at the first piece holding what no number holds past
+    its first 9 characters (``-Infinity``; ``sNaN`` and digits); the text is then made once, one byte a character."""
+    ascii_only, at, done = True, start, 0
+    while at < end:
+        stop = _char_start(buf, min(end, at + _CHUNK), at, 1)
+        part = buf[at:stop].decode("utf-8", "surrogatepass")
+        if not part.isascii():
+            ascii_only, part = False, part.translate(_digits())
+            if not part.isascii():
+                return None
+        if _NOT_IN_A_NUMBER.search(part, max(0, 9 - done)):
+            return None
+        done, at = done + len(part), stop
+    if ascii_only:
+        return str(memoryview(buf)[start:end], "ascii")
+    parts = []
+    while start < end:
+        stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
+        parts.append(buf[start:stop].decode("utf-8", "surrogatepass").translate(_digits()))
+        start = stop
+    return "".join(parts)
+
+
+def _line_decimals(buf: bytes, start: int, end: int) -> list[Decimal] | None:
+    """``convert_line_to_decimals`` of ``buf[start:end]``: one ``Decimal`` per token, or ``None``."""
+    values = []
+    for token_start, token_end in _token_spans(buf, start, end):
+        try:
+            text = _decimal_text(buf, token_start, token_end)
+            if text is None:
+                return None
+            values.append(Decimal(text))
+        except Exception:  # noqa: BLE001 - the official catches everything here
+            return None
+    return values
+
+
+def stdout_matches(got: bytes | str, expected: str) -> bool:
     """``grade_stdio``'s verdict for one test: the same number of stripped lines, and each line equal as text or,
     failing that, as a list of decimals (exact decimal equality: ``1.50`` equals ``1.5``, ``0.1`` never equals
     ``0.1000001``; there is no tolerance). Comparing a signaling NaN raises, which is a runtime error there too.
 
-    The cost is bounded by the expected output, whatever the program printed: lines are counted before the output is
-    split, and tokens before a line is converted (lists of decimals of different lengths are unequal without a single
-    element compared, so the verdict is the official one)."""
-    got, expected = got.strip(), expected.strip()
-    if got.count("\n") != expected.count("\n"):
+    ``got`` is the program's output as the sandbox delivers it, UTF-8 bytes (text is encoded first). Its cost is
+    bounded by the expected output and one pass over ``got``, whatever the program printed, and ``got`` is never
+    decoded or copied as a whole: lines are counted before any is looked at, a line is copied only when it is as long
+    as the expected one, and tokens are counted before a line is converted (lists of decimals of different lengths
+    are unequal without a single element compared, so the verdict is the official one)."""
+    if isinstance(got, str):
+        got = got.encode("utf-8", "surrogatepass")
+    want = expected.encode("utf-8", "surrogatepass")
+    got_start, got_end = _strip(got, 0, len(got))
+    want_start, want_end = _strip(want, 0, len(want))
+    if got.count(b"\n", got_start, got_end) != want.count(b"\n", want_start, want_end):
         return False
-    a, b = stripped_lines(got), stripped_lines(expected)
-    for x, y in zip(a, b):
-        if x == y:
+    for (a, b), (x, y) in zip(_lines(got, got_start, got_end), _lines(want, want_start, want_end)):
+        if b - a == y - x and got[a:b] == want[x:y]:
             continue
-        if token_count(x) != token_count(y):
+        if _token_count(got, a, b) != _token_count(want, x, y):
             return False
-        dx, dy = _decimals(x), _decimals(y)
+        dx, dy = _line_decimals(got, a, b), _line_decimals(want, x, y)
         if dx is None or dy is None or dx != dy:
             return False
     return True
@@ -429,7 +562,8 @@ def evaluate(docs: Sequence[dict], responses: Sequence[Sequence[str]], *, limits
         for s, resp in enumerate(resps):
             code = extract_code(resp)
             if code is not None:
-                jobs.append(ProgramJob(code, [c.input for c in tests.cases], tests.mode, grade, tests.func_name))
+                jobs.append(ProgramJob(code, [c.input for c in tests.cases], tests.mode, grade, tests.func_name,
+                                       group=d))  # the samples of one problem never run side by side
                 where.append((d, s))
     for (d, s), result in zip(where, run_programs(jobs, limits=limits, workers=workers)):
         out[d][s] = result

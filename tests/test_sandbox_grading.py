@@ -1,0 +1,158 @@
+"""The harness's cost of grading is bounded by the bytes a program wrote (sandbox issue #47, item 2): standard outputs
+are compared as UTF-8 bytes with the official verdict, and functional results are refused by size before anything
+is converted. Memory is measured with tracemalloc (never wall-clock)."""
+from __future__ import annotations
+
+import re
+import time
+import tracemalloc
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapeval.sandbox import SandboxLimits, driver, harness, isolation, run_program
+from snapeval.sandbox.limits import MAX_INT_LITERAL, MAX_VALUES, RESULT_LIMITS
+from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value
+from snapeval.tasks.livecodebench import SPACES, stdout_matches
+from tests.test_protocols_livecodebench import _outcome  # the official comparison (lcb_runner's), written out there
+from tests.test_protocols_livecodebench import ref_stdio_verdict as official_verdict
+
+
+def test_spaces_are_what_str_strip_and_split_use():
+    assert SPACES == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+
+
+# digits of several scripts (Arabic-Indic, Devanagari, fullwidth, mathematical: outside the BMP), every whitespace,
+# numbers, separators, characters outside the BMP, a lone surrogate, NUL
+_TOKENS = st.sampled_from(["5", "5.0", "05", "-0", "0.10", "1e2", "100", "1_000", "1000", "abc", "NaN", "nan", "inf",
+                           "-Infinity", "sNaN", "1", "x", "0.1000001", "٣", "٥", "३", "５", "𝟓", "𝟎𝟓", "١_٠٠٠",
+                           "1٠٠٠", "\U0001F600", "é", "\ud800", "\x00", "+5", "5e0", "٣.٥", "3.5", "\n",
+                           *SPACES])
+_TEXT = st.lists(_TOKENS, max_size=12).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_TEXT, _TEXT)
+def test_byte_comparison_equals_official_verdict(got, expected):
+    official = _outcome(official_verdict, got, expected)
+    ours = _outcome(stdout_matches, got.encode("utf-8", "surrogatepass"), expected)
+    assert (official is True) == (ours is True) and isinstance(official, str) == isinstance(ours, str), \
+        (got, expected, official, ours)
+
+
+def test_byte_comparison_examples():
+    cases = [("5  \r\n\n", "5\n"), ("1.50 2", "1.5 2.0"), ("005", "5"), ("1\n\n2", "1\n2"), ("٣\u3000٤", "3 4"),
+             ("\u3000 5 \x1c", "5"), ("𝟓", "5"), ("٣x", "3"), ("5\u200b", "5"), ("a" * 70000 + "\u2003", "a" * 70000),
+             ("\u3000" * 40000 + "7" + " \u2029" * 40000, "7.0"), ("1 " * 50000, "1 " * 49999)]
+    for got, expected in cases:
+        assert stdout_matches(got.encode(), expected) == (official_verdict(got, expected) is True), (got[:20], expected)
+    with pytest.raises(ArithmeticError):  # the official comparison raises too: a runtime error there
+        stdout_matches(b"sNaN", "5")
+
+
+# ------------------------------------------------------------------------------------------- bounded by the bytes
+def _grading_peak(mode, payload, judge):
+    """The harness's peak of new memory while it grades one result frame of ``payload``, as a ratio to its size."""
+    judge(0, "٣ 𝟓".encode())  # what is built once per process (the table of non-ASCII digits) is not this output's
+    reader = FrameReader(len(payload))
+    assert reader.feed(b'{"status": "ok", "bytes": %d}\n' % len(payload) + payload)
+    tracemalloc.start()
+    try:
+        verdict = harness._grade(reader, 0, mode, judge, time.monotonic() + 600)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return verdict, peak / len(payload)
+
+
+STDIN_BOMBS = {  # 4 MiB each, the classes of issue #47
+    "ascii_then_one_astral": b"a" * (4 << 20) + "\U0001F600".encode(),
+    "astral_line": "\U0001F600".encode() * (1 << 20),
+    "astral_tokens_ideographic_space": ("\U0001F600\u3000".encode()) * ((4 << 20) // 7),
+    "one_char_tokens": b"1 " * (2 << 20),
+    "blank_lines": b"\n" * (4 << 20),
+    "digits": b"1" * (4 << 20),
+    "wide_space_padding": "\u3000".encode() * (1 << 20) + b"5" + "\u2029".encode() * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STDIN_BOMBS))
+def test_stdin_grading_memory_is_bounded_by_the_output(name):
+    """Old code: the output decoded to a str (4 bytes a character beside a non-BMP one) and copied per step."""
+    payload = STDIN_BOMBS[name]
+    verdict, ratio = _grading_peak("stdin", payload, lambda index, out: stdout_matches(out, "5\n"))
+    assert verdict in (None, ("wrong_answer", "")), verdict
+    # a line of digits is converted, as the official does: its text (one byte a digit), Decimal's own ASCII copy of
+    # it and the Decimal (0.42 byte a digit)
+    assert ratio < (3.5 if name == "digits" else 1.2), f"{name}: grading took {ratio:.2f}x the output's size"
+
+
+# ------------------------------------------------------------------------------------------- functional results
+def test_long_decimal_integers_are_refused_before_conversion():
+    """Old code: json.loads converted every integer (up to 4,300 digits, quadratic time) before any check."""
+    with pytest.raises(ProtocolError):
+        decode_value(b"[" + b"7" * 4000 + b"]")
+    with pytest.raises(ProtocolError):
+        decode_value(b'{"~": "x", "v": 1, "pad": [' + b", ".join([b"9" * 300] * 10) + b"]}")
+    with pytest.raises(ProtocolError):
+        decode_value(b"[1." + b"5" * 400 + b"]")
+
+
+@pytest.mark.parametrize("value", [Fraction(10 ** 5000 + 1, 3), -(7 ** 9000), [1 << 64, -(1 << 64), (1 << 64) - 1],
+                                   Fraction(-5, 1 << 70)], ids=["fraction", "int", "edges", "small_fraction"])
+def test_wide_integers_cross_the_pipe_in_hexadecimal(value):
+    """Old code: a Fraction with a part wider than 13,000 bits crossed as an unequal placeholder."""
+    text = driver.encode_value(value, RESULT_LIMITS)
+    numbers = re.findall(rb"-?\d+", re.sub(rb'"[^"]*"', b'""', text))  # the literals outside strings
+    assert max(map(len, numbers), default=0) <= MAX_INT_LITERAL, numbers
+    back = decode_value(text)
+    assert back == value and type(back) is type(value)
+
+
+def test_many_small_values_are_refused_before_they_are_built():
+    """Old code: up to 2^21 values were built, one Python object each (a one-character string outside the BMP costs
+    80 bytes: +160 MiB for a 28 MiB result)."""
+    payload = driver.encode_value(["\U0001F600"] * (MAX_VALUES + 10), RESULT_LIMITS)
+    tracemalloc.start()
+    try:
+        with pytest.raises(OutputTooLarge):
+            decode_value(payload)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(payload), peak / len(payload)
+
+
+def test_values_under_the_bound_cost_what_limits_py_states():
+    payload = driver.encode_value(["\U0001F600"] * (MAX_VALUES - 10), RESULT_LIMITS)
+    tracemalloc.start()
+    try:
+        value = decode_value(payload)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(value) == MAX_VALUES - 10 and peak < 110 * MAX_VALUES, peak / MAX_VALUES  # ~105 bytes a value at worst
+
+
+@pytest.mark.runs_programs
+@pytest.mark.skipif(not isolation().isolate_fs, reason="no mount namespace here: execution is refused")
+def test_functional_limits_against_lcb_runner():
+    """Issue #46 item 3: integers of any size pass as lcb_runner passes them (old code: a Fraction with a part wider
+    than 13,000 bits equalled nothing, though Fraction(10**5000) == 10**5000 officially); nesting up to
+    limits.MAX_DEPTH passes, deeper is the listed departure (docs/tasks.md): a runtime error here."""
+    from snapeval.sandbox.limits import MAX_DEPTH
+    from snapeval.tasks.livecodebench import functional_matches, load_json
+
+    def run(body, expected):
+        code = f"from fractions import Fraction\nclass Solution:\n    def f(self, x):\n        {body}\n"
+        return run_program(code, ["0"], mode="functional", func_name="f", limits=SandboxLimits(timeout_s=5.0),
+                           judge=lambda index, value: functional_matches(value, load_json(expected))).status
+
+    assert run("return Fraction(10 ** 5000)", "1" + "0" * 5000) == "passed"
+    assert run("return -(7 ** 5000)", str(-(7 ** 5000))) == "passed"  # 14,037 bits
+    nested = lambda depth: "[" * depth + "]" * depth  # noqa: E731
+    wrap = "return __import__('functools').reduce(lambda inner, _: [inner], range({}), [])"  # {} + 1 brackets deep
+    assert run(wrap.format(MAX_DEPTH - 2), nested(MAX_DEPTH - 1)) == "passed"
+    assert run(wrap.format(MAX_DEPTH + 1), nested(MAX_DEPTH + 2)) == "runtime_error"

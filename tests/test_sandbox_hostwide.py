@@ -1,0 +1,108 @@
+"""Nothing a run can read changes with another run (sandbox issue #47, item 1): host-wide figures under /proc are
+fixed per-run views, the samples of one problem never run side by side, and the files a run maps are resident
+before any run starts."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from snapeval.sandbox import ProgramJob, SandboxLimits, harness, isolation, probe, run_program, run_programs
+from snapeval.tasks.livecodebench import stdout_matches
+
+FAST = SandboxLimits(timeout_s=3.0, memory_mb=512, output_bytes=1 << 20, disk_mb=8)
+sandboxed = pytest.mark.skipif(not isolation().isolate_fs, reason="no mount namespace here: execution is refused")
+
+READ_HOST = """
+import os
+def first(path, key):
+    try:
+        for line in open(path):
+            if line.startswith(key):
+                return line.split()[1]
+    except OSError:
+        return 'unreadable'
+    return 'absent'
+print(first('/proc/stat', 'processes'), first('/proc/meminfo', 'Shmem:'), open('/proc/loadavg').read().split()[3],
+      sorted(os.listdir('/proc/sys')), len(open('/proc/vmstat').read()),
+      sorted(os.listdir('/proc/pressure')) if os.path.isdir('/proc/pressure') else [])
+"""
+
+
+@sandboxed
+@pytest.mark.runs_programs
+def test_host_wide_proc_figures_are_fixed_views():
+    """Old code: the host's fork count, shared memory, running threads, vm counters and /proc/sys (all moved by
+    another run: enough to carry an answer between two samples)."""
+    seen = []
+    for _ in range(2):
+        result = run_program(READ_HOST, ["x\n"], mode="stdin", judge=lambda i, out: seen.append(out) or True,
+                             limits=FAST)
+        assert result.passed, result
+    assert seen[0] == seen[1] == b"0 0 1/1 [] 0 []\n", seen
+
+
+@sandboxed
+@pytest.mark.runs_programs
+def test_cooperating_samples_cannot_meet_through_the_fork_count():
+    """The copier of issue #47: it passes only if the fork count it sees moved by what the solver did beside it."""
+    solver = "import os\na, b = map(int, input().split())\nprint(a + b)\n"
+    copier = ("import os, time\nfirst = open('/proc/stat').read()\ntime.sleep(0.5)\n"
+              "print(5 if open('/proc/stat').read() != first else 0)\n")
+    judge = lambda index, out: stdout_matches(out, "5\n")  # noqa: E731
+    results = run_programs([ProgramJob(copier, ["2 3\n"], "stdin", judge, group="p"),
+                            ProgramJob(solver, ["2 3\n"], "stdin", judge, group="p")], limits=FAST, workers=2)
+    assert [r.status for r in results] == ["wrong_answer", "passed"], results
+
+
+def test_samples_of_one_problem_never_run_side_by_side(monkeypatch):
+    """Old code: ProgramJob had no group, and every job ran as soon as a worker was free."""
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def fake_run(code, inputs, *, mode, judge, func_name=None, limits=None):
+        with lock:
+            running[code] = running.get(code, 0) + 1
+            most[code] = max(most.get(code, 0), running[code])
+        time.sleep(0.02)
+        with lock:
+            running[code] -= 1
+        return harness.ProgramResult("passed")
+
+    monkeypatch.setattr(harness, "run_program", fake_run)
+    jobs = [ProgramJob(problem, [], "stdin", lambda i, o: True, group=problem) for problem in "aabbbc" * 3]
+    results = run_programs(jobs, workers=4)
+    assert len(results) == len(jobs) and all(r.passed for r in results)
+    assert most == {"a": 1, "b": 1, "c": 1}, most
+
+
+def test_the_files_a_run_maps_are_read_before_any_run():
+    iso = isolation()
+    if not iso.isolate_fs:
+        pytest.skip("no new root here: a run maps the host's files")
+    stdlib_file = os.path.join(os.path.dirname(os.__file__), "os.py")
+    assert any(stdlib_file.startswith(path) for path in iso.expose)
+    assert probe.make_resident([stdlib_file]) == os.path.getsize(stdlib_file)
+    assert probe.make_resident([os.path.dirname(stdlib_file)], hidden=iso.hide) > 0
+
+
+def test_the_runs_parent_group_weighs_as_its_parallel_runs(tmp_path):
+    """Old code: the parent of every run's cgroup kept the default weight (all parallel runs = one host process)."""
+    from snapeval.sandbox.cgroups import CPU_WEIGHT, MAX_WEIGHT, CgroupTree
+
+    (tmp_path / "cpu.weight").write_text("100\n")
+    tree = CgroupTree(2, {"unified": str(tmp_path)})
+    tree.weigh(8)
+    assert (tmp_path / "cpu.weight").read_text().strip() == str(8 * CPU_WEIGHT)
+    tree.weigh(1000)
+    assert (tmp_path / "cpu.weight").read_text().strip() == str(MAX_WEIGHT)
+    tree = isolation().cgroups
+    if tree is None or tree.version != 2 or not os.path.exists(os.path.join(tree.bases["unified"], "cpu.weight")):
+        pytest.skip("no cgroup v2 cpu controller here")
+    run_programs([ProgramJob("print(1)", [], "stdin", lambda i, o: True, group=g) for g in "ab"], limits=FAST,
+                 workers=2)
+    with open(os.path.join(tree.bases["unified"], "cpu.weight")) as f:
+        assert f.read().strip() == str(2 * CPU_WEIGHT)
