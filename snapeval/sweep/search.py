@@ -1,25 +1,25 @@
-"""A sequential budget search: settle each (method, budget) cell with the fewest items.
+"""A sequential budget search: settle each method's smallest non-inferior budget with the fewest items.
 
 A full sweep evaluates every budget on every item, though most cells are settled, clearly fine or clearly broken,
-after a fraction of them. The search evaluates a group's items in batches, in a fixed random order of whole clusters
-(:func:`batches`); after each batch every open (method, budget) cell is tested with the anytime-valid paired test of
-:mod:`snapeval.stats.sequential` (non-inferior / not non-inferior at the decision's margin, each side one-sided at
-alpha, valid at every look), and a cell stops as soon as one side is settled. The full-cache reference runs on every
-item any open cell needs; one batch's items are evaluated for all the open cells of the group together, so the shared
-prefill (:mod:`snapeval.branching`) still serves every open cell of an item.
+after a fraction of them, and a deployer needs one answer per method. The search evaluates a group's items in
+batches of whole clusters in a fixed random order (:func:`batches`). Each method walks its budgets from the largest
+down, the report's fixed-sequence order (each budget at alpha, the family-wise error per method at most alpha): its
+current budget is tested after every batch with the anytime-valid paired test of :mod:`snapeval.stats.sequential`
+(valid at any look, each side one-sided at alpha) and stops as soon as it is settled; non-inferior opens the next
+smaller budget, not non-inferior ends the walk, and a budget unsettled when the items run out is inconclusive and
+ends it too. The full-cache reference runs each batch once; the open cells of every method that need one batch are
+evaluated in one call, so the shared prefill (:mod:`snapeval.branching`) still serves each of them.
 
-**Monotonicity** (``monotone: true``, an assumption the user accepts, never a default): a method's accuracy does not
-fall when its budget grows. Then a settled failure at budget ``b`` settles every smaller budget of the method as not
-non-inferior, and a settled success settles every larger one as non-inferior, without running them ("by
-monotonicity"). The assumption is checked wherever both sides ran: a settled non-inferior budget below a settled
-not non-inferior one of the same method is reported as a violation.
-
-The method's answer is the report's fixed-sequence walk (largest budget first, each at alpha, stopping at the first
-that is not non-inferior), over the cells' sequential labels.
+**Monotonicity** (``monotone=True``, an assumption the user accepts, never a default): a method's accuracy does not
+fall when its budget grows. Budgets below a settled failure are then not non-inferior "by monotonicity" instead of
+"not reached" (no claim). A walk from the largest budget never leaves a budget above a settled success unsettled. A
+bisection over the budgets would run fewer cells, but it tests several budgets that may all be truly not
+non-inferior, each at alpha, and so loses the walk's error bound: it is not offered.
 
 :func:`search` is the engine (the caller says how a batch is evaluated); :func:`replay` runs it over the per-item
-results a full sweep already wrote (no model: what the search would have evaluated, decided and saved; the time saved
-is estimated from each cell's measured seconds per item).
+results a full sweep already wrote (no model: what the search would have evaluated and decided; the time saved is
+estimated from each group's measured seconds in proportion to its item-evaluations); ``snapeval report DIR
+--search-replay`` writes it as ``search.md``.
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from snapeval.errors import SnapevalError
 from snapeval.stats.decision import DecisionRule
 from snapeval.stats.sequential import INCONCLUSIVE, NON_INFERIOR, NOT_NON_INFERIOR, OPEN, decide
 
-KEYS = ("batch", "seed", "monotone")
 #: How a cell's label was reached.
 TESTED, IMPLIED = "tested", "by monotonicity"
 #: A budget below the end of its method's walk: not run, no claim (the fixed-sequence walk never tests it).
@@ -57,18 +56,6 @@ class SearchSettings:
             raise SnapevalError(f"search.seed={self.seed!r} is invalid; allowed: an integer >= 0")
         if not isinstance(self.monotone, bool):
             raise SnapevalError(f"search.monotone={self.monotone!r} is invalid; allowed: true or false")
-
-    @classmethod
-    def from_mapping(cls, raw: Any, where: str = "search") -> "SearchSettings":
-        """From the sweep YAML's ``search:`` mapping (missing keys: the defaults)."""
-        if raw is None:
-            return cls()
-        if not isinstance(raw, dict):
-            raise SnapevalError(f"{where}: expected a mapping with keys {', '.join(KEYS)}; got {type(raw).__name__}")
-        unknown = sorted(set(raw) - set(KEYS), key=str)
-        if unknown:
-            raise SnapevalError(f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(KEYS)}")
-        return cls(**raw)
 
 
 def batches(clusters: Mapping[Any, list], batch: int, seed: int) -> list[list]:
