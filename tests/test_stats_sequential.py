@@ -143,3 +143,44 @@ def test_the_quickstart_replayed_reaches_the_full_grids_answers_with_a_quarter_o
     used = sum(g.result.evaluations for g in groups)
     full = sum(g.result.full_grid_evaluations for g in groups)
     assert full == 1344 and used <= full / 2
+
+
+def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decided(tmp_path, monkeypatch, capsys):
+    """`snapeval sweep --until-decided` on the test harness (200 items, batches of 20): each batch of open cells is
+    one shared unit with the full cache, cells stopped early leave their batches as shards and no result file, a
+    cell that used every batch is merged into its result, and search.md gives the decisions and the items each
+    used."""
+    import io
+
+    from fixtures import sweep_fakes
+    from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+    from snapeval.results.store import ResultsStore
+    from snapeval.sweep import parse_config, run_sweep
+
+    monkeypatch.setattr(sweep_fakes, "DOCS", 200)
+    raw = {"name": "s", "models": ["llama-3.1-8b-instruct"], "tasks": [{"name": "snapeval_passkey", "limit": 200}],
+           "methods": ["full", {"method": "snapstream", "budgets": [64, 512, 1024]},
+                       {"method": "streamingllm", "budgets": [64, 1024]}], "decision": {"margin": 0.2}}
+    calls = []
+
+    def counted(model_args, tasks, *, shard=None, **kwargs):
+        calls.append((model_args["config"].method, model_args["config"].budget, shard))
+        return fake_evaluate(model_args, tasks, shard=shard, **kwargs)
+
+    out = tmp_path / "s"
+    summary = run_sweep(parse_config(raw), out, evaluate=counted, simulate=fake_simulate, stream=io.StringIO(),
+                        report=False, search=SearchSettings(batch=20, monotone=True))
+    account = (out / "search.md").read_text()
+    assert "| streamingllm | 1024 | not non-inferior | tested |" in account
+    assert "| streamingllm | 64 | not non-inferior | by monotonicity | 0 of 200 |" in account
+    assert "Answers: snapstream non-inferior at" in account
+    rows = {label: (status, text) for label, status, text in summary.rows}
+    assert rows["llama-3.1-8b-instruct | snapeval_passkey | streamingllm@64 | seed 0"][0] == "search"
+    # the full cache ran each batch once, always beside the cells that needed it; no cell ran a batch twice
+    assert len([c for c in calls if c[0] == "full"]) == len({c[2] for c in calls})
+    assert len(calls) == len(set(calls)) and all(shard is not None for *_, shard in calls)
+    evaluated = sum(1 for method, *_ in calls if method != "full")
+    store = ResultsStore(out)
+    finished = {r.identity["policy"].get("budget") for r in store.finished()
+                if r.identity["policy"]["method"] != "full"}
+    assert len(finished) < 5 and evaluated < 5 * 10  # not every cell ran every batch

@@ -134,10 +134,26 @@ EvaluateBatch = Callable[[list, list], Mapping[Any, Mapping[Any, float]]]
 
 def search(clusters: Mapping[Any, list], cells: list[tuple[str, int]], evaluate: EvaluateBatch, *,
            rule: DecisionRule = DecisionRule(), settings: SearchSettings = SearchSettings(),
-           higher_is_better: bool = True, max_size: int | None = None) -> SearchResult:
-    """Run the search over one group's items (``clusters``: ``{cluster: [item, ...]}``, the task's whole layout) for
-    the compressed ``cells`` (``(method, budget)``), evaluating batches with ``evaluate``. ``max_size``: the largest
-    cluster of the task's layout (default: the largest in ``clusters``). Per-item scores must lie in [0, 1].
+           higher_is_better: bool = True, max_size: int | None = None, plan: list[list] | None = None) -> SearchResult:
+    """:func:`steps` driven by ``evaluate`` (see there)."""
+    walk = steps(clusters, cells, rule=rule, settings=settings, higher_is_better=higher_is_better, max_size=max_size,
+                 plan=plan)
+    request = next(walk)
+    while True:
+        try:
+            request = walk.send(evaluate(*request))
+        except StopIteration as done:
+            return done.value
+
+
+def steps(clusters: Mapping[Any, list], cells: list[tuple[str, int]], *, rule: DecisionRule = DecisionRule(),
+          settings: SearchSettings = SearchSettings(), higher_is_better: bool = True, max_size: int | None = None,
+          plan: list[list] | None = None):
+    """The search over one group's items (``clusters``: ``{cluster: [item, ...]}``, the task's whole layout) for the
+    compressed ``cells`` (``(method, budget)``), as a generator: it yields ``(batch items, cells)`` requests (see
+    :data:`EvaluateBatch`), is sent their scores, and returns the :class:`SearchResult`. ``max_size``: the largest
+    cluster of the task's layout (default: the largest in ``clusters``); ``plan``: the batches, lists of ``(cluster,
+    item)`` (default: :func:`batches`; a cluster must not span two). Per-item scores must lie in [0, 1].
 
     Each method walks its budgets from the largest down (the report's fixed-sequence order, each at alpha): its
     current budget runs batch after batch until it is settled; a non-inferior budget opens the next smaller one (from
@@ -149,7 +165,7 @@ def search(clusters: Mapping[Any, list], cells: list[tuple[str, int]], evaluate:
         raise SnapevalError("search: no compressed (method, budget) cell to decide")
     if len(set(cells)) != len(cells):
         raise SnapevalError("search: a (method, budget) cell is listed twice")
-    plan = batches(clusters, settings.batch, settings.seed)
+    plan = plan if plan is not None else batches(clusters, settings.batch, settings.seed)
     total = sum(len(v) for v in clusters.values())
     top = max_size or max(len(v) for v in clusters.values())
     outcome = {c: CellOutcome(*c, label=NOT_REACHED, how="") for c in cells}
@@ -169,7 +185,7 @@ def search(clusters: Mapping[Any, list], cells: list[tuple[str, int]], evaluate:
         batch = plan[index]
         items = [item for _, item in batch]
         need_reference = items[0] not in reference
-        scores = evaluate(items, ([None] if need_reference else []) + group)
+        scores = yield items, ([None] if need_reference else []) + group
         if need_reference:
             reference.update({item: _bounded(scores[None][item], "the full cache") for item in items})
         last = index == len(plan) - 1
@@ -226,11 +242,25 @@ class GroupReplay:
     seed: Any
     result: SearchResult
     grid_seconds: float
+    spent_seconds: float | None = None  # a live search: the seconds it measured (grid_seconds is then extrapolated)
+    cell_ids: dict[tuple[str, int], str] | None = None  # a live search: each (method, budget)'s cell
+
+    def cell_lines(self) -> dict[str, str]:
+        """A live search's line per cell id: its label, how and after how many items (the sweep's summary rows)."""
+        out = {}
+        for key, cell_id in (self.cell_ids or {}).items():
+            c = self.result.cells[key]
+            how = "" if c.how in ("", TESTED) else f" {c.how}"
+            out[cell_id] = f"{c.label}{how} after {c.items} of {self.result.total_items} items"
+        return out
 
     def seconds(self) -> tuple[float, float]:
-        """``(the search's estimated seconds, the full grid's measured seconds)``: the grid's seconds in proportion to
-        the item-evaluations (an estimate: each item-evaluation of a group is taken to cost the same)."""
+        """``(the search's seconds, the full grid's seconds)``. Replayed: the grid's measured seconds, and the
+        search's in proportion to its item-evaluations (each item-evaluation of a group taken to cost the same).
+        Live: the search's measured seconds, and the grid's extrapolated from them the same way."""
         r = self.result
+        if self.spent_seconds is not None:
+            return self.spent_seconds, self.grid_seconds
         return self.grid_seconds * r.evaluations / r.full_grid_evaluations, self.grid_seconds
 
 
@@ -315,8 +345,113 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
                       f"({r.evaluations / r.full_grid_evaluations:.0%}; the full cache {r.reference_items})."
                   , ""]
     share = used / full if full else math.nan
-    time_share = spent_s / full_s if full_s else math.nan
-    lines += [f"All groups: {used} of {full} item-evaluations ({share:.0%}); estimated time {spent_s:.0f} s of the "
-              f"grid's measured {full_s:.0f} s ({time_share:.0%}: each group's measured seconds in proportion to its "
-              "item-evaluations)."]
+    time_share = f"{spent_s / full_s:.0%}" if full_s else "n/a"
+    live = any(g.spent_seconds is not None for g in replays)
+    lines += [f"All groups: {used} of {full} item-evaluations ({share:.0%}); "
+              + (f"measured time {spent_s:.0f} s, the full grid's extrapolated {full_s:.0f} s ({time_share}: "
+                 "the measured seconds per item-evaluation)." if live else
+                 f"estimated time {spent_s:.0f} s of the grid's measured {full_s:.0f} s ({time_share}: each "
+                 "group's measured seconds in proportion to its item-evaluations).")]
     return lines
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# a live search (`snapeval sweep CONFIG --until-decided`)
+
+
+def items_of(cell) -> int:
+    """The items a cell's task answers: its ``limit``, else its metadata's ``num_samples`` (the generated tasks');
+    one-line error when neither is set (the search must know the items it batches)."""
+    metadata = dict(cell.task.metadata_dict or {})
+    count = cell.task.limit if cell.task.limit is not None else metadata.get("num_samples")
+    if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
+        raise SnapevalError(f"--until-decided: task {cell.task.name} has no item count (limit={cell.task.limit!r}, "
+                            f"metadata num_samples={metadata.get('num_samples')!r}); allowed: set the task's limit to "
+                            "the items the search may use")
+    return count
+
+
+def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending: set[str], cell_fn, executor,
+             started, store, outcomes: list):
+    """The search over a sweep's groups, yielding ``(cell, ShardResult | None, error)`` as an executor does (the
+    runner writes each shard, and merges a cell whose batches all ran into its result); ``outcomes`` receives a
+    :class:`GroupReplay`-like record per group (``seconds`` measured). Batches are the sweep's item shards: with
+    ``S = ceil(items / batch)``, batch ``k`` holds documents ``i % S == k`` (items spread over the task's order),
+    taken in a random order of ``k`` drawn with ``settings.seed``. Tasks whose items share clusters (a family with a
+    cluster layout) would split a cluster over batches: refused in one line unless one batch holds all their items
+    (replay their full sweep instead)."""
+    from snapeval.cache.methods import METHOD_TABLE
+    from snapeval.stats.headline import headline_metric
+    from snapeval.sweep.runner import WorkUnit
+    from snapeval.sweep.shards import Shard
+    from snapeval.tasks.families import task_family
+
+    groups: dict[str, list] = {}
+    for cell in cells:
+        groups.setdefault(cell.group_id, []).append(cell)
+    for members in groups.values():
+        reference = next((c for c in members if METHOD_TABLE.is_reference(c.config.method)), None)
+        compressed = [c for c in members if c is not reference and c.config.budget is not None]
+        todo = [c for c in compressed if c.cell_id in pending]
+        if reference is None or not todo:
+            continue
+        n = items_of(reference)
+        count = max(1, math.ceil(n / settings.batch))
+        family = task_family(reference.task.name)
+        if count > 1 and family is not None and family.cluster is not None:
+            raise SnapevalError(f"--until-decided: task {reference.task.name}'s items share clusters (documents), "
+                                f"which {count} item shards of {settings.batch} would split; allowed: tasks whose "
+                                f"items are independent, or a batch of at least its {n} items (or run the full sweep "
+                                "and `snapeval report DIR --search-replay`)")
+        order = [int(k) for k in np.random.default_rng(settings.seed).permutation(count)]
+        plan = [[(i, i) for i in range(k, n, count)] for k in order]
+        plan = [b for b in plan if b]
+        by_key = {(c.config.method, int(c.config.budget)): c for c in compressed}
+        known: dict[int, float] = {}
+        view = reference.view().to_dict()
+        if reference.cell_id not in pending:  # finished before: its items are read, never run again
+            done = store.read(reference.cell_id)
+            subtask, metric = headline_metric(view, done)
+            known = {s.doc_id: s.scores[metric] for s in done.samples if s.subtask == subtask}
+        walk = steps({i: [i] for i in range(n)}, list(by_key), rule=rule, settings=settings, plan=plan)
+        request = next(walk)
+        seconds = 0.0
+        while True:
+            items, wanted = request
+            batch = next(k for k, b in zip(order, plan) if b[0][1] == items[0])
+            scores: dict[Any, dict] = {}
+            if None in wanted and known:
+                scores[None] = {i: known[i] for i in items}
+            run = [c for c in ([reference] if None in wanted and not known else [])
+                   + [by_key[w] for w in wanted if w is not None]]
+            unit = WorkUnit(tuple(run), shared=len(run) > 1, shard=Shard(batch, count))
+            for cell, result, error in executor.run([unit], cell_fn, started):
+                yield cell, result, error
+                if result is None or result.cell is None:
+                    last = (error or "no result").strip().splitlines()[-1]
+                    raise SnapevalError(f"--until-decided: {cell.label} failed on batch {batch + 1} of {count} "
+                                        f"({last}); the search stops")
+                seconds += float(result.wall_s or 0.0)
+                subtask, metric = headline_metric(view, result.cell)
+                higher = next(m.higher_is_better for m in result.cell.metrics if (m.subtask, m.key) == (subtask,
+                                                                                                         metric))
+                key = None if cell is reference else (cell.config.method, int(cell.config.budget))
+                # oriented so that higher is better: 1 - score for a lower-is-better metric (scores lie in [0, 1])
+                scores[key] = {s.doc_id: s.scores[metric] if higher else 1.0 - s.scores[metric]
+                               for s in result.cell.samples if s.subtask == subtask}
+            try:
+                request = walk.send(scores)
+            except StopIteration as finished:
+                outcome = finished.value
+                break
+        full = seconds * outcome.full_grid_evaluations / max(1, outcome.evaluations)
+        outcomes.append(GroupReplay(reference.model.name, reference.task.name, reference.seed, outcome, full,
+                                    spent_seconds=seconds,
+                                    cell_ids={key: c.cell_id for key, c in by_key.items()}))
+
+
+def write_account(path, groups: list[GroupReplay], rule: DecisionRule, settings: SearchSettings) -> None:
+    """``search.md`` of a live search: :func:`render` under a title."""
+    from snapeval.results.store import atomic_write_text
+
+    atomic_write_text(path, "\n".join(["# Sequential budget search", ""] + render(groups, rule, settings)) + "\n")
