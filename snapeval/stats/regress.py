@@ -499,8 +499,9 @@ def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule =
 def render(comp: Comparison, base_desc: str, cur_desc: str, rule: DecisionRule, z: float,
            drop: float = REGRESSION_DROP) -> str:
     lines = [f"snapeval regress: {cur_desc} vs {base_desc}",
-             "every current cell must pair with its baseline cell (the same items, per-item samples, the baseline's "
-             "aggregates, the same greedy status); greedy cells: any change of a per-item score or text fails, item "
+             "every current cell must pair with its baseline cell (the same items with the same targets, every item "
+             "scored on the headline metric, the baseline's aggregates, the same task source and greedy status); "
+             "greedy cells: any change of a per-item score or text fails, item "
              f"by item; sampled cells: a one-sided paired test of a drop of the headline metric, Holm-adjusted over "
              f"the {comp.sampled_tests} sampled cells at family-wise alpha={rule.alpha:g} (power against a "
              f"{drop * 100:g}-point drop at the churn measured shown); where the paired test cannot reject at all: a "
@@ -542,7 +543,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "regress", help="fail when a greedy cell changes any item or accuracy drops significantly vs a baseline",
         description="Compare every (model, task, method, budget) cell of a results directory with a baseline. Every "
-                    "cell must pair with the baseline's (same items, per-item samples, aggregates, greedy status). "
+                    "cell must pair with the baseline's (same items and targets, every item scored on the headline "
+                    "metric, aggregates, task source, greedy status). "
                     "Greedy cells fail on any per-item score or text change; sampled cells on a significant "
                     "one-sided paired drop, Holm-adjusted over the sampled cells. Exit 0: no regression; 1: "
                     "regression or a cell that does not pair; 2: unusable input.")
