@@ -412,7 +412,9 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
         if reference.cell_id not in pending:  # finished before: its items are read, never run again
             done = store.read(reference.cell_id)
             subtask, metric = headline_metric(view, done)
-            known = {s.doc_id: s.scores[metric] for s in done.samples if s.subtask == subtask}
+            up = next(m.higher_is_better for m in done.metrics if (m.subtask, m.key) == (subtask, metric))
+            known = {s.doc_id: s.scores[metric] if up else 1.0 - s.scores[metric] for s in done.samples
+                     if s.subtask == subtask}
         walk = steps({i: [i] for i in range(n)}, list(by_key), rule=rule, settings=settings, plan=plan)
         request = next(walk)
         seconds = 0.0
