@@ -124,13 +124,13 @@ def replayed() -> dict:
                            "of": g.result.total_items} for (m, b), c in g.result.cells.items()]
             used = sum(g.result.evaluations for g in groups)
             grid_evaluations = sum(g.result.full_grid_evaluations for g in groups)
-            spent = sum(g.seconds()[0] for g in groups)
-            measured = sum(g.seconds()[1] for g in groups)
+            reference = sum(g.result.reference_items for g in groups)
+            items = sum(g.result.total_items for g in groups)
             same = {f"{t} / {m}": {"search": list(answers[(t, m)]), "full grid": list(full[(t, m)]),
                                    "same": answers[(t, m)] == full[(t, m)]} for (t, m) in full}
             out[f"margin {margin:g}, monotone {monotone}"] = {
                 "item_evaluations": used, "full_grid_item_evaluations": grid_evaluations,
-                "fraction": used / grid_evaluations, "estimated_seconds": spent, "grid_seconds": measured,
+                "fraction": used / grid_evaluations, "full_cache_items": reference, "items": items,
                 "same_answers": sum(v["same"] for v in same.values()), "answers": len(same), "by_method": same,
                 "cells": cells, "markdown": render(groups, rule, settings)}
     return out

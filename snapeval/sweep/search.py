@@ -234,15 +234,13 @@ def _bounded(value, who: str) -> float:
 
 @dataclass
 class GroupReplay:
-    """One (model, task, seed) group replayed: the search's result and the group's measured seconds (the sum of its
-    cells' ``wall_s``: a shared group books its whole run on one cell)."""
+    """One (model, task, seed) group searched: the search's result and, for a live search, the seconds it measured."""
 
     model: str
     task: str
     seed: Any
     result: SearchResult
-    grid_seconds: float
-    spent_seconds: float | None = None  # a live search: the seconds it measured (grid_seconds is then extrapolated)
+    spent_seconds: float | None = None  # a live search's measured seconds (None: replayed, nothing ran)
     cell_ids: dict[tuple[str, int], str] | None = None  # a live search: each (method, budget)'s cell
 
     def cell_lines(self) -> dict[str, str]:
@@ -253,15 +251,6 @@ class GroupReplay:
             how = "" if c.how in ("", TESTED) else f" {c.how}"
             out[cell_id] = f"{c.label}{how} after {c.items} of {self.result.total_items} items"
         return out
-
-    def seconds(self) -> tuple[float, float]:
-        """``(the search's seconds, the full grid's seconds)``. Replayed: the grid's measured seconds, and the
-        search's in proportion to its item-evaluations (each item-evaluation of a group taken to cost the same).
-        Live: the search's measured seconds, and the grid's extrapolated from them the same way."""
-        r = self.result
-        if self.spent_seconds is not None:
-            return self.spent_seconds, self.grid_seconds
-        return self.grid_seconds * r.evaluations / r.full_grid_evaluations, self.grid_seconds
 
 
 def replay(results_dir, *, rule: DecisionRule | None = None,
@@ -312,8 +301,7 @@ def replay(results_dir, *, rule: DecisionRule | None = None,
             return {c: {i: (ref_scores if c is None else scores[c])[i] for i in items} for c in wanted}
 
         result = search(clusters, list(scores), evaluate, rule=rule, settings=settings, higher_is_better=higher)
-        seconds = sum(float(results[v["cell_id"]].wall_s or 0.0) for v in [reference, *compressed])
-        out.append(GroupReplay(model, task, seed, result, seconds))
+        out.append(GroupReplay(model, task, seed, result))
     if not out:
         raise SnapevalError(f"replay: {results_dir} has no group with a full-cache cell and a compressed cell")
     return out
@@ -325,15 +313,15 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
     lines = [f"Sequential budget search (margin δ = {rule.margin:g}, α = {rule.alpha:g} per side, anytime-valid; "
              f"batches of {settings.batch} items in a fixed random order, seed {settings.seed}; monotonicity "
              f"{'assumed' if settings.monotone else 'not assumed'}).", ""]
-    used = full = 0
-    spent_s = full_s = 0.0
+    used = full = reference = items = 0
+    spent: float | None = 0.0
     for g in replays:
         r = g.result
         used += r.evaluations
         full += r.full_grid_evaluations
-        s, f = g.seconds()
-        spent_s += s
-        full_s += f
+        reference += r.reference_items
+        items += r.total_items
+        spent = None if spent is None or g.spent_seconds is None else spent + g.spent_seconds
         answers = ", ".join(f"{m} {label}" + (f" at {b}" if b is not None else "")
                             for m, (label, b) in r.method_decisions().items())
         lines += [f"### {g.model} / {g.task} (seed {g.seed})", "", f"Answers: {answers}.", "",
@@ -342,16 +330,15 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
             how = {INCONCLUSIVE: "items ran out", NOT_REACHED: "not run"}.get(c.label, c.how)
             lines.append(f"| {method} | {budget} | {c.label} | {how} | {c.items} of {r.total_items} |")
         lines += ["", f"Item-evaluations: {r.evaluations} of the full grid's {r.full_grid_evaluations} "
-                      f"({r.evaluations / r.full_grid_evaluations:.0%}; the full cache {r.reference_items})."
-                  , ""]
+                      f"({r.evaluations / r.full_grid_evaluations:.0%}); the full cache ran {r.reference_items} of "
+                      f"{r.total_items} items" + (f"; measured {g.spent_seconds:.0f} s" if g.spent_seconds is not None
+                                                   else "") + ".", ""]
     share = used / full if full else math.nan
-    time_share = f"{spent_s / full_s:.0%}" if full_s else "n/a"
-    live = any(g.spent_seconds is not None for g in replays)
-    lines += [f"All groups: {used} of {full} item-evaluations ({share:.0%}); "
-              + (f"measured time {spent_s:.0f} s, the full grid's extrapolated {full_s:.0f} s ({time_share}: "
-                 "the measured seconds per item-evaluation)." if live else
-                 f"estimated time {spent_s:.0f} s of the grid's measured {full_s:.0f} s ({time_share}: each "
-                 "group's measured seconds in proportion to its item-evaluations).")]
+    lines += [f"All groups: {used} of {full} item-evaluations ({share:.0%}); the full cache ran {reference} of "
+              f"{items} items (each item any cell needs is prefilled once for all of them)"
+              + (f"; measured {spent:.0f} s." if spent is not None else
+                 ". A replay runs nothing: time is not estimated from it (a shared prefill and a unit's fixed costs "
+                 "do not scale with item-evaluations).")]
     return lines
 
 
@@ -446,8 +433,7 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
             except StopIteration as finished:
                 outcome = finished.value
                 break
-        full = seconds * outcome.full_grid_evaluations / max(1, outcome.evaluations)
-        outcomes.append(GroupReplay(reference.model.name, reference.task.name, reference.seed, outcome, full,
+        outcomes.append(GroupReplay(reference.model.name, reference.task.name, reference.seed, outcome,
                                     spent_seconds=seconds,
                                     cell_ids={key: c.cell_id for key, c in by_key.items()}))
 
