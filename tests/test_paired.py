@@ -31,8 +31,11 @@ def test_binary_single_items_use_mcnemar_midp_and_tango():
     assert cmp.ci_low == pytest.approx(-cmp.drop_bound)
     assert cmp.interval == "Tango score"
     assert (cmp.ni_p, cmp.drop_bound) == pytest.approx(tango_noninferiority(2, 0, 40, 0.02, 0.05))
-    # the items that would settle it are computed at the observed difference: -0.05 is beyond the margin, none do
-    assert not cmp.non_inferior and cmp.n_for_margin == math.inf
+    # the items that would settle it are computed at the observed difference: -0.05 is beyond the margin, so they are
+    # the items that would show the whole interval beyond it (the gap reversed); none only exactly at the margin
+    assert not cmp.non_inferior and not cmp.not_non_inferior and cmp.drop_low < 0.02
+    assert cmp.n_for_margin == noninferiority_items(0.02, 0.05, 2 / 40, -2 / 40) < math.inf
+    assert noninferiority_items(0.02, 0.05, 0.1, -0.02) == math.inf
     one = compare_cells(_cell({i: 1 for i in range(400)}), _cell({i: (0 if i < 2 else 1) for i in range(400)}),
                         "acc,none")
     assert one.non_inferior and one.n_for_margin == noninferiority_items(0.02, 0.05, 2 / 400, -2 / 400) == 373

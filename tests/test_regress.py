@@ -149,8 +149,14 @@ def _entry(value, stderr, higher=True, key_model="m"):
     return Entry({"model": key_model, "task": "t", "method": "full", "seed": 0}, result)
 
 
-def test_metrics_without_a_baseline_value_are_not_compared():
-    assert not compare([_entry(None, None)], [_entry(None, None)]).failed
+def test_a_null_headline_fails_in_one_line_and_other_metrics_without_a_value_are_not_compared():
+    # issue #48: a baseline cell whose headline aggregate is null was skipped without a line (348c906 passed it)
+    null = compare([_entry(None, None)], [_entry(None, None)])
+    assert null.failed and [f.kind for f in null.findings if f.kind != "note"] == ["missing"]
+    assert "the baseline cell has a null headline aggregate err,none: nothing to guard" in null.findings[-1].text
+    empty = compare([Entry(_entry(0.5, 0.01).view, dataclasses.replace(_entry(0.5, 0.01).result, metrics=[]))],
+                    [_entry(0.5, 0.01)])
+    assert empty.failed and "the baseline cell reports no aggregate" in empty.findings[-1].text
     # a baseline without per-item samples cannot guard anything: it fails, naming why; exploring, the aggregate
     # missing from the current cell is named
     assert compare([_entry(0.5, 0.01)], [_entry(None, None)]).count("unpaired") == 1
@@ -441,3 +447,54 @@ def test_sampled_power_is_stated_at_the_holm_level_and_the_churn_measured(tmp_pa
         power = mcnemar_power(64, churn + 0.15, churn, 0.05 / 8, "less")
         assert f"power {power:.0%} against a 15-point drop at {churn:.0%} churn, level 0.00625" in line
         assert "over 8 sampled cells" in line
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #48: the guard's last gaps (each passed a drop or another experiment on 348c906)
+
+
+def _gaps():
+    """(name, baseline, current, the failing line) of each way around the pairing rules that 348c906 let pass."""
+    sampled = _greedy_entries(64, 57, greedy=False)  # 0.89
+    # 1. the 20 items the current run broke carry no per-item headline score: paired over the rest, 0.89 -> 0.58
+    broken = _plant(sampled, 20)
+    unscored = _with(broken, samples=[dataclasses.replace(s, scores={}) if s.doc_id < 20 else s
+                                      for s in broken.result.samples])
+    # 2. other items under the same doc ids (every target differs), scoring the same
+    moved = _with(sampled, samples=[dataclasses.replace(s, target=s.target + "x") for s in sampled.result.samples])
+    # 3. another task source (its prompts or scoring changed), items and scores identical
+    source_a, source_b = "a" * 64, "b" * 64
+    from_a = _with(sampled, task_source_sha256=source_a)
+    from_b = _with(sampled, task_source_sha256=source_b)
+    return [("headline score missing on some items", sampled, unscored, "UNPAIRED", "20 of the current run's 64 "
+             "items carry no per-item acc,none score: doc 0, doc 1, doc 2, doc 3, doc 4 (+15 more); every item must "
+             "carry the headline score"),
+            ("other targets", sampled, moved, "UNPAIRED", "64 item(s) have another target in the current run: doc 0, "
+             "doc 1, doc 2, doc 3, doc 4 (+59 more) (the same doc ids hold other items)"),
+            ("task source", from_a, from_b, "MISMATCH", f"task source differs: baseline {source_a[:12]} vs current "
+             f"{source_b[:12]} (the task's prompts or scoring changed: not the same items); write the baseline again "
+             "if the change is intended")]
+
+
+@pytest.mark.parametrize("case", range(3), ids=[g[0] for g in _gaps()])
+def test_the_guards_last_gaps_fail_with_one_line(case, tmp_path, capsys):
+    _, base, current, tag, line = _gaps()[case]
+    baseline = _results_dir(tmp_path, "base", [base])
+    assert regress(capsys, baseline, _results_dir(tmp_path, "same", [base]))[0] == 0  # an identical rerun passes
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "cur", [current]))
+    assert code == 1 and _failing_lines(text) == [f"{tag:<11} m | t | full | seed 0: {line}"], text
+
+
+def test_two_cells_with_one_key_are_refused_at_load(tmp_path, capsys):
+    """A second current cell with the key of another (a hand-edited manifest): 348c906 compared the last one and
+    ignored the first; both files and results directories are refused in one line."""
+    base = _greedy_entries(64, 57, greedy=False)
+    worse = _plant(base, 20)
+    twin = Entry({**worse.view, "cell_id": "c0b"}, dataclasses.replace(worse.result, cell_id="c0b"))
+    baseline = _results_dir(tmp_path, "base", [base])
+    code, out, err = regress(capsys, baseline, _results_dir(tmp_path, "cur", [twin, base]))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1].endswith("two cells with one key (m | t | full | seed 0): cell ids c0b and "
+                                                 "c0; allowed: one cell per (model, task, method settings, seed)")
+    with pytest.raises(Exception, match="two cells with one key"):
+        load_entries(_results_dir(tmp_path, "base2", [base, twin]))

@@ -259,16 +259,63 @@ def test_each_method_is_non_inferior_not_non_inferior_or_inconclusive_with_the_n
     a = decided[("t", "snapkv")]
     assert a.decision == "inconclusive" and a.items_to_settle == noninferiority_items(0.02, 0.05, 0.0, 0.0) == 133
     assert tables.verdict(a) == "inconclusive at this n (n that would settle it: 133)"
-    # a cell that lost every item: beyond the margin, no n settles it (the old report printed "needs 15,453 items")
+    # a cell that lost every item: its whole interval is beyond the margin (the old report printed "needs 15,453 items")
     b = decided[("t", "streamingllm")]
-    assert b.decision == "not non-inferior"
-    assert tables.verdict(b) == "not non-inferior (observed drop beyond the margin)"
+    assert b.decision == "not non-inferior" and b.drop_low > 0.02 and pd.isna(b.items_to_settle)
+    assert tables.verdict(b) == (f"not non-inferior (drop 1.000, at least {b.drop_low:.3f}: the whole interval is "
+                                 "beyond the margin)")
     # 400 items: non-inferior down to 256
     c = decided[("big", "snapkv")]
     assert c.decision == "non-inferior" and tables.verdict(c) == "**non-inferior at budget 256**"
     md = "\n".join(tables.decision_markdown(pair))
     assert "| m | t | snapkv | inconclusive at this n (n that would settle it: 133) | snapkv@512 |" in md
     assert "none in the grid" not in md and "15,453" not in md
+
+
+def test_not_non_inferior_only_when_the_whole_interval_is_beyond_the_margin():
+    """Issue #48: one worse item of 40 (observed drop 0.025 > δ = 0.02, 90% interval [-0.105, +0.040]) is not shown
+    not non-inferior: the interval holds no drop at all. 348c906 labelled it "not non-inferior" on the point
+    estimate, with "n that would settle it: none"."""
+    from snapeval.stats.power import noninferiority_items
+
+    cells = [_cell("f", "full", None, [1] * 40), _cell("a1024", "snapkv", 1024, [0] + [1] * 39),
+             _cell("b1024", "streamingllm", 1024, [0] * 10 + [1] * 30)]
+    _, pair, decided = _decided(cells)
+    a = decided[("t", "snapkv")]
+    assert a.drop == 0.025 and a.drop_low < 0 < 0.02 < a.drop_bound
+    assert a.decision == "inconclusive"
+    # settling it at the observed difference means showing the drop beyond the margin: Nam's n with the gap reversed
+    assert a.items_to_settle == noninferiority_items(0.02, 0.05, 1 / 40, -1 / 40) > 1000
+    assert tables.verdict(a) == f"inconclusive at this n (n that would settle it: {int(a.items_to_settle):,})"
+    b = decided[("t", "streamingllm")]  # 10 of 40 lost: the whole interval lies beyond the margin
+    assert b.decision == "not non-inferior" and b.drop_low > 0.02
+    md = "\n".join(tables.decision_markdown(pair))
+    assert f"| [{a.drop_low:+.3f}, {a.drop_bound:.3f}] |" in md and "whole interval is beyond the margin" in md
+    paired_md = "\n".join(tables.paired_markdown(pair).values())
+    assert "no (whole interval beyond δ)" in paired_md and "inconclusive (n to settle:" in paired_md
+
+
+def test_items_to_settle_use_the_tasks_own_layout_design_effect():
+    """Issue #48: LongBench-v2's 395 questions share documents (367 clusters): the items that would settle a
+    decision are planned with its layout's worst-case design effect, 1.32, computed from the data (the paired items'
+    own, 1 for 40 single questions, before)."""
+    from snapeval.report.results_table import task_design_effect
+    from snapeval.stats.binary import worst_case_design_effect
+    from snapeval.stats.power import noninferiority_items
+    from snapeval.tasks.families import layout_cluster_sizes
+
+    sizes = layout_cluster_sizes("longbench_v2")
+    if sizes is None:
+        pytest.skip("LongBench-v2's local data is not here")
+    assert (len(sizes), sum(sizes)) == (367, 395) and task_design_effect("longbench_v2") == pytest.approx(523 / 395)
+    assert task_design_effect("snapeval_passkey") is None  # generated items: each its own cluster
+    cells = [_cell("f", "full", None, [1] * 40, task="longbench_v2"),
+             _cell("a", "snapkv", 512, [1] * 40, task="longbench_v2")]
+    _, pair, decided = _decided(cells)
+    a = decided[("longbench_v2", "snapkv")]
+    assert a.design_effect == pytest.approx(worst_case_design_effect(sizes))
+    assert a.items_to_settle == math.ceil(noninferiority_items(0.02, 0.05, 0.0, 0.0) * 523 / 395) == 177
+    assert "(n that would settle it: 177, design effect 1.32)" in tables.verdict(a)
 
 
 def test_unpaired_items_and_undecidable_tasks_are_said_never_dropped():

@@ -204,7 +204,14 @@ def test_noninferiority_sample_size_reaches_its_power():
     draws = rng.multinomial(n, [psi / 2, psi / 2, 1 - psi], size=4000)
     power = np.mean([tango_noninferiority(w, b, n, margin, 0.05)[0] < 0.05 for w, b, _ in draws])
     assert power == pytest.approx(0.80, abs=0.03)
-    assert noninferiority_items(0.02, 0.05, 0.1, difference=-0.03) == math.inf  # the truth is beyond the margin
+    # issue #48: a truth beyond the margin is settled the other way (the whole interval beyond it): the same formula
+    # with the gap reversed, checked by simulating the reverse one-sided Tango test at the n it gives
+    theta = -0.06
+    n = noninferiority_items(margin, 0.05, psi, difference=theta)
+    draws = rng.multinomial(n, [(psi - theta) / 2, (psi + theta) / 2, 1 - psi + 0.0], size=4000)
+    power = np.mean([tango_statistic(w, b, n, -margin) < -NormalDist().inv_cdf(0.95) for w, b, _ in draws])
+    assert power == pytest.approx(0.80, abs=0.03)
+    assert noninferiority_items(0.02, 0.05, 0.1, difference=-0.02) == math.inf  # the truth is the margin
     # normal approximation for means: ((z_a + z_b) sigma / margin)^2
     zz = NormalDist().inv_cdf(0.95) + NormalDist().inv_cdf(0.8)
     assert normal_noninferiority_clusters(0.04, 0.05, 0.05) == math.ceil(zz * zz * 0.04 / 0.0025)

@@ -20,6 +20,15 @@ def register(subparsers) -> None:
                         f"decision.margin, else {DEFAULT_MARGIN})")
     p.add_argument("--alpha", type=float, default=None,
                    help=f"level of every test (default: the sweep's decision.alpha, else {DEFAULT_ALPHA})")
+    p.add_argument("--search-replay", action="store_true",
+                   help="also write search.md: what the sequential budget search (anytime-valid, budgets walked "
+                        "from the largest down) decides on this sweep's own per-item results, the items each cell "
+                        "used and the item-evaluations and time against the full grid (no model runs)")
+    p.add_argument("--batch", type=int, default=8, help="--search-replay: items per batch (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="--search-replay: seed of the batches' random order (default 0)")
+    p.add_argument("--monotone", action="store_true",
+                   help="--search-replay: accept that accuracy does not fall as a budget grows (budgets below a "
+                        "settled failure are then not non-inferior without running)")
     p.set_defaults(func=main)
 
 
@@ -36,11 +45,29 @@ def main(args: argparse.Namespace) -> int:
             decision = sweep_decision(args.results_dir).with_overrides(margin=args.margin, alpha=args.alpha)
         except SnapevalError as exc:
             raise SnapevalError(str(exc).replace("decision.", "--", 1)) from None
+    settings = None
+    if args.search_replay:
+        from snapeval.sweep.search import SearchSettings
+
+        try:
+            settings = SearchSettings(batch=args.batch, seed=args.seed, monotone=args.monotone)
+        except SnapevalError as exc:
+            raise SnapevalError(str(exc).replace("search.", "--", 1)) from None
     paths = build_report(args.results_dir, args.out, decision=decision)
     if paths.foreign_cells:
         print(f"snapeval report: {len(paths.foreign_cells)} cell file(s) in {args.results_dir} belong to another "
               "configuration and are not in this report (listed in the report)", file=sys.stderr)
     print(f"report: {paths.markdown}")
     for path in paths.csvs + paths.plots:
+        print(f"  {path}")
+    if settings is not None:
+        from snapeval.results.store import atomic_write_text
+        from snapeval.sweep.search import render, replay
+
+        rule = decision if decision is not None else sweep_decision(args.results_dir)
+        lines = ["# Sequential budget search, replayed on this sweep's items", ""]
+        lines += render(replay(args.results_dir, rule=rule, settings=settings), rule, settings)
+        path = paths.markdown.parent / "search.md"
+        atomic_write_text(path, "\n".join(lines) + "\n")
         print(f"  {path}")
     return 0

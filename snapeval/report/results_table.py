@@ -41,7 +41,7 @@ PAIRED_COLUMNS = [
     "paired_ref_cell", "paired_n", "paired_clusters", "paired_unpaired", "paired_diff", "paired_ci_low",
     "paired_ci_high", "paired_interval", "paired_test", "paired_p", "paired_p_holm", "paired_significant",
     "items_worse", "items_better", "paired_length_change", "paired_mdd", "ni_margin", "ni_alpha", "ni_p",
-    "ni_drop_bound", "non_inferior", "ni_items_needed", "smallest_ni_budget", "paired_note",
+    "ni_drop_bound", "non_inferior", "ni_items_needed", "ni_design_effect", "smallest_ni_budget", "paired_note",
 ]
 
 
@@ -54,10 +54,13 @@ def columns(methods=()) -> list[str]:
 
 
 def paired_columns(view: dict[str, Any], result: CellResult, metric: str, reference: tuple[str, CellResult] | None,
-                   rule: DecisionRule, higher_is_better: bool = True, family: int = 1) -> dict[str, Any]:
+                   rule: DecisionRule, higher_is_better: bool = True, family: int = 1,
+                   layout_design_effect: float | None = None) -> dict[str, Any]:
     """The paired comparison of one compressed cell's ``metric`` with the full-cache cell of its group, or a note
     saying why there is none (no full-cache cell in the group; no shared item). ``family``: the compressed cells of
-    its (model, task) that are Holm-adjusted together (the level of its minimum detectable drop)."""
+    its (model, task) that are Holm-adjusted together (the level of its minimum detectable drop);
+    ``layout_design_effect``: the task's whole layout's (:func:`task_design_effect`), which the items that would
+    settle its decision are planned with."""
     from snapeval.stats import compare_cells
 
     if METHOD_TABLE.is_reference(view.get("method")):
@@ -66,7 +69,8 @@ def paired_columns(view: dict[str, Any], result: CellResult, metric: str, refere
         return {"paired_note": "no full-cache reference cell answered the same items (same model, task, seed, limit)"}
     ref_id, ref_result = reference
     try:
-        cmp = compare_cells(ref_result, result, metric, rule=rule, higher_is_better=higher_is_better, family=family)
+        cmp = compare_cells(ref_result, result, metric, rule=rule, higher_is_better=higher_is_better, family=family,
+                            layout_design_effect=layout_design_effect)
     except SnapevalError as exc:
         return {"paired_ref_cell": ref_id, "paired_note": str(exc)}
     notes = []
@@ -80,7 +84,19 @@ def paired_columns(view: dict[str, Any], result: CellResult, metric: str, refere
             "paired_p": cmp.p_value, "items_worse": cmp.worse, "items_better": cmp.better,
             "paired_length_change": cmp.length_change, "paired_mdd": cmp.mdd, "ni_margin": rule.margin,
             "ni_alpha": rule.alpha, "ni_p": cmp.ni_p, "ni_drop_bound": cmp.drop_bound,
-            "non_inferior": cmp.non_inferior, "ni_items_needed": cmp.n_for_margin, "paired_note": "; ".join(notes)}
+            "non_inferior": cmp.non_inferior, "ni_items_needed": cmp.n_for_margin,
+            "ni_design_effect": cmp.planning_design_effect, "paired_note": "; ".join(notes)}
+
+
+def task_design_effect(task: str) -> float | None:
+    """The worst-case design effect of a task's whole item set (``sum(m^2) / n`` over its clusters: LongBench-v2's
+    395 local questions in 367 documents give 1.32), computed from its family's cluster layout and local data; None
+    when the task has no cluster layout or its data is not here (the paired items' own design effect is then used)."""
+    from snapeval.stats.binary import worst_case_design_effect
+    from snapeval.tasks.families import layout_cluster_sizes
+
+    sizes = layout_cluster_sizes(task)
+    return worst_case_design_effect(sizes) if sizes else None
 
 
 def add_decisions(table, rule: DecisionRule) -> None:
@@ -132,6 +148,7 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
                 and view.get("group_id") in references:
             families[(view["model"], view["task"])] = families.get((view["model"], view["task"]), 0) + 1
     rows = []
+    layouts = {task: task_design_effect(task) for task in {v["task"] for v in views if v["cell_id"] in results}}
     for view in views:
         result = results.get(view["cell_id"])
         if result is None:
@@ -150,7 +167,8 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
         for m in result.metrics:
             is_primary = (m.subtask, m.key) == primary
             paired = paired_columns(view, result, m.key, references.get(view.get("group_id")), rule,
-                                    m.higher_is_better, families.get((view["model"], view["task"]), 1)) \
+                                    m.higher_is_better, families.get((view["model"], view["task"]), 1),
+                                    layouts[view["task"]]) \
                 if is_primary else {}
             rows.append({**cell_cols, **paired, "subtask": m.subtask, "metric": m.metric, "filter": m.filter,
                          "primary": (m.subtask, m.key) == primary, "higher_is_better": m.higher_is_better,
@@ -168,7 +186,7 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
                 "sim_prefill_seconds", "sim_full_kv_bytes_per_seq", "sim_full_decode_tokens_per_s",
                 "sim_hbm_bytes_per_socket", "paired_diff", "paired_ci_low", "paired_ci_high", "paired_p",
                 "paired_p_holm", "paired_length_change", "paired_mdd", "ni_margin", "ni_alpha", "ni_p", "ni_drop_bound",
-                "ni_items_needed"):
+                "ni_items_needed", "ni_design_effect"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("primary", "higher_is_better", "deterministic"):
         table[col] = table[col].astype("bool")

@@ -85,7 +85,7 @@ def _ratio(num, den) -> float:
 PAIRED = ["paired_n", "paired_clusters", "paired_unpaired", "paired_diff", "paired_ci_low", "paired_ci_high",
           "paired_interval", "paired_test", "paired_p", "paired_p_holm", "paired_significant", "items_worse",
           "items_better", "paired_length_change", "paired_mdd", "ni_margin", "ni_alpha", "ni_p", "ni_drop_bound",
-          "non_inferior", "ni_items_needed", "smallest_ni_budget", "paired_note"]
+          "non_inferior", "ni_items_needed", "ni_design_effect", "smallest_ni_budget", "paired_note"]
 
 
 def paired(table: pd.DataFrame) -> pd.DataFrame:
@@ -111,7 +111,8 @@ def _drop(value) -> str:
 
 
 DECISION_COLUMNS = ["model", "task", "method", "decision", "smallest_ni_budget", "deciding_budget", "drop",
-                    "drop_bound", "n", "clusters", "unpaired", "items_to_settle", "ni_margin", "ni_alpha", "note"]
+                    "drop_low", "drop_bound", "n", "clusters", "unpaired", "items_to_settle", "design_effect",
+                    "ni_margin", "ni_alpha", "note"]
 NON_INFERIOR, NOT_NON_INFERIOR, INCONCLUSIVE, NO_COMPARISON = ("non-inferior", "not non-inferior", "inconclusive",
                                                                "no paired comparison")
 
@@ -125,14 +126,34 @@ def _oriented_drop(row) -> float:
     return -row["paired_diff"] if row["higher_is_better"] else row["paired_diff"]
 
 
+def smallest_drop(row) -> float:
+    """The interval's end on the better side, as a drop (``1 - 2 alpha`` two-sided: the one-sided ``1 - alpha`` lower
+    bound of the drop). Above the margin, the whole interval lies beyond it: the cell is shown not non-inferior."""
+    return -row["paired_ci_high"] if row["higher_is_better"] else row["paired_ci_low"]
+
+
+def cell_label(row) -> str:
+    """One paired cell's answer: NON_INFERIOR (the drop's upper bound is below the margin), NOT_NON_INFERIOR (the
+    drop's lower bound is above it: the whole interval lies beyond the margin) or INCONCLUSIVE (the interval holds
+    the margin)."""
+    if bool(row["non_inferior"]):
+        return NON_INFERIOR
+    if float(smallest_drop(row)) > float(row["ni_margin"]):
+        return NOT_NON_INFERIOR
+    return INCONCLUSIVE
+
+
 def decisions(pair: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, task, method) with one of three answers, from the fixed-sequence walk down its budgets:
 
-    - ``non-inferior``: ``smallest_ni_budget`` passed (and every larger budget before it);
-    - ``not non-inferior``: the largest budget (the first tested) failed and its observed drop is at or beyond the
-      margin; no number of items would show non-inferiority at that difference (``items_to_settle`` inf);
-    - ``inconclusive``: the largest budget failed with an observed drop inside the margin; ``items_to_settle`` is the
-      number of items that would show non-inferiority with 80% power if the true difference were the observed one;
+    - ``non-inferior``: ``smallest_ni_budget`` passed (and every larger budget before it): the interval's drop end
+      is below the margin;
+    - ``not non-inferior``: the largest budget (the first tested) failed and its whole interval lies beyond the
+      margin (``drop_low``, the drop's lower bound, is above it);
+    - ``inconclusive``: the largest budget failed and its interval holds the margin; ``items_to_settle`` is the
+      number of items that would settle it with 80% power if the true difference were the observed one (show
+      non-inferiority when the observed drop is inside the margin, show the reverse when it is beyond), under the
+      task's own design effect (``design_effect``: its whole item layout's, LongBench-v2's 1.32);
     - ``no paired comparison``: none of the method's cells could be paired (``note`` says why).
 
     The deciding cell is the smallest non-inferior budget, else the largest budget (its worst seed); ``unpaired``
@@ -150,15 +171,13 @@ def decisions(pair: pd.DataFrame) -> pd.DataFrame:
         budget = int(smallest.iloc[0]) if not smallest.empty else int(scored["budget"].max())
         cell = _worst(scored[scored["budget"] == budget])
         drop = float(_oriented_drop(cell))
-        if not smallest.empty:
-            decision, settle = NON_INFERIOR, float("nan")
+        decision = NON_INFERIOR if not smallest.empty else cell_label(cell)
+        settle = float(cell["ni_items_needed"]) if decision == INCONCLUSIVE else float("nan")
+        if decision == NON_INFERIOR:
             base["smallest_ni_budget"] = budget
-        elif drop >= float(cell["ni_margin"]):
-            decision, settle = NOT_NON_INFERIOR, math.inf
-        else:
-            decision, settle = INCONCLUSIVE, float(cell["ni_items_needed"])
         rows.append({**base, "decision": decision, "deciding_budget": budget, "drop": drop,
-                     "drop_bound": cell["ni_drop_bound"], "n": cell["paired_n"], "clusters": cell["paired_clusters"],
+                     "drop_low": float(smallest_drop(cell)), "drop_bound": cell["ni_drop_bound"],
+                     "design_effect": cell.get("ni_design_effect", float("nan")), "n": cell["paired_n"], "clusters": cell["paired_clusters"],
                      "unpaired": cell["paired_unpaired"], "items_to_settle": settle, "ni_margin": cell["ni_margin"],
                      "ni_alpha": cell["ni_alpha"], "note": cell["paired_note"] if isinstance(cell["paired_note"], str)
                      else ""})
@@ -174,14 +193,16 @@ def verdict(row) -> str:
     if row.decision == NON_INFERIOR:
         return f"**non-inferior at budget {int(row.smallest_ni_budget)}**{extra}"
     if row.decision == NOT_NON_INFERIOR:
-        return f"not non-inferior (observed drop beyond the margin){extra}"
-    return f"inconclusive at this n (n that would settle it: {_settle(row.items_to_settle)}){extra}"
+        return f"not non-inferior (drop {row.drop:.3f}, at least {row.drop_low:.3f}: the whole interval is beyond " \
+               f"the margin){extra}"
+    deff = "" if pd.isna(row.design_effect) or row.design_effect <= 1 else f", design effect {row.design_effect:.2f}"
+    return f"inconclusive at this n (n that would settle it: {_settle(row.items_to_settle)}{deff}){extra}"
 
 
 def _settle(value) -> str:
     if value is None or pd.isna(value):
         return "unknown (no variance to plan with)"
-    return "none" if math.isinf(value) else f"{int(value):,}"
+    return "none (the observed drop is the margin)" if math.isinf(value) else f"{int(value):,}"
 
 
 def decision_markdown(pair: pd.DataFrame, missing: list[str] | None = None) -> list[str]:
@@ -201,24 +222,28 @@ def decision_markdown(pair: pd.DataFrame, missing: list[str] | None = None) -> l
                   f"effective counts when items share a document; the sign-flip test over clusters otherwise). A "
                   f"method's budgets are tested from the largest down, each at α, stopping at the first that is not "
                   f"non-inferior (fixed-sequence: the family-wise error per (model, task, method) stays at most α); "
-                  f"with several seeds every seed must pass. Each method gets one of three answers: **non-inferior "
-                  f"at budget X** (the smallest that passed); **not non-inferior** (the largest budget's observed "
-                  f"drop is at or beyond δ: no number of items would show it); **inconclusive at this n** (the "
-                  f"observed drop is inside δ but the bound is not: the n that would settle it is the items for 80% "
-                  f"power if the true difference were the observed one). \"Not significantly different\" is not "
-                  f"non-inferiority: a cell can be neither.", "",
-                  f"| model | task | method | decision | deciding cell | observed drop | upper {confidence} bound | "
-                  "items (clusters) | unpaired items |", "|" + " --- |" * 9]
+                  f"with several seeds every seed must pass. Each method gets one of three answers, read off the "
+                  f"{(1 - 2 * alpha) * 100:g}% interval of the drop: **non-inferior at budget X** (the smallest that "
+                  f"passed: the interval's upper end is below δ); **not non-inferior** (the largest budget's whole "
+                  f"interval is beyond δ: its lower end, shown, is above it); **inconclusive at this n** (the "
+                  f"interval holds δ: the n that would settle it is the items for 80% power if the true difference "
+                  f"were the observed one, under the task's own design effect). \"Not significantly different\" is "
+                  f"not non-inferiority: a cell can be neither.", "",
+                  f"| model | task | method | decision | deciding cell | observed drop | {(1 - 2 * alpha) * 100:g}% "
+                  "interval of the drop | items (clusters) | unpaired items |", "|" + " --- |" * 9]
         for r in decisions(pair).itertuples():
             if r.decision == NO_COMPARISON:
                 lines.append(f"| {r.model} | {r.task} | {r.method} | {verdict(r)} | – | – | – | – | – |")
                 continue
             lines.append(f"| {r.model} | {r.task} | {r.method} | {verdict(r)} | {r.method}@{r.deciding_budget} | "
-                         f"{r.drop + 0.0:+.3f} | {_drop(r.drop_bound)} | {int(r.n)} ({int(r.clusters)}) | "
+                         f"{r.drop + 0.0:+.3f} | [{r.drop_low + 0.0:+.3f}, {_drop(r.drop_bound)}] | "
+                         f"{int(r.n)} ({int(r.clusters)}) | "
                          f"{int(r.unpaired)} |")
-        lines += ["", "n that would settle it: Nam (1997) / Liu et al. (2002) for Tango's test, at the deciding cell's "
-                      "observed difference and rate of discordant items (times the design effect when items share a "
-                      "document); the normal approximation with the cluster-robust variance for other metrics."]
+        lines += ["", "n that would settle it: Nam (1997) / Liu et al. (2002) for Tango's one-sided test at δ (non-"
+                      "inferiority when the observed drop is inside δ, the reverse when it is beyond), at the deciding "
+                      "cell's observed difference and rate of discordant items, times the worst-case design effect of "
+                      "the task's whole item layout (its own items' where the task has no layout here); the normal "
+                      "approximation with the cluster-robust variance for other metrics."]
     if missing:
         lines += ["", "Nothing to decide on:", ""] + [f"- {m}" for m in missing]
     return lines
@@ -248,11 +273,11 @@ def paired_markdown(pair: pd.DataFrame) -> dict[tuple[str, str], str]:
             detectable = ("none at this n" if not pd.isna(r.paired_mdd) and math.isinf(r.paired_mdd)
                           else _drop(r.paired_mdd))
             sig = "**yes**" if bool(r.paired_significant) else f"no (detectable after Holm: {detectable})"
-            drop = -r.paired_diff if r.higher_is_better else r.paired_diff
-            if bool(r.non_inferior):
+            label = cell_label(frame.loc[r.Index])
+            if label == NON_INFERIOR:
                 ni = "**yes**"
-            elif drop >= r.ni_margin:
-                ni = "no (observed drop beyond δ)"
+            elif label == NOT_NON_INFERIOR:
+                ni = "no (whole interval beyond δ)"
             else:
                 ni = f"inconclusive (n to settle: {_settle(r.ni_items_needed)})"
             length = "" if pd.isna(r.paired_length_change) else f"{r.paired_length_change:+.1f}"
@@ -280,8 +305,8 @@ def paired_legend(pair: pd.DataFrame) -> list[str]:
             f"task); p-values are Holm-adjusted within it and *significant* means Holm p < α = {alpha:g}. "
             f"\"detectable after Holm\": the smallest drop the test would catch with 80% power at this n at Holm's "
             f"most stringent level α / m (m: the cells of the family). *Drop bound*: one-sided {(1 - alpha) * 100:g}% "
-            f"upper bound of the drop; *non-inferior*: bound < δ = {margin:g}, else \"observed drop beyond δ\" or "
-            "\"inconclusive\" with the n that would settle it at the observed difference. *Worse / better*: items the "
+            f"upper bound of the drop; *non-inferior*: bound < δ = {margin:g}; \"no\" when the whole interval is beyond "
+            "δ; else \"inconclusive\" with the n that would settle it at the observed difference. *Worse / better*: items the "
             "budget scored lower / higher than the full cache. Items in only one of the two cells are counted as "
             "unpaired, never paired."]
 

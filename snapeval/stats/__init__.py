@@ -11,6 +11,7 @@ One module per concern, each naming its textbook source:
 - :mod:`.decision`: :class:`DecisionRule` (margin, alpha) of the non-inferiority decision;
 - :mod:`.headline`: a cell's headline metric (what the decision, the report and ``regress`` lead with);
 - :mod:`.paired`: :func:`compare_cells` (everything above, for two cells of one group) and :func:`drop_check`;
+- :mod:`.sequential`: the anytime-valid paired decision (betting e-processes over clusters) of the budget search;
 - :mod:`.regress`: the ``snapeval regress`` command.
 
 ``docs/statistics.md`` gives the levels, the simulations that chose the clustered method, and the decisions.

@@ -89,15 +89,28 @@ class PairedComparison:
     ni_p: float  # one-sided non-inferiority p: H0 drop >= margin
     drop_bound: float  # one-sided 1 - alpha upper confidence bound of the drop
     mdd: float  # smallest drop the two-sided test catches with 80% power at this n and alpha / family (inf: none)
-    n_for_margin: float  # items that would show non-inferiority with 80% power if the true difference were the
-    #                      observed one (inf: the observed drop is at or beyond the margin, no n settles it)
+    n_for_margin: float  # items that would settle the decision with 80% power if the true difference were the
+    #                      observed one (non-inferior above the margin, beyond it below; inf: exactly at the margin),
+    #                      under ``planning_design_effect``
     design_effect: float  # worst-case design effect dividing clustered 0/1 counts (1: single items)
+    planning_design_effect: float  # the design effect n_for_margin is planned with: the task's whole layout's
+    #                                when given (compare_cells' layout_design_effect), else design_effect
     few_clusters: bool  # a bootstrap interval over fewer than FEW_CLUSTERS clusters (coverage not reached)
 
     @property
     def non_inferior(self) -> bool:
         """The one-sided test rejects "drop >= margin" at alpha (equivalently: drop_bound < margin)."""
         return self.ni_p < self.alpha
+
+    @property
+    def drop_low(self) -> float:
+        """The interval's other end as a drop: the smallest drop the ``1 - 2 alpha`` interval holds."""
+        return -self.ci_high if self.higher_is_better else self.ci_low
+
+    @property
+    def not_non_inferior(self) -> bool:
+        """The whole interval lies beyond the margin (its smallest drop exceeds it): shown not non-inferior."""
+        return self.drop_low > self.margin
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "non_inferior": self.non_inferior}
@@ -175,10 +188,14 @@ def _items(result, metric: str, subtask: str | None) -> dict[tuple[str, int], tu
 
 
 def compare_cells(reference, candidate, metric: str, *, rule: DecisionRule = DecisionRule(),
-                  higher_is_better: bool = True, subtask: str | None = None, family: int = 1) -> PairedComparison:
+                  higher_is_better: bool = True, subtask: str | None = None, family: int = 1,
+                  layout_design_effect: float | None = None) -> PairedComparison:
     """Pair two :class:`~snapeval.results.schema.CellResult` s item by item on ``metric`` (see the module
     docstring for what is computed). ``subtask`` restricts the items to one subtask; ``family``: the number of tests
-    this one is adjusted with (Holm), which sets the level of the minimum detectable drop.
+    this one is adjusted with (Holm), which sets the level of the minimum detectable drop;
+    ``layout_design_effect``: the worst-case design effect of the task's whole item set
+    (:func:`~snapeval.stats.binary.worst_case_design_effect` of its cluster sizes), which the items that would settle
+    the decision are planned with (more items come from that layout); None: the paired items' own.
 
     Raises a one-line :class:`SnapevalError` when no item can be paired (different items, or no per-item scores).
     """
@@ -199,9 +216,11 @@ def compare_cells(reference, candidate, metric: str, *, rule: DecisionRule = Dec
         n_eff = pairs.n / deff
         interval = "Tango score" + (f", worst-case design effect {deff:.2f}" if deff > 1 else "")
         mdd = minimum_detectable_drop(max(1, round(n_eff)), pairs.better / pairs.n, alpha / family)
-        needed = noninferiority_items(margin, alpha, (pairs.worse + pairs.better) / pairs.n, observed) * deff \
+        plan_deff = layout_design_effect if layout_design_effect is not None else deff
+        needed = noninferiority_items(margin, alpha, (pairs.worse + pairs.better) / pairs.n, observed) * plan_deff \
             if margin > 0 else math.inf
     else:
+        plan_deff = 1.0  # planned in clusters, from the cluster-robust variance
         p, how = sign_flip_test(pairs.totals)
         test = f"sign-flip over {pairs.k} clusters (mid-p, {how})"
         low, high = cluster_bootstrap_interval(pairs.totals, pairs.sizes, confidence=rule.confidence)
@@ -224,7 +243,7 @@ def compare_cells(reference, candidate, metric: str, *, rule: DecisionRule = Dec
         length_change=float(np.mean(pairs.lengths)) if pairs.lengths else None, margin=margin, alpha=alpha,
         ni_p=float(ni_p), drop_bound=float(drop_bound), mdd=float(mdd),
         n_for_margin=float(math.ceil(needed) if math.isfinite(needed) else needed), design_effect=float(deff),
-        few_clusters=few,
+        planning_design_effect=float(plan_deff), few_clusters=few,
     )
 
 

@@ -7,7 +7,8 @@ psi)``; power is the probability of the test's rejection region (Miettinen, "Ind
 Biometrics 24:339-352, 1968; Connor's normal approximation, Biometrics 43:207-211, 1987, is what
 ``tests/test_stats.py`` checks it against at large n).
 
-The sample size of Tango's non-inferiority test is the asymptotic formula of Nam (Biometrics 53:1422-1430, 1997)
+The sample size of Tango's non-inferiority test (and, with the gap's sign reversed, of the test that the drop is
+beyond the margin: what settles a cell whose observed drop is beyond it) is the asymptotic formula of Nam (Biometrics 53:1422-1430, 1997)
 and Liu, Hsueh, Hsieh & Chen (Stat. Med. 21:231-245, 2002)::
 
     n = [z_(1-alpha) sqrt(2 q + d0 (1 - d0)) + z_power sqrt(psi - theta^2)]^2 / (theta - d0)^2
@@ -93,8 +94,11 @@ def minimum_detectable_drop(n: int, better_rate: float, alpha: float, power: flo
 
 def noninferiority_items(margin: float, alpha: float, discordance: float, difference: float = 0.0,
                          power: float = POWER) -> int:
-    """Items Tango's non-inferiority test needs for ``power`` at ``margin`` (Nam 1997; Liu et al. 2002), when the
-    true difference is ``difference`` and a share ``discordance`` of items is discordant."""
+    """Items Tango's one-sided test at ``-margin`` needs for ``power`` (Nam 1997; Liu et al. 2002), when the true
+    difference is ``difference`` and a share ``discordance`` of items is discordant: the test of non-inferiority
+    (H1: difference > -margin) when the difference is above ``-margin``, the test of the reverse (H1: difference <
+    -margin, the interval entirely beyond the margin) when it is below; ``inf`` exactly at the margin, where neither
+    can be shown. The formula is the same for both sides, with ``|difference + margin|`` as the gap."""
     d0 = -margin
     psi = max(discordance, abs(difference))
     p_worse = (psi - difference) / 2
@@ -105,9 +109,9 @@ def noninferiority_items(margin: float, alpha: float, discordance: float, differ
     q = (math.sqrt(max(0.0, b * b - 4 * a * c)) - b) / (2 * a)
     null_sd = math.sqrt(max(0.0, 2 * q + d0 * (1 - d0)))
     alt_sd = math.sqrt(max(0.0, psi - difference ** 2))
-    gap = difference - d0
-    if gap <= 0:
-        return math.inf  # the true difference is at or beyond the margin: no n shows non-inferiority
+    gap = abs(difference - d0)
+    if gap <= 1e-12:
+        return math.inf  # the true difference is the margin: no n settles it either way
     z_a, z_b = _NORMAL.inv_cdf(1 - alpha), _NORMAL.inv_cdf(power)
     return math.ceil(((z_a * null_sd + z_b * alt_sd) / gap) ** 2)
 
@@ -119,12 +123,12 @@ def normal_minimum_detectable_drop(se: float, alpha: float, power: float = POWER
 
 def normal_noninferiority_clusters(cluster_variance: float, margin: float, alpha: float, difference: float = 0.0,
                                    power: float = POWER) -> float:
-    """Clusters a one-sided test at ``alpha`` needs to show non-inferiority at ``margin`` with ``power`` when the
+    """Clusters a one-sided test at ``alpha`` needs to settle non-inferiority at ``margin`` with ``power`` when the
     true difference is ``difference`` (negative: worse) and one cluster's contribution to the mean has variance
-    ``cluster_variance`` (``k * var(mean)``): ``((z_(1-alpha) + z_power) sigma / (margin + difference))^2``;
-    ``inf`` when the difference is at or beyond ``-margin``."""
-    gap = margin + difference
-    if gap <= 0:
+    ``cluster_variance`` (``k * var(mean)``): ``((z_(1-alpha) + z_power) sigma / |margin + difference|)^2`` (to
+    show non-inferiority above ``-margin``, to show the reverse below it); ``inf`` exactly at ``-margin``."""
+    gap = abs(margin + difference)
+    if gap <= 1e-12:
         return math.inf
     z = _NORMAL.inv_cdf(1 - alpha) + _NORMAL.inv_cdf(power)
     return math.ceil(z * z * cluster_variance / gap ** 2)

@@ -4,10 +4,16 @@ Cells are matched on (model, task, the method's identity, seed: :func:`key_field
 baseline fixes its items, so every current cell must **pair** with its baseline cell, or the check fails with one line
 naming what is missing (exit 1):
 
-* the current cell must cover exactly the baseline's items (``(subtask, doc_id)``): none missing, none other;
-* it must carry per-item samples scored on the headline metric (a cell without them could hide any drop);
-* it must report the headline aggregate (the cell's headline metric: the config's ``metric``, else the task's
-  first) and every other aggregate the baseline has a value for;
+* the current cell must cover exactly the baseline's items (``(subtask, doc_id)``): none missing, none other, and
+  each with the baseline's target (the same doc id over another item does not pair);
+* every item of both cells must carry a per-item score on the headline metric (a cell without them could hide any
+  drop; one that drops some items' scores would silently pair over the rest);
+* the baseline must have a headline aggregate with a value (the cell's headline metric: the config's ``metric``,
+  else the task's first), and the current cell must report it and every other aggregate the baseline has a value
+  for;
+* both cells must come from the same task source (``task_source_sha256``; a baseline written before it was recorded
+  gets a note, not a failure);
+* each file holds one cell per key (a second cell with the key of another is refused at load, exit 2);
 * its greedy status must be the baseline's: a greedy baseline is checked by the greedy rule and a current run that
   sampled even one item is not the same experiment (it would otherwise slip to the weaker sampled test).
 
@@ -118,7 +124,7 @@ def load_entries(path: str | Path, role: str = "--baseline") -> tuple[str, list[
             entries = [Entry(v, store.read(v["cell_id"])) for v in views if store.cell_path(v["cell_id"]).is_file()]
         except SnapevalError as exc:
             raise UnusableInput(str(exc)) from None
-        return f"results directory {path}", entries
+        return f"results directory {path}", _unique(entries, f"{role} {path}")
     if not path.is_file():
         what = "a results directory" if role == "--current" else "a baseline JSON file or a results directory"
         raise UnusableInput(f"{role} {path} does not exist (give {what})")
@@ -141,7 +147,20 @@ def load_entries(path: str | Path, role: str = "--baseline") -> tuple[str, list[
         except SnapevalError as exc:
             raise UnusableInput(f"{where}: {exc}; write the baseline again with --write-baseline from a good "
                                 "results directory") from None
-    return f"baseline {path}", entries
+    return f"baseline {path}", _unique(entries, f"{role} {path}")
+
+
+def _unique(entries: list[Entry], where: str) -> list[Entry]:
+    """``entries``, refused (one line, :class:`UnusableInput`) when two cells share a key: one of them would be
+    compared and the other silently ignored."""
+    seen: dict[tuple, Entry] = {}
+    for entry in entries:
+        first = seen.setdefault(entry.key, entry)
+        if first is not entry:
+            raise UnusableInput(f"{where}: two cells with one key ({entry.label}): cell ids {first.result.cell_id} "
+                                f"and {entry.result.cell_id}; allowed: one cell per (model, task, method settings, "
+                                "seed)")
+    return entries
 
 
 def write_baseline(results_dir: str | Path, path: str | Path) -> int:
@@ -234,19 +253,39 @@ def _headline(entry: Entry):
 
 
 def pairing_problems(base: Entry, cur: Entry) -> list[tuple[str, str]]:
-    """Why ``cur`` does not pair with ``base``, one ``(kind, line)`` per problem (empty: it pairs): another greedy
-    status, no per-item samples on the headline metric, other or fewer items, a baseline aggregate missing."""
+    """Why ``cur`` does not pair with ``base``, one ``(kind, line)`` per problem (empty: it pairs): a baseline
+    without a headline aggregate (none or null), an item of either side without the headline per-item score, another
+    task source, another greedy status, other or fewer items, an item of the same id with another target, a
+    baseline aggregate missing. A ``note`` (a baseline from before task source hashes) does not fail."""
     problems = []
     b, c = base.result, cur.result
     head = _headline(base)
-    if head is not None and head.value is not None:
-        if not any(head.key in s.scores for s in b.samples if s.subtask == head.subtask):
-            return [("unpaired", f"the baseline has no per-item samples scored on the headline metric "
-                                 f"{_metric_name(base, head)}: write it again with --write-baseline from a run that "
-                                 "logs samples")]
-        if not any(head.key in s.scores for s in c.samples if s.subtask == head.subtask):
-            return [("unpaired", f"no per-item samples scored on the headline metric {_metric_name(base, head)} in "
-                                 f"the current run (the baseline has {len(b.samples)}): it cannot be paired")]
+    if head is None or head.value is None:
+        what = "reports no aggregate" if head is None else f"has a null headline aggregate {_metric_name(base, head)}"
+        return [("missing", f"the baseline cell {what}: nothing to guard; write the baseline again with "
+                            "--write-baseline from a finished run")]
+    scored = _unscored(b, head.key, head.subtask)
+    if scored[0] == 0:
+        return [("unpaired", f"the baseline has no per-item samples scored on the headline metric "
+                             f"{_metric_name(base, head)}: write it again with --write-baseline from a run that "
+                             "logs samples")]
+    if _unscored(c, head.key, head.subtask)[0] == 0:
+        return [("unpaired", f"no per-item samples scored on the headline metric {_metric_name(base, head)} in "
+                             f"the current run (the baseline has {len(b.samples)}): it cannot be paired")]
+    for side, result in (("baseline", b), ("current run", c)):
+        total, unscored = _unscored(result, head.key, head.subtask)
+        if unscored:
+            problems.append(("unpaired", f"{len(unscored)} of the {side}'s {total} items carry no per-item "
+                                         f"{_metric_name(base, head)} score: {_docs(unscored)}; every item must "
+                                         "carry the headline score"))
+    if b.task_source_sha256 is None:
+        problems.append(("note", "the baseline records no task source hash (written before issue #48): the task's "
+                                 "source is not compared; write the baseline again with --write-baseline"))
+    elif b.task_source_sha256 != c.task_source_sha256:
+        problems.append(("mismatch", f"task source differs: baseline {b.task_source_sha256[:12]} vs current "
+                                     f"{(c.task_source_sha256 or 'none')[:12]} (the task's prompts or scoring "
+                                     "changed: not the same items); write the baseline again if the change is "
+                                     "intended"))
     if b.deterministic != c.deterministic:
         sampled = [(s.subtask, s.doc_id) for s in (c if b.deterministic else b).samples if not s.greedy]
         side = "current" if b.deterministic else "baseline"
@@ -264,6 +303,12 @@ def pairing_problems(base: Entry, cur: Entry) -> list[tuple[str, str]]:
         if other:
             parts.append(f"{len(other)} not in the baseline: {_docs(other)}")
         problems.append(("unpaired", "; ".join(parts)))
+    targets = {(s.subtask, s.doc_id): s.target for s in b.samples}
+    moved = [(s.subtask, s.doc_id) for s in c.samples if (s.subtask, s.doc_id) in targets
+             and targets[(s.subtask, s.doc_id)] != s.target]
+    if moved:
+        problems.append(("unpaired", f"{len(moved)} item(s) have another target in the current run: {_docs(moved)} "
+                                     "(the same doc ids hold other items)"))
     cur_metrics = {(m.subtask, m.key): m for m in c.metrics}
     absent = [_metric_name(base, m) for m in b.metrics if m.value is not None
               and (cur_metrics.get((m.subtask, m.key)) is None or cur_metrics[(m.subtask, m.key)].value is None)]
@@ -272,6 +317,12 @@ def pairing_problems(base: Entry, cur: Entry) -> list[tuple[str, str]]:
         problems.append(("missing", f"{lead}missing from the current cell: {', '.join(absent[:6])}"
                                     + (f" (+{len(absent) - 6} more)" if len(absent) > 6 else "")))
     return problems
+
+
+def _unscored(result, metric: str, subtask: str) -> tuple[int, list[tuple[str, int]]]:
+    """``(items of subtask, those without a per-item score on metric)`` of one cell."""
+    items = [s for s in result.samples if s.subtask == subtask]
+    return len(items), [(s.subtask, s.doc_id) for s in items if metric not in s.scores]
 
 
 def _item_changes(base, cur) -> tuple[list[str], int]:
@@ -425,6 +476,8 @@ def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule =
         if why:
             raise UnusableInput(f"{base.label}: cannot compare: {why}")
         problems = pairing_problems(base, cur)
+        out.findings += [Finding(kind, base.label, line) for kind, line in problems if kind == "note"]
+        problems = [(kind, line) for kind, line in problems if kind != "note"]
         if problems and not allow_unpaired:
             out.findings += [Finding(kind, base.label, line) for kind, line in problems]
             continue
@@ -446,8 +499,9 @@ def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule =
 def render(comp: Comparison, base_desc: str, cur_desc: str, rule: DecisionRule, z: float,
            drop: float = REGRESSION_DROP) -> str:
     lines = [f"snapeval regress: {cur_desc} vs {base_desc}",
-             "every current cell must pair with its baseline cell (the same items, per-item samples, the baseline's "
-             "aggregates, the same greedy status); greedy cells: any change of a per-item score or text fails, item "
+             "every current cell must pair with its baseline cell (the same items with the same targets, every item "
+             "scored on the headline metric, the baseline's aggregates, the same task source and greedy status); "
+             "greedy cells: any change of a per-item score or text fails, item "
              f"by item; sampled cells: a one-sided paired test of a drop of the headline metric, Holm-adjusted over "
              f"the {comp.sampled_tests} sampled cells at family-wise alpha={rule.alpha:g} (power against a "
              f"{drop * 100:g}-point drop at the churn measured shown); where the paired test cannot reject at all: a "
@@ -489,7 +543,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "regress", help="fail when a greedy cell changes any item or accuracy drops significantly vs a baseline",
         description="Compare every (model, task, method, budget) cell of a results directory with a baseline. Every "
-                    "cell must pair with the baseline's (same items, per-item samples, aggregates, greedy status). "
+                    "cell must pair with the baseline's (same items and targets, every item scored on the headline "
+                    "metric, aggregates, task source, greedy status). "
                     "Greedy cells fail on any per-item score or text change; sampled cells on a significant "
                     "one-sided paired drop, Holm-adjusted over the sampled cells. Exit 0: no regression; 1: "
                     "regression or a cell that does not pair; 2: unusable input.")

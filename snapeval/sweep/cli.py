@@ -31,6 +31,16 @@ def register(subparsers) -> None:
                    help="redo finished cells whose task files (the YAML, templates and hooks in the task's folder, "
                         "and the base configs it includes) changed since they ran; without it such a sweep stops "
                         "with the count")
+    p.add_argument("--until-decided", action="store_true",
+                   help="sequential budget search: items in batches in a fixed random order, each method's budgets "
+                        "walked from the largest down, a cell stopped as soon as an anytime-valid paired test settles "
+                        "it (non-inferior or not at the sweep's decision margin); writes search.md")
+    p.add_argument("--batch", type=int, default=8, help="--until-decided: items per batch (default 8)")
+    p.add_argument("--search-seed", type=int, default=0,
+                   help="--until-decided: seed of the batches' random order (default 0)")
+    p.add_argument("--monotone", action="store_true",
+                   help="--until-decided: accept that accuracy does not fall as a budget grows (budgets below a "
+                        "settled failure are then not non-inferior without running)")
     p.set_defaults(func=main)
 
 
@@ -39,6 +49,15 @@ def main(args: argparse.Namespace) -> int:
     from snapeval.sweep.executors import make_executor
     from snapeval.sweep.runner import plan, resolve_out, run_sweep
 
+    search = None
+    if args.until_decided:
+        from snapeval.errors import SnapevalError
+        from snapeval.sweep.search import SearchSettings
+
+        try:
+            search = SearchSettings(batch=args.batch, seed=args.search_seed, monotone=args.monotone)
+        except SnapevalError as exc:
+            raise SnapevalError(str(exc).replace("search.seed", "--search-seed").replace("search.", "--", 1)) from None
     config = load_config(args.config).with_limit(args.limit)
     if args.per_cell:
         config = config.per_cell()
@@ -52,7 +71,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {state:5}  {cell.cell_id}  {label}")
         return 0
     executor = make_executor(args.executor, ray_address=args.ray_address)
-    summary = run_sweep(config, args.out, executor=executor, report=not args.no_report, rerun_stale=args.rerun_stale)
+    summary = run_sweep(config, args.out, executor=executor, report=not args.no_report, rerun_stale=args.rerun_stale,
+                        search=search)
     print(summary.render())
     return 0 if summary.ok else 1
 

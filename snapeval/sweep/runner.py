@@ -347,22 +347,24 @@ def check_tasks(names: list[str], include_path: str, *, include_defaults: bool =
 def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=None,
               evaluate: EvaluateFn | None = None, stream: TextIO | None = None, simulate: Any = "default",
               report: bool = True, group_models: GroupModelsFn | None | str = "default",
-              rerun_stale: bool = False) -> SweepSummary:
+              rerun_stale: bool = False, search=None) -> SweepSummary:
     """Run every unfinished cell of ``config``; write results, the tidy table and (optionally) the report.
 
     ``evaluate`` replaces :func:`snapeval.harness.evaluate` (same signature; used by tests); ``group_models``
     replaces the shared-prefill models of a group (default: the real ones, or none with a replaced ``evaluate``).
     ``simulate`` is passed to :func:`snapeval.report.results_table.build_table`. One sweep at a time writes a results
-    directory (a lock; a second one fails with one line naming the holder).
+    directory (a lock; a second one fails with one line naming the holder). ``search``: a
+    :class:`~snapeval.sweep.search.SearchSettings` runs the sequential budget search instead of every cell on every
+    item (``--until-decided``; its account is written to ``search.md``).
     """
     out_dir = resolve_out(config, out)
     with ResultsStore(out_dir).lock():
         return _run_sweep(config, out_dir, executor=executor, evaluate=evaluate, stream=stream, simulate=simulate,
-                          report=report, group_models=group_models, rerun_stale=rerun_stale)
+                          report=report, group_models=group_models, rerun_stale=rerun_stale, search=search)
 
 
 def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream, simulate, report,
-               group_models, rerun_stale) -> SweepSummary:
+               group_models, rerun_stale, search=None) -> SweepSummary:
     from snapeval.report.results_table import build_table
 
     t0 = time.monotonic()
@@ -416,7 +418,15 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
             return
         progress.ended(cell, result, error)
 
-    for cell, result, error in executor.run(units, cell_fn, progress.started):
+    searched: list = []  # the search's account per group
+    if search is not None:
+        from snapeval.sweep.search import run_live
+
+        produced = run_live(search, config.decision, cells, waiting, cell_fn, executor, progress.started, store,
+                            searched)
+    else:
+        produced = executor.run(units, cell_fn, progress.started)
+    for cell, result, error in produced:
         if not isinstance(result, ShardResult):
             finish(cell, result, error)
             continue
@@ -433,6 +443,13 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
             else:
                 finish(cell, merged, None)
 
+    if searched:
+        from snapeval.sweep.search import write_account
+
+        write_account(out_dir / "search.md", searched, config.decision, search)
+        for group in searched:  # cells the search stopped early have no result file: their line says what it decided
+            for cell_id, line in group.cell_lines().items():
+                status.setdefault(cell_id, ("search", line))
     finished = {c.cell_id: store.read(c.cell_id) for c in cells if store.cell_path(c.cell_id).is_file()}
     for cell in cells:
         if cell.cell_id not in status and cell.cell_id in finished:

@@ -16,7 +16,7 @@ import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from snapeval.errors import SnapevalError
 from snapeval.tasks.data import DatasetSpec
@@ -40,6 +40,9 @@ class TaskFamily:
         reference_reply: what a model that knows a doc's answer replies (``doc -> text``), in the form the family
             scores as right: its answer format, and the known answers of the task-family contract tests. None where
             no reply can be written from the doc (LiveCodeBench's programs).
+        cluster: the cluster key of a data row (rows with one key are not independent: questions on one document);
+            None: every row is its own cluster. Its hooks label samples with it, and the report plans the items a
+            decision needs with the design effect of this layout (:func:`layout_cluster_sizes`).
     """
 
     name: str
@@ -47,6 +50,7 @@ class TaskFamily:
     typical_lengths: tuple[int, int] | None
     hooks: str
     reference_reply: Callable[[dict], str] | None = None
+    cluster: Callable[[dict], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.typical_lengths is not None and (len(self.typical_lengths) != 2 or min(self.typical_lengths) < 1):
@@ -125,6 +129,28 @@ def plugin_families() -> tuple[TaskFamily, ...]:
 def task_family(task: str) -> TaskFamily | None:
     """The family an lm-eval task name belongs to, or None (a task of another folder)."""
     return next((family for family in families() if family.matches(task)), None)
+
+
+@functools.lru_cache(maxsize=16)
+def layout_cluster_sizes(task: str, data_dir: str | None = None) -> tuple[int, ...] | None:
+    """The cluster sizes of a task's whole item set (one entry per cluster, from its family's
+    :attr:`TaskFamily.cluster` over the rows of its local data files), read from the data directory only (never the
+    hub); None for a task of no family, a family without clusters or data, or data files that are not there."""
+    from snapeval.tasks.data import read_jsonl, resolve_data_dir
+
+    family = task_family(task)
+    if family is None or family.cluster is None or family.data is None:
+        return None
+    directory, _ = resolve_data_dir(data_dir)
+    paths = [directory / rel for rel in family.data.local_files]
+    if not all(path.is_file() for path in paths):
+        return None
+    counts: dict[Any, int] = {}
+    for path in paths:
+        for row in read_jsonl(path, family.data.schema):
+            key = family.cluster(row)
+            counts[key] = counts.get(key, 0) + 1
+    return tuple(counts.values())
 
 
 def typical_lengths(task: str) -> tuple[int, int] | None:

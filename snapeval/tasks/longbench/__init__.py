@@ -31,7 +31,8 @@ SPEC = DatasetSpec("longbench_v2", "THUDM/LongBench-v2", "train", ("longbench_v2
 #: shared/reference/benchmarks.md), which the SN40L pricing of a results row deploys.
 FAMILY = TaskFamily("longbench_v2", data=SPEC, typical_lengths=(84_762, 1_296),
                     hooks="snapeval.tasks.longbench.hooks",
-                    reference_reply=lambda doc: f"The correct answer is ({doc['answer']})")
+                    reference_reply=lambda doc: f"The correct answer is ({doc['answer']})",
+                    cluster=lambda row: row["context"])  # questions on one document are one cluster
 
 DIFFICULTIES = ("easy", "hard")
 LENGTHS = ("short", "medium", "long")

@@ -70,7 +70,7 @@ def _longbench(md: dict, cot: bool) -> dict[str, Any]:
     extra = {"cot": cot, "max_input_tokens": limit or 0, "tokenizer_name": name or "",
              "reasoning": flag(md, "reasoning"), "strip_thinking": flag(md, "strip_thinking"), **provenance(data)}
     # questions on one document are one cluster (38 of the 395 local questions share 10 documents)
-    return as_dataset([{**row, **extra, "cluster": cluster_of("longbench_v2", row["context"])} for row in data.rows])
+    return as_dataset([{**row, **extra, "cluster": cluster_of("longbench_v2", longbench.FAMILY.cluster(row))} for row in data.rows])
 
 
 def longbench_v2_dataset(**md: Any) -> dict[str, Any]:

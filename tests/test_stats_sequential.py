@@ -1,0 +1,186 @@
+"""The anytime-valid paired test (snapeval/stats/sequential.py) and the sequential budget search
+(snapeval/sweep/search.py): the betting capital against its definition, Ville's bound on clustered data at every
+look, the walk's semantics, the shared batches, and the quickstart's grid replayed (issue #48)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from snapeval.errors import SnapevalError
+from snapeval.stats import DecisionRule
+from snapeval.stats.sequential import (
+    INCONCLUSIVE,
+    NON_INFERIOR,
+    NOT_NON_INFERIOR,
+    OPEN,
+    confidence_sequence,
+    decide,
+    log_capital,
+    sides,
+)
+from snapeval.sweep.search import IMPLIED, NOT_REACHED, SearchSettings, batches, replay, search
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_log_capital_is_the_product_of_agrapa_bets():
+    """``K_t = prod (1 + lambda_k z_k)``, ``lambda_k = clip(sum z / (a^2 + sum z^2) over the past, 0, 0.9 / a)``."""
+    rng = np.random.default_rng(3)
+    z = rng.uniform(-0.98, 1.02, size=50)
+    capital, s1, s2, out = 1.0, 0.0, 1.0, []
+    for value in z:
+        bet = min(max(s1 / s2, 0.0), 0.9)
+        capital *= 1 + bet * value
+        out.append(math.log(capital))
+        s1, s2 = s1 + value, s2 + value * value
+    assert log_capital(z, 1.0) == pytest.approx(np.array(out))
+    assert log_capital(np.stack([z, z]), 1.0)[1] == pytest.approx(np.array(out))  # rows are separate sequences
+    with pytest.raises(ValueError, match="below -bound"):
+        log_capital([-2.0], 1.0)
+
+
+def test_false_non_inferior_rate_at_the_margin_holds_at_every_look_on_clustered_data():
+    """Documents of 2-6 questions, intra-cluster correlation 0.5, the cache only breaks items, true drop exactly
+    the margin (0.05); the non-inferior side is looked at after every cluster (Ville's inequality: at most alpha).
+    A fixed-n test looked at after every cluster would not hold it; this one does. Seeded; 2,000 data sets."""
+    rng = np.random.default_rng(48)
+    sizes = rng.integers(2, 7, size=120).astype(float)
+    margin, data_sets, icc = 0.05, 2000, 0.5
+    c = (1 - icc) / icc
+    p_worse = rng.beta(margin * c, (1 - margin) * c, size=(data_sets, sizes.size))
+    d = -rng.binomial(sizes.astype(int), p_worse).astype(float)
+    ni, bad = sides(d, np.broadcast_to(sizes, d.shape), margin, sizes.max())
+    false_ni = (ni >= math.log(20)).any(axis=1).mean()
+    se = math.sqrt(0.05 * 0.95 / data_sets)
+    assert false_ni <= 0.05 + 2 * se, false_ni
+    covered = (~(ni >= math.log(20)).any(axis=1) & ~(bad >= math.log(20)).any(axis=1)).mean()
+    assert covered >= 0.90 - 2 * se, covered
+
+
+def test_decide_settles_each_side_and_reports_what_it_used():
+    ones = np.ones(300)
+    clean = decide(np.zeros(300), ones, 0.02, 0.05, range(8, 301, 8))
+    assert clean.label == NON_INFERIOR and clean.items == clean.clusters < 300 and clean.log_e_ni >= math.log(20)
+    broken = decide(-np.ones(40), np.ones(40), 0.02, 0.05, [8, 16, 24, 32, 40])
+    assert (broken.label, broken.items, broken.look) == (NOT_NON_INFERIOR, 8, 0)
+    assert decide(np.zeros(40), np.ones(40), 0.02, 0.05, [8, 16], exhausted=False).label == OPEN
+    assert decide(np.zeros(40), np.ones(40), 0.02, 0.05, [8, 40]).label == INCONCLUSIVE
+    low, high = confidence_sequence(-np.ones(40), np.ones(40), 0.05, [8, 40])
+    assert -1 <= low < high < -0.5
+    with pytest.raises(SnapevalError, match="exceeds its size"):
+        decide([3.0], [2.0], 0.02, 0.05, [1])
+
+
+def _fake(truth: dict, calls: list):
+    """A batch evaluator: item i of cell c scores ``truth[c](i)``, the reference 1; records each call."""
+    def evaluate(items, cells):
+        calls.append((tuple(items), tuple(cells)))
+        return {c: {i: (1.0 if c is None else truth[c](i)) for i in items} for c in cells}
+    return evaluate
+
+
+def test_the_walk_goes_down_from_the_largest_budget_and_stops_at_the_first_that_is_not_non_inferior():
+    clusters = {i: [i] for i in range(400)}
+    fine, broken = (lambda i: 1.0), (lambda i: 0.0 if i % 2 else 1.0)
+    truth = {("a", 1024): fine, ("a", 512): fine, ("a", 256): broken, ("a", 128): fine, ("b", 1024): broken,
+             ("b", 512): fine}
+    for monotone in (False, True):
+        calls = []
+        result = search(clusters, list(truth), _fake(truth, calls), rule=DecisionRule(margin=0.05),
+                        settings=SearchSettings(batch=20, seed=1, monotone=monotone))
+        cells = result.cells
+        assert cells[("a", 1024)].label == cells[("a", 512)].label == NON_INFERIOR
+        assert cells[("a", 256)].label == NOT_NON_INFERIOR and cells[("a", 256)].items < 400
+        assert cells[("b", 1024)].label == NOT_NON_INFERIOR
+        lower = (cells[("a", 128)].label, cells[("a", 128)].how, cells[("b", 512)].label)
+        assert lower == ((NOT_NON_INFERIOR, IMPLIED, NOT_NON_INFERIOR) if monotone else
+                         (NOT_REACHED, "", NOT_REACHED))
+        assert cells[("a", 128)].items == cells[("b", 512)].items == 0
+        assert result.method_decisions() == {"a": (NON_INFERIOR, 512), "b": (NOT_NON_INFERIOR, None)}
+        # the reference is asked for once per batch, with every cell that needs that batch (one shared prefill)
+        asked = [items for items, cells_ in calls if None in cells_]
+        assert len(asked) == len(set(asked)) and sum(map(len, asked)) == result.reference_items
+        first = calls[0][1]
+        assert set(first) == {None, ("a", 1024), ("b", 1024)}
+        assert result.evaluations < result.full_grid_evaluations / 2
+
+
+def test_batches_are_whole_clusters_in_a_fixed_random_order():
+    clusters = {"x": [1, 2, 3], "y": [4], "z": [5, 6], "w": [7]}
+    plan = batches(clusters, 3, 0)
+    assert plan == batches(clusters, 3, 0)  # fixed by its seed
+    assert len({tuple(c for b in batches(clusters, 3, seed) for c, _ in b) for seed in range(8)}) > 1  # random
+    seen = [item for batch in plan for _, item in batch]
+    assert sorted(seen) == list(range(1, 8)) and all(len(b) >= 3 for b in plan[:-1])
+    for batch in plan:  # a cluster never spans two batches
+        assert all(sum(1 for c, _ in b if c == cluster) in (0, len(clusters[cluster])) for b in plan
+                   for cluster in {c for c, _ in batch})
+
+
+@pytest.mark.parametrize("raw, message", [({"batch": 0}, "search.batch=0 is invalid; allowed: an integer >= 1"),
+                                          ({"seed": -1}, "search.seed=-1 is invalid"),
+                                          ({"monotone": "yes"}, "search.monotone='yes' is invalid; allowed: true or")])
+def test_search_settings_refuse_bad_input_in_one_line(raw, message):
+    with pytest.raises(SnapevalError, match=message):
+        SearchSettings(**raw)
+
+
+def test_the_quickstart_replayed_reaches_the_full_grids_answers_with_a_quarter_of_the_item_evaluations():
+    """results/quickstart's committed per-item results through the search (no model): at the sweep's 2-point
+    margin every method's answer is the full grid's (inconclusive at 40 items everywhere, as the report says) with
+    at most half of the grid's item-evaluations."""
+    from snapeval.report import tables
+    from snapeval.report.results_table import load_table
+
+    groups = replay(REPO / "results" / "quickstart", settings=SearchSettings(batch=8, seed=0))
+    grid = {(r.task, r.method): r.decision for r in tables.decisions(tables.paired(load_table(
+        REPO / "results" / "quickstart"))).itertuples()}
+    answers = {(g.task, m): a for g in groups for m, (a, _) in g.result.method_decisions().items()}
+    assert answers == grid
+    used = sum(g.result.evaluations for g in groups)
+    full = sum(g.result.full_grid_evaluations for g in groups)
+    assert full == 1344 and used <= full / 2
+
+
+def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decided(tmp_path, monkeypatch, capsys):
+    """`snapeval sweep --until-decided` on the test harness (200 items, batches of 20): each batch of open cells is
+    one shared unit with the full cache, cells stopped early leave their batches as shards and no result file, a
+    cell that used every batch is merged into its result, and search.md gives the decisions and the items each
+    used."""
+    import io
+
+    from fixtures import sweep_fakes
+    from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+    from snapeval.results.store import ResultsStore
+    from snapeval.sweep import parse_config, run_sweep
+
+    monkeypatch.setattr(sweep_fakes, "DOCS", 200)
+    raw = {"name": "s", "models": ["llama-3.1-8b-instruct"], "tasks": [{"name": "snapeval_passkey", "limit": 200}],
+           "methods": ["full", {"method": "snapstream", "budgets": [64, 512, 1024]},
+                       {"method": "streamingllm", "budgets": [64, 1024]}], "decision": {"margin": 0.2}}
+    calls = []
+
+    def counted(model_args, tasks, *, shard=None, **kwargs):
+        calls.append((model_args["config"].method, model_args["config"].budget, shard))
+        return fake_evaluate(model_args, tasks, shard=shard, **kwargs)
+
+    out = tmp_path / "s"
+    summary = run_sweep(parse_config(raw), out, evaluate=counted, simulate=fake_simulate, stream=io.StringIO(),
+                        report=False, search=SearchSettings(batch=20, monotone=True))
+    account = (out / "search.md").read_text()
+    assert "| streamingllm | 1024 | not non-inferior | tested |" in account
+    assert "| streamingllm | 64 | not non-inferior | by monotonicity | 0 of 200 |" in account
+    assert "Answers: snapstream non-inferior at" in account
+    rows = {label: (status, text) for label, status, text in summary.rows}
+    assert rows["llama-3.1-8b-instruct | snapeval_passkey | streamingllm@64 | seed 0"][0] == "search"
+    # the full cache ran each batch once, always beside the cells that needed it; no cell ran a batch twice
+    assert len([c for c in calls if c[0] == "full"]) == len({c[2] for c in calls})
+    assert len(calls) == len(set(calls)) and all(shard is not None for *_, shard in calls)
+    evaluated = sum(1 for method, *_ in calls if method != "full")
+    store = ResultsStore(out)
+    finished = {r.identity["policy"].get("budget") for r in store.finished()
+                if r.identity["policy"]["method"] != "full"}
+    assert len(finished) < 5 and evaluated < 5 * 10  # not every cell ran every batch
