@@ -176,6 +176,8 @@ def decode_step_time(hardware: HardwareSpec, model: ModelPreset, dep: Deployment
         layer_work = work - kernels[-1].seconds
         overheads = [("call boundaries", (layer_calls + 1) * barrier),
                      ("fill/drain (per layer call)", a.call_fill_drain_fraction * layer_work)]
+    if a.decode_step_fixed_s:
+        overheads.append(("step (graph launch, sampling, host sync)", a.decode_step_fixed_s))
     if multi:
         # cross-socket collectives: two per layer (after attention, after the FFN/MoE); their latency grows with
         # the sockets a ring/all-to-all must pass through. Not hidden by pipelining: a layer needs the previous

@@ -80,6 +80,9 @@ class Assumptions:
       (a cache method's small compression kernels included).
     - ``call_fill_drain_fraction``: without kernel looping, a layer call cannot prefetch its weights before it
       starts and drains its pipeline before it returns; this adds this fraction of the call's streaming time.
+    - ``decode_step_fixed_s``: a fixed cost per decode step, whatever its bytes: on a GPU whose step is captured in
+      CUDA graphs (what snapeval's sweep runs), the graph's launch, the logits' last kernels, sampling and the host
+      reading the new tokens.
     - ``cross_socket_sync_s``: extra barrier cost per call boundary when more than one socket runs the call.
     - ``collective_latency_s``: fixed latency of one cross-socket collective in decode (two per layer);
       ``link_hop_latency_s``: latency added per link traversal; a collective over S sockets makes 2 (S - 1)
@@ -102,6 +105,7 @@ class Assumptions:
     decode_attention_efficiency: float = 0.5
     kernel_call_sync_s: float = 10e-6
     call_fill_drain_fraction: float = 0.0
+    decode_step_fixed_s: float = 0.0
     cross_socket_sync_s: float = 0.0
     collective_latency_s: float = 0.0
     link_hop_latency_s: float = 0.0
@@ -119,7 +123,8 @@ class Assumptions:
             value = _positive(owner, f"assumptions.{f}", getattr(self, f))
             if value > 1:
                 raise SnapevalError(f"{owner}: assumptions.{f}={value} must be in (0, 1]")
-        for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "cross_socket_sync_s", "collective_latency_s",
+        for f in ("kernel_call_sync_s", "call_fill_drain_fraction", "decode_step_fixed_s", "cross_socket_sync_s",
+                  "collective_latency_s",
                   "link_hop_latency_s", "assumed_link_bandwidth"):
             _positive(owner, f"assumptions.{f}", getattr(self, f), allow_zero=True)
         if self.batch_granularity not in ("pow2", "any"):
