@@ -127,6 +127,20 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
+def _writable(folder: Path) -> str | None:
+    """None when a file can be created in ``folder`` (tried: a temporary file made and removed at once; permission
+    bits say nothing to root or on a read-only mount), else why not."""
+    import tempfile
+
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".snapeval-write-check.", dir=folder)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
 def check_output_file(path: str | os.PathLike, field: str = "--output") -> None:
     """``path`` can be written: not a folder, and in a folder that exists or can be created, and is writable."""
     path = Path(path)
@@ -136,9 +150,15 @@ def check_output_file(path: str | os.PathLike, field: str = "--output") -> None:
     if not base.is_dir():
         raise SnapevalError(f"{field}={str(path)!r} cannot be written: {base} is not a folder; allowed: a file path "
                             "in a writable folder")
-    if not os.access(base, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise SnapevalError(f"{field}={str(path)!r} cannot be written (no write permission on "
-                            f"{path if path.exists() else base}); allowed: a file path in a writable folder")
+    why = _writable(base)
+    if why is None and path.exists():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK))
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+    if why is not None:
+        raise SnapevalError(f"{field}={str(path)!r} cannot be written ({why} in {base}); allowed: a file path in a "
+                            "writable folder")
 
 
 #: What a sweep writes at the top of its results folder besides ``manifest.json`` and ``cells/``.
@@ -155,9 +175,10 @@ def check_results_folder(out: str | os.PathLike, sweep: str, field: str = "--out
         raise SnapevalError(f"{field}={str(out)!r} is not a folder; allowed: a new folder or this sweep's results "
                             "folder")
     base = _nearest_existing(out)
-    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-        raise SnapevalError(f"{field}={str(out)!r} cannot be written (no write permission on {base}); allowed: a "
-                            "folder you can write")
+    why = _writable(base) if base.is_dir() else f"{base} is not a folder"
+    if why is not None:
+        raise SnapevalError(f"{field}={str(out)!r} cannot be written ({why} in {base}); allowed: a folder you can "
+                            "write")
     manifest = out / "manifest.json"
     if manifest.is_file():
         try:
