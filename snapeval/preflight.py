@@ -161,6 +161,18 @@ def check_output_file(path: str | os.PathLike, field: str = "--output") -> None:
                             "writable folder")
 
 
+def check_output_folder(path: str | os.PathLike, field: str) -> None:
+    """``path`` is, or can be made, a folder to write in (``report --out``)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise SnapevalError(f"{field}={str(path)!r} is not a folder; allowed: a new folder or a writable one")
+    base = _nearest_existing(path)
+    why = _writable(base) if base.is_dir() else f"{base} is not a folder"
+    if why is not None:
+        raise SnapevalError(f"{field}={str(path)!r} cannot be written ({why} in {base}); allowed: a folder you can "
+                            "write")
+
+
 #: What a sweep writes at the top of its results folder besides ``manifest.json`` and ``cells/``.
 _SWEEP_OUTPUTS = ("results.csv", "results.parquet", "report")
 
@@ -199,10 +211,10 @@ def check_results_folder(out: str | os.PathLike, sweep: str, field: str = "--out
 def check_results_to_read(path: str | os.PathLike, field: str) -> None:
     """A results folder given to read (``report``, ``regress --current``): an existing folder."""
     path = Path(path)
-    if not path.exists():
-        raise SnapevalError(f"{field}={str(path)!r} does not exist; allowed: a sweep's results folder")
     if not path.is_dir():
-        raise SnapevalError(f"{field}={str(path)!r} is not a folder; allowed: a sweep's results folder")
+        why = "it does not exist" if not path.exists() else "it is not a folder"
+        raise SnapevalError(f"{field}={str(path)!r} is not a results directory ({why}); allowed: a folder written by "
+                            "`snapeval sweep`")
 
 
 # Ray -------------------------------------------------------------------------------------------------------------
