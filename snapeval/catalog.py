@@ -18,7 +18,8 @@ def register(subparsers) -> None:
 
 
 def _source(value: str) -> str:
-    """``snapeval``, or the distribution an entry point's object comes from (its top-level module)."""
+    """``snapeval``, or the top-level module an object named ``module:attr`` (an entry's config, a family's hooks)
+    comes from."""
     module = value.split(":", 1)[0].split(".", 1)[0]
     return "snapeval" if module == "snapeval" else module
 

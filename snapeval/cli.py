@@ -33,7 +33,8 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         text = action.help or ""
         default = action.default
         if (action.option_strings and "%(default)" not in text and "default" not in text.lower()
-                and default not in (None, False, argparse.SUPPRESS, [], "")):
+                and default is not None and default is not False  # 0 is a default to show (--seed 0)
+                and default not in (argparse.SUPPRESS, [], "")):
             text += " (default: %(default)s)"
         return text
 

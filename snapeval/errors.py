@@ -13,3 +13,26 @@ def check_choice(field: str, value, allowed) -> None:
     allowed = list(allowed)
     if value not in allowed:
         raise SnapevalError(f"{field}={value!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
+
+
+_SHADOWED: set[tuple[str, str]] = set()
+
+
+def entry_point_package(entry) -> str:
+    """The installed package (distribution) an entry point comes from, else its top-level module."""
+    dist = getattr(entry, "dist", None)
+    name = getattr(dist, "name", None) or (dist.metadata["Name"] if dist is not None else None)
+    return name or str(entry.value).split(":", 1)[0].split(".", 1)[0]
+
+
+def warn_shadowed_plugin(kind: str, name: str, entry) -> None:
+    """One line on stderr, once per process: an installed package's ``kind`` ``name`` (entry point ``entry``) is
+    ignored because snapeval has a built-in of that name (the built-in is kept)."""
+    import sys
+
+    if (kind, name) in _SHADOWED:
+        return
+    _SHADOWED.add((kind, name))
+    print(f"snapeval: warning: {kind} {name!r} of package {entry_point_package(entry)} (entry point {entry.value}) is "
+          f"ignored: package snapeval has a built-in {kind} {name!r}, which is used; rename the entry point",
+          file=sys.stderr)

@@ -4,6 +4,7 @@ outputs (tables and plots visible where the repository is browsed)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,20 @@ def test_the_committed_notebook_carries_its_outputs():
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
     raw = NOTEBOOK.read_text(encoding="utf-8")
     assert str(REPO) not in raw and str(Path.home()) + "/" not in raw
+
+
+def test_run_with_no_checkout_in_sight_it_says_it_imported_an_installed_copy(monkeypatch, tmp_path):
+    """From another directory, with results outside any checkout and no SNAPEVAL_REPO: the notebook finds no checkout
+    and must not claim one ("(this checkout)")."""
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    monkeypatch.setenv("SNAPEVAL_RESULTS_DIR", str(results))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.delenv("SNAPEVAL_REPO", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells = nb.cells[:2]  # the first code cell decides and prints where snapeval came from
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "".join(o.get("text", "") for o in _outputs(nb) if o.output_type == "stream")
+    assert "(this checkout)" not in text and "(an installed copy: no checkout found from here" in text, text

@@ -1,5 +1,5 @@
 """Extending snapeval from outside: a separate package (built here in a temporary folder, with its own dist-info and
-``entry_points.txt``, put on ``sys.path``) adds a method (``tests/fixtures/random_method.py``, the worked example of
+``entry_points.txt``, put on ``sys.path``) adds a method (``tests/fixtures/random_method/``, the worked example of
 CONTRIBUTING.md), a task family and a hardware target, without a line of snapeval changed; each is found, listed and
 used by ``snapeval run``, a sweep, lm-eval and the simulator. Also: a setting named as something snapeval reads is
 refused in one line, the CLI parsers import neither torch nor transformers, and the results table and ``regress``
@@ -17,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from snapeval.cache import METHOD_TABLE
 from snapeval.errors import SnapevalError
@@ -62,8 +63,8 @@ def build_dist(root: Path, *, seedy: bool = False) -> Path:
     """A package installed in ``root/site``: its modules and a dist-info whose entry points name a method, a task
     family and a hardware target (and, with ``seedy``, a method with a setting named ``seed``)."""
     site = root / "site"
-    (site / "snapeval_random").mkdir(parents=True)
-    shutil.copy(REPO / "tests" / "fixtures" / "random_method.py", site / "snapeval_random" / "__init__.py")
+    shutil.copytree(REPO / "tests" / "fixtures" / "random_method", site / "snapeval_random",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     toy = site / "snapeval_toytask"
     toy.mkdir()
     rows = [{"question": f"Question {i}: the secret city is Lisbon. Name it.", "answer": "Lisbon"} for i in range(3)]
@@ -357,7 +358,56 @@ def test_contributing_shows_the_worked_example_as_the_fixture_has_it():
     """Every line of CONTRIBUTING.md's method example (its comments aside) is a line of the fixture, which is under
     50 lines: the guide cannot drift from the code the tests install."""
     block = (REPO / "CONTRIBUTING.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
-    fixture = (REPO / "tests" / "fixtures" / "random_method.py").read_text()
-    lines = [line.split("  # ")[0].rstrip() for line in block.splitlines()]
-    assert len(fixture.splitlines()) < 50 and len([line for line in lines if line]) >= 20
+    folder = REPO / "tests" / "fixtures" / "random_method"
+    fixture = (folder / "__init__.py").read_text() + (folder / "cache.py").read_text()
+    lines = [line.split("  # ")[0].rstrip() for line in block.splitlines() if not line.startswith("# ")]
+    assert len(fixture.splitlines()) < 60 and len([line for line in lines if line]) >= 20
     assert [line for line in lines if line and line not in fixture.splitlines()] == []
+
+
+# ------------------------------------------------------------------------------------------- cheap and visible plugins
+def _snapeval_in(site: Path, argv: list[str]) -> tuple[int, str, str, list[str]]:
+    """``snapeval ARGV`` in a fresh interpreter with ``site`` installed: exit code, stdout, stderr and which of torch,
+    transformers and lm_eval it imported."""
+    probe = ("import json, sys\nfrom snapeval.cli import main\nrc = main(sys.argv[1:])\n"
+             "print(json.dumps([m for m in ('torch', 'transformers', 'lm_eval') if m in sys.modules]))\nsys.exit(rc)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    out = subprocess.run([sys.executable, "-c", probe, *argv], env=env, capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
+    lines = out.stdout.strip().splitlines()
+    return out.returncode, "\n".join(lines[:-1]), out.stderr, json.loads(lines[-1])
+
+
+def test_listing_and_parsing_with_the_guides_plugin_import_no_torch(installed, tmp_path):
+    """The worked example keeps its settings and entry in a torch-free module: `snapeval methods` (which loads every
+    entry) and a sweep's YAML naming the plugin (parsed, planned, listed) never import torch."""
+    code, out, err, heavy = _snapeval_in(installed, ["methods"])
+    assert code == 0 and "random: the last window tokens" in out and "[snapeval_random]" in out, err
+    assert heavy == [], heavy
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"name": "p", "models": ["smollm2-135m-instruct"],
+                                      "tasks": [{"name": "snapeval_passkey", "limit": 2}],
+                                      "methods": ["full", {"method": "random", "budgets": [64], "draw": 3}]}))
+    code, out, err, heavy = _snapeval_in(installed, ["sweep", str(config), "--dry-run", "--out", str(tmp_path / "o")])
+    assert code == 0 and "random@64" in out, err
+    assert heavy == [], heavy
+    config.write_text(config.read_text().replace("draw: 3", "draw: -1"))
+    code, out, err, heavy = _snapeval_in(installed, ["sweep", str(config), "--dry-run"])
+    assert code == 2 and "draw" in err and len(err.strip().splitlines()) == 1 and heavy == [], err
+
+
+def test_a_plugin_named_as_a_builtin_is_warned_about_and_the_builtin_kept(tmp_path):
+    site = build_dist(tmp_path)
+    points = site / "snapeval_extras-0.1.dist-info" / "entry_points.txt"
+    points.write_text("[snapeval.methods]\nsnapkv = snapeval_random:ENTRY\n\n[snapeval.hardware]\n"
+                      "h200 = snapeval_b200:SPEC\n")
+    code, out, err, _ = _snapeval_in(site, ["methods"])
+    assert code == 0, err
+    warning = [line for line in err.splitlines() if "warning" in line]  # every command also warns of the h200
+    assert warning[:1] == ["snapeval: warning: method 'snapkv' of package snapeval-extras (entry point snapeval_random:"
+                       "ENTRY) is ignored: package snapeval has a built-in method 'snapkv', which is used; rename the "
+                       "entry point"], err
+    assert any(line.startswith("snapkv: ") and line.endswith("[snapeval]") for line in out.splitlines()), out
+    code, out, err, _ = _snapeval_in(site, ["hardware"])
+    assert code == 0 and err.count("hardware target 'h200' of package snapeval-extras") == 1, err
+    assert any(line.startswith("h200 [snapeval]:") for line in out.splitlines()), out

@@ -196,8 +196,13 @@ class MethodTable:
         if self._plugins is None:
             self._plugins = {}
             if self._plugin_group:
-                self._plugins = {ep.name: ep for ep in entry_points_of(self._plugin_group)
-                                 if ep.name not in self._methods}
+                from snapeval.errors import warn_shadowed_plugin
+
+                for ep in entry_points_of(self._plugin_group):
+                    if ep.name in self._builtin:
+                        warn_shadowed_plugin("method", ep.name, ep)
+                    elif ep.name not in self._methods:
+                        self._plugins[ep.name] = ep
         return self._plugins
 
     def _load_plugin(self, name: str) -> None:

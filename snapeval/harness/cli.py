@@ -113,6 +113,7 @@ def run(args) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not tasks:
         raise SnapevalError(f"--tasks={args.tasks!r} is invalid; allowed: lm-eval task names, comma-separated")
+    check_run_inputs(tasks, args.data_dir)
     if args.data_dir:
         metadata["data_dir"] = args.data_dir
         os.environ["SNAPEVAL_DATA_DIR"] = args.data_dir
@@ -122,13 +123,14 @@ def run(args) -> int:
     model_args = {"pretrained": args.model, "method": args.method, "budget": args.budget, "run_args": run_args,
                   **{f"press_{k}": v for k, v in press.items()}, **settings}
     out = args.output or default_output(tasks, model_args, limit=limit, seed=args.seed, metadata=metadata)
+    from snapeval.preflight import check_output_file
+
+    check_output_file(out, "--output")
     from snapeval.harness.evaluate import evaluate
 
-    results = evaluate(model_args, tasks, limit=limit, seed=args.seed, metadata=metadata)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1, default=str))
-    os.replace(tmp, out)
+    results = evaluate(model_args, tasks, limit=limit, seed=args.seed, metadata=metadata,
+                       max_gen_toks_cap=args.max_gen_toks)
+    write_results(out, results)
     info = results["snapeval"]
     print(f"model={args.model} method={args.method} budget={args.budget or '-'} "
           f"KV bytes/seq={info['kv_cache_bytes']:,} decode tok/s={_fmt(info['decode_tokens_per_s'])} "
@@ -139,6 +141,29 @@ def run(args) -> int:
         print(f"{task}: " + ", ".join(f"{k}={v:.4g}" for k, v in shown.items()))
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def check_run_inputs(tasks: list[str], data_dir: str | None) -> None:
+    """What ``run`` reads, before lm-eval or the model loads (:mod:`snapeval.preflight`): the task folder
+    variables, the task names (with suggestions) and the tasks' data files."""
+    from snapeval import preflight
+
+    preflight.check_task_folder_env()
+    preflight.check_task_names(tasks)
+    preflight.check_task_data(tasks, data_dir)
+
+
+def write_results(out: Path, results: dict) -> None:
+    """Write the results JSON at once (a temporary file renamed over ``out``); a disk that refuses is one line (a run
+    keeps nothing else: nothing to resume)."""
+    tmp = out.with_suffix(".tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(results, indent=1, default=str))
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise SnapevalError(f"--output={str(out)!r} could not be written ({exc.strerror or exc}); the run's results "
+                            "are lost: fix the folder or choose another --output and run again") from None
 
 
 def default_output(tasks: list[str], model_args: dict, **run) -> Path:

@@ -21,6 +21,7 @@ def evaluate(
     include_path: str | Path | None = None,
     use_cache: str | None = None,
     chat: bool | None = None,
+    max_gen_toks_cap: int | None = None,
     lm=None,
     shard: tuple[int, int] | None = None,
 ) -> dict:
@@ -30,7 +31,8 @@ def evaluate(
     measured KV-cache bytes and prefill/decode speed of this run, and the data files read (path, sha256, rows).
     ``chat`` applies the tokenizer's chat template (default: when the tokenizer has one). The task metadata gets
     ``pretrained`` and, for reasoning presets (R1 distills), ``reasoning=True`` so answers are extracted after the
-    thinking section. ``lm`` reuses an already loaded model (its configuration must match ``model_args``).
+    thinking section. ``max_gen_toks_cap`` lowers every task's own generation budget to at most that many tokens
+    (``snapeval run --max-gen-toks``; None: each task's own). ``lm`` reuses an already loaded model (its configuration must match ``model_args``).
 
     ``shard=(k, S)`` evaluates only the documents ``i`` with ``i % S == k`` among those ``limit`` selects (lm-eval's
     ``samples``; a task group is refused): one item shard of a sweep cell (:mod:`snapeval.sweep.shards` merges the
@@ -61,6 +63,7 @@ def evaluate(
                            run_args.device_map_value)
         lm = SnapStreamLM(**rest, run_args=run_args, loaded=loaded)
     lm.seed = seed  # the base of every request's sampling seed
+    lm.gen_toks_cap = max_gen_toks_cap  # `snapeval run --max-gen-toks`: a task's own budget lowered to it
     meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name),
             **(metadata or {})}
     if chat is None:

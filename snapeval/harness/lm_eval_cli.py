@@ -1,26 +1,91 @@
 """``snapeval-lm-eval``: lm-eval's own command line with the ``snapeval`` model registered.
 
 lm-eval 0.4.13 discovers models only from its built-in table, so the stock ``lm_eval`` command cannot see a model
-defined in another package. This entry point registers it and hands over to lm-eval's CLI unchanged:
+defined in another package. This entry point registers it and hands over to lm-eval's CLI, with two differences
+before lm-eval loads (:func:`prepare_argv`): without a GPU, ``--device`` defaults to ``cpu`` (lm-eval's own default,
+``cuda:0``, would be refused), and for ``--model snapeval`` the task names and task folders are checked first (one
+line with suggestions, exit 2). ``snapeval run`` applies the model's chat template; lm-eval does so only with
+``--apply_chat_template``, which the same scores need:
 
     snapeval-lm-eval --model snapeval --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
-        --include_path tasks/ --tasks snapeval_passkey
+        --include_path tasks/ --tasks snapeval_passkey --apply_chat_template
 """
 from __future__ import annotations
 
+import os
+import sys
+
+PROG = "snapeval-lm-eval"
+#: Printed before lm-eval's ``--help``: what this command changes and how to match ``snapeval run``.
+HELP_NOTE = (f"{PROG}: lm-eval's command line with the `snapeval` model registered (--model snapeval). --device "
+             "defaults to cpu on a machine without a GPU (lm-eval's default: cuda:0). `snapeval run` applies the "
+             "model's chat template: add --apply_chat_template here for the same prompts and scores.")
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    """The value of ``name`` (``--name V`` or ``--name=V``) in ``argv``, the last one given; None when absent."""
+    value = None
+    for i, item in enumerate(argv):
+        if item == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif item.startswith(name + "="):
+            value = item.split("=", 1)[1]
+    return value
+
+
+def prepare_argv(argv: list[str]) -> list[str]:
+    """``argv`` as lm-eval gets it, checked first (no lm-eval or torch import): ``--device cpu`` added where no
+    ``--device`` is given and this machine has no GPU (for ``run``, the default command); for ``--model snapeval``
+    (or its old name) the task folder variables and each plain task name (not a path, not a pattern) checked against
+    the task folders' YAML and lm-eval's (:mod:`snapeval.preflight`). Raises :class:`SnapevalError`."""
+    from snapeval import preflight
+    from snapeval.models.devices import gpu_count
+
+    argv = list(argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else "run"
+    if command != "run" or any(a in ("-h", "--help") for a in argv):
+        return argv
+    if _flag(argv, "--device") is None and gpu_count() == 0:
+        argv += ["--device", "cpu"]
+    if _flag(argv, "--model") in ("snapeval", "snapstream"):
+        preflight.check_task_folder_env()
+        include = _flag(argv, "--include_path")
+        if include is not None:
+            for folder in include.split(os.pathsep):
+                preflight._check_folder("--include_path", folder)
+        names = [t.strip() for t in (_flag(argv, "--tasks") or "").split(",") if t.strip()]
+        plain = [t for t in names if not any(c in t for c in "/*?[") and not t.endswith((".yaml", ".yml"))]
+        if plain:
+            extra = [include] if include else []
+            folders = os.pathsep.join(extra + [str(f) for f in _default_folders()])
+            preflight.check_task_names(plain, folders, field="--tasks")
+    return argv
+
+
+def _default_folders():
+    from snapeval.paths import task_folders
+
+    return task_folders()
+
 
 def main() -> None:
-    import sys
+    from snapeval.errors import SnapevalError
+
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(HELP_NOTE, file=sys.stderr)
+    try:
+        sys.argv[1:] = prepare_argv(sys.argv[1:])
+    except SnapevalError as exc:  # bad input: one line, exit 2, before lm-eval loads
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
 
     import snapeval.harness.lm_eval_model  # noqa: F401  (registers "snapeval" and its deprecated alias "snapstream")
     from lm_eval.__main__ import cli_evaluate
 
-    from snapeval.errors import SnapevalError
-
     try:
         cli_evaluate()
     except SnapevalError as exc:  # bad input: one line, exit 2, as the snapeval command does
-        print(f"snapeval-lm-eval: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
 

@@ -122,6 +122,16 @@ def _with_args(request, arguments):
     return out
 
 
+def cap_generation_budget(requests, cap: int, default: int) -> None:
+    """Lower each request's generation budget (its task's ``max_gen_toks``, else ``default``) to at most ``cap``
+    tokens, in place: ``snapeval run --max-gen-toks N`` caps a task's own budget (AIME's 32,768) as it caps the
+    model's default; a smaller budget of the task is kept."""
+    for request in requests:
+        context, kwargs = request.args
+        if int(kwargs.get("max_gen_toks", default)) > cap:
+            request.arguments = (context, {**kwargs, "max_gen_toks": cap})
+
+
 def _coerce(name: str, value):
     """model_args arrive as strings from the lm-eval CLI."""
     if value is None or value == "" or value == "None":
@@ -206,6 +216,10 @@ class SnapStreamLM(HFLM):
     (``specprefill_draft`` enables it; ``specprefill_keep``, ``_chunk``, ``_lookahead``, ``_pool_kernel``); or, from
     Python, ``run_args`` (a resolved :class:`~snapeval.run_args.RunArgs`, used unchanged).
     """
+
+    #: At most this many generated tokens per request, a task's own budget included (None: the task's budget, else
+    #: ``max_gen_toks``); ``snapeval run`` sets it to ``--max-gen-toks`` (:func:`cap_generation_budget`).
+    gen_toks_cap: int | None = None
 
     def __init__(
         self,
@@ -338,6 +352,8 @@ class SnapStreamLM(HFLM):
         """With speculative prefill, each prompt is first compressed by the draft model (question and chat
         scaffolding kept whole), then generated exactly like an uncompressed one. A request whose generation_kwargs
         hold a ``followup`` runs two passes (:mod:`snapeval.tasks.followup`)."""
+        if self.gen_toks_cap is not None:
+            cap_generation_budget(requests, self.gen_toks_cap, self.max_gen_toks)
         contexts = [request.args[0] for request in requests]  # as lm-eval built them (a second pass is wrapped alike)
         if self.specprefill is not None:
             self._compress_by_draft(requests)

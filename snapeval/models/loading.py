@@ -179,8 +179,10 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 @contextlib.contextmanager
 def _file_lock(path: Path):
+    from snapeval.results.store import open_lock_file  # never follows a link, never truncates
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
+    with os.fdopen(open_lock_file(path), "r+b") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

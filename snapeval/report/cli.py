@@ -39,6 +39,10 @@ def main(args: argparse.Namespace) -> int:
     from snapeval.report import build_report
     from snapeval.report.results_table import sweep_decision
 
+    from snapeval import preflight
+
+    preflight.check_results_to_read(args.results_dir, "RESULTS_DIR")
+    preflight.check_output_folder(args.out or f"{args.results_dir}/report", "--out")
     decision = None
     if args.margin is not None or args.alpha is not None:
         try:

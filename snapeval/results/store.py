@@ -52,6 +52,31 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+def open_lock_file(path: Path) -> int:
+    """Open (creating it if absent) a lock file that is snapeval's own and nothing else: created with ``O_EXCL``, an
+    existing one opened with ``O_NOFOLLOW`` (a symbolic link is refused, its target never opened) and ``O_NONBLOCK``
+    (a FIFO never blocks), then refused unless it is a regular file with one name (a hard link to a user's file is
+    never truncated). One-line :class:`SnapevalError` naming the path otherwise."""
+    import stat
+
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    remedy = "allowed: a regular file snapeval created (remove it, or give another --out)"
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:  # ELOOP: a symbolic link (never followed); ENXIO: a FIFO with no reader
+            kind = "a symbolic link" if os.path.islink(path) else f"not a regular file ({exc.strerror})"
+            raise SnapevalError(f"{path} is {kind}; {remedy}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        kind = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"a file with {info.st_nlink} hard links"
+        raise SnapevalError(f"{path} is {kind}; {remedy}")
+    return fd
+
+
 class SweepLock:
     """``with SweepLock(dir):`` one sweep at a time per results directory (``fcntl`` lock on ``<dir>/.sweep.lock``,
     released by the kernel if the process dies, even by ``kill -9``). A second sweep fails at once with one line
@@ -65,7 +90,7 @@ class SweepLock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.fd = open_lock_file(self.path)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

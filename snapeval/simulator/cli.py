@@ -154,6 +154,23 @@ def method_for(name: str | None, settings: dict):
     return resolve
 
 
+def check_within_context(model, prompt_len: int, gen_len: int, sweep: tuple[str, list] | None) -> None:
+    """Prompt and generation (each value a sweep gives them) fit the model's context: one line otherwise (a
+    deployment past the context the model was trained for is not one to price)."""
+    from snapeval.errors import SnapevalError
+
+    context = getattr(model, "max_context", None)
+    if not context:
+        return
+    prompts, gens = [prompt_len], [gen_len]
+    if sweep is not None and sweep[0] in ("prompt_len", "gen_len"):
+        (prompts if sweep[0] == "prompt_len" else gens)[:] = [v for v in sweep[1] if v is not None]
+    prompt, gen = max(prompts), max(gens)
+    if prompt + gen > context:
+        raise SnapevalError(f"--prompt-len={prompt} with --gen-len={gen} is {prompt + gen:,} tokens, past "
+                            f"{model.name}'s {context:,}-token context; allowed: prompt + generation <= {context:,}")
+
+
 def run(args) -> int:
     from snapeval.errors import SnapevalError
     from snapeval.simulator.core import Deployment, gain_vs_full, simulate
@@ -174,6 +191,7 @@ def run(args) -> int:
                      draft_acceptance=args.draft_acceptance)
     resolve = method_for(args.method, _method_args(args))
     sweep = parse_sweep(args.sweep) if args.sweep else None
+    check_within_context(model, args.prompt_len, args.gen_len, sweep)
     method = None if sweep and sweep[0] == "budget" else resolve(args.budget)  # a budget sweep sets its own
 
     if sweep:

@@ -245,10 +245,20 @@ HARDWARE_GROUP = "snapeval.hardware"
 
 
 def hardware_plugins() -> dict[str, Any]:
-    """The hardware entry points of installed packages, by name (lower case), not loaded."""
+    """The hardware entry points of installed packages, by name (lower case), not loaded. One named as a shipped
+    target (``h200``) is left out with a one-line warning naming both packages: the shipped spec is used."""
     from importlib.metadata import entry_points
 
-    return {ep.name.lower(): ep for ep in sorted(entry_points(group=HARDWARE_GROUP), key=lambda ep: ep.name)}
+    from snapeval.errors import warn_shadowed_plugin
+
+    shipped = {p.stem for p in HARDWARE_DIR.glob("*.yaml")}
+    found = {}
+    for ep in sorted(entry_points(group=HARDWARE_GROUP), key=lambda ep: ep.name):
+        if ep.name.lower() in shipped:
+            warn_shadowed_plugin("hardware target", ep.name.lower(), ep)
+        else:
+            found[ep.name.lower()] = ep
+    return found
 
 
 def list_hardware() -> list[str]:

@@ -569,7 +569,11 @@ def register(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from snapeval import preflight
+
+    preflight.check_results_to_read(args.current, "--current")
     if args.write_baseline:
+        preflight.check_output_file(args.baseline, "--baseline")
         n = write_baseline(args.current, args.baseline)
         print(f"wrote baseline {args.baseline} ({n} cells from {args.current})")
         return 0

@@ -8,7 +8,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep", help="run a grid of lm-eval runs over models, tasks, methods and budgets (resumable)",
         description="Run every cell of a sweep config (models x tasks x methods x budgets x seeds) through the "
-                    "snapstream lm-eval model, as one paired experiment: each item is prefilled once and every method "
+                    "snapeval lm-eval model, as one paired experiment: each item is prefilled once and every method "
                     "and budget of its (model, task, seed) branches from that prefill, in chunks of items sized by a "
                     "memory plan (a model's max_memory). Finished cells (and item shards) are kept one file each and "
                     "skipped on re-runs; the tidy table (Parquet, CSV) with paired comparisons against the full "
@@ -61,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
     config = load_config(args.config).with_limit(args.limit)
     if args.per_cell:
         config = config.per_cell()
+    check_sweep_inputs(config, args)
     if args.dry_run:
         cells = plan(config, args.out)
         done = sum(state == "done" for _, state in cells)
@@ -75,6 +76,22 @@ def main(args: argparse.Namespace) -> int:
                         search=search)
     print(summary.render())
     return 0 if summary.ok else 1
+
+
+def check_sweep_inputs(config, args) -> None:
+    """What a sweep reads and writes, before any cell (:mod:`snapeval.preflight`; also for ``--dry-run``): the task
+    folder variables, the task names, each model reference, the results folder and the Ray address."""
+    from snapeval import preflight
+    from snapeval.models.loading import check_model_reference
+    from snapeval.sweep.runner import resolve_out
+
+    preflight.check_task_folder_env()
+    preflight.check_task_names(sorted({task.name for task in config.tasks}), config.include_dir, field="tasks")
+    for model in config.models:
+        check_model_reference(model.pretrained)
+    preflight.check_results_folder(resolve_out(config, args.out), config.name)
+    if args.executor == "ray" and not args.dry_run:
+        preflight.check_ray_address(args.ray_address)
 
 
 def _flat(value, prefix: str = "") -> dict:

@@ -365,10 +365,12 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
 
 def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream, simulate, report,
                group_models, rerun_stale, search=None) -> SweepSummary:
+    from snapeval.preflight import check_results_folder
     from snapeval.report.results_table import build_table
 
     t0 = time.monotonic()
     store = ResultsStore(out_dir)
+    check_results_folder(out_dir, config.name)  # under the lock: never another sweep's manifest replaced
     cells = expand_grid(config)
     if evaluate is None:
         check_tasks(sorted({c.task.name for c in cells}), config.include_dir)
