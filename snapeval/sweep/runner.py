@@ -284,11 +284,9 @@ class ShardPlanner:
 
     def _is_group(self, cell: Cell) -> bool:
         if cell.include_path not in self._groups:
-            from lm_eval.tasks import TaskManager
+            from snapeval.tasks.folders import include_folders, task_manager
 
-            from snapeval.paths import include_folders
-
-            manager = TaskManager(include_path=include_folders(cell.include_path), include_defaults=False)
+            manager = task_manager(include_folders(cell.include_path))
             self._groups[cell.include_path] = {*manager.all_groups, *manager.all_tags}
         return cell.task.name in self._groups[cell.include_path]
 
@@ -330,13 +328,11 @@ def check_tasks(names: list[str], include_path: str, *, include_defaults: bool =
     """
     import difflib
 
-    from lm_eval.tasks import TaskManager
+    from snapeval.tasks.folders import include_folders, task_manager
 
-    from snapeval.paths import include_folders
-
-    known = set(TaskManager(include_path=include_folders(include_path), include_defaults=False).all_tasks)
+    known = set(task_manager(include_folders(include_path)).all_tasks)
     if include_defaults and not set(names) <= known:
-        known |= set(TaskManager(include_path=include_folders(include_path)).all_tasks)
+        known |= set(task_manager(include_folders(include_path), defaults=True).all_tasks)
     for name in names:
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=3)

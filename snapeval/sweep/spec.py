@@ -13,7 +13,8 @@ from typing import Any
 from snapeval.cache import MethodConfig
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import DTYPES as _PRESET_DTYPES
-from snapeval.paths import default_data_dir, include_path, task_folders
+from snapeval.paths import default_data_dir
+from snapeval.tasks.folders import include_path, task_folders
 from snapeval.stats.decision import DecisionRule
 from snapeval.tasks.families import task_data_files
 
