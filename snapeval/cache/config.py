@@ -496,7 +496,7 @@ class SnapKVConfig(MethodConfig):
                            default_text=DEFAULT_POOLING)
 
     def __post_init__(self):
-        _require_int("budget", self.budget, 1, "SnapKVConfig")
+        check_budget(self.budget, type(self))  # the rule resolve_method applies (from_budget), in one place
         self.check_settings()
         if self.observation > self.budget:
             raise ValueError(

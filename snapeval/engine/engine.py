@@ -91,8 +91,9 @@ class Engine:
         tokenizer: decodes completions (stop strings, text); encodes string prompts (no special tokens added).
         config: a fixed-size method's configuration (a :class:`~snapeval.cache.SnapStreamConfig` or
             :class:`~snapeval.cache.StreamingLLMConfig`), used as given, or an integer total budget for ``method``.
-        method: the method of an integer budget (``snapstream`` or ``streamingllm``). ``full``/``snapkv`` caches grow
-            while decoding and need :func:`snapeval.generate`.
+        method: the method of an integer budget (``snapstream`` or ``streamingllm``, or any method with a static-row
+            layout). ``full``/``snapkv`` caches grow while decoding: the engine runs them too, its rows reallocated
+            to the largest request of a call.
         num_slots: requests decoded together (the static batch size).
         compile: run the decode step through ``torch.compile``: ``True`` (its default mode) or a mode name from
             :data:`COMPILE_MODES` (``"reduce-overhead"`` captures the step in CUDA graphs on a GPU). Off by default:

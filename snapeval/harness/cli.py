@@ -154,10 +154,9 @@ def run(args) -> int:
     from snapeval.harness.evaluate import evaluate
 
     results = evaluate(model_args, tasks, limit=limit, seed=args.seed, metadata=metadata)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1, default=str))
-    os.replace(tmp, out)
+    from snapeval.results.store import atomic_write_text
+
+    atomic_write_text(out, json.dumps(results, indent=1, default=str))
     info = results["snapeval"]
     print(f"model={args.model} method={args.method} budget={args.budget or '-'} "
           f"KV bytes/seq={info['kv_cache_bytes']:,} decode tok/s={_fmt(info['decode_tokens_per_s'])} "

@@ -222,7 +222,8 @@ def _parse_bool(ctx: _Ctx, raw: Any, path: str) -> bool:
 
 def _parse_engine(ctx: _Ctx, raw: Any, path: str) -> str:
     """``auto`` (the engine for the fixed-size caches, padded batches for full/snapkv) or ``false`` (padded batches
-    everywhere). There is no ``true``: a grid mixes methods, and full/snapkv cannot run on the engine."""
+    everywhere). There is no ``true``: a grid mixes methods, and ``auto`` keeps full/snapkv on padded batches (the
+    reference path) although the engine runs them (``snapeval run --engine true``)."""
     value = {True: "true", False: "false"}[raw] if isinstance(raw, bool) else raw
     return ctx.string(value, path, choices=("auto", "false"))
 
