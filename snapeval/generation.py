@@ -228,7 +228,7 @@ def generate(
         config = resolve_method(method, budget=config)
     elif not isinstance(config, MethodConfig):
         raise SnapevalError(f"config={config!r} is invalid; allowed: a method configuration, an integer budget or None")
-    if method_info(config).prefill_hooks:  # a kvpress press compresses through its own prefill hooks
+    if method_info(config).prefill_hook:  # e.g. a kvpress press: it compresses through its own prefill hooks
         raise SnapevalError(f"method={config.method!r} prefills through its own hooks; generate with "
                             "snapeval.branching.BranchSet(model, tokenizer, [config]) or the lm-eval model")
     min_new_tokens = sampling.pop("min_new_tokens", 0)

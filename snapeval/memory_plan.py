@@ -165,10 +165,10 @@ class ModelShape:
 
 def _is_press(config: MethodConfig) -> bool:
     """It compresses in its own prefill hooks (a kvpress press), holding the cache its hook built besides its rows:
-    its entry says (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hooks`)."""
+    its entry names them (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hook`)."""
     from snapeval.cache.methods import method_info
 
-    return method_info(config).prefill_hooks
+    return bool(method_info(config).prefill_hook)
 
 
 def _static_rows(config: MethodConfig) -> bool:

@@ -3,7 +3,9 @@
 
 The rule (the strict one, as kvpress's layering is read): every ``import``/``from ... import`` of a ``snapeval``
 module is an edge, at the top of a module and inside a function alike (a lazy import still makes the importer depend
-on the imported module; it only defers the cost), except those under ``if TYPE_CHECKING:`` (never run). A relative
+on the imported module; it only defers the cost), except those under ``if TYPE_CHECKING:`` (never run); ``importlib.import_module("snapeval....")`` with a literal name
+is an import too (a module ``__getattr__`` shim is one). A ``"module:Class"`` entry of the method table is not: it is
+data that names a module for its users to load, and the table itself imports nothing of what it names. A relative
 import is resolved against its package. ``from snapeval.x import y`` is an edge to ``snapeval/x/y.py`` when ``y`` is a
 module there, else to ``snapeval/x``. A package's ``__init__.py`` is its folder's file. At folder level each file is
 its sub-package of ``snapeval/`` (the files directly in ``snapeval/`` stay one node each: the top level is no room of
@@ -54,7 +56,10 @@ def import_graph() -> dict[str, set[str]]:
             if id(node) in skipped:
                 continue
             targets = []
-            if isinstance(node, ast.Import):
+            if (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module") and node.args
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                targets = [node.args[0].value]
+            elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""

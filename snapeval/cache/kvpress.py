@@ -152,14 +152,7 @@ def resolve_family(name: str):
     press = name.split(":", 1)[1]
     rows = "snapeval.cache.kvpress_cache:KVPressRows" if keeps_budget_per_layer(press) else ""
     return MethodInfo(name, "snapeval.cache.kvpress:KVPressConfig", "snapeval.cache.kvpress_cache:KVPressCache",
-                      branches=branch_refusal(press) is None, prefill_hooks=True, static_cache=rows,
+                      branches=branch_refusal(press) is None, static_cache=rows,
+                      prefill_hook="snapeval.cache.kvpress_cache:PressBranches",
                       summary="a kvpress press at the end of prefill; grows in decode")
 
-
-_CACHE_NAMES = ("KVPressCache", "PressBranch", "PressBranches", "PressRowsLayer", "KVPressRows")
-
-
-def __getattr__(name: str):  # the caches need torch: import them on first use
-    if name in _CACHE_NAMES:
-        return getattr(importlib.import_module("snapeval.cache.kvpress_cache"), name)
-    raise AttributeError(f"module 'snapeval.cache.kvpress' has no attribute {name!r}")
