@@ -45,6 +45,7 @@ from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.capture import PromptCapture
 from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_generator,
                                stop_token_ids)
+from snapeval.errors import check_int
 from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, device_budget,
                                   is_out_of_memory, plan_group)
 from snapeval.models.devices import input_device
@@ -130,8 +131,7 @@ class BranchSet:
                  max_memory: int | None = None):
         if not configs:
             raise ValueError("a BranchSet needs at least one configuration")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch={batch!r} is invalid; allowed: an integer >= 1")
+        check_int("batch", batch, 1, error=ValueError)
         self.model, self.tokenizer, self.configs = model, tokenizer, list(configs)
         self.batch, self.seed, self.max_memory = batch, seed, max_memory
         infos = [method_info(c) for c in self.configs]

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from snapeval.cache.config import MAX_BUDGET, MIN_BUDGET, MethodConfig, PrefillWork, check_lengths
 from snapeval.cache.press_spec import PREFIX, RESERVED_ARGS, UNSUPPORTED, check_press_args, press_names, press_spec
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 
 __all__ = ["PREFIX", "RESERVED_ARGS", "UNSUPPORTED", "KVPressConfig", "branch_refusal", "keeps_budget_per_layer",
            "press_class", "press_names", "resolve_family"]
@@ -74,7 +74,7 @@ class KVPressConfig(MethodConfig):
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not self.method.startswith(PREFIX + ":"):
             raise ValueError(f"KVPressConfig.method={self.method!r} is invalid; allowed: '{PREFIX}:<PressName>'")
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or not MIN_BUDGET <= self.budget <= MAX_BUDGET:
+        if not is_int(self.budget) or not MIN_BUDGET <= self.budget <= MAX_BUDGET:
             raise ValueError(f"KVPressConfig.budget={self.budget!r} is invalid; allowed: {MIN_BUDGET}..{MAX_BUDGET}")
 
     @property

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from snapeval.cache.config import DEFAULT_KERNEL, FullConfig, MethodConfig, PrefillWork
-from snapeval.errors import SnapevalError, check_choice
+from snapeval.errors import SnapevalError, check_choice, is_int
 from snapeval.models.presets import ModelPreset, get_preset
 from snapeval.simulator.hardware import HardwareSpec, get_hardware
 
@@ -40,7 +40,7 @@ PARTIAL_BYTES = 4.0
 
 
 def _int_field(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise SnapevalError(f"{name}={value!r} must be an integer >= {minimum}")
     return value
 
