@@ -1,13 +1,13 @@
 """The import graph of ``snapeval/`` has no cycle, at file level and at folder level, and the ground modules
 (``snapeval/paths.py``, ``snapeval/errors.py``) import nothing of snapeval.
 
-The rule (the strict one, as kvpress's layering is read): every ``import``/``from ... import`` of a ``snapeval``
+The rule (the strict one): every ``import``/``from ... import`` of a ``snapeval``
 module is an edge, at the top of a module and inside a function alike (a lazy import still makes the importer depend
-on the imported module; it only defers the cost), except those under ``if TYPE_CHECKING:`` (never run); ``importlib.import_module("snapeval....")`` with a literal name
-is an import too (a module ``__getattr__`` shim is one). A ``"module:Class"`` entry of the method table is not: it is
-data that names a module for its users to load, and the table itself imports nothing of what it names. A relative
-import is resolved against its package. ``from snapeval.x import y`` is an edge to ``snapeval/x/y.py`` when ``y`` is a
-module there, else to ``snapeval/x``. A package's ``__init__.py`` is its folder's file. At folder level each file is
+on the imported module; it only defers the cost), except those under ``if TYPE_CHECKING:`` (never run).
+``importlib.import_module("snapeval....")`` with a literal name is an import too (a module ``__getattr__`` shim is
+one). A ``"module:Class"`` entry of the method table is not: it is data that names a module for its users to load,
+and the table itself imports nothing of what it names. A relative import is resolved against its package.
+``from snapeval.x import y`` is an edge to ``snapeval/x/y.py`` when ``y`` is a module there, else to ``snapeval/x``. A package's ``__init__.py`` is its folder's file. At folder level each file is
 its sub-package of ``snapeval/`` (the files directly in ``snapeval/`` stay one node each: the top level is no room of
 its own), and an edge between two files of one folder is no edge. Importing ``snapeval.a.b`` also runs
 ``snapeval/a/__init__.py`` first; the rule leaves that implicit edge out (a package's ``__init__`` re-exporting its

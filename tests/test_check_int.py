@@ -11,8 +11,9 @@ def test_a_bool_is_not_an_integer():
 
 @pytest.mark.parametrize("bad", [True, False, 0, 1.0, "2", None])
 def test_check_int_refuses_in_one_line(bad):
-    with pytest.raises(SnapevalError, match=rf"^budget={bad!r} is invalid; allowed: an integer >= 1$".replace(".", r"\.")):
+    with pytest.raises(SnapevalError) as info:
         check_int("budget", bad, 1)
+    assert str(info.value) == f"budget={bad!r} is invalid; allowed: an integer >= 1"
 
 
 def test_check_int_returns_the_value_and_raises_the_callers_class():
