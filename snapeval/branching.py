@@ -5,9 +5,10 @@ its first generated token, are the same whatever the method and budget. :class:`
 once into a :class:`~snapeval.cache.capture.PromptCapture`, builds from it the cache of every configuration
 (``cache.load_prompt``: the same kept positions, keys and values as prefilling through that cache; SnapKV's window
 attention is computed once per layer and window size and reused by every budget), and then decodes or scores each
-branch exactly as it would have run alone. kvpress presses branch too: during the shared prefill every attention
-layer's inputs go to each press of the group (:class:`~snapeval.cache.kvpress.PressBranches`); a press that cannot
-branch (or a press alone in its set: kvpress's own hooks, the reference path) prefills itself.
+branch exactly as it would have run alone. A method that compresses inside the prefill branches too: its entry names
+its prefill hooks (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hook`), which during the shared prefill hand
+every attention layer's inputs to each of its configurations in the group; one that cannot branch (or is alone in its
+set: its own hooks, the reference path) prefills itself.
 
 - ``generate_until``: items go through in chunks sized by a memory plan (:mod:`snapeval.memory_plan`). Each item
   is prefilled once; right after, every configuration's one-row cache is built from the capture layer by layer
@@ -33,7 +34,7 @@ import copy
 import dataclasses
 import gc
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
@@ -45,6 +46,7 @@ from snapeval.cache.methods import build_cache
 from snapeval.cache.capture import PromptCapture
 from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_generator,
                                stop_token_ids)
+from snapeval.errors import check_int
 from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, device_budget,
                                   is_out_of_memory, plan_group)
 from snapeval.models.devices import input_device
@@ -74,7 +76,7 @@ def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = Fal
 @dataclass
 class Prefilled:
     """One prompt prefilled once: its last-position logits ``[V]``, every layer's prompt (a capture) and the
-    branches its presses built during the prefill (:class:`~snapeval.cache.kvpress.PressBranch`)."""
+    branches its presses built during the prefill (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hook`)."""
 
     logits: torch.Tensor
     capture: PromptCapture | None
@@ -134,17 +136,16 @@ class BranchSet:
                  max_memory: int | None = None, run_args: RunArgs | None = None):
         if not configs:
             raise ValueError("a BranchSet needs at least one configuration")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch={batch!r} is invalid; allowed: an integer >= 1")
+        check_int("batch", batch, 1, error=ValueError)
         self.model, self.tokenizer, self.configs = model, tokenizer, list(configs)
         self.batch, self.seed, self.max_memory = batch, seed, max_memory
         self.run_args = RunArgs() if run_args is None else run_args
         infos = [method_info(c) for c in self.configs]
-        # A press branches when it shares the prefill with another configuration; alone it prefills through
-        # kvpress's own hooks (the reference path of a per-cell run).
-        self._branches = [info.branches and (not info.prefill_hooks or len(self.configs) > 1) for info in infos]
-        self.presses = [c for c, b, info in zip(self.configs, self._branches, infos) if b and info.prefill_hooks]
-        self.from_capture = [c for c, b, info in zip(self.configs, self._branches, infos) if b and not info.prefill_hooks]
+        # A method with prefill hooks branches when it shares the prefill with another configuration; alone it
+        # prefills through its own cache (the reference path of a per-cell run).
+        self._branches = [info.branches and (not info.prefill_hook or len(self.configs) > 1) for info in infos]
+        self.presses = [c for c, b, info in zip(self.configs, self._branches, infos) if b and info.prefill_hook]
+        self.from_capture = [c for c, b, info in zip(self.configs, self._branches, infos) if b and not info.prefill_hook]
         self.window = capture_window(self.from_capture)
         self.device = input_device(model)  # token ids go there; outputs come back there (a split model too)
         self.decode_kernel = self.run_args.decode_kernel
@@ -188,21 +189,26 @@ class BranchSet:
         start = time.perf_counter()
         prompt = list(prompt)
         capture = PromptCapture(self.model, self.window, store=store)
-        hooks = None
+        hooks = []
         if presses and self.presses:
             if tokens is not None and tokens < len(prompt):
-                raise ValueError("presses read the whole prompt's hidden states: their prefill cannot be chunked")
-            from snapeval.cache.kvpress import PressBranches
-
-            hooks = PressBranches(self.model, self.presses, len(prompt), capture, release=not self.from_capture)
+                raise ValueError("prefill hooks read the whole prompt's hidden states: their prefill cannot be chunked")
+            by_hook: dict[str, list[MethodConfig]] = {}  # each method's entry names its hooks
+            for config in self.presses:
+                by_hook.setdefault(method_info(config).prefill_hook, []).append(config)
+            hooks = [method_info(configs[0]).prefill_hook_class()(self.model, configs, len(prompt), capture,
+                                                                  release=not self.from_capture)
+                     for configs in by_hook.values()]
         step = len(prompt) if tokens is None else tokens
-        with hooks or nullcontext():
+        with ExitStack() as stack:
+            for hook in hooks:
+                stack.enter_context(hook)
             logits = self._forward(capture, prompt[:step])
         for offset in range(step, len(prompt), step):
             capture = capture.continued(self.model)  # each layer of the last piece goes once it is continued
             logits = self._forward(capture, prompt[offset:offset + step])
         return Prefilled(logits, capture, self.stats.count_prefill(len(prompt), start),
-                         dict(hooks.branches) if hooks is not None else {})
+                         {config: branch for hook in hooks for config, branch in hook.branches.items()})
 
     def _forward(self, capture: PromptCapture, ids: Sequence[int]) -> torch.Tensor:
         ids = torch.tensor([list(ids)], device=self.device)

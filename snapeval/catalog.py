@@ -59,7 +59,7 @@ def list_methods(args) -> int:
 
 def tasks_catalog() -> dict:
     """The task families (snapeval's and installed packages') and every task folder a run reads."""
-    from snapeval.paths import task_folders
+    from snapeval.tasks.folders import task_folders
     from snapeval.tasks.families import families
 
     records = []

@@ -15,6 +15,20 @@ def check_choice(field: str, value, allowed) -> None:
         raise SnapevalError(f"{field}={value!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
 
 
+def is_int(value) -> bool:
+    """Whether ``value`` is an integer and not a bool (``True`` is an ``int`` to Python, never to a user)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(field: str, value, minimum: int | None = None, *, error: type[ValueError] = SnapevalError) -> int:
+    """``value`` if it is an integer (:func:`is_int`) of at least ``minimum``; else ``error`` (a one-line
+    ``field=value is invalid; allowed: an integer >= minimum``)."""
+    if not is_int(value) or (minimum is not None and value < minimum):
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise error(f"{field}={value!r} is invalid; allowed: an integer{bound}")
+    return value
+
+
 _SHADOWED: set[tuple[str, str]] = set()
 
 

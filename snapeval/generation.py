@@ -11,7 +11,7 @@ from snapeval.cache import FullConfig, MethodConfig, make_cache, method_info, re
 from snapeval.cache.full import StaticFullCache
 from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, prefill, request_generator,
                                stop_token_ids)
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device
 
 
@@ -227,15 +227,14 @@ def generate(
     Every row is prefilled and decoded by :func:`snapeval.decoding.prefill` and :func:`snapeval.decoding.decode`
     (:func:`generate_ids`), the one loop of every generation path; greedy tokens equal ``model.generate``'s.
     """
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise SnapevalError(f"max_new_tokens={max_new_tokens!r} is invalid; allowed: an integer >= 1")
+    check_int("max_new_tokens", max_new_tokens, 1)
     if config is None:
         config = FullConfig()
-    elif isinstance(config, int) and not isinstance(config, bool):
+    elif is_int(config):
         config = resolve_method(method, budget=config)
     elif not isinstance(config, MethodConfig):
         raise SnapevalError(f"config={config!r} is invalid; allowed: a method configuration, an integer budget or None")
-    if method_info(config).prefill_hooks:  # a kvpress press compresses through its own prefill hooks
+    if method_info(config).prefill_hook:  # e.g. a kvpress press: it compresses through its own prefill hooks
         raise SnapevalError(f"method={config.method!r} prefills through its own hooks; generate with "
                             "snapeval.branching.BranchSet(model, tokenizer, [config]) or the lm-eval model")
     min_new_tokens = sampling.pop("min_new_tokens", 0)
@@ -243,8 +242,7 @@ def generate(
     if unknown:
         raise SnapevalError(f"{unknown[0]}={sampling[unknown[0]]!r} is not a sampling argument of generate; allowed: "
                             f"{', '.join([*SAMPLING_ARGS, 'min_new_tokens'])}")
-    if isinstance(min_new_tokens, bool) or not isinstance(min_new_tokens, int) or min_new_tokens < 0:
-        raise SnapevalError(f"min_new_tokens={min_new_tokens!r} is invalid; allowed: an integer >= 0")
+    check_int("min_new_tokens", min_new_tokens, 0)
     params = SamplingParams(max_new_tokens=max_new_tokens, **{SAMPLING_ARGS[k]: v for k, v in sampling.items()})
     input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
     device = input_device(model)

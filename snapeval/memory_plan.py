@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from snapeval.cache.config import MethodConfig
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, check_int
 
 GIB = 1 << 30
 #: Bytes of one int64 (slot positions, a row's next position and fill count).
@@ -165,10 +165,10 @@ class ModelShape:
 
 def _is_press(config: MethodConfig) -> bool:
     """It compresses in its own prefill hooks (a kvpress press), holding the cache its hook built besides its rows:
-    its entry says (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hooks`)."""
+    its entry names them (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hook`)."""
     from snapeval.cache.methods import method_info
 
-    return method_info(config).prefill_hooks
+    return bool(method_info(config).prefill_hook)
 
 
 def _static_rows(config: MethodConfig) -> bool:
@@ -388,8 +388,7 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
     that cannot branch), decoded alone."""
     if not items:
         raise ValueError("a memory plan needs at least one item")
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise SnapevalError(f"chunk={chunk!r} is invalid; allowed: an integer >= 1")
+    check_int("chunk", chunk, 1)
     largest = Item(max(i.prompt for i in items), max(i.max_new for i in items), max(i.prefix for i in items))
     presses = any(_is_press(c) and c.label not in alone for c in configs)
     reasons: list[str] = []

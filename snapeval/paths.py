@@ -7,10 +7,13 @@ what               variable                default
 tasks folder       ``SNAPEVAL_TASKS_DIR``  ``tasks/`` in a checkout (the task families' lm-eval YAML, one folder each;
                                            their code and hooks in ``snapeval/tasks/<family>/``), or
                                            ``snapeval/task_yaml`` where a wheel installed that folder
-more task folders  ``SNAPEVAL_TASKS_PATH`` none (folders joined by ``os.pathsep``, added to the tasks folder)
+more task folders  ``SNAPEVAL_TASKS_PATH`` none (folders joined by ``os.pathsep``, added to the tasks folder by
+                                           :func:`snapeval.tasks.folders.task_folders`)
 data directory     ``SNAPEVAL_DATA_DIR``   ``shared/data`` beside the repository checkout
 cache directory    ``SNAPEVAL_CACHE_DIR``  ``$XDG_CACHE_HOME/snapeval``, else ``~/.cache/snapeval``
 =================  ======================  ==========================================================================
+
+This module imports nothing of snapeval (a ground module, ``tests/test_architecture.py``).
 """
 from __future__ import annotations
 
@@ -40,31 +43,6 @@ def shipped_tasks_dir() -> Path:
     (``lm_eval --include_path tasks/`` reads the same files)."""
     installed = Path(__file__).resolve().parent / "task_yaml"
     return installed if installed.is_dir() else repo_root() / "tasks"
-
-
-def task_folders(include: str | os.PathLike | None = None) -> list[Path]:
-    """Every lm-eval task folder a run reads: ``include`` when given (one folder, or folders joined by
-    ``os.pathsep``); else :func:`tasks_dir`, then the folder of each task family an installed package adds (the
-    ``snapeval.tasks`` entry points, :func:`snapeval.tasks.families.families`), then each folder of
-    ``$SNAPEVAL_TASKS_PATH``, each once."""
-    if include:
-        return [Path(p).expanduser() for p in str(include).split(os.pathsep) if p]
-    from snapeval.tasks.families import plugin_families
-
-    folders = [tasks_dir(), *(family.folder for family in plugin_families())]
-    folders += [Path(p).expanduser() for p in os.environ.get(TASKS_PATH_ENV, "").split(os.pathsep) if p]
-    return list(dict.fromkeys(folders))
-
-
-def include_path(folders: list[Path]) -> str:
-    """``folders`` as one include path (joined by ``os.pathsep``): what a sweep cell records and
-    :func:`task_folders` reads back."""
-    return os.pathsep.join(str(folder) for folder in folders)
-
-
-def include_folders(include: str | os.PathLike | None) -> list[str] | None:
-    """An include path (:func:`include_path`) as the folder list lm-eval's ``TaskManager`` takes (None: none)."""
-    return [str(folder) for folder in task_folders(include)] if include else None
 
 
 def data_dir_is_set(given: str | os.PathLike | None = None) -> bool:

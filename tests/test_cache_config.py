@@ -117,3 +117,13 @@ def test_budget_below_two_is_one_error_for_every_method():
     for method in ("snapstream", "streamingllm", "snapkv"):
         with pytest.raises(SnapevalError, match="budget=1 is invalid; allowed: an integer >= 2"):
             resolve_method(method, 1)
+
+
+def test_snapkv_config_and_resolve_method_agree_on_the_smallest_budget():
+    """One budget rule (``check_budget``): the class refuses what ``resolve_method`` refuses, and builds what it
+    builds."""
+    with pytest.raises(ValueError, match="budget=1 is invalid; allowed: an integer >= 2"):
+        SnapKVConfig(budget=1, observation=1)
+    with pytest.raises(SnapevalError, match="budget=1 is invalid"):
+        resolve_method("snapkv", 1)
+    assert SnapKVConfig(budget=2, observation=1) == resolve_method("snapkv", 2)

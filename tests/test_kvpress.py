@@ -223,7 +223,8 @@ def test_a_press_that_cannot_branch_is_refused_with_a_reason():
     from snapeval.branching import BranchSet
     from snapeval.cache import SnapStreamConfig, method_info
     from snapeval.cache.capture import PromptCapture
-    from snapeval.cache.kvpress import PressBranches, branch_refusal
+    from snapeval.cache.kvpress import branch_refusal
+    from snapeval.cache.kvpress_cache import PressBranches
 
     model = tiny_model("llama")
     config = resolve_method("kvpress:KVComposePress", 16)

@@ -238,7 +238,8 @@ def test_building_any_parser_imports_neither_torch_nor_transformers(installed):
 def test_an_installed_task_family_and_the_tasks_path_add_to_the_shipped_tasks(installed, tiny_dir, task_dir,
                                                                               tmp_path, monkeypatch, capsys):
     from snapeval.cli import main as cli
-    from snapeval.paths import task_folders, tasks_dir
+    from snapeval.paths import tasks_dir
+    from snapeval.tasks.folders import task_folders
     from snapeval.tasks.families import families, typical_lengths
 
     monkeypatch.delenv("SNAPEVAL_TASKS_DIR", raising=False)

@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
+from snapeval.errors import check_int, is_int
+
 POOLINGS = ("avg", "max")
 
 #: Defaults used by the ``from_budget`` constructors (and documented in the README).
@@ -94,7 +96,7 @@ class Setting:
             return isinstance(value, str) and (not self.choices or value in self.choices)
         if self.fraction and not resolved and isinstance(value, float):
             return 0.0 < value <= 1.0
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             return False
         if self.odd:
             return value >= 1 and value % 2 == 1
@@ -122,8 +124,7 @@ def setting(default: Any, help: str, **declaration) -> Any:
 
 
 def _require_int(field: str, value, minimum: int, owner: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{owner}.{field}={value!r} is invalid; allowed: an integer >= {minimum}")
+    check_int(f"{owner}.{field}", value, minimum, error=ValueError)
 
 
 def check_budget(budget, owner_class) -> None:
@@ -186,8 +187,7 @@ class PrefillWork:
     def __post_init__(self) -> None:
         for name in ("window_queries", "scored_tokens", "gathered_tokens", "gathered_segments"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"PrefillWork.{name}={value!r} is invalid; allowed: an integer >= 0")
+            check_int(f"PrefillWork.{name}", value, 0, error=ValueError)
         unknown = sorted(set(self.score_inputs) - set(SCORE_INPUTS))
         if unknown:
             raise ValueError(f"PrefillWork.score_inputs has {unknown[0]!r}; allowed: {', '.join(SCORE_INPUTS)}")
@@ -203,8 +203,7 @@ class PrefillWork:
 def check_lengths(prompt, generated) -> None:
     """A one-line ``ValueError`` unless ``prompt`` and ``generated`` are token counts (integers >= 0)."""
     for name, value in (("prompt", prompt), ("generated", generated)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name}={value!r} is invalid; allowed: an integer >= 0")
+        check_int(name, value, 0, error=ValueError)
 
 
 class MethodConfig:
@@ -408,7 +407,7 @@ class SnapStreamConfig(MethodConfig):
         if recent_fraction is not None:
             if recent is not None:
                 raise ValueError(f"{cls.__name__}: give recent or recent_fraction, not both")
-            whole = isinstance(recent_fraction, int) and not isinstance(recent_fraction, bool)
+            whole = is_int(recent_fraction)
             recent = float(recent_fraction) if whole else recent_fraction
         if budget is None and isinstance(recent, int) and topk is not None:
             if isinstance(observation, float):
@@ -496,7 +495,7 @@ class SnapKVConfig(MethodConfig):
                            default_text=DEFAULT_POOLING)
 
     def __post_init__(self):
-        _require_int("budget", self.budget, 1, "SnapKVConfig")
+        check_budget(self.budget, type(self))  # the rule resolve_method applies (from_budget), in one place
         self.check_settings()
         if self.observation > self.budget:
             raise ValueError(

@@ -7,6 +7,7 @@ from transformers import DynamicCache
 from snapeval.cache.base import CompressedKVCache, mark_static
 from snapeval.cache.config import FullConfig
 from snapeval.cache.snapkv import SnapKVLayer
+from snapeval.errors import check_int
 
 
 class FullCache(DynamicCache):
@@ -95,8 +96,7 @@ class StaticFullCache(CompressedKVCache):
 
     def __init__(self, model, config=None, *, reserve: int = 0, decode_kernel: str = "auto"):
         super().__init__(model, FullConfig() if config is None else config, decode_kernel=decode_kernel)
-        if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
-            raise ValueError(f"reserve={reserve!r} is invalid; allowed: an integer >= 0")
+        check_int("reserve", reserve, 0, error=ValueError)
         for layer in self.layers:
             layer.reserve = reserve
         self.reserve = reserve

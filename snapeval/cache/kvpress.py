@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from snapeval.cache.config import MAX_BUDGET, MIN_BUDGET, MethodConfig, PrefillWork, check_lengths
 from snapeval.cache.press_spec import PREFIX, RESERVED_ARGS, UNSUPPORTED, check_press_args, press_names, press_spec
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 
 __all__ = ["PREFIX", "RESERVED_ARGS", "UNSUPPORTED", "KVPressConfig", "branch_refusal", "keeps_budget_per_layer",
            "press_class", "press_names", "resolve_family"]
@@ -74,7 +74,7 @@ class KVPressConfig(MethodConfig):
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not self.method.startswith(PREFIX + ":"):
             raise ValueError(f"KVPressConfig.method={self.method!r} is invalid; allowed: '{PREFIX}:<PressName>'")
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or not MIN_BUDGET <= self.budget <= MAX_BUDGET:
+        if not is_int(self.budget) or not MIN_BUDGET <= self.budget <= MAX_BUDGET:
             raise ValueError(f"KVPressConfig.budget={self.budget!r} is invalid; allowed: {MIN_BUDGET}..{MAX_BUDGET}")
 
     @property
@@ -152,14 +152,7 @@ def resolve_family(name: str):
     press = name.split(":", 1)[1]
     rows = "snapeval.cache.kvpress_cache:KVPressRows" if keeps_budget_per_layer(press) else ""
     return MethodInfo(name, "snapeval.cache.kvpress:KVPressConfig", "snapeval.cache.kvpress_cache:KVPressCache",
-                      branches=branch_refusal(press) is None, prefill_hooks=True, static_cache=rows,
+                      branches=branch_refusal(press) is None, static_cache=rows,
+                      prefill_hook="snapeval.cache.kvpress_cache:PressBranches",
                       summary="a kvpress press at the end of prefill; grows in decode")
 
-
-_CACHE_NAMES = ("KVPressCache", "PressBranch", "PressBranches", "PressRowsLayer", "KVPressRows")
-
-
-def __getattr__(name: str):  # the caches need torch: import them on first use
-    if name in _CACHE_NAMES:
-        return getattr(importlib.import_module("snapeval.cache.kvpress_cache"), name)
-    raise AttributeError(f"module 'snapeval.cache.kvpress' has no attribute {name!r}")

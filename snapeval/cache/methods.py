@@ -55,8 +55,12 @@ class MethodInfo:
         summary: one line for ``--help`` and the docs.
         static_cache: ``"module:Class"`` of the cache in the engine's static rows, when it differs from ``cache``
             (a growing cache then gets rows of its kept prompt plus the tokens to decode); empty: ``cache``.
-        prefill_hooks: it compresses inside the prefill through hooks on the attention layers (kvpress's presses),
-            so plain ``generate`` cannot apply it: its prompts go through :class:`snapeval.branching.BranchSet`.
+        prefill_hook: ``"module:Class"`` of the hooks through which it compresses inside the prefill (on the
+            attention layers; kvpress's presses: :class:`snapeval.cache.kvpress_cache.PressBranches`), loaded when a
+            prefill installs them: ``with Hooks(model, configs, prompt_length, capture, release=...) as hooks:``,
+            then ``hooks.branches`` maps each configuration to its branch. Plain ``generate`` cannot apply such a
+            method: its prompts go through :class:`snapeval.branching.BranchSet`. Empty: none (the method compresses
+            from the cache or the shared capture).
         style: how reports draw it (None: a spare colour and marker, chosen per figure).
         reference: the uncompressed baseline: every other cell of a group is paired with its cell.
     """
@@ -67,7 +71,7 @@ class MethodInfo:
     branches: bool
     summary: str
     static_cache: str = ""
-    prefill_hooks: bool = False
+    prefill_hook: str = ""
     style: MethodStyle | None = None
     reference: bool = False
 
@@ -89,6 +93,12 @@ class MethodInfo:
 
     def cache_class(self) -> type:
         return load_object(self.cache)
+
+    def prefill_hook_class(self) -> type:
+        """The class of :attr:`prefill_hook` (imported now; its module may need torch or an optional extra)."""
+        if not self.prefill_hook:
+            raise ValueError(f"method {self.name!r} has no prefill hook")
+        return load_object(self.prefill_hook)
 
     def static_cache_class(self) -> type:
         """The cache class the engine allocates static rows of (a :class:`~snapeval.cache.base.CompressedKVCache`)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from snapeval.decoding.step import decode_step
+from snapeval.errors import check_int
 
 
 class CapturedDecodeStep:
@@ -24,8 +25,7 @@ class CapturedDecodeStep:
     capture (cuBLAS and the allocator settle there) and advance the cache as decode steps do."""
 
     def __init__(self, warmup: int = 2):
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
-            raise ValueError(f"warmup={warmup!r} is invalid; allowed: an integer >= 1")
+        check_int("warmup", warmup, 1, error=ValueError)
         self.warmup = warmup
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 
 FINISH_REASONS = ("eos", "stop", "length")
 
@@ -39,7 +39,7 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+        if not is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise _bad("max_new_tokens", self.max_new_tokens, "an integer >= 1")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         if not all(isinstance(s, str) and s for s in stop):
@@ -53,9 +53,9 @@ class SamplingParams:
             raise _bad("temperature", self.temperature, "a number > 0 when do_sample=True (use do_sample=False for greedy)")
         if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
             raise _bad("top_p", self.top_p, "a number in (0, 1]")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+        if not is_int(self.top_k) or self.top_k < 0:
             raise _bad("top_k", self.top_k, "an integer >= 0 (0 disables it)")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+        if self.seed is not None and (not is_int(self.seed)):
             raise _bad("seed", self.seed, "an integer or None")
 
 

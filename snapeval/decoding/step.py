@@ -28,7 +28,7 @@ def prefill(model, cache, input_ids: torch.Tensor, *, attention_mask: torch.Tens
             position_ids: torch.Tensor | None = None, cache_position: torch.Tensor | None = None) -> torch.Tensor:
     """Run the prompts ``input_ids`` ``[B, L]`` (left-padded, with their ``attention_mask``) through ``cache``;
     returns the logits ``[B, V]`` of their last position. A cache that compresses inside its own prefill (a kvpress
-    press, :meth:`~snapeval.cache.kvpress.KVPressCache.prefill`) runs it, one unpadded row."""
+    press, :meth:`~snapeval.cache.kvpress_cache.KVPressCache.prefill`) runs it, one unpadded row."""
     if hasattr(cache, "prefill"):
         return cache.prefill(model, input_ids)[None]
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

@@ -36,7 +36,7 @@ from snapeval.cache.attention import install
 from snapeval.decoding import (Completion, Request, SamplingParams, choose, decode_step, pad_token_id,
                                request_generator, stop_token_ids)
 from snapeval.decoding.step import prefill as prefill_prompt
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device, layer_devices
 
 #: The built-in methods the engine runs (every one with static rows: appending caches get rows sized for their
@@ -92,8 +92,9 @@ class Engine:
         tokenizer: decodes completions (stop strings, text); encodes string prompts (no special tokens added).
         config: a fixed-size method's configuration (a :class:`~snapeval.cache.SnapStreamConfig` or
             :class:`~snapeval.cache.StreamingLLMConfig`), used as given, or an integer total budget for ``method``.
-        method: the method of an integer budget (``snapstream`` or ``streamingllm``). ``full``/``snapkv`` caches grow
-            while decoding and need :func:`snapeval.generate`.
+        method: the method of an integer budget (``snapstream`` or ``streamingllm``, or any method with a static-row
+            layout). ``full``/``snapkv`` caches grow while decoding: the engine runs them too, its rows reallocated
+            to the largest request of a call.
         num_slots: requests decoded together (the static batch size).
         compile: run the decode step through ``torch.compile``: ``True`` (its default mode) or a mode name from
             :data:`COMPILE_MODES` (``"reduce-overhead"`` captures the step in CUDA graphs on a GPU). Off by default:
@@ -106,7 +107,7 @@ class Engine:
 
     def __init__(self, model, tokenizer, config: MethodConfig | int, method: str = "snapstream",
                  num_slots: int = 8, *, compile: bool | str = False, seed: int = 0, decode_kernel: str = "auto"):
-        if isinstance(config, int) and not isinstance(config, bool):
+        if is_int(config):
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
             raise SnapevalError(f"config={config!r} is invalid for the engine; allowed: a method configuration or a budget >= 2")
@@ -117,8 +118,7 @@ class Engine:
             )
         if not isinstance(compile, bool) and compile not in COMPILE_MODES:
             raise SnapevalError(f"compile={compile!r} is invalid; allowed: True, False or one of {', '.join(COMPILE_MODES)}")
-        if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
-            raise SnapevalError(f"num_slots={num_slots!r} is invalid; allowed: an integer >= 1")
+        check_int("num_slots", num_slots, 1)
         self.model, self.tokenizer, self.config, self.num_slots, self.seed = model, tokenizer, config, num_slots, seed
         self.device = input_device(model)  # token ids, positions and logits; each layer's rows live on its device
         self.layer_devices = layer_devices(model)

@@ -156,11 +156,10 @@ def check_run_inputs(tasks: list[str], data_dir: str | None) -> None:
 def write_results(out: Path, results: dict) -> None:
     """Write the results JSON at once (a temporary file renamed over ``out``); a disk that refuses is one line (a run
     keeps nothing else: nothing to resume)."""
-    tmp = out.with_suffix(".tmp")
+    from snapeval.results.store import atomic_write_text  # fsynced, then renamed over ``out``
+
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(results, indent=1, default=str))
-        os.replace(tmp, out)
+        atomic_write_text(out, json.dumps(results, indent=1, default=str))
     except OSError as exc:
         raise SnapevalError(f"--output={str(out)!r} could not be written ({exc.strerror or exc}); the run's results "
                             "are lost: fix the folder or choose another --output and run again") from None

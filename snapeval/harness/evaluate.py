@@ -5,8 +5,8 @@ import copy
 from pathlib import Path
 
 from snapeval.errors import SnapevalError
-from snapeval.paths import task_folders
 from snapeval.run_args import RunArgs
+from snapeval.tasks.folders import task_folders, task_manager
 
 
 def evaluate(
@@ -41,8 +41,6 @@ def evaluate(
     with no documents returns no ``results``.
     """
     import lm_eval
-    from lm_eval.tasks import TaskManager
-
     from snapeval.harness.lm_eval_model import SnapStreamLM
 
     folders = task_folders(include_path)
@@ -70,9 +68,9 @@ def evaluate(
         chat = bool(getattr(lm.tokenizer, "chat_template", None))
     # The repository's own task folder indexes in milliseconds; lm-eval's built-in tasks take seconds, so they are
     # indexed only when a task is not found in the folder.
-    manager = TaskManager(include_path=include, include_defaults=False, metadata=meta)
+    manager = task_manager(include, metadata=meta)
     if any(not manager.match_tasks([t]) for t in tasks):
-        manager = TaskManager(include_path=include, metadata=meta)
+        manager = task_manager(include, defaults=True, metadata=meta)
     unknown = [t for t in tasks if not manager.match_tasks([t])]
     if unknown:
         raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include[0]}`")

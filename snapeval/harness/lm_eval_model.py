@@ -195,7 +195,7 @@ def use_engine(engine: str, config: MethodConfig) -> bool:
     if choice is None:
         return method_info(config).fixed_size
     info = method_info(config)
-    if choice and (not info.static_rows or info.prefill_hooks):  # a press compresses in its own prefill hooks
+    if choice and (not info.static_rows or info.prefill_hook):  # a press compresses in its own prefill hooks
         raise SnapevalError(f"engine=true needs a method with a static-row layout; method={method!r} allowed: "
                             f"{', '.join(ENGINE_METHODS)}")
     return choice
@@ -292,7 +292,7 @@ class SnapStreamLM(HFLM):
         self.engine_slots = max(run_args.batch_size, 8) if run_args.engine_slots is None else run_args.engine_slots
         self._engine = None
         self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
-        if shared is None and method_info(config).prefill_hooks:  # a kvpress press: its own prefill hooks
+        if shared is None and method_info(config).prefill_hook:  # it prefills through its own hooks (a kvpress press)
             from snapeval.branching import BranchSet, SharedBranches
 
             self.shared = SharedBranches(BranchSet(model, tokenizer, [config], seed=0, run_args=run_args))

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 
 FAMILIES = ("llama", "qwen2", "deepseek_v3")
 CHAT_FORMATS = ("chatml", "llama3", "deepseek-r1", "none")
@@ -79,13 +79,13 @@ class ModelPreset:
         for field in ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_kv_heads",
                       "head_dim", "vocab_size", "max_context"):
             value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise SnapevalError(f"{field}={value!r} must be a positive integer (model {self.name})")
         for field in ("n_routed_experts", "n_shared_experts", "experts_per_token", "moe_intermediate_size",
                       "first_k_dense_replace", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                       "v_head_dim", "q_lora_rank"):
             value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not is_int(value) or value < 0:
                 raise SnapevalError(f"{field}={value!r} must be an integer >= 0 (model {self.name})")
         if self.num_attention_heads % self.num_kv_heads:
             raise SnapevalError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 
 SCHEMA_VERSION = 1
 
@@ -194,7 +194,7 @@ def validate_cell_dict(data: dict[str, Any]) -> None:
             _check(isinstance(sample, dict), where, sample, "a JSON object")
             _check(isinstance(sample.get("subtask"), str), f"{where}.subtask", sample.get("subtask"), "a string")
             doc = sample.get("doc_id")
-            _check(isinstance(doc, int) and not isinstance(doc, bool), f"{where}.doc_id", doc, "an integer")
+            _check(is_int(doc), f"{where}.doc_id", doc, "an integer")
             _check(isinstance(sample.get("target", ""), str), f"{where}.target", sample.get("target"), "a string")
             gens = sample.get("generations")
             _check(isinstance(gens, list) and all(isinstance(g, str) for g in gens), f"{where}.generations", gens,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from snapeval.errors import SnapevalError, check_choice
+from snapeval.errors import SnapevalError, check_choice, is_int
 from snapeval.models.presets import ModelPreset
 
 
@@ -24,7 +24,7 @@ PARTIAL_BYTES = 4.0
 
 
 def int_field(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise SnapevalError(f"{name}={value!r} must be an integer >= {minimum}")
     return value
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware"
 KINDS = ("rdu", "gpu")
@@ -63,7 +63,7 @@ class SocketSpec:
             _positive(owner, f"socket.{f}", getattr(self, f), allow_zero=True)
         if self.sram_bandwidth is not None:
             _positive(owner, "socket.sram_bandwidth", self.sram_bandwidth)
-        if isinstance(self.compute_units, bool) or not isinstance(self.compute_units, int) or self.compute_units < 0:
+        if not is_int(self.compute_units) or self.compute_units < 0:
             raise SnapevalError(f"{owner}: socket.compute_units={self.compute_units!r} must be an integer >= 0")
         if self.ddr_bytes > 0 and self.ddr_bandwidth <= 0:
             raise SnapevalError(f"{owner}: socket.ddr_bandwidth must be > 0 when ddr_bytes > 0")
@@ -133,7 +133,7 @@ class Assumptions:
         if not isinstance(self.prefill_holds_prompt_kv, bool):
             raise SnapevalError(f"{owner}: assumptions.prefill_holds_prompt_kv={self.prefill_holds_prompt_kv!r} "
                                 "must be true or false")
-        if isinstance(self.compiled_context, bool) or not isinstance(self.compiled_context, int) \
+        if not is_int(self.compiled_context) \
                 or self.compiled_context < 0:
             raise SnapevalError(f"{owner}: assumptions.compiled_context={self.compiled_context!r} must be an "
                                 "integer >= 0")
@@ -159,7 +159,7 @@ class HardwareSpec:
         owner = f"hardware {self.name!r}"
         if self.kind not in KINDS:
             raise SnapevalError(f"{owner}: kind={self.kind!r} is not allowed; choose one of: {', '.join(KINDS)}")
-        if not isinstance(self.sockets, int) or isinstance(self.sockets, bool) or self.sockets < 1:
+        if not is_int(self.sockets) or self.sockets < 1:
             raise SnapevalError(f"{owner}: sockets={self.sockets!r} must be an integer >= 1")
         self.socket.validate(owner)
         self.assumptions.validate(owner)

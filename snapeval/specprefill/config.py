@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 
 DRAFT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 def _require_int(field: str, value, minimum: int, extra: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise SnapevalError(f"{field}={value!r} is invalid; allowed: an integer >= {minimum}{extra}")
 
 

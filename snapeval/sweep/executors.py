@@ -1,6 +1,6 @@
 """Where cells run: in this process (default) or as Ray tasks on a Ray cluster (``--executor ray``).
 
-An executor takes the pending work units (:class:`~snapeval.sweep.runner.WorkUnit`: one shared-prefill group, or one
+An executor takes the pending work units (:class:`~snapeval.sweep.planning.WorkUnit`: one shared-prefill group, or one
 cell, or one item shard of either) and a unit function that yields ``(cell, result, error)`` per cell of the unit (``error`` is a formatted
 traceback, ``result`` a :class:`~snapeval.results.schema.CellResult`), and yields them as cells finish. The runner, in
 the driver process, writes each result atomically as it arrives, so a crash loses only the units still running.

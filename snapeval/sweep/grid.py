@@ -82,9 +82,9 @@ def task_source_hashes(names: list[str], include_dir: str | Path) -> dict[str, s
 
 
 def include_source_hashes(names: list[str], include: str) -> dict[str, str | None]:
-    """:func:`task_source_hashes` over every folder of an include path (:func:`snapeval.paths.task_folders`): each
-    task hashed in the first folder that defines it."""
-    from snapeval.paths import task_folders
+    """:func:`task_source_hashes` over every folder of an include path
+    (:func:`snapeval.tasks.folders.task_folders`): each task hashed in the first folder that defines it."""
+    from snapeval.tasks.folders import task_folders
 
     out: dict[str, str | None] = dict.fromkeys(names)
     for folder in task_folders(include):

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from snapeval.cache import METHOD_TABLE
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 from snapeval.paths import repo_root
 from snapeval.run_args import RunArgs
 from snapeval.sweep.spec import (
@@ -97,7 +97,7 @@ class _Ctx:
     def integer(self, value: Any, path: str, *, minimum: int | None = None, optional: bool = False) -> int | None:
         if value is None and optional:
             return None
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise self.fail(path, f"expected an integer{' or null' if optional else ''}; got {value!r}")
         if minimum is not None and value < minimum:
             raise self.fail(path, f"must be >= {minimum}; got {value}")
@@ -207,7 +207,7 @@ def _parse_max_memory(ctx: _Ctx, raw: Any, path: str):
     entries = raw if isinstance(raw, dict) else {"*": raw}
     out = []
     for key, value in entries.items():
-        device = f"cuda:{key}" if isinstance(key, int) and not isinstance(key, bool) else key
+        device = f"cuda:{key}" if is_int(key) else key
         if not isinstance(device, str) or not _DEVICE_RE.match(device):
             raise ctx.fail(path, f"device {key!r} is not allowed; allowed: cpu, cuda, cuda:N (or N) as keys, or one "
                                  "size for every device")
@@ -346,7 +346,7 @@ def _check_engine(ctx: _Ctx, models, methods) -> None:
         for j, spec in enumerate(methods):
             for config in spec.points():
                 info = METHOD_TABLE.get(config.method)
-                if not info.static_rows or info.prefill_hooks:
+                if not info.static_rows or info.prefill_hook:
                     allowed = ", ".join(n for n in METHOD_TABLE.names() if METHOD_TABLE.get(n).static_rows)
                     raise ctx.fail(f"models[{i}].engine", f"engine='true' cannot run methods[{j}] "
                                    f"({config.method!r}); allowed with engine true: {allowed}; or engine auto")

@@ -369,7 +369,7 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
     (replay their full sweep instead)."""
     from snapeval.cache.methods import METHOD_TABLE
     from snapeval.stats.headline import headline_metric
-    from snapeval.sweep.runner import WorkUnit
+    from snapeval.sweep.planning import WorkUnit
     from snapeval.sweep.shards import Shard
     from snapeval.tasks.families import task_family
 

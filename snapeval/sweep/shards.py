@@ -194,12 +194,10 @@ def count_items(cell) -> int:
     """The documents a cell evaluates (its task's, up to its ``limit``), read by loading the task as the harness
     does (``shard_size`` needs it before anything runs)."""
     from lm_eval.evaluator_utils import get_sample_size
-    from lm_eval.tasks import TaskManager
-
-    from snapeval.paths import include_folders
+    from snapeval.tasks.folders import include_folders, task_manager
 
     kwargs = cell.evaluate_kwargs()
-    manager = TaskManager(include_path=include_folders(kwargs.get("include_path")), metadata=kwargs["metadata"])
+    manager = task_manager(include_folders(kwargs.get("include_path")), defaults=True, metadata=kwargs["metadata"])
     loaded = manager.load([cell.task.name])
     if loaded["groups"] or len(loaded["tasks"]) != 1:
         raise SnapevalError(f"task {cell.task.name!r} is a group of tasks; sweep its tasks one by one to shard them")

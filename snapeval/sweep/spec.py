@@ -12,8 +12,9 @@ from typing import Any
 
 from snapeval.cache import MethodConfig
 from snapeval.errors import SnapevalError
-from snapeval.paths import default_data_dir, include_path, task_folders
+from snapeval.paths import default_data_dir
 from snapeval.run_args import DTYPES as _RUN_DTYPES, RunArgs
+from snapeval.tasks.folders import include_path, task_folders
 from snapeval.stats.decision import DecisionRule
 from snapeval.tasks.families import task_data_files
 

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, is_int
 
 #: What a ``followup`` entry may hold besides its two prompt builders: the second pass's own generation settings.
 GEN_KEYS = ("max_gen_toks", "temperature", "do_sample", "top_p", "top_k", "until")
@@ -67,7 +67,7 @@ class Followup:
             _load(value[key], key)
         gen = {k: v for k, v in value.items() if k in GEN_KEYS}
         tokens = gen.get("max_gen_toks")
-        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        if tokens is not None and (not is_int(tokens) or tokens < 1):
             raise SnapevalError(f"generation_kwargs.followup.max_gen_toks={tokens!r} is invalid; allowed: an integer >= 1")
         return cls(prompt=value["prompt"], first_prompt=value["first_prompt"], gen_kwargs=gen)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from snapeval.errors import SnapevalError
+from snapeval.errors import SnapevalError, check_int
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows
 from snapeval.tasks.families import TaskFamily
 from snapeval.tasks.metrics import breakdown
@@ -141,8 +141,7 @@ def truncate_middle(prompt: str, tokenizer: Tokenizer, max_tokens: int) -> tuple
     (Python's floor division: an odd ``L`` keeps one more token at the tail, ``L`` tokens in all) and is decoded with
     special tokens skipped. Returns ``(prompt, original_token_count, truncated)``.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise SnapevalError(f"max_input_tokens={max_tokens!r} is invalid; allowed: an integer >= 1")
+    check_int("max_input_tokens", max_tokens, 1)
     ids = token_ids_with_specials(tokenizer, prompt)
     if len(ids) <= max_tokens:
         return prompt, len(ids), False

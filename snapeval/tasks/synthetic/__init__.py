@@ -15,7 +15,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from snapeval.errors import SnapevalError, check_choice
+from snapeval.errors import SnapevalError, check_choice, is_int
 from snapeval.tasks.families import TaskFamily
 from snapeval.tasks.reasoning import split_thinking
 from snapeval.tasks.tokens import Tokenizer, count_tokens
@@ -212,7 +212,7 @@ def generate(task: str, tokenizer: Tokenizer, lengths: Sequence[int], num_sample
         raise SnapevalError(f"num_samples={num_samples} must be at least 1")
     out = []
     for length in lengths:
-        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        if not is_int(length) or length < 1:
             raise SnapevalError(f"max_seq_lengths entry {length!r} must be a positive integer")
         for i in range(num_samples):
             kw: dict[str, Any] = {"seed": seed, "index": i}
