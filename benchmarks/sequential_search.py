@@ -11,7 +11,7 @@
    ``1 - 2 alpha`` confidence sequence covers it throughout), at the margin and at a true difference of 0. Also: at
    a true difference of 0, the share settled non-inferior by the last item (power) and at a true drop of 3 margins the
    share settled not non-inferior.
-2. **The quickstart's grid replayed** (:func:`snapeval.sweep.search.replay` over results/quickstart's committed per-item
+2. **The quickstart's grid replayed** (:func:`snapeval.report.search.replay` over results/quickstart's committed per-item
    results; no model runs): the search's method answers against the full grid's report, and the share of the grid's
    item-evaluations it used.
 
@@ -104,7 +104,7 @@ def replayed() -> dict:
     from snapeval.report import tables
     from snapeval.report.results_table import rebuild_table
     from snapeval.stats import DecisionRule
-    from snapeval.sweep.search import SearchSettings, render, replay
+    from snapeval.report.search import SearchSettings, render, replay
 
     out = {}
     for margin in (0.02, 0.10):

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "snapeval"
 GROUND = ("snapeval.paths", "snapeval.errors")
 #: Cycles another change removes (file-level edges, importer -> imported); each is a strict xfail naming it.
-KNOWN = {("snapeval.cache.attention", "snapeval.cache.triton_decode")}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _module_name(path: Path) -> str:
@@ -145,12 +145,6 @@ def test_no_import_cycle_between_files():
 
 def test_no_import_cycle_between_folders():
     assert _cycles(folder_graph(_without_known(import_graph()))) == []
-
-
-@pytest.mark.xfail(strict=True, reason="cache/attention.py <-> cache/triton_decode.py: the decode kernels move to "
-                                       "their own module (issue 45, item 2)")
-def test_no_import_cycle_with_the_known_edges():
-    assert _cycles(import_graph()) == []
 
 
 @pytest.mark.parametrize("ground", GROUND)

@@ -21,7 +21,7 @@ from snapeval.stats.sequential import (
     log_capital,
     sides,
 )
-from snapeval.sweep.search import IMPLIED, NOT_REACHED, SearchSettings, batches, replay, search
+from snapeval.report.search import IMPLIED, NOT_REACHED, SearchSettings, batches, replay, search
 
 REPO = Path(__file__).resolve().parents[1]
 

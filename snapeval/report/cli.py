@@ -51,7 +51,7 @@ def main(args: argparse.Namespace) -> int:
             raise SnapevalError(str(exc).replace("decision.", "--", 1)) from None
     settings = None
     if args.search_replay:
-        from snapeval.sweep.search import SearchSettings
+        from snapeval.report.search import SearchSettings
 
         try:
             settings = SearchSettings(batch=args.batch, seed=args.seed, monotone=args.monotone)
@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {path}")
     if settings is not None:
         from snapeval.results.store import atomic_write_text
-        from snapeval.sweep.search import render, replay
+        from snapeval.report.search import render, replay
 
         rule = decision if decision is not None else sweep_decision(args.results_dir)
         lines = ["# Sequential budget search, replayed on this sweep's items", ""]

@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
     search = None
     if args.until_decided:
         from snapeval.errors import SnapevalError
-        from snapeval.sweep.search import SearchSettings
+        from snapeval.report.search import SearchSettings
 
         try:
             search = SearchSettings(batch=args.batch, seed=args.search_seed, monotone=args.monotone)

@@ -47,7 +47,7 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
     replaces the shared-prefill models of a group (default: the real ones, or none with a replaced ``evaluate``).
     ``simulate`` is passed to :func:`snapeval.report.results_table.build_table`. One sweep at a time writes a results
     directory (a lock; a second one fails with one line naming the holder). ``search``: a
-    :class:`~snapeval.sweep.search.SearchSettings` runs the sequential budget search instead of every cell on every
+    :class:`~snapeval.report.search.SearchSettings` runs the sequential budget search instead of every cell on every
     item (``--until-decided``; its account is written to ``search.md``).
     """
     out_dir = resolve_out(config, out)

@@ -1,0 +1,347 @@
+"""A sequential budget search: settle each method's smallest non-inferior budget with the fewest items.
+
+A full sweep evaluates every budget on every item, though most cells are settled, clearly fine or clearly broken,
+after a fraction of them, and a deployer needs one answer per method. The search evaluates a group's items in
+batches of whole clusters in a fixed random order (:func:`batches`). Each method walks its budgets from the largest
+down, the report's fixed-sequence order (each budget at alpha, the family-wise error per method at most alpha): its
+current budget is tested after every batch with the anytime-valid paired test of :mod:`snapeval.stats.sequential`
+(valid at any look, each side one-sided at alpha) and stops as soon as it is settled; non-inferior opens the next
+smaller budget, not non-inferior ends the walk, and a budget unsettled when the items run out is inconclusive and
+ends it too. The full-cache reference runs each batch once; the open cells of every method that need one batch are
+evaluated in one call, so the shared prefill (:mod:`snapeval.branching`) still serves each of them.
+
+**Monotonicity** (``monotone=True``, an assumption the user accepts, never a default): a method's accuracy does not
+fall when its budget grows. Budgets below a settled failure are then not non-inferior "by monotonicity" instead of
+"not reached" (no claim). A walk from the largest budget never leaves a budget above a settled success unsettled. A
+bisection over the budgets would run fewer cells, but it tests several budgets that may all be truly not
+non-inferior, each at alpha, and so loses the walk's error bound: it is not offered.
+
+:func:`search` is the engine (the caller says how a batch is evaluated); :func:`replay` runs it over the per-item
+results a full sweep already wrote (no model: what the search would have evaluated and decided; the time saved is
+estimated from each group's measured seconds in proportion to its item-evaluations); ``snapeval report DIR
+--search-replay`` writes it as ``search.md``. The live search, run by ``snapeval sweep --until-decided``, is
+:mod:`snapeval.sweep.search`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from snapeval.errors import SnapevalError
+from snapeval.stats.decision import DecisionRule
+from snapeval.stats.sequential import INCONCLUSIVE, NON_INFERIOR, NOT_NON_INFERIOR, OPEN, decide
+
+#: How a cell's label was reached.
+TESTED, IMPLIED = "tested", "by monotonicity"
+#: A budget below the end of its method's walk: not run, no claim (the fixed-sequence walk never tests it).
+NOT_REACHED = "not reached"
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """``batch``: items per batch (whole clusters are added until a batch holds at least this many), an integer >=
+    1; ``seed``: the seed of the fixed random order of clusters; ``monotone``: the user accepts that accuracy does not
+    fall as a method's budget grows (budgets below a settled failure and above a settled success are not run)."""
+
+    batch: int = 8
+    seed: int = 0
+    monotone: bool = False
+
+    def __post_init__(self):
+        if not (isinstance(self.batch, int) and not isinstance(self.batch, bool) and self.batch >= 1):
+            raise SnapevalError(f"search.batch={self.batch!r} is invalid; allowed: an integer >= 1, e.g. 8")
+        if not (isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0):
+            raise SnapevalError(f"search.seed={self.seed!r} is invalid; allowed: an integer >= 0")
+        if not isinstance(self.monotone, bool):
+            raise SnapevalError(f"search.monotone={self.monotone!r} is invalid; allowed: true or false")
+
+
+def batches(clusters: Mapping[Any, list], batch: int, seed: int) -> list[list]:
+    """The items of ``clusters`` (``{cluster: [item, ...]}``) in batches: clusters in a fixed random order (a
+    permutation of their sorted keys drawn with ``seed``), whole clusters added until a batch holds at least ``batch``
+    items."""
+    keys = sorted(clusters, key=repr)
+    order = np.random.default_rng(seed).permutation(len(keys))
+    out, current = [], []
+    for i in order:
+        current += [(keys[i], item) for item in clusters[keys[i]]]
+        if len(current) >= batch:
+            out.append(current)
+            current = []
+    if current:
+        out.append(current)
+    return out
+
+
+@dataclass
+class CellOutcome:
+    """One (method, budget) cell of a search: its label, how it was settled, and what it used."""
+
+    method: str
+    budget: int
+    label: str = OPEN
+    how: str = TESTED
+    items: int = 0  # items evaluated
+    clusters: int = 0
+    batches: int = 0
+    log_e_ni: float = 0.0
+    log_e_not: float = 0.0
+
+
+@dataclass
+class SearchResult:
+    """A group's search: every cell's outcome, the reference's items, and the item-evaluations against the full
+    grid's."""
+
+    cells: dict[tuple[str, int], CellOutcome]
+    reference_items: int
+    total_items: int
+    batches: int
+    monotone: bool
+
+    @property
+    def evaluations(self) -> int:
+        """Item-evaluations the search ran: the reference's and every cell's."""
+        return self.reference_items + sum(c.items for c in self.cells.values())
+
+    @property
+    def full_grid_evaluations(self) -> int:
+        return self.total_items * (1 + len(self.cells))
+
+    def method_decisions(self) -> dict[str, tuple[str, int | None]]:
+        """``{method: (answer, smallest non-inferior budget)}``: the smallest budget its walk settled non-inferior,
+        else the label of its largest budget (not non-inferior or inconclusive)."""
+        out = {}
+        for method in dict.fromkeys(m for m, _ in self.cells):
+            budgets = sorted((b for m, b in self.cells if m == method), reverse=True)
+            smallest = None
+            for b in budgets:
+                if self.cells[(method, b)].label != NON_INFERIOR:
+                    break
+                smallest = b
+            out[method] = (NON_INFERIOR, smallest) if smallest is not None else (
+                self.cells[(method, budgets[0])].label, None)
+        return out
+
+
+#: ``evaluate(batch_items, cells) -> {cell: {item: score}}``: the per-item headline scores on one batch's items of
+#: each of ``cells``, a list of ``(method, budget)`` and ``None`` for the full-cache reference (asked for once per
+#: batch); the cells of one call share each item's prefill.
+EvaluateBatch = Callable[[list, list], Mapping[Any, Mapping[Any, float]]]
+
+
+def search(clusters: Mapping[Any, list], cells: list[tuple[str, int]], evaluate: EvaluateBatch, *,
+           rule: DecisionRule = DecisionRule(), settings: SearchSettings = SearchSettings(),
+           higher_is_better: bool = True, max_size: int | None = None, plan: list[list] | None = None) -> SearchResult:
+    """:func:`steps` driven by ``evaluate`` (see there)."""
+    walk = steps(clusters, cells, rule=rule, settings=settings, higher_is_better=higher_is_better, max_size=max_size,
+                 plan=plan)
+    request = next(walk)
+    while True:
+        try:
+            request = walk.send(evaluate(*request))
+        except StopIteration as done:
+            return done.value
+
+
+def steps(clusters: Mapping[Any, list], cells: list[tuple[str, int]], *, rule: DecisionRule = DecisionRule(),
+          settings: SearchSettings = SearchSettings(), higher_is_better: bool = True, max_size: int | None = None,
+          plan: list[list] | None = None):
+    """The search over one group's items (``clusters``: ``{cluster: [item, ...]}``, the task's whole layout) for the
+    compressed ``cells`` (``(method, budget)``), as a generator: it yields ``(batch items, cells)`` requests (see
+    :data:`EvaluateBatch`), is sent their scores, and returns the :class:`SearchResult`. ``max_size``: the largest
+    cluster of the task's layout (default: the largest in ``clusters``); ``plan``: the batches, lists of ``(cluster,
+    item)`` (default: :func:`batches`; a cluster must not span two). Per-item scores must lie in [0, 1].
+
+    Each method walks its budgets from the largest down (the report's fixed-sequence order, each at alpha): its
+    current budget runs batch after batch until it is settled; a non-inferior budget opens the next smaller one (from
+    the first batch); a not non-inferior one ends the walk, as does one still unsettled when the items run out
+    (inconclusive). Budgets the walk does not reach are :data:`NOT_REACHED`, or, below a settled failure under
+    ``settings.monotone``, not non-inferior by monotonicity. The open cells of every method that need the same batch
+    are evaluated in one call."""
+    if not cells:
+        raise SnapevalError("search: no compressed (method, budget) cell to decide")
+    if len(set(cells)) != len(cells):
+        raise SnapevalError("search: a (method, budget) cell is listed twice")
+    plan = plan if plan is not None else batches(clusters, settings.batch, settings.seed)
+    total = sum(len(v) for v in clusters.values())
+    top = max_size or max(len(v) for v in clusters.values())
+    outcome = {c: CellOutcome(*c, label=NOT_REACHED, how="") for c in cells}
+    walks = {m: sorted((b for mm, b in cells if mm == m), reverse=True) for m in dict.fromkeys(m for m, _ in cells)}
+    current = {m: budgets[0] for m, budgets in walks.items()}  # the budget each method is testing (None: done)
+    for m, b in current.items():
+        outcome[(m, b)].label, outcome[(m, b)].how = OPEN, TESTED
+    data: dict[tuple[str, int], tuple[list[float], list[int], list[int]]] = {c: ([], [], []) for c in cells}
+    reference: dict[Any, float] = {}
+    sign = 1.0 if higher_is_better else -1.0
+    while True:
+        testing = [(m, b) for m, b in current.items() if b is not None]
+        if not testing:
+            break
+        index = min(outcome[c].batches for c in testing)
+        group = [c for c in testing if outcome[c].batches == index]
+        batch = plan[index]
+        items = [item for _, item in batch]
+        need_reference = items[0] not in reference
+        scores = yield items, ([None] if need_reference else []) + group
+        if need_reference:
+            reference.update({item: _bounded(scores[None][item], "the full cache") for item in items})
+        last = index == len(plan) - 1
+        for c in group:
+            totals: dict[Any, float] = {}
+            sizes: dict[Any, int] = {}
+            for cluster, item in batch:
+                value = _bounded(scores[c][item], f"{c[0]}@{c[1]}")
+                totals[cluster] = totals.get(cluster, 0.0) + sign * (value - reference[item])
+                sizes[cluster] = sizes.get(cluster, 0) + 1
+            diffs, counts, looks = data[c]
+            diffs += list(totals.values())
+            counts += list(sizes.values())
+            looks.append(len(diffs))
+            got = decide(diffs, counts, rule.margin, rule.alpha, looks, max_size=top, exhausted=last)
+            out = outcome[c]
+            out.items += len(batch)
+            out.clusters, out.batches = len(diffs), len(looks)
+            out.label, out.log_e_ni, out.log_e_not = got.label, got.log_e_ni, got.log_e_not
+            if got.label == OPEN:
+                continue
+            method, budget = c
+            below = [b for b in walks[method] if b < budget]
+            if got.label == NON_INFERIOR and below:
+                current[method] = below[0]
+                outcome[(method, below[0])].label, outcome[(method, below[0])].how = OPEN, TESTED
+                continue
+            current[method] = None
+            if got.label == NOT_NON_INFERIOR and settings.monotone:
+                for b in below:
+                    outcome[(method, b)].label, outcome[(method, b)].how = NOT_NON_INFERIOR, IMPLIED
+    return SearchResult(outcome, len(reference), total, len(plan), settings.monotone)
+
+
+def _bounded(value, who: str) -> float:
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise SnapevalError(f"search: a per-item score {value!r} of {who} is outside [0, 1]; the anytime-valid test "
+                            "needs bounded scores")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# replaying a finished sweep
+
+
+@dataclass
+class GroupReplay:
+    """One (model, task, seed) group searched: the search's result and, for a live search, the seconds it measured."""
+
+    model: str
+    task: str
+    seed: Any
+    result: SearchResult
+    spent_seconds: float | None = None  # a live search's measured seconds (None: replayed, nothing ran)
+    cell_ids: dict[tuple[str, int], str] | None = None  # a live search: each (method, budget)'s cell
+
+    def cell_lines(self) -> dict[str, str]:
+        """A live search's line per cell id: its label, how and after how many items (the sweep's summary rows)."""
+        out = {}
+        for key, cell_id in (self.cell_ids or {}).items():
+            c = self.result.cells[key]
+            how = "" if c.how in ("", TESTED) else f" {c.how}"
+            out[cell_id] = f"{c.label}{how} after {c.items} of {self.result.total_items} items"
+        return out
+
+
+def replay(results_dir, *, rule: DecisionRule | None = None,
+           settings: SearchSettings = SearchSettings()) -> list[GroupReplay]:
+    """The search over a finished sweep's own per-item results: per (model, task, seed) group with a full-cache cell,
+    its compressed cells with a budget, on the headline metric, items in the group's clusters. No model runs: each
+    batch's scores are read from the cells, so the decisions are the search's on the same items the grid ran."""
+    from snapeval.cache.methods import METHOD_TABLE
+    from snapeval.report.results_table import sweep_decision
+    from snapeval.results.store import ResultsStore
+    from snapeval.stats.headline import headline_metric
+
+    store = ResultsStore(results_dir)
+    manifest = store.read_manifest()
+    rule = rule if rule is not None else sweep_decision(results_dir)
+    results = {r.cell_id: r for r in store.finished()}
+    groups: dict[tuple, list[dict]] = {}
+    for view in manifest["cells"]:
+        if view["cell_id"] in results:
+            groups.setdefault((view["model"], view["task"], view.get("seed")), []).append(view)
+    out = []
+    for (model, task, seed), views in groups.items():
+        reference = next((v for v in views if METHOD_TABLE.is_reference(v.get("method"))), None)
+        compressed = [v for v in views if not METHOD_TABLE.is_reference(v.get("method")) and v.get("budget") is not None]
+        if reference is None or not compressed:
+            continue
+        ref_result = results[reference["cell_id"]]
+        subtask, metric = headline_metric(reference, ref_result)
+        higher = next(m.higher_is_better for m in ref_result.metrics if (m.subtask, m.key) == (subtask, metric))
+
+        def per_item(result):
+            return {(s.subtask, s.doc_id): s.scores[metric] for s in result.samples
+                    if s.subtask == subtask and metric in s.scores}
+
+        ref_scores = per_item(ref_result)
+        clusters: dict[Any, list] = {}
+        for s in ref_result.samples:
+            if (s.subtask, s.doc_id) in ref_scores:
+                clusters.setdefault(s.cluster if s.cluster is not None else (s.subtask, s.doc_id), []).append(
+                    (s.subtask, s.doc_id))
+        scores = {(v["method"], int(v["budget"])): per_item(results[v["cell_id"]]) for v in compressed}
+        for key, mine in scores.items():
+            if set(mine) != set(ref_scores):
+                raise SnapevalError(f"replay: {model} / {task}: {key[0]}@{key[1]} scored other items than the full "
+                                    "cache; a replay needs the same items")
+
+        def evaluate(items, wanted, scores=scores, ref_scores=ref_scores):
+            return {c: {i: (ref_scores if c is None else scores[c])[i] for i in items} for c in wanted}
+
+        result = search(clusters, list(scores), evaluate, rule=rule, settings=settings, higher_is_better=higher)
+        out.append(GroupReplay(model, task, seed, result))
+    if not out:
+        raise SnapevalError(f"replay: {results_dir} has no group with a full-cache cell and a compressed cell")
+    return out
+
+
+def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSettings) -> list[str]:
+    """Markdown: per group the method answers, the items each cell used and how it was settled, and the
+    item-evaluations and time against the full grid."""
+    lines = [f"Sequential budget search (margin δ = {rule.margin:g}, α = {rule.alpha:g} per side, anytime-valid; "
+             f"batches of {settings.batch} items in a fixed random order, seed {settings.seed}; monotonicity "
+             f"{'assumed' if settings.monotone else 'not assumed'}).", ""]
+    used = full = reference = items = 0
+    spent: float | None = 0.0
+    for g in replays:
+        r = g.result
+        used += r.evaluations
+        full += r.full_grid_evaluations
+        reference += r.reference_items
+        items += r.total_items
+        spent = None if spent is None or g.spent_seconds is None else spent + g.spent_seconds
+        answers = ", ".join(f"{m} {label}" + (f" at {b}" if b is not None else "")
+                            for m, (label, b) in r.method_decisions().items())
+        lines += [f"### {g.model} / {g.task} (seed {g.seed})", "", f"Answers: {answers}.", "",
+                  "| method | budget | label | settled | items used |", "| --- | --- | --- | --- | --- |"]
+        for (method, budget), c in sorted(r.cells.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+            how = {INCONCLUSIVE: "items ran out", NOT_REACHED: "not run"}.get(c.label, c.how)
+            lines.append(f"| {method} | {budget} | {c.label} | {how} | {c.items} of {r.total_items} |")
+        lines += ["", f"Item-evaluations: {r.evaluations} of the full grid's {r.full_grid_evaluations} "
+                      f"({r.evaluations / r.full_grid_evaluations:.0%}); the full cache ran {r.reference_items} of "
+                      f"{r.total_items} items" + (f"; measured {g.spent_seconds:.0f} s" if g.spent_seconds is not None
+                                                   else "") + ".", ""]
+    share = used / full if full else math.nan
+    lines += [f"All groups: {used} of {full} item-evaluations ({share:.0%}); the full cache ran {reference} of "
+              f"{items} items (each item any cell needs is prefilled once for all of them)"
+              + (f"; measured {spent:.0f} s." if spent is not None else
+                 ". A replay runs nothing: time is not estimated from it (a shared prefill and a unit's fixed costs "
+                 "do not scale with item-evaluations).")]
+    return lines
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# a live search (`snapeval sweep CONFIG --until-decided`)
