@@ -345,7 +345,8 @@ class BranchSet:
             if not waiting:
                 continue
             seconds = {i: waiting[i][2] for i in part}
-            engine = Engine(self.model, self.tokenizer, self.configs[c], num_slots=plan.chunk, seed=self.seed)
+            engine = Engine(self.model, self.tokenizer, self.configs[c],
+                            num_slots=plan.decode_mode(self.configs[c].label).rows, seed=self.seed)
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
             del engine
