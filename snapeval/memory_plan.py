@@ -334,6 +334,22 @@ def row_bytes(shape: ModelShape, config: MethodConfig, prompt: int, max_new: int
     return engine_bytes(shape, config, 1, prompt, max_new) + shape.decode_step_bytes(1)
 
 
+def engine_slots(shape: ModelShape, config: MethodConfig, prompt: int, max_new: int, *, requests: int,
+                 budget: int, in_use: int = 0) -> int:
+    """The slot count of one engine for ``requests`` requests of up to ``prompt`` tokens and ``max_new`` new ones
+    (AIME with an R1 distill: 64 samples of up to 32k new tokens): as many rows as ``budget`` holds above
+    ``in_use`` (weights included) at :func:`row_bytes` each, at most ``requests``. Small budgets get hundreds of
+    slots; continuous batching (:class:`~snapeval.engine.Engine`) refills each one as its request ends. Raises a
+    one-line :class:`SnapevalError` when not even one row fits."""
+    per_row = row_bytes(shape, config, prompt, max_new)
+    slots = min(requests, max(0, budget - in_use) // per_row)
+    if slots < 1:
+        raise SnapevalError(f"max_memory={gib(budget)} GiB is too small for one {config.label} row of "
+                            f"{prompt}+{max_new} tokens ({gib(per_row)} GiB, {gib(in_use)} GiB in use); allowed: a "
+                            "larger max_memory or a smaller budget")
+    return int(slots)
+
+
 def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chunk: int, prompt: int,
                          max_new: int, alone: set[str], room: int | None = None,
                          batch_whole: bool = False) -> tuple[ConfigurationPlan, ...]:
