@@ -11,6 +11,9 @@ real LongBench-v2 documents in the real tokenizer, cut to ``--lengths`` tokens (
   (chunk, tokens per prefill forward, whether the capture lives in host memory, which configurations decode alone,
   the predicted peak), the measured peak (torch's peak allocated bytes above what was in use when the group
   started, what the plan's ``peak_bytes`` predicts) and their ratio, the wall time and the prefill time;
+  ``decode``: per configuration decoded in rows, the rows it ran (the plan's), its mean decode step time, the
+  step's byte floor at those rows ((weights + rows x one row's KV bytes) / the measured copy bandwidth), their ratio
+  ``x_floor``, the slots' occupancy and whether the step was compiled (CUDA graphs under ``reduce-overhead``);
 - ``per_cell`` (at the lengths in ``--per-cell-lengths``, default 32k): every configuration with its own prefill,
   as ``snapeval sweep --per-cell`` runs it (SnapStream on the continuous-batching engine, the others through
   ``snapeval.generate`` one prompt at a time): wall time, the largest peak, and how many greedy outputs equal the
@@ -34,12 +37,13 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import BENCH_DIR, alone_token_ids, full_snapstream_snapkv, machine, write_json_at
-from benchmarks.gpu import build_model, prompt_ids, release, sync
+from benchmarks.gpu import build_model, copy_bandwidth, prompt_ids, release, sync
 
 MODEL = "llama-3.1-8b-instruct"
 
 
-def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tuple[dict, dict]:
+def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int,
+           bandwidth: float | None = None) -> tuple[dict, dict]:
     """One :class:`BranchSet` over ``prompts``: (the point's figures, each configuration's greedy token ids)."""
     from snapeval.branching import BranchSet
     from snapeval.engine import SamplingParams
@@ -58,8 +62,29 @@ def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tupl
         "within_budget": plan.budget_bytes is None or peak["peak_bytes"] <= plan.budget_bytes,
         "chunk_halvings": branches.stats.chunk_halvings,
         "kv_gib_per_row": {k: v / 2**30 for k, v in branches.stats.kv_bytes_per_row.items()},
+        "decode": decode_against_floor(branches, bandwidth),
     }
     return figures, {c.label: [d.token_ids for d in out[k]] for k, c in enumerate(configs)}
+
+
+def decode_against_floor(branches, bandwidth: float | None) -> dict:
+    """Per configuration decoded in rows: its engines' mean decode step time at the rows they ran, the step's byte
+    floor there ((weights + rows x the largest one-row KV bytes) / ``bandwidth``, the copy bandwidth of
+    ``benchmarks.gpu``), their ratio, and whether the step was compiled (``compiled``: CUDA graphs replayed under
+    ``compile="reduce-overhead"``; False: eager). ``bandwidth`` None (the CPU smoke run): no floor."""
+    from snapeval.memory_plan import ModelShape
+
+    weights = ModelShape.of(branches.model).weight_bytes
+    out = {}
+    for label, totals in branches.stats.decode.items():
+        step_s = totals["seconds"] / totals["steps"] if totals["steps"] else None
+        moved = weights + totals["rows"] * branches.stats.kv_bytes_per_row.get(label, 0)
+        floor_s = moved / bandwidth if bandwidth else None
+        out[label] = {**totals, "step_s": step_s, "floor_bytes": moved, "floor_s": floor_s,
+                      "x_floor": step_s / floor_s if step_s and floor_s else None,
+                      "occupancy": totals["active_slot_steps"] / (totals["steps"] * totals["rows"])
+                      if totals["steps"] else None}
+    return out
 
 
 def per_cell(model, tokenizer, configs, prompts, max_new: int, chunk: int) -> tuple[dict, dict]:
@@ -104,16 +129,17 @@ def run(args, save=lambda payload: None) -> dict:
     configs = full_snapstream_snapkv(args.budgets)
     warm = prompt_ids(tokenizer, 64, 1)
     generate(model, tokenizer, warm, config=configs[0], max_new_tokens=2)  # kernels, allocator
+    bandwidth = None if smoke else copy_bandwidth(device, 2.0, 10)["bytes_per_s"]
     payload = {
         "benchmark": "gpu_shared", "smoke": smoke, "machine": machine(), "model": MODEL,
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "load_average_start": load_start, "load_average_end": None, "wall_seconds": None,
-        "configurations": [c.label for c in configs],
+        "configurations": [c.label for c in configs], "copy_bandwidth_bytes_per_s": bandwidth,
         "settings": {k: v for k, v in vars(args).items() if k != "out"}, "lengths": {},
     }
     for length in args.lengths:
         prompts = prompt_ids(tokenizer, length, args.items)
-        point, texts = shared(model, tokenizer, configs, prompts, args.max_new, args.chunk)
+        point, texts = shared(model, tokenizer, configs, prompts, args.max_new, args.chunk, bandwidth)
         if length in args.per_cell_lengths:
             alone, alone_texts = per_cell(model, tokenizer, configs, prompts, args.max_new, args.chunk)
             alone["identical_outputs"] = {label: sum(a == b for a, b in zip(texts[label], alone_texts[label]))

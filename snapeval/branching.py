@@ -103,6 +103,17 @@ class BranchStats:
     prefill_seconds: float = 0.0
     kv_bytes_per_row: dict[str, int] = field(default_factory=dict)  # largest one-row cache seen, per label
     chunk_halvings: list[dict] = field(default_factory=list)  # out-of-memory retries: the chunk before and after
+    #: per label, its engines' decode: rows (slots), steps, seconds, active slot-steps, whether compiled
+    decode: dict[str, dict] = field(default_factory=dict)
+
+    def count_decode(self, label: str, engine) -> None:
+        """Add one engine's :class:`~snapeval.engine.EngineStats` to ``label``'s decode totals."""
+        totals = self.decode.setdefault(label, {"rows": engine.num_slots, "steps": 0, "seconds": 0.0,
+                                                "active_slot_steps": 0, "compiled": engine.compiled})
+        totals["rows"] = max(totals["rows"], engine.num_slots)
+        totals["steps"] += engine.stats.decode_steps
+        totals["seconds"] += engine.stats.decode_seconds
+        totals["active_slot_steps"] += engine.stats.active_slot_steps
 
     def count_prefill(self, tokens: int, start: float) -> float:
         """Count one prefill of ``tokens`` started at ``start`` (``time.perf_counter``); returns its seconds."""
@@ -360,10 +371,12 @@ class BranchSet:
             if not waiting:
                 continue
             seconds = {i: waiting[i][2] for i in part}
-            engine = Engine(self.model, self.tokenizer, self.configs[c], num_slots=plan.chunk, seed=self.seed,
+            engine = Engine(self.model, self.tokenizer, self.configs[c],
+                            num_slots=plan.decode_mode(self.configs[c].label).rows, seed=self.seed,
                             compile=self.compile, decode_kernel=self.decode_kernel)
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
+            self.stats.count_decode(self.configs[c].label, engine)
             del engine
             gc.collect()  # whatever the decode left in reference cycles goes before the next rows are allocated
             for j, i in enumerate(part):

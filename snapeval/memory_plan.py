@@ -328,16 +328,45 @@ class Item:
     prefix: int = 0
 
 
+def row_bytes(shape: ModelShape, config: MethodConfig, prompt: int, max_new: int) -> int:
+    """What one more decode row of ``config`` costs: its engine row (:func:`engine_bytes`) and one row of a decode
+    step's activations and logits (:meth:`ModelShape.decode_step_bytes`)."""
+    return engine_bytes(shape, config, 1, prompt, max_new) + shape.decode_step_bytes(1)
+
+
+def engine_slots(shape: ModelShape, config: MethodConfig, prompt: int, max_new: int, *, requests: int,
+                 budget: int, in_use: int = 0) -> int:
+    """The slot count of one engine for ``requests`` requests of up to ``prompt`` tokens and ``max_new`` new ones
+    (AIME with an R1 distill: 64 samples of up to 32k new tokens): as many rows as ``budget`` holds above
+    ``in_use`` (weights included) at :func:`row_bytes` each, at most ``requests``. Small budgets get hundreds of
+    slots; continuous batching (:class:`~snapeval.engine.Engine`) refills each one as its request ends. Raises a
+    one-line :class:`SnapevalError` when not even one row fits."""
+    per_row = row_bytes(shape, config, prompt, max_new)
+    slots = min(requests, max(0, budget - in_use) // per_row)
+    if slots < 1:
+        raise SnapevalError(f"max_memory={gib(budget)} GiB is too small for one {config.label} row of "
+                            f"{prompt}+{max_new} tokens ({gib(per_row)} GiB, {gib(in_use)} GiB in use); allowed: a "
+                            "larger max_memory or a smaller budget")
+    return int(slots)
+
+
 def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chunk: int, prompt: int,
-                         max_new: int, alone: set[str]) -> tuple[ConfigurationPlan, ...]:
+                         max_new: int, alone: set[str], room: int | None = None,
+                         batch_whole: bool = False) -> tuple[ConfigurationPlan, ...]:
+    """Each configuration's decode: in rows, as many as fit ``room`` (the bytes left for one engine once the chunk's
+    branches are held; None: unbounded) at its own :func:`row_bytes`, at most ``chunk`` and at least 1; or alone.
+    ``batch_whole``: a cache of the whole prompt decodes in rows too (a GPU, where a captured batched step pays at
+    any length: the issue's 128k full cache ran 112 tok/s at batch 3 against 67 alone); otherwise only while its
+    rows hold fewer bytes than the weights."""
     plans = []
     for config in configs:
         in_rows = config.label not in alone and _static_rows(config)
-        if in_rows and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):  # pays while below the weights
-            in_rows = engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes
+        if in_rows and not batch_whole and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):
+            in_rows = engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes  # pays below them
         if in_rows:
-            plans.append(ConfigurationPlan(config.label, "rows", chunk, branch_bytes(shape, config, prompt),
-                                           engine_bytes(shape, config, chunk, prompt, max_new)))
+            rows = chunk if room is None else max(1, min(chunk, room // row_bytes(shape, config, prompt, max_new)))
+            plans.append(ConfigurationPlan(config.label, "rows", rows, branch_bytes(shape, config, prompt),
+                                           engine_bytes(shape, config, rows, prompt, max_new)))
         else:
             plans.append(ConfigurationPlan(config.label, "alone", 1, 0,
                                            alone_cache_bytes(shape, config, prompt, max(max_new - 1, 0))))
@@ -374,7 +403,7 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
                            + (shape.activation_bytes(prefill_tokens, item.prompt) if alone else 0))
     in_rows = [p for p in plans if p.decode == "rows"]
     if in_rows:
-        phases["decode"] = flight * held_one + max(p.decode_bytes for p in in_rows) + shape.decode_step_bytes(chunk)
+        phases["decode"] = flight * held_one + max(p.decode_bytes + shape.decode_step_bytes(p.rows) for p in in_rows)
     return phases
 
 
@@ -396,7 +425,10 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
     whole = largest.prompt
 
     def build(n: int, tokens: int, on_host: bool) -> GroupPlan:
-        plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone)
+        plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, None, batch_whole)
+        if budget is not None:  # rows: as many as fit what one engine may take once the chunk's branches are held
+            room = max(0, budget - in_use - min(n, len(items)) * sum(p.branch_bytes for p in plans))
+            plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, room, batch_whole)
         phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items))
         return GroupPlan(device=device, budget_bytes=budget, in_use_bytes=in_use, weights_bytes=shape.weight_bytes,
                          chunk=n, prefill_tokens=tokens, capture_on_host=on_host, prompt_tokens=largest.prompt,
@@ -406,10 +438,28 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
                          phases=phases, peak_bytes=max(phases.values()), reasons=tuple(reasons))
 
     tokens = whole if prefill_tokens is None else min(prefill_tokens, whole)
-    plan = build(chunk, tokens, False)
-    while not plan.fits and chunk > 1:
-        chunk = max(1, chunk // 2)
-        plan = build(chunk, tokens, False)
+
+    def largest_chunk(n: int) -> tuple[int, GroupPlan]:
+        plan = build(n, tokens, False)
+        while not plan.fits and n > 1:
+            n = max(1, n // 2)
+            plan = build(n, tokens, False)
+        return n, plan
+
+    # On a GPU a cache of the whole prompt decodes batched in rows, unless holding its branches would shrink the
+    # chunk every other configuration decodes in (then it decodes alone, as on the CPU).
+    batch_whole = False
+    chunk, plan = largest_chunk(asked)
+    if device.startswith("cuda"):
+        batch_whole = True
+        batched_chunk, batched = largest_chunk(asked)
+        if batched.fits and batched_chunk >= chunk:
+            chunk, plan = batched_chunk, batched
+        else:
+            batch_whole = False
+            reasons.append(f"a cache of the whole prompt decodes alone: its held branches would cut the chunk "
+                           f"{chunk} -> {batched_chunk}")
+            plan = build(chunk, tokens, False)
     if chunk < asked and plan.fits:
         reasons.append(f"chunk {asked} -> {chunk}: {asked} items' branches and rows exceed the budget")
         plan = build(chunk, tokens, False)

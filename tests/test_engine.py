@@ -193,3 +193,30 @@ def test_compiled_decode_step_gives_the_same_tokens(tiny_tokenizer):
     compiled = Engine(model, tiny_tokenizer, config, num_slots=2, compile=True).generate(prompts, params)
     eager = Engine(model, tiny_tokenizer, config, num_slots=2).generate(prompts, params)
     assert [c.token_ids for c in compiled] == [c.token_ids for c in eager]
+
+
+def test_the_plans_slot_count_keeps_every_slot_busy_through_long_generations():
+    """Item 3 of issue 44 at CPU scale: the engine's slots come from the memory plan (rows of a small budget are
+    cheap: many slots), and continuous batching keeps every slot decoding while requests wait."""
+    from snapeval.cache import SnapStreamConfig
+    from snapeval.memory_plan import ModelShape, engine_slots, row_bytes
+    from tests.conftest import TinyTokenizer, random_prompt, tiny_model
+
+    model = tiny_model("qwen2")
+    shape = ModelShape.of(model)
+    small, large = SnapStreamConfig.from_budget(16), SnapStreamConfig.from_budget(64)
+    budget = shape.weight_bytes + 4 * row_bytes(shape, large, 40, 24) + 1
+    slots = engine_slots(shape, small, 40, 24, requests=64, budget=budget, in_use=shape.weight_bytes)
+    assert slots == min(64, (budget - shape.weight_bytes) // row_bytes(shape, small, 40, 24))
+    assert engine_slots(shape, large, 40, 24, requests=64, budget=budget, in_use=shape.weight_bytes) == 4
+    assert 4 < slots < 64
+    with pytest.raises(SnapevalError, match="max_memory=.* too small for one snapstream@64 row"):
+        engine_slots(shape, large, 40, 24, requests=64, budget=shape.weight_bytes, in_use=shape.weight_bytes)
+
+    requests = 3 * slots  # equal lengths: the queue refills each slot the step it frees
+    engine = Engine(model, TinyTokenizer(), small, num_slots=slots)
+    engine.stops = frozenset()  # every request runs its whole length, as a long generation does
+    prompts = [random_prompt(40, seed=i) for i in range(requests)]
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=24))
+    assert all(len(c.token_ids) == 24 for c in out)
+    assert engine.stats.occupancy == 1.0 and engine.stats.decode_steps == 3 * 23

@@ -106,6 +106,12 @@ def test_gpu_shared_benchmark_smoke(tmp_path, data_dir, monkeypatch):
     assert point["plan"]["fits"] and point["within_budget"] and point["peak"]["source"].startswith("cpu_vmhwm")
     assert point["peak_measured_over_predicted"] is not None and point["peak_measured_over_predicted"] >= 0
     assert set(point["token_ids"]) == set(labels) and all(len(ids) == 2 for ids in point["token_ids"].values())
+    in_rows = {c["label"]: c["rows"] for c in point["plan"]["configurations"] if c["decode"] == "rows"}
+    assert in_rows and set(point["decode"]) == set(in_rows)  # per configuration decoded in rows: its step, its rows
+    for label, decode in point["decode"].items():
+        assert decode["rows"] == in_rows[label] and decode["steps"] > 0 and decode["step_s"] > 0
+        assert decode["floor_bytes"] > 0 and decode["floor_s"] is None and decode["x_floor"] is None  # no bandwidth
+        assert decode["compiled"] is False and 0 < decode["occupancy"] <= 1
     alone = point["per_cell"]
     assert alone["prefills"] == 10 and set(alone["cells"]) == set(labels)
     assert set(alone["identical_outputs"]) == set(labels)

@@ -247,3 +247,78 @@ def test_a_prefill_in_token_chunks_holds_the_prompt_of_one_forward(family):
     assert branches.plans[-1].prefill_tokens == 16
     for c in range(len(CONFIGS)):
         assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], CONFIGS[c].label
+
+
+def test_each_configuration_decodes_in_as_many_rows_as_fit_its_own_row_bytes():
+    """A plan of known per-row bytes: with room for a few full-size rows only, a small budget's configuration still
+    decodes the whole chunk together while the large one gets fewer rows (the old plan gave every one the chunk)."""
+    from snapeval.memory_plan import row_bytes
+
+    shape = ModelShape.of_preset("llama-3.1-8b-instruct")
+    configs = [SnapStreamConfig.from_budget(1024), SnapStreamConfig.from_budget(16384)]
+    items = [Item(32768, 128)] * 64
+    held = 64 * sum(branch_bytes(shape, c, 32768) for c in configs)
+    big = row_bytes(shape, configs[1], 32768, 128)
+    budget = shape.weight_bytes + held + 5 * big + big // 2 + shape.capture_bytes(32768, 32) * 2
+    plan = plan_group(shape, configs, items, chunk=64, window=32, budget=budget, in_use=shape.weight_bytes)
+    room = budget - shape.weight_bytes - plan.chunk * sum(c.branch_bytes for c in plan.configurations)
+    for config, got in zip(configs, plan.configurations):
+        assert got.decode == "rows"
+        assert got.rows == max(1, min(plan.chunk, room // row_bytes(shape, config, 32768, 128))), config.label
+    small, large = (plan.decode_mode(c.label).rows for c in configs)
+    assert plan.chunk == 64 and small == 64 and 1 <= large < 64 and plan.fits
+
+
+def test_a_group_builds_each_engine_with_its_plans_rows(monkeypatch):
+    model = tiny_model("llama")
+    prompts, params = _items_and_prompts()
+    reference = BranchSet(model, TinyTokenizer(), CONFIGS, batch=8).generate(prompts, params)
+    built = {}
+    original = Engine.__init__
+
+    def record(self, model, tokenizer, config, *args, num_slots=8, **kwargs):
+        built[config.label] = num_slots
+        original(self, model, tokenizer, config, *args, num_slots=num_slots, **kwargs)
+
+    monkeypatch.setattr(Engine, "__init__", record)
+    small = {c.label: (3 if c.FIXED_SIZE else 8) for c in CONFIGS}
+    real_plan = BranchSet.plan
+
+    def plan_with_rows(self, items, chunk=None, own=()):
+        plan = real_plan(self, items, chunk, own)
+        return dataclasses.replace(plan, configurations=tuple(
+            dataclasses.replace(c, rows=small[c.label]) if c.decode == "rows" else c for c in plan.configurations))
+
+    monkeypatch.setattr(BranchSet, "plan", plan_with_rows)
+    out = BranchSet(model, TinyTokenizer(), CONFIGS, batch=8).generate(prompts, params)
+    assert built and all(built[label] == small[label] for label in built)
+    for c in range(len(CONFIGS)):  # float32: rows of 3 or 8 decode the same greedy tokens
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], CONFIGS[c].label
+
+
+def test_on_a_gpu_the_full_cache_decodes_batched_in_rows_from_the_plan():
+    """On a CUDA device (the plan's device string; no GPU needed) the full cache decodes in static rows as many as
+    fit, not alone; on the CPU the same group keeps today's rule (alone above the weights' bytes)."""
+    shape = ModelShape.of_preset("llama-3.1-8b-instruct")
+    configs = [FullConfig(), SnapStreamConfig.from_budget(4096)]
+    items = [Item(32768, 128)] * 4
+    budget = 80 * 2**30
+    gpu = plan_group(shape, configs, items, chunk=4, window=32, budget=budget, in_use=shape.weight_bytes,
+                     device="cuda:0")
+    cpu = plan_group(shape, configs, items, chunk=4, window=32, budget=budget, in_use=shape.weight_bytes)
+    assert cpu.decode_mode("full").decode == "alone"
+    full = gpu.decode_mode("full")
+    assert full.decode == "rows" and gpu.chunk == cpu.chunk == 4 and full.rows == 4 and gpu.fits
+    assert full.decode_bytes == engine_bytes(shape, FullConfig(), 4, 32768, 128)
+    at_128k = predict_paper_scale()  # 16 GiB rows held for every item would cut the chunk: alone there
+    assert at_128k.decode_mode("full").decode == "alone"
+
+
+def test_the_full_cache_batched_in_static_rows_decodes_the_tokens_it_decodes_alone():
+    model = tiny_model("qwen2")
+    prompts, params = _items_and_prompts(n=5, length=70)
+    greedy = [dataclasses.replace(p, max_new_tokens=8) for p in params]
+    batched = Engine(model, TinyTokenizer(), FullConfig(), num_slots=5).generate(prompts, greedy)
+    for prompt, p, row in zip(prompts, greedy, batched):
+        alone = Engine(model, TinyTokenizer(), FullConfig(), num_slots=1).generate([prompt], [p])[0]
+        assert row.token_ids == alone.token_ids and len(row.token_ids) == 8
