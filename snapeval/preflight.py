@@ -83,8 +83,8 @@ def lm_eval_builtin_task_names() -> frozenset[str]:
 
 def check_task_names(names, include: str | os.PathLike | None = None, field: str = "--tasks") -> None:
     """Each of ``names`` is defined by a YAML of the task folders a run reads (``include``, else
-    :func:`snapeval.paths.task_folders`), or by lm-eval's own tasks; otherwise one line with the closest names."""
-    from snapeval.paths import task_folders
+    :func:`snapeval.tasks.folders.task_folders`), or by lm-eval's own tasks; otherwise one line with the closest names."""
+    from snapeval.tasks.folders import task_folders
 
     folders = [f for f in task_folders(include) if f.is_dir()]
     known = yaml_task_names(folders)

@@ -63,7 +63,7 @@ def prepare_argv(argv: list[str]) -> list[str]:
 
 
 def _default_folders():
-    from snapeval.paths import task_folders
+    from snapeval.tasks.folders import task_folders
 
     return task_folders()
 

@@ -132,7 +132,25 @@ def check_model_reference(name_or_path: str) -> int | None:
     if not name or path.suffix == ".gguf" or not _looks_like_hub_id(name):
         raise SnapevalError(f"model={name_or_path!r} is not a preset, a local directory, a .gguf file or a hub id "
                             f"(owner/name); presets: {', '.join(list_presets())}, {GEMMA3_270M}")
+    if _hub_offline() and not _hub_cached(name):
+        raise SnapevalError(f"model={name_or_path!r} is a hub id that is not in the local Hugging Face cache and the "
+                            "hub is offline (HF_HUB_OFFLINE); allowed offline: a preset, a local directory, a .gguf "
+                            "file or a cached hub id")
     return None
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hub_cached(repo_id: str) -> bool:
+    """Whether the hub id's config.json is in the local Hugging Face cache (a stat, no network, no torch)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return True  # nothing to tell: loading will say
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return isinstance(found, str)
 
 
 def _looks_like_hub_id(name: str) -> bool:
