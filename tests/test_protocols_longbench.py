@@ -172,3 +172,41 @@ def test_nothing_cuts_a_prompt_that_does_not_fit(method, budget, tiny_dir):
     fits = Instance("generate_until", {"_id": "ok"}, (" ".join(["word"] * 10), {"until": [], "max_gen_toks": 4}), 0,
                     ("longbench_v2", 4, 1))
     assert len(lm.generate_until([fits])) == 1
+
+
+def _checkout(tmp_path, name: str, **config) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+LLAMA_31_8B = dict(model_type="llama", vocab_size=128_256, hidden_size=4096, num_hidden_layers=32,
+                   num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131_072,
+                   rope_scaling={"rope_type": "llama3", "factor": 8.0})
+
+
+def test_a_local_checkout_of_a_listed_model_gets_pred_py_limit(tmp_path):
+    """pred.py serves Llama-3.1-8B-Instruct at 120,000 tokens whatever folder holds it: a local checkout is recognised
+    from its config.json (a folder name says nothing), and the reason is given."""
+    folder = _checkout(tmp_path, "my-finetune", **LLAMA_31_8B)
+    limit, reason = hooks.limit_and_reason({"pretrained": folder}, 128)
+    assert limit == 120_000 and "meta-llama/Llama-3.1-8B-Instruct" in reason and "config.json" in reason
+    assert longbench.listed_model_of_checkout(folder) == "meta-llama/Llama-3.1-8B-Instruct"
+    # another context length or RoPE scaling: not that model
+    other = _checkout(tmp_path, "Llama-3.1-8B-Instruct-8k", **{**LLAMA_31_8B, "max_position_embeddings": 8192})
+    assert longbench.listed_model_of_checkout(other) is None
+    qwen_r1 = _checkout(tmp_path, "r1", model_type="qwen2", vocab_size=152_064, hidden_size=3584,
+                        num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                        max_position_embeddings=131_072)
+    assert longbench.listed_model_of_checkout(qwen_r1) is None  # the R1 distill is not Qwen2.5-7B-Instruct
+
+
+def test_the_official_model_can_be_named_and_a_wrong_name_is_one_line(tmp_path):
+    folder = _checkout(tmp_path, "weights", model_type="llama")
+    limit, reason = hooks.limit_and_reason({"pretrained": folder, "official_model": "Qwen/Qwen2.5-7B-Instruct"}, 128)
+    assert limit == 120_000 and "official_model" in reason
+    with pytest.raises(SnapevalError, match="official_model='mine' is not a model pred.py lists; allowed: ") as err:
+        hooks.limit_and_reason({"pretrained": folder, "official_model": "mine"}, 128)
+    assert "\n" not in str(err.value)
+    assert hooks.limit_and_reason({"pretrained": folder, "max_input_tokens": 500}, 128) == (500, "max_input_tokens given")

@@ -71,6 +71,21 @@ OFFICIAL_MAX_INPUT_TOKENS = {hub_id: 120_000 for hub_id in (
     "meta-llama/Llama-3.3-70B-Instruct", "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF", "Qwen/Qwen2.5-7B-Instruct",
     "Qwen/Qwen2.5-72B-Instruct", "mistralai/Mistral-Large-Instruct-2407", "mistralai/Mistral-Large-Instruct-2411",
     "CohereForAI/c4ai-command-r-plus-08-2024")}
+#: The architecture (``config.json`` fields) of each listed model snapeval's caches run, to recognise a local
+#: checkout of one of them: a folder is not a hub id, but pred.py would serve the same weights with the same limit.
+#: Llama-3.3-70B and Nemotron-70B share Llama-3.1-70B's; Qwen2.5's ``max_position_embeddings`` is 32,768.
+OFFICIAL_ARCHITECTURES = {
+    "meta-llama/Llama-3.1-8B-Instruct": dict(model_type="llama", vocab_size=128_256, hidden_size=4096,
+                                             num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                             max_position_embeddings=131_072, rope_type="llama3"),
+    "meta-llama/Llama-3.1-70B-Instruct": dict(model_type="llama", vocab_size=128_256, hidden_size=8192,
+                                              num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8,
+                                              max_position_embeddings=131_072, rope_type="llama3"),
+    "Qwen/Qwen2.5-7B-Instruct": dict(model_type="qwen2", vocab_size=152_064, hidden_size=3584, num_hidden_layers=28,
+                                     num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32_768),
+    "Qwen/Qwen2.5-72B-Instruct": dict(model_type="qwen2", vocab_size=152_064, hidden_size=8192, num_hidden_layers=80,
+                                      num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=32_768),
+}
 #: For a model pred.py does not list: the room the chat template's own tokens may grow by when the cut text is
 #: re-encoded inside it (a merge across the cut or the template's edges), kept free under the model's context.
 REENCODE_MARGIN = 16
@@ -119,6 +134,28 @@ def official_limit(hub_id: str | None) -> int | None:
     for listed, limit in OFFICIAL_MAX_INPUT_TOKENS.items():
         if name in (listed.lower(), listed.split("/")[-1].lower()):
             return limit
+    return None
+
+
+def listed_model_of_checkout(path: str | os.PathLike) -> str | None:
+    """The listed model (:data:`OFFICIAL_ARCHITECTURES`) whose architecture a local checkout's ``config.json``
+    declares (model type, vocabulary, widths, depth, heads, maximum positions and RoPE scaling type), else None."""
+    import json
+    from pathlib import Path
+
+    config_path = Path(path) / "config.json"
+    if not config_path.is_file():
+        return None
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError):
+        return None
+    rope = config.get("rope_scaling") or {}
+    declared = {**config, "rope_type": rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None}
+    for hub_id, architecture in OFFICIAL_ARCHITECTURES.items():
+        expected = {"rope_type": None, **architecture}
+        if all(declared.get(k) == v for k, v in expected.items()):
+            return hub_id
     return None
 
 

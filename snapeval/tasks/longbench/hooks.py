@@ -34,37 +34,58 @@ def template_tokens(tokenizer) -> int:
 
 
 def prompt_limit(md: dict, max_new_tokens: int) -> int | None:
-    """The prompt limit of a run (docs/tasks.md): ``max_input_tokens`` when given; else pred.py's own limit for the
-    models it lists (:func:`longbench.official_limit`: 120,000); else the model's context (``max_length``, else the
-    tokenizer's ``model_max_length``) less the generation budget, the chat template's tokens and a re-encoding margin
-    (:func:`longbench.fallback_limit`). None without a tokenizer (prompts are then not cut)."""
+    """The prompt limit of a run (docs/tasks.md), with why: :func:`limit_and_reason`'s limit."""
+    return limit_and_reason(md, max_new_tokens)[0]
+
+
+def limit_and_reason(md: dict, max_new_tokens: int) -> tuple[int | None, str]:
+    """The prompt limit of a run and why it applies (the run's log says it): ``max_input_tokens`` when given; else
+    pred.py's own limit (:func:`longbench.official_limit`: 120,000) for a model it lists, named by hub id or preset,
+    by the ``official_model`` metadata key (a local checkout of a listed model), or recognised from a local
+    checkout's ``config.json`` (:func:`longbench.listed_model_of_checkout`); else the model's context (``max_length``,
+    else the tokenizer's ``model_max_length``) less the generation budget, the chat template's tokens and a
+    re-encoding margin (:func:`longbench.fallback_limit`). None without a tokenizer (prompts are then not cut)."""
     limit = int_value(md, "max_input_tokens", None)
     if limit is not None:
         if limit < 1:
             raise SnapevalError(f"metadata max_input_tokens={limit} is invalid; allowed: an integer >= 1")
-        return limit
+        return limit, "max_input_tokens given"
+    named = md.get("official_model")
+    if named:
+        official = longbench.official_limit(str(named))
+        if official is None:
+            raise SnapevalError(f"metadata official_model={named!r} is not a model pred.py lists; allowed: "
+                                f"{', '.join(longbench.OFFICIAL_MAX_INPUT_TOKENS)}")
+        return official, f"pred.py's limit for {named} (official_model given)"
     name = tokenizer_name(md)
     if not name:
-        return None
+        return None, "no tokenizer in the metadata"
     official = longbench.official_limit(hub_id_of(name))
     if official is not None:
-        return official
+        return official, f"pred.py's limit for {hub_id_of(name)}"
+    recognised = longbench.listed_model_of_checkout(name)
+    if recognised is not None:
+        return (longbench.official_limit(recognised),
+                f"pred.py's limit for {recognised}: the local checkout {name}'s config.json declares its architecture")
     tokenizer = get_tokenizer(name)
     context = int_value(md, "max_length", None)
     if context is None:
         model_max = getattr(tokenizer, "model_max_length", None)
         context = int(model_max) if isinstance(model_max, (int, float)) and model_max < NO_LIMIT else None
     if context is None:
-        return None
-    return longbench.fallback_limit(context, max_new_tokens, template_tokens(tokenizer))
+        return None, f"{name}: no context length known"
+    return (longbench.fallback_limit(context, max_new_tokens, template_tokens(tokenizer)),
+            f"{name} is not a model pred.py lists: its context {context} less the generation budget, the chat "
+            "template and a margin")
 
 
 def _longbench(md: dict, cot: bool) -> dict[str, Any]:
     data = longbench.load(md.get("data_dir"))
     # the limit leaves room for the longest pass: the chain of thought's first (1,024 tokens)
     gen = int_value(md, "max_gen_toks", longbench.MAX_NEW_TOKENS_COT if cot else longbench.MAX_NEW_TOKENS)
-    limit = prompt_limit(md, gen)
+    limit, reason = limit_and_reason(md, gen)
     name = tokenizer_name(md)
+    log.info("longbench_v2: prompts cut at %s tokens (%s)", limit, reason)
     if limit is None:
         log.warning("longbench_v2: no tokenizer or context length in metadata; prompts are not truncated")
     extra = {"cot": cot, "max_input_tokens": limit or 0, "tokenizer_name": name or "",
