@@ -48,3 +48,25 @@ def test_the_model_text_is_never_evaluated():
     assert aime.symbolic_value("(lambda: 1)()") is None
     assert aime.arithmetic_value("9**9**9") is None and aime.arithmetic_value("factorial(10**9)") is None
     assert aime.arithmetic_value("0x21") == 33.0 and aime.arithmetic_value("4!+9") == 33.0
+
+
+@pytest.mark.parametrize("reply, reference", [
+    (r"\boxed{{033}}", "33"),             # a brace group around leading zeros (scored 1.0 on e0309bf, then 0.0)
+    (r"\boxed{2+0031}", "33"),            # leading zeros inside an expression
+    (r"\boxed{\frac{066}{2}}", "33"),
+    (r"\boxed{(033)}", "33"),
+    (r"\boxed{\frac{2^{3}}{1}}", "8"),    # a power's brace group inside a \frac argument
+    (r"\boxed{\sqrt{3^{2}}}", "3"),       # ... inside a \sqrt argument
+    (r"\boxed{2^{1+1}}", "4"),
+    (r"\boxed{\lfloor 33.5 \rfloor}", "33"),
+    (r"\boxed{\lceil 32.5 \rceil}", "33"),
+    (r"\boxed{|-33|}", "33"),
+    (r"\boxed{\gcd(66, 99)}", "33"),
+    (r"\boxed{33^{0}}", "1"),
+])
+def test_latex_arithmetic_latex2sympy_reads(reply, reference):
+    """Forms latex2sympy reads as numbers (issue 46): leading zeros, brace groups inside \\frac and \\sqrt arguments,
+    floor, ceiling, absolute value, gcd. Expectations derived by hand from latex2sympy's grammar (the official grader
+    was not run on these: docs/tasks.md)."""
+    assert aime.math_equal(aime.extract_answer(reply), reference)
+    assert not aime.math_equal(aime.extract_answer(reply), str(int(reference) + 1))

@@ -411,7 +411,14 @@ def latex_value(text: str):
     for piece in _LATEX_GAPS:
         s = s.replace(piece, " ")
     s = s.replace("\\left", "").replace("\\right", "").replace("\\cdot", "*").replace("\\times", "*")
-    for _ in range(8):  # nested fractions and roots, innermost first
+    # what latex2sympy reads as functions: floor and ceiling brackets, absolute-value bars, \gcd
+    s = re.sub(r"\\lfloor(.*?)\\rfloor", r"floor(\1)", s)
+    s = re.sub(r"\\lceil(.*?)\\rceil", r"ceiling(\1)", s)
+    s = re.sub(r"\|([^|]*)\|", r"Abs(\1)", s)
+    s = re.sub(r"\\(gcd|lcm)\b", r"\1", s)
+    for _ in range(8):  # nested fractions, roots, powers and brace groups, innermost first
+        s = re.sub(r"\^\{([^{}]*)\}", r"**(\1)", s)  # an exponent's group, inside a \frac or \sqrt argument too
+        s = re.sub(r"(?<![A-Za-z\]}])\{([^{}]*)\}", r"(\1)", s)  # a bare group ({{033}}): its value
         new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
         new = re.sub(r"\\binom\{([^{}]*)\}\{([^{}]*)\}", r"binomial((\1),(\2))", new)
         new = re.sub(r"\\sqrt\[([^\[\]{}]*)\]\{([^{}]*)\}", r"((\2)**(1/(\1)))", new)
@@ -424,7 +431,8 @@ def latex_value(text: str):
     s = re.sub(r"(\d)\s*\(", r"\1*(", s)
     s = re.sub(r"([\d)])\s+(?=[\d(])", r"\1*", s).strip()
     s = _FACTORIAL.sub(r"factorial(\1)", s)
-    if "\\" in s or re.search(r"[A-Za-z_]", re.sub(r"\b(binomial|sqrt|factorial)\(", "", s)):
+    s = re.sub(r"(?<![\d.])0+(?=\d)", "", s)  # LaTeX integers may have leading zeros (033 is 33); Python's may not
+    if "\\" in s or re.search(r"[A-Za-z_]", re.sub(r"\b(binomial|sqrt|factorial|floor|ceiling|Abs|gcd|lcm)\(", "", s)):
         return None  # symbols or LaTeX beyond arithmetic: no number
     return _value(s, xor=False)
 
