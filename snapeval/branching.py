@@ -87,7 +87,7 @@ class Prefilled:
         """A fresh one-row cache of ``config`` holding this prompt, compressed as ``config`` says (``cache_class``:
         another layout of the same method, such as the engine's static rows), decoding with ``decode_kernel``."""
         if config in self.presses:
-            return self.presses[config].cache(model, cache_class)
+            return self.presses[config].cache(model, cache_class, decode_kernel=decode_kernel)
         cache = build_cache(cache_class or method_info(config).cache_class(), model, config,
                             decode_kernel=decode_kernel)
         load_caches(self.capture, [cache])
@@ -392,7 +392,7 @@ class BranchSet:
         config = self.configs[c]
         cache_class = method_info(config).static_cache_class() if in_rows else None
         if config in prefilled.presses:
-            return prefilled.presses[config].cache(self.model, cache_class)
+            return prefilled.presses[config].cache(self.model, cache_class, decode_kernel=self.decode_kernel)
         return build_cache(cache_class or method_info(config).cache_class(), self.model, config,
                            decode_kernel=self.decode_kernel)
 

@@ -265,3 +265,20 @@ def test_a_set_of_presses_only_frees_each_captured_layer_once_compressed():
     for c, press in enumerate(presses):
         alone = BranchSet(model, TinyTokenizer(), [press]).generate(prompts, params)[0]
         assert [d.token_ids for d in out[c]] == [d.token_ids for d in alone]
+
+
+def test_a_press_branch_row_carries_the_runs_decode_kernel():
+    """A press's static rows, built from its branch of a shared prefill, decode with the run's kernel like every other
+    cache (they once got the device's default whatever the run asked)."""
+    from snapeval.branching import BranchSet
+    from snapeval.cache import method_info
+    from snapeval.run_args import RunArgs
+
+    model = tiny_model("llama")
+    press = resolve_method("kvpress:SnapKVPress", 16, window_size=8)
+    branches = BranchSet(model, TinyTokenizer(), [press, resolve_method("snapstream", 16)],
+                         run_args=RunArgs(decode_kernel="split"))
+    prefilled = branches.prefill(random_prompt(40, seed=3))
+    rows = branches._empty_branch(0, prefilled, True)
+    assert isinstance(rows, method_info(press).static_cache_class())
+    assert rows.decode_kernel == "split"

@@ -21,9 +21,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from snapeval.cache import attention
 from snapeval.cache.attention import PendingAttention, hand_off
-from snapeval.cache.kernels import resolve_decode_kernel
-from snapeval.errors import SnapevalError
-from snapeval.run_args import DECODE_KERNELS
+from snapeval.cache.kernels import check_decode_kernel, resolve_decode_kernel
 
 
 def key_validity(hf_mask: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
@@ -275,11 +273,10 @@ class CompressedKVCache(Cache):
     def __init__(self, model, config, *, decode_kernel: str = "auto"):
         if not isinstance(config, self.config_class):
             raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
-        if decode_kernel != "auto" and decode_kernel not in DECODE_KERNELS:
-            raise SnapevalError(f"decode_kernel={decode_kernel!r} is invalid; allowed: auto, {', '.join(DECODE_KERNELS)}")
+        check_decode_kernel(decode_kernel)
         attention.install(model)
         self.config = config
-        #: The run's decode kernel (``auto`` or a name of :data:`~snapeval.run_args.DECODE_KERNELS`): each layer
+        #: The run's decode kernel (``auto`` or a name of :data:`~snapeval.cache.kernels.DECODE_KERNELS`): each layer
         #: resolves it for its own device and hands it to attention with every decode step.
         self.decode_kernel = decode_kernel
         layers = [self.layer_class(i, config) for i in range(model.config.num_hidden_layers)]

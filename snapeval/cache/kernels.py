@@ -15,7 +15,7 @@ from snapeval.errors import SnapevalError
 from snapeval.run_args import DECODE_KERNELS as RUN_ARG_KERNELS
 
 __all__ = ["DECODE_KERNELS", "SPLIT_PRODUCTS", "TRITON_WAVES", "decode_attention", "decode_splits",
-           "flex_decode_attention", "grouped_decode_attention", "resolve_decode_kernel", "runnable_decode_kernels",
+           "check_decode_kernel", "flex_decode_attention", "grouped_decode_attention", "resolve_decode_kernel", "runnable_decode_kernels",
            "split_chunks", "split_decode_attention", "triton_decode_attention"]
 
 
@@ -65,6 +65,14 @@ def runnable_decode_kernels(device) -> tuple[str, ...]:
     return tuple(k for k in DECODE_KERNELS if k != "triton" or gpu_ready)
 
 
+def check_decode_kernel(choice: str) -> str:
+    """``choice`` if it is a run's ``decode_kernel`` (``auto`` or one of :data:`DECODE_KERNELS`), else a one-line
+    :class:`SnapevalError`: what a cache checks when it is built, before its device is known."""
+    if choice != "auto" and choice not in DECODE_KERNELS:
+        raise SnapevalError(f"decode_kernel={choice!r} is invalid; allowed: auto, {', '.join(DECODE_KERNELS)}")
+    return choice
+
+
 def resolve_decode_kernel(choice: str, device) -> str:
     """The kernel a cache on ``device`` decodes with, for a run argument ``decode_kernel`` (``auto`` or one of
     :data:`DECODE_KERNELS`). The rule for ``auto``, from the measurements in docs/engine.md:
@@ -75,13 +83,11 @@ def resolve_decode_kernel(choice: str, device) -> str:
 
     A kernel that cannot run on ``device`` is a one-line :class:`SnapevalError`."""
     device_type = torch.device(device).type
+    if check_decode_kernel(choice) == "auto" and device_type != "cuda":
+        return "sdpa"  # every layer of every cache resolves: the CPU's answer needs no look-up
     runnable = runnable_decode_kernels(device)
     if choice == "auto":
-        if device_type != "cuda":
-            return "sdpa"
         return "triton" if "triton" in runnable else "split"
-    if choice not in DECODE_KERNELS:
-        raise SnapevalError(f"decode_kernel={choice!r} is invalid; allowed: auto, {', '.join(DECODE_KERNELS)}")
     if choice not in runnable:
         raise SnapevalError(f"decode_kernel={choice!r} cannot run on {device_type} here (triton runs on CUDA with "
                             f"the triton package); allowed: auto, {', '.join(runnable)}")

@@ -52,11 +52,12 @@ class PressBranch:
         self.config, self.prompt_length = config, prompt_length
         self.layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
 
-    def cache(self, model, cache_class=None):
+    def cache(self, model, cache_class=None, *, decode_kernel: str = "auto"):
         """A fresh one-row cache of the compressed prompt: a :class:`KVPressCache` (decoded alone, or scored), or,
-        with ``cache_class`` :class:`KVPressRows`, a row the engine loads into its static rows."""
+        with ``cache_class`` :class:`KVPressRows`, a row the engine loads into its static rows, decoding with the
+        run's ``decode_kernel``."""
         if cache_class is not None and issubclass(cache_class, KVPressRows):
-            rows = cache_class(model, self.config)
+            rows = cache_class(model, self.config, decode_kernel=decode_kernel)
             rows.load_kept(self.layers, self.prompt_length)
             return rows
         cache = KVPressCache(model, self.config)
