@@ -13,7 +13,7 @@ real LongBench-v2 documents in the real tokenizer, cut to ``--lengths`` tokens (
   started, what the plan's ``peak_bytes`` predicts) and their ratio, the wall time and the prefill time;
   ``decode``: per configuration decoded in rows, the rows it ran (the plan's), its mean decode step time, the
   step's byte floor at those rows ((weights + rows x one row's KV bytes) / the measured copy bandwidth), their ratio
-  ``x_floor``, the slots' occupancy and whether the step was compiled (CUDA graphs under ``reduce-overhead``);
+  ``x_floor``, the slots' occupancy and whether the step was captured (recorded once as a CUDA graph and replayed);
 - ``per_cell`` (at the lengths in ``--per-cell-lengths``, default 32k): every configuration with its own prefill,
   as ``snapeval sweep --per-cell`` runs it (SnapStream on the continuous-batching engine, the others through
   ``snapeval.generate`` one prompt at a time): wall time, the largest peak, and how many greedy outputs equal the
@@ -70,8 +70,8 @@ def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int,
 def decode_against_floor(branches, bandwidth: float | None) -> dict:
     """Per configuration decoded in rows: its engines' mean decode step time at the rows they ran, the step's byte
     floor there ((weights + rows x the largest one-row KV bytes) / ``bandwidth``, the copy bandwidth of
-    ``benchmarks.gpu``), their ratio, and whether the step was compiled (``compiled``: CUDA graphs replayed under
-    ``compile="reduce-overhead"``; False: eager). ``bandwidth`` None (the CPU smoke run): no floor."""
+    ``benchmarks.gpu``), their ratio, and whether the step was captured (``captured``: recorded once per engine as a CUDA graph
+    and replayed; False: eager). ``bandwidth`` None (the CPU smoke run): no floor."""
     from snapeval.memory_plan import ModelShape
 
     weights = ModelShape.of(branches.model).weight_bytes

@@ -103,13 +103,13 @@ class BranchStats:
     prefill_seconds: float = 0.0
     kv_bytes_per_row: dict[str, int] = field(default_factory=dict)  # largest one-row cache seen, per label
     chunk_halvings: list[dict] = field(default_factory=list)  # out-of-memory retries: the chunk before and after
-    #: per label, its engines' decode: rows (slots), steps, seconds, active slot-steps, whether compiled
+    #: per label, its engines' decode: rows (slots), steps, seconds, active slot-steps, whether captured
     decode: dict[str, dict] = field(default_factory=dict)
 
     def count_decode(self, label: str, engine) -> None:
         """Add one engine's :class:`~snapeval.engine.EngineStats` to ``label``'s decode totals."""
         totals = self.decode.setdefault(label, {"rows": engine.num_slots, "steps": 0, "seconds": 0.0,
-                                                "active_slot_steps": 0, "compiled": engine.compiled})
+                                                "active_slot_steps": 0, "captured": engine.captured})
         totals["rows"] = max(totals["rows"], engine.num_slots)
         totals["steps"] += engine.stats.decode_steps
         totals["seconds"] += engine.stats.decode_seconds
@@ -140,7 +140,7 @@ class BranchSet:
     fewer); ``max_memory``: the device's budget in bytes, weights included (default: what is in use plus what is
     free, less a margin; :func:`snapeval.memory_plan.device_budget`); ``run_args``: the run's arguments
     (:class:`~snapeval.run_args.RunArgs`), of which the branches read the decode kernel their caches carry and
-    whether the engines' decode steps are captured in CUDA graphs (:meth:`~snapeval.run_args.RunArgs.compile_mode`).
+    whether the engines' decode steps are captured in CUDA graphs (:meth:`~snapeval.run_args.RunArgs.capture_on`).
     """
 
     def __init__(self, model, tokenizer, configs: Sequence[MethodConfig], *, batch: int = 8, seed: int = 0,
@@ -160,8 +160,9 @@ class BranchSet:
         self.window = capture_window(self.from_capture)
         self.device = input_device(model)  # token ids go there; outputs come back there (a split model too)
         self.decode_kernel = self.run_args.decode_kernel
-        #: The engines' ``compile=``: ``reduce-overhead`` (captured in CUDA graphs) on CUDA unless the run says no.
-        self.compile = self.run_args.compile_mode(self.device)
+        #: The engines' ``capture=``: each engine records its decode step once as a CUDA graph (on CUDA unless the
+        #: run says no) and replays it.
+        self.capture = self.run_args.capture_on(self.device)
         self.stops = stop_token_ids(model, tokenizer)
         #: Whether any configuration builds its cache from the shared prefill.
         self.shares = any(self._branches)
@@ -373,10 +374,11 @@ class BranchSet:
             seconds = {i: waiting[i][2] for i in part}
             engine = Engine(self.model, self.tokenizer, self.configs[c],
                             num_slots=plan.decode_mode(self.configs[c].label).rows, seed=self.seed,
-                            compile=self.compile, decode_kernel=self.decode_kernel)
+                            capture=self.capture, decode_kernel=self.decode_kernel)
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
             self.stats.count_decode(self.configs[c].label, engine)
+            engine.release()
             del engine
             gc.collect()  # whatever the decode left in reference cycles goes before the next rows are allocated
             for j, i in enumerate(part):

@@ -196,8 +196,8 @@ class RunArgs:
     decode_kernel: str = run_arg("auto", "attention kernel of a decode step (auto: sdpa on the CPU, triton on CUDA "
                                  "where it imports, else split; docs/engine.md)", "choice",
                                  choices=("auto", *DECODE_KERNELS))
-    capture: str = run_arg("auto", "capture the engine's decode step in CUDA graphs (auto: on CUDA, never on the "
-                           "CPU; true needs CUDA)", "switch", choices=("auto", "true", "false"))
+    capture: str = run_arg("auto", "record the engine's decode step once as a CUDA graph and replay it (auto: on "
+                           "CUDA, never on the CPU; true needs CUDA)", "switch", choices=("auto", "true", "false"))
     specprefill_draft: str | None = run_arg(None, "draft model that compresses generation prompts (enables "
                                             "speculative prefill)", "text", default_text="off")
     specprefill_keep: float | None = run_arg(None, "fraction of prompt tokens speculative prefill keeps", "fraction",
@@ -291,11 +291,6 @@ class RunArgs:
         if self.capture == "auto":
             return on_cuda
         return self.capture == "true" and on_cuda
-
-    def compile_mode(self, device) -> str | bool:
-        """The engine's ``compile=``: ``"reduce-overhead"`` (a compiled step captured in CUDA graphs) where
-        :meth:`capture_on`, else False (eager)."""
-        return "reduce-overhead" if self.capture_on(device) else False
 
     def specprefill_options(self) -> dict[str, Any]:
         """The speculative-prefill arguments given, without their prefix (``keep``, ``chunk``, ...)."""

@@ -220,3 +220,70 @@ def test_the_plans_slot_count_keeps_every_slot_busy_through_long_generations():
     out = engine.generate(prompts, SamplingParams(max_new_tokens=24))
     assert all(len(c.token_ids) == 24 for c in out)
     assert engine.stats.occupancy == 1.0 and engine.stats.decode_steps == 3 * 23
+
+
+class ReplayOnCpu:
+    """A stand-in for :class:`snapeval.decoding.graphs.CapturedDecodeStep` on the CPU: the same protocol (warm-up
+    steps that advance the rows at the first call, then one "replay" per call on the bound tensors), the replay run
+    eagerly. It counts recordings and checks that every replay sees the rows, tokens and positions of the capture."""
+
+    recorded: list = []
+
+    def __init__(self, warmup: int = 2):
+        from snapeval.decoding.graphs import CapturedDecodeStep
+
+        self._real = CapturedDecodeStep(warmup)
+        self.warmup, self.bound = warmup, None
+
+    @staticmethod
+    def supports(device) -> bool:
+        return True
+
+    def __call__(self, model, cache, tokens, positions):
+        from snapeval.decoding.step import decode_step
+
+        addresses = (id(cache), tokens.data_ptr(), positions.data_ptr(),
+                     tuple(t.data_ptr() for t in cache.row_tensors()))
+        if self.bound is None:
+            for _ in range(self.warmup):  # what the capture's warm-up does to the rows
+                decode_step(model, cache, tokens, positions)
+            self.bound = addresses
+            ReplayOnCpu.recorded.append(addresses)
+        assert addresses == self.bound, "a replay on other tensors than the capture's"
+        return decode_step(model, cache, tokens, positions)
+
+    def release(self) -> None:
+        self.bound = None
+
+
+@pytest.mark.parametrize("method", ["snapstream", "full"])
+def test_a_captured_engine_records_once_per_allocation_and_keeps_greedy_tokens(method, tiny_tokenizer, monkeypatch):
+    """Issue 44 item 1 at CPU scale: ``capture=True`` records the step once, on parked rows before the first
+    admission (its warm-up steps write into the rows and advance them), parks them again, and replays on the same
+    addresses; the tokens equal the eager engine's. An appending cache records again only when its rows grow."""
+    from snapeval.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "CapturedDecodeStep", ReplayOnCpu)
+    ReplayOnCpu.recorded = []
+    model = tiny_model("llama")
+    config = CONFIGS[method]
+    prompts = [random_prompt(n, seed=n) for n in LENGTHS]
+    params = [SamplingParams(max_new_tokens=k) for k in MAX_NEW]
+    captured = Engine(model, tiny_tokenizer, config, num_slots=3, capture=True)
+    assert captured.captured
+    first = captured.generate(prompts, params)
+    again = captured.generate(prompts[:3], params[:3])  # rows large enough already: replayed, not recorded
+    eager = Engine(model, tiny_tokenizer, config, num_slots=3).generate(prompts, params)
+    assert [c.token_ids for c in first] == [c.token_ids for c in eager]
+    assert [c.token_ids for c in again] == [c.token_ids for c in eager[:3]]
+    assert len(ReplayOnCpu.recorded) == 1
+    with pytest.raises(SnapevalError, match="capture=True with compile='reduce-overhead' is invalid"):
+        Engine(model, tiny_tokenizer, config, capture=True, compile="reduce-overhead")
+
+
+def test_capture_on_the_cpu_decodes_eagerly_and_says_so(tiny_tokenizer, caplog):
+    model = tiny_model("llama")
+    engine = Engine(model, tiny_tokenizer, 20, num_slots=2, capture=True)
+    assert not engine.captured
+    assert "the decode step stays eager" in caplog.text
+    engine.generate([random_prompt(30, seed=1)], SamplingParams(max_new_tokens=3))

@@ -111,7 +111,7 @@ def test_gpu_shared_benchmark_smoke(tmp_path, data_dir, monkeypatch):
     for label, decode in point["decode"].items():
         assert decode["rows"] == in_rows[label] and decode["steps"] > 0 and decode["step_s"] > 0
         assert decode["floor_bytes"] > 0 and decode["floor_s"] is None and decode["x_floor"] is None  # no bandwidth
-        assert decode["compiled"] is False and 0 < decode["occupancy"] <= 1
+        assert decode["captured"] is False and 0 < decode["occupancy"] <= 1
     alone = point["per_cell"]
     assert alone["prefills"] == 10 and set(alone["cells"]) == set(labels)
     assert set(alone["identical_outputs"]) == set(labels)

@@ -128,8 +128,8 @@ def test_capture_and_kernel_combinations_that_cannot_run_are_refused():
     with pytest.raises(SnapevalError, match="decode_kernel='triton' is invalid with device='cpu'"):
         RunArgs(decode_kernel="triton")
     assert RunArgs(capture="true", device="cuda").capture_on("cuda:0")
-    assert RunArgs().compile_mode("cuda:0") == "reduce-overhead" and RunArgs().compile_mode("cpu") is False
-    assert RunArgs(capture="false", device="cuda").compile_mode("cuda") is False
+    assert RunArgs().capture_on("cuda:0") and not RunArgs().capture_on("cpu")
+    assert not RunArgs(capture="false", device="cuda").capture_on("cuda")
 
 
 # --- the decode kernel travels with the cache ------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def test_the_engine_carries_its_kernel_to_every_layer_and_attention(kernel, monk
 
 def test_on_a_cuda_device_the_shared_group_engines_are_captured(monkeypatch):
     """The sweep's path (a BranchSet of the group's configurations) builds its engines with the run's capture and
-    kernel: on CUDA (here a monkeypatched device) ``reduce-overhead`` and the resolved kernel; on the CPU, eager."""
+    kernel: on CUDA (here a monkeypatched device) captured with the resolved kernel; on the CPU, eager."""
     from snapeval import branching
     from snapeval.cache import SnapStreamConfig
     from snapeval.decoding import SamplingParams
@@ -175,23 +175,23 @@ def test_on_a_cuda_device_the_shared_group_engines_are_captured(monkeypatch):
     configs = [SnapStreamConfig.from_budget(24), SnapStreamConfig.from_budget(32)]
     monkeypatch.setattr(branching, "input_device", lambda m: torch.device("cuda"))
     on_gpu = branching.BranchSet(model, tok, configs, run_args=RunArgs(device="cuda"))
-    assert on_gpu.compile == "reduce-overhead" and on_gpu.decode_kernel == "auto"
+    assert on_gpu.capture is True and on_gpu.decode_kernel == "auto"
     off = branching.BranchSet(model, tok, configs, run_args=RunArgs(device="cuda", capture="false"))
-    assert off.compile is False
+    assert off.capture is False
     monkeypatch.undo()
 
     built = []
     real_engine = __import__("snapeval.engine", fromlist=["Engine"]).Engine
 
-    def recording_engine(*args, compile=False, decode_kernel="auto", **kwargs):
-        built.append((compile, decode_kernel))
-        return real_engine(*args, compile=False, decode_kernel=decode_kernel, **kwargs)  # run eagerly on the CPU
+    def recording_engine(*args, capture=False, decode_kernel="auto", **kwargs):
+        built.append((capture, decode_kernel))
+        return real_engine(*args, capture=False, decode_kernel=decode_kernel, **kwargs)  # run eagerly on the CPU
 
     monkeypatch.setattr("snapeval.engine.Engine", recording_engine)
     on_cpu = branching.BranchSet(model, tok, configs, run_args=RunArgs(decode_kernel="split"))
-    on_cpu.compile = "reduce-overhead"  # what the CUDA device above resolved to
+    on_cpu.capture = True  # what the CUDA device above resolved to
     on_cpu.generate([random_prompt(40, 1), random_prompt(50, 2)], [SamplingParams(max_new_tokens=3)] * 2)
-    assert built and set(built) == {("reduce-overhead", "split")}
+    assert built and set(built) == {(True, "split")}
 
 
 def test_the_docs_table_is_the_declaration():

@@ -31,6 +31,11 @@ class CapturedDecodeStep:
         self.logits: torch.Tensor | None = None
         self._bound: tuple | None = None
 
+    @staticmethod
+    def supports(device) -> bool:
+        """Whether a step on ``device`` can be recorded (CUDA graphs: a CUDA device)."""
+        return torch.device(device).type == "cuda"
+
     def __call__(self, model, cache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         bound = (id(model), id(cache), tokens.data_ptr(), positions.data_ptr())
         if self.graph is None:

@@ -12,10 +12,11 @@ The engine owns ``num_slots`` rows of one :class:`~snapeval.cache.SnapStreamCach
    decode step runs on the same shapes, whatever the batch composition, through the decode kernel its caches carry
    (the run's ``decode_kernel``, :func:`snapeval.cache.kernels.decode_attention`: grouped-query heads read their KV
    head in place). The mask is
-   always given with ``compile=True`` (one graph) and to the ``split``/``flex``/``triton`` kernels (a GPU's); the
-   ``sdpa`` kernel (the CPU's) leaves it out eagerly when every slot is valid. The rows, the token ids and the
-   positions are static addresses, written in place, so ``compile="reduce-overhead"`` captures the step in CUDA
-   graphs.
+   always given with ``compile=True`` or ``capture=True`` (one graph) and to the ``split``/``flex``/``triton``
+   kernels (a GPU's); the ``sdpa`` kernel (the CPU's) leaves it out eagerly when every slot is valid. The rows, the
+   token ids and the positions are static addresses, written in place, so the step can be recorded once as a CUDA
+   graph and replayed (``capture=True``, :class:`~snapeval.decoding.graphs.CapturedDecodeStep`: no compiler, the
+   sweep's path on a GPU) or compiled (``compile="reduce-overhead"``).
 
 When a request stops (eos, a stop string, or ``max_new_tokens``) its slot is parked and refilled from the queue
 before the next step (continuous batching). A parked slot holds zero keys and values, all visible, so its
@@ -24,6 +25,7 @@ request alone; sampling draws from a per-request ``torch.Generator``.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -33,11 +35,14 @@ import torch
 
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
 from snapeval.cache.attention import install
+from snapeval.decoding.graphs import CapturedDecodeStep
 from snapeval.decoding import (Completion, Request, SamplingParams, choose, decode_step, pad_token_id,
                                request_generator, stop_token_ids)
 from snapeval.decoding.step import prefill as prefill_prompt
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device, layer_devices
+
+logger = logging.getLogger(__name__)
 
 #: The built-in methods the engine runs (every one with static rows: appending caches get rows sized for their
 #: requests; :attr:`~snapeval.cache.methods.MethodInfo.static_rows`).
@@ -98,15 +103,21 @@ class Engine:
         num_slots: requests decoded together (the static batch size).
         compile: run the decode step through ``torch.compile``: ``True`` (its default mode) or a mode name from
             :data:`COMPILE_MODES` (``"reduce-overhead"`` captures the step in CUDA graphs on a GPU). Off by default:
-            it brought no reliable gain on CPU (``docs/engine.md``). A run's ``capture`` argument resolves to it
-            (:meth:`snapeval.run_args.RunArgs.compile_mode`: ``reduce-overhead`` on CUDA, off on the CPU).
+            it brought no reliable gain on CPU (``docs/engine.md``), and each new shape costs a compilation.
+        capture: record the decode step once per row allocation as a CUDA graph and replay it
+            (:class:`~snapeval.decoding.graphs.CapturedDecodeStep`): the launch overhead of a step gone without a
+            compiler (a capture costs a few steps' time, where a compilation costs tens of seconds per shape). The
+            graph is recorded on parked rows before the first request is admitted, which are parked again after.
+            Needs every layer on one CUDA device (a model split over devices decodes eagerly, logged). A run's
+            ``capture`` argument resolves to it (:meth:`snapeval.run_args.RunArgs.capture_on`: on CUDA by default).
         seed: base seed of requests whose :class:`SamplingParams` gives none.
         decode_kernel: the attention kernel of a decode step (the run's ``decode_kernel``, :mod:`snapeval.run_args`:
             ``auto`` or a kernel name), carried by the engine's caches to every layer's attention.
     """
 
     def __init__(self, model, tokenizer, config: MethodConfig | int, method: str = "snapstream",
-                 num_slots: int = 8, *, compile: bool | str = False, seed: int = 0, decode_kernel: str = "auto"):
+                 num_slots: int = 8, *, compile: bool | str = False, capture: bool = False, seed: int = 0,
+                 decode_kernel: str = "auto"):
         if is_int(config):
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
@@ -118,6 +129,9 @@ class Engine:
             )
         if not isinstance(compile, bool) and compile not in COMPILE_MODES:
             raise SnapevalError(f"compile={compile!r} is invalid; allowed: True, False or one of {', '.join(COMPILE_MODES)}")
+        if capture and compile:
+            raise SnapevalError(f"capture=True with compile={compile!r} is invalid; allowed: one of them (capture "
+                                "records the eager step as a CUDA graph, compile's reduce-overhead mode its own)")
         check_int("num_slots", num_slots, 1)
         self.model, self.tokenizer, self.config, self.num_slots, self.seed = model, tokenizer, config, num_slots, seed
         self.device = input_device(model)  # token ids, positions and logits; each layer's rows live on its device
@@ -131,7 +145,9 @@ class Engine:
         self.prefill_cache = self.cache_class(model, config, decode_kernel=decode_kernel)  # reset, reused by prefills
         self.decode_kernel = decode_kernel
         self._row_shape = (cfg.num_key_value_heads, head_dim)
-        self._always_mask = bool(compile)
+        self.captured = bool(capture) and self._can_capture(model)
+        self._always_mask = bool(compile) or self.captured
+        self._graph: CapturedDecodeStep | None = None  # recorded at the first generate after each allocation
         self.stops = stop_token_ids(model, tokenizer)
         self.pad_id = pad_token_id(tokenizer)
         self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
@@ -150,9 +166,19 @@ class Engine:
     def method(self) -> str:
         return self.config.method
 
+    def _can_capture(self, model) -> bool:
+        """Whether the step can be recorded as one CUDA graph: every layer and the inputs on one CUDA device."""
+        devices = {torch.device(d) for d in self.layer_devices} | {torch.device(self.device)}
+        if len(devices) == 1 and CapturedDecodeStep.supports(next(iter(devices))):
+            return True
+        logger.warning("capture=True: the decode step stays eager (a CUDA graph needs every layer on one CUDA "
+                       "device; this model's layers are on %s)", ", ".join(sorted(map(str, devices))))
+        return False
+
     def _allocate(self, slots: int) -> None:
-        """(Re)allocate every row with ``slots`` slots (compiled: one graph, the mask always given; eager: no mask
-        when every slot is valid)."""
+        """(Re)allocate every row with ``slots`` slots (compiled or captured: one graph, the mask always given;
+        eager: no mask when every slot is valid). A recorded graph of the old rows is dropped."""
+        self._release_graph()
         self.cache.allocate_rows(self.num_slots, *self._row_shape, self.dtype, self.layer_devices,
                                  always_mask=self._always_mask, slots=slots)
         self.slots = slots
@@ -184,7 +210,26 @@ class Engine:
         requests = self._requests(prompts, sampling)
         install(self.model)  # the `snapstream` attention (idempotent; another caller may have switched it)
         self._size_rows(requests)
+        if self.captured and self._graph is None:
+            self._record_graph()
         return self._run(requests, prefill or self.prefill)
+
+    def release(self) -> None:
+        """Drop the recorded CUDA graph and its memory pool (the rows go with the engine)."""
+        self._release_graph()
+
+    def _release_graph(self) -> None:
+        if self._graph is not None:
+            self._graph.release()
+            self._graph = None
+
+    def _record_graph(self) -> None:
+        """Record the decode step over the current rows, every slot parked (the capture's warm-up steps advance
+        the rows as decode steps do), then park every slot again: the graph replays on the same addresses."""
+        self._graph = CapturedDecodeStep()
+        self._decode()
+        for slot in range(self.num_slots):
+            self._park(slot)
 
     def prefill(self, index: int, prompt: list[int]):
         """Prefill one prompt alone (batch 1) into the reusable prefill cache, which compresses it.
@@ -257,6 +302,8 @@ class Engine:
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """One decode step of every slot (:func:`~snapeval.decoding.step.decode_step`, compiled when the engine is):
         ``[N, 1]`` ids and positions -> ``[N, V]`` logits."""
+        if self._graph is not None:
+            return self._graph(self.model, self.cache, input_ids, position_ids)
         return self._step_function(self.model, self.cache, input_ids, position_ids)
 
     def _decode(self) -> torch.Tensor:

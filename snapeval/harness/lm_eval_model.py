@@ -483,7 +483,7 @@ class SnapStreamLM(HFLM):
 
         if self._engine is None:
             self._engine = Engine(self.model, self.tokenizer, self.method_config, num_slots=self.engine_slots,
-                                  compile=self.run_args.compile_mode(self.device),
+                                  capture=self.run_args.capture_on(self.device),
                                   decode_kernel=self.run_args.decode_kernel)
         prompts, params = self._engine_inputs(requests, seeds)
         return self._finish_generations(requests, self._engine.generate(prompts, params))
