@@ -192,7 +192,8 @@ class RunArgs:
                           "snapstream and streamingllm; true: any method with static rows)", "switch",
                           choices=("auto", "true", "false"))
     engine_slots: int | None = run_arg(None, "decode slots of the engine", "int",
-                                       default_text="max(batch size, 8); a sweep's memory plan", identity=False)
+                                       default_text="the memory plan on CUDA; else max(batch size, 8)",
+                                       identity=False)
     decode_kernel: str = run_arg("auto", "attention kernel of a decode step (auto: sdpa on the CPU, triton on CUDA "
                                  "where it imports, else split; docs/engine.md)", "choice",
                                  choices=("auto", *DECODE_KERNELS))

@@ -158,3 +158,24 @@ def test_environment_info_is_collected_once_per_process_and_kept_in_every_run(ti
     assert calls == []  # the module's first run (the ``full`` fixture) already collected it
     for run in (full, first, second):
         assert run["pretty_env_info"] == full["pretty_env_info"] and run["lm_eval_version"]
+
+
+def test_on_cuda_the_engine_slots_come_from_the_memory_plan(tiny_dir, monkeypatch):
+    """Issue 44 item 3: without ``engine_slots``, the lm-eval model's engine on CUDA takes as many slots as the
+    device holds at the method's per-row bytes for the call's requests (here a budget of exactly 37 rows above what
+    is in use), at most one per request; on the CPU it keeps max(batch size, 8) (committed results unchanged)."""
+    from snapeval import memory_plan
+    from snapeval.decoding import SamplingParams
+    from snapeval.harness.lm_eval_model import SnapStreamLM
+
+    lm = SnapStreamLM(pretrained=str(tiny_dir), method="snapstream", budget=64, dtype="float64")
+    assert lm.engine_slots == 8 and lm.describe()["engine"] == {"slots": 8}
+    lm.engine_slots = None  # what a CUDA device resolves to (planned per call)
+    shape = memory_plan.ModelShape.of(lm.model)
+    per_row = memory_plan.row_bytes(shape, lm.method_config, 300, 40)
+    monkeypatch.setattr(memory_plan, "bytes_in_use", lambda device: 5_000_000)
+    monkeypatch.setattr(memory_plan, "device_budget", lambda device, max_memory=None: 5_000_000 + 37 * per_row + 1)
+    prompts, params = [[3] * 300] * 100, [SamplingParams(max_new_tokens=40)] * 100
+    assert lm._planned_slots(prompts, params) == 37
+    assert lm._planned_slots(prompts[:5], params[:5]) == 5  # never more slots than requests
+    assert lm.describe()["engine"] == {"slots": "plan"}

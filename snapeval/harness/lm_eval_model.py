@@ -289,7 +289,11 @@ class SnapStreamLM(HFLM):
         self.documents: dict[str, list[int]] | None = None
         self.stats = RunStats()
         self.use_engine = engine_on
-        self.engine_slots = max(run_args.batch_size, 8) if run_args.engine_slots is None else run_args.engine_slots
+        #: The engine's slots: as the run says; else on CUDA from the memory plan of each call's requests (None),
+        #: and elsewhere max(batch size, 8).
+        self.engine_slots = run_args.engine_slots
+        if self.engine_slots is None and not str(self.device).startswith("cuda"):
+            self.engine_slots = max(run_args.batch_size, 8)
         self._engine = None
         self.shared = shared  # a SharedBranches: answers come from one prefill shared by every configuration
         if shared is None and method_info(config).prefill_hook:  # it prefills through its own hooks (a kvpress press)
@@ -318,7 +322,7 @@ class SnapStreamLM(HFLM):
             "max_length": self.max_length,
             "max_gen_toks": self.max_gen_toks,
             "specprefill": self.specprefill.to_dict() if self.specprefill is not None else None,
-            "engine": {"slots": self.engine_slots} if self.use_engine else None,
+            "engine": {"slots": self.engine_slots or "plan"} if self.use_engine else None,
             # the decode kernel and capture when a run chose them (absent at auto: earlier descriptions, and the
             # response cache named after them, stay the same)
             **{k: v for k, v in self.run_args.changed().items() if k in ("decode_kernel", "capture")},
@@ -481,12 +485,29 @@ class SnapStreamLM(HFLM):
         """All requests through one continuous-batching engine (static slots, per-request stops and sampling)."""
         from snapeval.engine import Engine
 
-        if self._engine is None:
-            self._engine = Engine(self.model, self.tokenizer, self.method_config, num_slots=self.engine_slots,
+        prompts, params = self._engine_inputs(requests, seeds)
+        slots = self.engine_slots if self.engine_slots is not None else self._planned_slots(prompts, params)
+        if self._engine is None or self._engine.num_slots != slots:
+            self._engine = Engine(self.model, self.tokenizer, self.method_config, num_slots=slots,
                                   capture=self.run_args.capture_on(self.device),
                                   decode_kernel=self.run_args.decode_kernel)
-        prompts, params = self._engine_inputs(requests, seeds)
         return self._finish_generations(requests, self._engine.generate(prompts, params))
+
+    def _planned_slots(self, prompts, params) -> int:
+        """The engine's slot count from the memory plan (:func:`snapeval.memory_plan.engine_slots`): as many rows
+        as the device holds at this method's per-row bytes for these requests (hundreds at a small budget: AIME's
+        64 samples of up to 32k new tokens), at most one per request. The previous engine's rows are freed first."""
+        import gc
+
+        from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget, engine_slots
+
+        self._engine = None
+        gc.collect()
+        if str(self.device).startswith("cuda"):
+            torch.cuda.empty_cache()
+        return engine_slots(ModelShape.of(self.model), self.method_config, max(len(p) for p in prompts),
+                            max(s.max_new_tokens for s in params), requests=len(prompts),
+                            budget=device_budget(self.device), in_use=bytes_in_use(self.device))
 
     def _finish_generations(self, requests, completions):
         out = []
