@@ -287,3 +287,26 @@ def test_capture_on_the_cpu_decodes_eagerly_and_says_so(tiny_tokenizer, caplog):
     assert not engine.captured
     assert "the decode step stays eager" in caplog.text
     engine.generate([random_prompt(30, seed=1)], SamplingParams(max_new_tokens=3))
+
+
+def test_a_step_that_cannot_be_recorded_decodes_eagerly(tiny_tokenizer, monkeypatch, caplog):
+    """A capture that fails (a host synchronisation inside the step, say) is logged and the engine decodes eagerly,
+    with the same tokens, instead of failing the run."""
+    from snapeval.engine import engine as engine_module
+
+    class FailingRecorder(ReplayOnCpu):
+        def __call__(self, model, cache, tokens, positions):
+            from snapeval.decoding.step import decode_step
+
+            decode_step(model, cache, tokens, positions)  # a warm-up step ran before the failure
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(engine_module, "CapturedDecodeStep", FailingRecorder)
+    model = tiny_model("llama")
+    prompts = [random_prompt(n, seed=n) for n in LENGTHS[:4]]
+    params = [SamplingParams(max_new_tokens=k) for k in MAX_NEW[:4]]
+    engine = Engine(model, tiny_tokenizer, CONFIGS["snapstream"], num_slots=2, capture=True)
+    done = engine.generate(prompts, params)
+    eager = Engine(model, tiny_tokenizer, CONFIGS["snapstream"], num_slots=2).generate(prompts, params)
+    assert not engine.captured and "recording the decode step failed" in caplog.text
+    assert [c.token_ids for c in done] == [c.token_ids for c in eager]

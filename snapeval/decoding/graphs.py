@@ -50,7 +50,7 @@ class CapturedDecodeStep:
     def _capture(self, model, cache, tokens, positions) -> None:
         if tokens.device.type != "cuda":
             raise ValueError(f"a captured decode step needs CUDA tensors; tokens are on {tokens.device}")
-        side = torch.cuda.Stream(tokens.device)
+        side = _side_stream(tokens.device)
         side.wait_stream(torch.cuda.current_stream(tokens.device))
         with torch.cuda.stream(side):
             for _ in range(self.warmup):
@@ -64,3 +64,16 @@ class CapturedDecodeStep:
     def release(self) -> None:
         """Drop the graph and its memory pool."""
         self.graph = self.logits = self._bound = None
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device) -> "torch.cuda.Stream":
+    """One warm-up stream per device for every capture: the caching allocator keeps freed blocks per stream, so a
+    new stream per capture (a group records one graph per engine, hundreds in a sweep) would strand each warm-up's
+    blocks on a stream nothing uses again."""
+    key = torch.device(device)
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(key)
+    return _SIDE_STREAMS[key]

@@ -227,7 +227,13 @@ class Engine:
         """Record the decode step over the current rows, every slot parked (the capture's warm-up steps advance
         the rows as decode steps do), then park every slot again: the graph replays on the same addresses."""
         self._graph = CapturedDecodeStep()
-        self._decode()
+        try:
+            self._decode()
+        except RuntimeError as exc:  # a step that cannot be captured decodes eagerly rather than failing the run
+            logger.warning("capture=True: recording the decode step failed (%s); it stays eager",
+                           str(exc).splitlines()[0][:200])
+            self._graph.release()
+            self._graph, self.captured = None, False
         for slot in range(self.num_slots):
             self._park(slot)
 
