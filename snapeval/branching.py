@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.methods import build_cache
 from snapeval.cache.capture import PromptCapture
-from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_generator,
+from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_stream,
                                stop_token_ids)
 from snapeval.errors import check_int
 from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, device_budget,
@@ -400,7 +400,7 @@ class BranchSet:
 
     def _seeded(self, params: SamplingParams, index: int) -> SamplingParams:
         """A sampled request without its own seed samples from ``seed + index`` (its index in the call, as
-        :func:`~snapeval.decoding.request_generator` would seed it) whatever chunk or engine row decodes it."""
+        :func:`~snapeval.decoding.request_stream` would seed it) whatever chunk or engine row decodes it."""
         if params.do_sample and params.seed is None:
             return dataclasses.replace(params, seed=self.seed + index)
         return params
@@ -414,8 +414,7 @@ class BranchSet:
         """Decode one prompt alone from its prefilled ``cache`` and last ``logits`` ``[V]`` with
         :func:`snapeval.decoding.decode`: one token per forward, explicit positions (a compressed cache is shorter
         than the sequence)."""
-        generator = request_generator(params, self.seed, index, self.device)
-        request = Request(index=index, prompt=prompt, params=params, generator=generator)
+        request = Request(index=index, prompt=prompt, params=params, stream=request_stream(params, self.seed, index))
         decode(self.model, self.tokenizer, cache, logits[None], [request], torch.tensor([len(prompt)]),
                stops=self.stops, pad_id=pad_token_id(self.tokenizer))
         request.kv_bytes = cache.kv_bytes_per_row()

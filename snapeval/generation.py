@@ -9,7 +9,7 @@ import torch
 
 from snapeval.cache import FullConfig, MethodConfig, make_cache, method_info, resolve_method
 from snapeval.cache.full import StaticFullCache
-from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, prefill, request_generator,
+from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, prefill, request_stream,
                                stop_token_ids)
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device
@@ -153,8 +153,8 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     Inputs are those Hugging Face's ``model.generate`` passes (positions from the attention mask, cache positions
     ``0..L-1`` then ``L, L+1, ...``), so greedy tokens are ``model.generate``'s. ``params``: one
     :class:`~snapeval.decoding.SamplingParams` for every row, or one per row; a sampled row draws from its own
-    generator, seeded by its params' seed or ``seed`` plus its row (``seed=None``: drawn from torch's global
-    generator, so ``torch.manual_seed`` makes it reproducible). ``min_new_tokens``: the stop tokens are forbidden
+    stream (:func:`~snapeval.decoding.request_stream`), seeded by its params' seed or ``seed`` plus its row
+    (``seed=None``: drawn from torch's global generator, so ``torch.manual_seed`` makes it reproducible). ``min_new_tokens``: the stop tokens are forbidden
     before that many tokens (Hugging Face's ``min_new_tokens``). ``on_step(cache)`` runs whenever a step's logits
     are ready. ``static_full``: the full cache decodes in static rows (:func:`cache_for`; the same greedy tokens as
     Hugging Face's ``DynamicCache``, ``tests/test_gpu_decode.py``); False keeps the ``DynamicCache``.
@@ -168,7 +168,7 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     if seed is None and any(p.do_sample for p in params):
         seed = int(torch.randint(0, 2**31 - 1, ()))
     requests = [Request(index=row, prompt=input_ids[row, -int(attention_mask[row].sum()):].tolist(), params=p,
-                        generator=request_generator(p, seed or 0, row, device))
+                        stream=request_stream(p, seed or 0, row))
                 for row, p in enumerate(params)]
     cache = cache_for(model, config, attention_mask, max(p.max_new_tokens for p in params) if static_full else 0,
                       decode_kernel=decode_kernel)
@@ -217,7 +217,7 @@ def generate(
             uncompressed baseline.
         method: the method of an integer budget: any name of the method table (``snapeval methods`` lists them).
         chat: wrap string prompts in the tokenizer's chat template.
-        seed: seeds sampling (``do_sample=True``): row ``r`` samples from its own generator seeded ``seed + r``.
+        seed: seeds sampling (``do_sample=True``): row ``r`` samples from its own stream seeded ``seed + r``.
         on_step: called with the cache after every generation step (introspection, benchmarks).
         decode_kernel: the attention kernel of a decode step, as the run argument (:mod:`snapeval.run_args`):
             ``auto`` (the device's: sdpa on the CPU) or one of ``sdpa``, ``split``, ``flex``, ``triton``.

@@ -229,28 +229,23 @@ class ReplayOnCpu:
 
     recorded: list = []
 
-    def __init__(self, warmup: int = 2):
-        from snapeval.decoding.graphs import CapturedDecodeStep
-
-        self._real = CapturedDecodeStep(warmup)
-        self.warmup, self.bound = warmup, None
+    def __init__(self, warmup: int = 2, step=None):
+        self.warmup, self.step, self.bound = warmup, step, None
 
     @staticmethod
     def supports(device) -> bool:
         return True
 
-    def __call__(self, model, cache, tokens, positions):
-        from snapeval.decoding.step import decode_step
-
+    def __call__(self, model, cache, tokens, positions, *extra):
         addresses = (id(cache), tokens.data_ptr(), positions.data_ptr(),
-                     tuple(t.data_ptr() for t in cache.row_tensors()))
+                     tuple(t.data_ptr() for t in cache.row_tensors()), *map(id, extra))
         if self.bound is None:
             for _ in range(self.warmup):  # what the capture's warm-up does to the rows
-                decode_step(model, cache, tokens, positions)
+                self.step(model, cache, tokens, positions, *extra)
             self.bound = addresses
-            ReplayOnCpu.recorded.append(addresses)
+            ReplayOnCpu.recorded.append((self.step.__name__, addresses))
         assert addresses == self.bound, "a replay on other tensors than the capture's"
-        return decode_step(model, cache, tokens, positions)
+        return self.step(model, cache, tokens, positions, *extra)
 
     def release(self) -> None:
         self.bound = None
@@ -295,10 +290,8 @@ def test_a_step_that_cannot_be_recorded_decodes_eagerly(tiny_tokenizer, monkeypa
     from snapeval.engine import engine as engine_module
 
     class FailingRecorder(ReplayOnCpu):
-        def __call__(self, model, cache, tokens, positions):
-            from snapeval.decoding.step import decode_step
-
-            decode_step(model, cache, tokens, positions)  # a warm-up step ran before the failure
+        def __call__(self, model, cache, tokens, positions, *extra):
+            self.step(model, cache, tokens, positions, *extra)  # a warm-up step ran before the failure
             raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(engine_module, "CapturedDecodeStep", FailingRecorder)

@@ -18,15 +18,17 @@ from snapeval.errors import check_int
 
 
 class CapturedDecodeStep:
-    """``step(model, cache, tokens, positions)`` with :func:`decode_step`'s signature and result, replayed from a CUDA
-    graph captured at the first call. ``tokens`` and ``positions`` (``[B, 1]``) must be the same tensors at every call
-    (the caller writes them in place before each step), as must ``model`` and ``cache``; the returned logits
+    """``step(model, cache, tokens, positions, *extra)`` with :func:`decode_step`'s signature and result (or those of
+    ``step``, a function of the same arguments and any ``extra`` ones that decodes one step, such as the engine's
+    step that also chooses the next tokens in place), replayed from a CUDA graph captured at the first call.
+    ``tokens`` and ``positions`` (``[B, 1]``) must be the same tensors at every call (the caller writes them in
+    place before each step), as must ``model``, ``cache`` and ``extra``; the returned logits
     ``[B, V]`` are a static tensor the next replay overwrites. ``warmup`` eager steps run on a side stream before the
     capture (cuBLAS and the allocator settle there) and advance the cache as decode steps do."""
 
-    def __init__(self, warmup: int = 2):
+    def __init__(self, warmup: int = 2, step=decode_step):
         check_int("warmup", warmup, 1, error=ValueError)
-        self.warmup = warmup
+        self.warmup, self.step = warmup, step
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None
         self._bound: tuple | None = None
@@ -36,10 +38,10 @@ class CapturedDecodeStep:
         """Whether a step on ``device`` can be recorded (CUDA graphs: a CUDA device)."""
         return torch.device(device).type == "cuda"
 
-    def __call__(self, model, cache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        bound = (id(model), id(cache), tokens.data_ptr(), positions.data_ptr())
+    def __call__(self, model, cache, tokens: torch.Tensor, positions: torch.Tensor, *extra) -> torch.Tensor:
+        bound = (id(model), id(cache), tokens.data_ptr(), positions.data_ptr(), *map(id, extra))
         if self.graph is None:
-            self._capture(model, cache, tokens, positions)
+            self._capture(model, cache, tokens, positions, *extra)
             self._bound = bound
         elif bound != self._bound:
             raise ValueError("a captured decode step replays the model, cache, tokens and positions it was captured "
@@ -47,18 +49,18 @@ class CapturedDecodeStep:
         self.graph.replay()
         return self.logits
 
-    def _capture(self, model, cache, tokens, positions) -> None:
+    def _capture(self, model, cache, tokens, positions, *extra) -> None:
         if tokens.device.type != "cuda":
             raise ValueError(f"a captured decode step needs CUDA tensors; tokens are on {tokens.device}")
         side = _side_stream(tokens.device)
         side.wait_stream(torch.cuda.current_stream(tokens.device))
         with torch.cuda.stream(side):
             for _ in range(self.warmup):
-                decode_step(model, cache, tokens, positions)
+                self.step(model, cache, tokens, positions, *extra)
         torch.cuda.current_stream(tokens.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self.logits = decode_step(model, cache, tokens, positions)
+            self.logits = self.step(model, cache, tokens, positions, *extra)
         self.graph = graph
 
     def release(self) -> None:

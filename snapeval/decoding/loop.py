@@ -46,7 +46,7 @@ def decode(model, tokenizer, cache, logits: torch.Tensor, requests: Sequence[Req
             row_logits = logits[row]
             if len(request.token_ids) < min_new_tokens and len(forbidden):
                 row_logits = row_logits.index_fill(0, forbidden, float("-inf"))
-            token = choose(row_logits, request.params, request.generator)
+            token = choose(row_logits, request.params, request.stream)
             tokens[row, 0] = token
             if request.check_stop(token, stops, tokenizer):
                 active.discard(row)

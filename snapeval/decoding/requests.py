@@ -3,10 +3,12 @@ check) and what comes out (:class:`Completion`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from snapeval.errors import SnapevalError, is_int
+
+if TYPE_CHECKING:
+    from snapeval.decoding.sampling import SampleStream
 
 FINISH_REASONS = ("eos", "stop", "length")
 
@@ -26,8 +28,9 @@ class SamplingParams:
         temperature, top_p, top_k: sampling filters, used only when ``do_sample``; ``top_k=0`` and ``top_p=1``
             disable their filter.
         do_sample: sample instead of greedy argmax.
-        seed: seeds this request's own ``torch.Generator``, so sampled tokens do not depend on which requests
-            share a batch. ``None``: the engine's seed plus the request's index in its ``generate`` call.
+        seed: seeds this request's own stream of draws (:func:`~snapeval.decoding.request_stream`), so sampled
+            tokens do not depend on which requests share a batch. ``None``: the engine's seed plus the request's
+            index in its ``generate`` call.
     """
 
     max_new_tokens: int = 256
@@ -94,7 +97,7 @@ class Request:
     index: int
     prompt: list[int]
     params: SamplingParams
-    generator: torch.Generator | None = None
+    stream: "SampleStream | None" = None  # a sampled request's draws (snapeval.decoding.sampling)
     token_ids: list[int] = field(default_factory=list)
     slot: int = -1
     admitted_at: float = 0.0

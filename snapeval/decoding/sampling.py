@@ -1,42 +1,144 @@
-"""Per-request token choice: greedy argmax, or temperature / top-k / top-p sampling from a private generator."""
+"""Per-request token choice: greedy argmax, or temperature / top-k / top-p sampling from the request's own stream.
+
+A sampled request draws its ``j``-th token (``j = 0`` for the token chosen from the prefill's logits) by the
+Gumbel-max trick: ``argmax_v (filtered_logits[v] + G[v])`` with ``G[v] = -log(-log(U[v]))`` and ``U[v]`` uniform in
+(0, 1), which draws ``v`` with probability ``softmax(filtered_logits)[v]`` (Gumbel 1954; the trick's textbook
+statement: Maddison, Tarlow and Minka, "A* Sampling", 2014). ``U`` is a counter-based hash of (the request's seed,
+``j``, ``v``) (SplitMix64's finaliser), not the state of a generator: the draw depends on nothing but the request, so
+sampled tokens are the same alone or in any batch, on any engine row, across runs, and a whole batch draws in one
+set of tensor operations with the seeds and counters as tensors. That is what lets the engine sample inside its
+captured CUDA graph (:class:`SlotSampler`): no host work per row, no generator state outside the graph.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from snapeval.decoding.requests import SamplingParams
 
+#: SplitMix64's constants (Steele, Lea and Flood, "Fast splittable pseudorandom number generators", 2014), as
+#: signed 64-bit integers (torch's int64 arithmetic wraps).
+_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
+_MIX1 = 0xBF58476D1CE4E5B9 - 2**64
+_MIX2 = 0x94D049BB133111EB - 2**64
+_TOKEN_STRIDE = 0xD1B54A32D192ED03 - 2**64  # spreads (seed, token index) pairs before the vocabulary index is added
 
-def request_generator(params: SamplingParams, base_seed: int, index: int, device) -> torch.Generator | None:
-    """A sampled request's private ``torch.Generator``, seeded by ``params.seed`` or else ``base_seed + index`` (so
-    sampled tokens do not depend on which requests share a batch); ``None`` for greedy requests."""
+
+@dataclass
+class SampleStream:
+    """A sampled request's stream of draws: ``drawn`` tokens drawn so far from ``seed``."""
+
+    seed: int
+    drawn: int = 0
+
+
+def request_stream(params: SamplingParams, base_seed: int, index: int) -> SampleStream | None:
+    """A sampled request's stream, seeded by ``params.seed`` or else ``base_seed + index`` (so sampled tokens do not
+    depend on which requests share a batch); ``None`` for greedy requests."""
     if not params.do_sample:
         return None
-    generator = torch.Generator(device=device)
-    generator.manual_seed(params.seed if params.seed is not None else base_seed + index)
-    return generator
+    return SampleStream(params.seed if params.seed is not None else base_seed + index)
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 ``x`` (torch's ``>>`` on a signed tensor keeps the sign)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def uniform_noise(seeds: torch.Tensor, drawn: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``U`` ``[R, V]`` float64 in (0, 1): SplitMix64's finaliser of ``seed * golden + drawn * stride + v`` per row
+    (``seeds``, ``drawn``: ``[R]`` int64), its top 53 bits as a fraction offset by half a unit (never 0 or 1)."""
+    v = torch.arange(vocab, device=seeds.device, dtype=torch.long)
+    z = (seeds[:, None] * _GOLDEN + drawn[:, None] * _TOKEN_STRIDE) + v[None, :] + _GOLDEN
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    z = z ^ _shift_right(z, 31)
+    return (_shift_right(z, 11).double() + 0.5) / 2.0**53
+
+
+def filter_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``logits`` ``[R, V]`` scaled by their ``temperature`` ``[R]``, then top-k (``top_k`` ``[R]``; 0: off)
+    keeping every token at least as likely as the k-th, then top-p (``top_p`` ``[R]``; 1: off) keeping the smallest
+    set of most likely tokens whose probability reaches it (the most likely always survives), as Hugging Face's
+    ``TopKLogitsWarper`` and ``TopPLogitsWarper`` do. Returns the rows sorted in descending order, with the dropped
+    tokens at -inf, and the order (``[R, V]`` each): ``sorted[r, i]`` is token ``order[r, i]``."""
+    scaled = logits.float() / temperature[:, None]
+    ordered, order = torch.sort(scaled, dim=-1, descending=True)
+    vocab = scaled.shape[-1]
+    k = torch.where((top_k > 0) & (top_k < vocab), top_k, torch.full_like(top_k, vocab))
+    kth = ordered.gather(1, (k - 1)[:, None])
+    ordered = ordered.masked_fill(ordered < kth, float("-inf"))
+    probs = ordered.softmax(-1)
+    drop = (probs.cumsum(-1) - probs >= top_p[:, None]) & (top_p[:, None] < 1.0)  # mass before it already enough
+    return ordered.masked_fill(drop, float("-inf")), order
+
+
+def sample_rows(logits: torch.Tensor, do_sample: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                top_p: torch.Tensor, seeds: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    """The next token ``[R]`` of every row of ``logits`` ``[R, V]``: the argmax where ``do_sample`` ``[R]`` is False,
+    else a Gumbel-max draw from the row's filtered logits (:func:`filter_rows`) with the noise of its ``seeds`` and
+    ``drawn`` (:func:`uniform_noise`). Pure tensor operations (no host synchronisation): a captured step runs it."""
+    greedy = logits.argmax(-1)
+    ordered, order = filter_rows(logits, temperature, top_k, top_p)
+    gumbel = -torch.log(-torch.log(uniform_noise(seeds, drawn, logits.shape[-1])))
+    pick = (ordered.double() + gumbel.gather(1, order)).argmax(-1, keepdim=True)
+    return torch.where(do_sample, order.gather(1, pick)[:, 0], greedy)
 
 
 def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """``logits`` ``[V]`` -> float32 logits scaled by the temperature, with tokens outside top-k / top-p at -inf.
-
-    top-p keeps the smallest set of most likely tokens whose probability reaches ``top_p`` (the most likely token
-    always survives), as Hugging Face's ``TopPLogitsWarper`` does.
-    """
-    logits = logits.float() / params.temperature
-    if 0 < params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cumulative - sorted_logits.softmax(-1) >= params.top_p  # mass before this token already enough
-        logits = logits.masked_fill(drop.scatter(0, order, drop), float("-inf"))
-    return logits
+    """``logits`` ``[V]`` -> float32 logits scaled by the temperature, with tokens outside top-k / top-p at -inf
+    (:func:`filter_rows` of one row, in vocabulary order)."""
+    ordered, order = filter_rows(logits[None], *_row_settings(params, logits.device)[1:4])
+    return torch.empty_like(ordered).scatter_(1, order, ordered)[0]
 
 
-def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """The next token of one request from its ``[V]`` logits."""
+def _row_settings(params: SamplingParams, device) -> tuple[torch.Tensor, ...]:
+    """One request's ``do_sample``, ``temperature``, ``top_k``, ``top_p`` as ``[1]`` tensors."""
+    return (torch.tensor([params.do_sample], device=device), torch.tensor([params.temperature], device=device),
+            torch.tensor([params.top_k], device=device), torch.tensor([params.top_p], device=device))
+
+
+def choose(logits: torch.Tensor, params: SamplingParams, stream: SampleStream | None) -> int:
+    """The next token of one request from its ``[V]`` logits (its stream advances by one draw when it samples):
+    :func:`sample_rows` of one row, so a request draws the same token alone as in any batch."""
     if not params.do_sample:
         return int(logits.argmax())
-    probs = filtered_logits(logits, params).softmax(-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    device = logits.device
+    seeds = torch.tensor([stream.seed], device=device)
+    drawn = torch.tensor([stream.drawn], device=device)
+    stream.drawn += 1
+    return int(sample_rows(logits[None], *_row_settings(params, device), seeds, drawn)[0])
+
+
+class SlotSampler:
+    """The sampling settings of an engine's ``rows`` slots as static tensors (``do_sample``, ``temperature``,
+    ``top_k``, ``top_p``, ``seeds``, ``drawn``: ``[rows]``), written in place when a request takes a slot, read by
+    :meth:`choose` inside the (captured) step, whose ``drawn`` counters advance on the device."""
+
+    def __init__(self, rows: int, device):
+        self.do_sample = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.temperature = torch.ones(rows, dtype=torch.float32, device=device)
+        self.top_k = torch.zeros(rows, dtype=torch.long, device=device)
+        self.top_p = torch.ones(rows, dtype=torch.float32, device=device)
+        self.seeds = torch.zeros(rows, dtype=torch.long, device=device)
+        self.drawn = torch.zeros(rows, dtype=torch.long, device=device)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.do_sample, self.temperature, self.top_k, self.top_p, self.seeds, self.drawn
+
+    def assign(self, slot: int, params: SamplingParams, stream: SampleStream | None) -> None:
+        """Slot ``slot`` now decodes a request of ``params`` whose stream has drawn ``stream.drawn`` tokens."""
+        self.do_sample[slot] = params.do_sample
+        self.temperature[slot] = params.temperature if params.do_sample else 1.0
+        self.top_k[slot] = params.top_k
+        self.top_p[slot] = params.top_p
+        self.seeds[slot] = stream.seed if stream is not None else 0
+        self.drawn[slot] = stream.drawn if stream is not None else 0
+
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
+        """Every slot's next token ``[rows]`` from ``logits`` ``[rows, V]``; each slot's counter advances."""
+        tokens = sample_rows(logits, *self.tensors())
+        self.drawn.add_(1)
+        return tokens

@@ -21,7 +21,8 @@ The engine owns ``num_slots`` rows of one :class:`~snapeval.cache.SnapStreamCach
 When a request stops (eos, a stop string, or ``max_new_tokens``) its slot is parked and refilled from the queue
 before the next step (continuous batching). A parked slot holds zero keys and values, all visible, so its
 (ignored) row never attends over an empty set and cannot produce NaNs. Greedy outputs equal :func:`snapeval.generate` run on each
-request alone; sampling draws from a per-request ``torch.Generator``.
+request alone; sampling draws from each request's own stream (:mod:`snapeval.decoding.sampling`), inside the step
+(captured too): the same tokens alone or in any batch.
 """
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ import torch
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
 from snapeval.cache.attention import install
 from snapeval.decoding.graphs import CapturedDecodeStep
-from snapeval.decoding import (Completion, Request, SamplingParams, choose, decode_step, pad_token_id,
-                               request_generator, stop_token_ids)
+from snapeval.decoding import (Completion, Request, SamplingParams, SlotSampler, choose, decode_step, pad_token_id,
+                               request_stream, stop_token_ids)
 from snapeval.decoding.step import prefill as prefill_prompt
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device, layer_devices
@@ -80,6 +81,29 @@ class EngineStats:
         out = {k: v for k, v in self.__dict__.items()}
         out.update(tokens_per_s=self.tokens_per_s, decode_tokens_per_s=self.decode_tokens_per_s, occupancy=self.occupancy)
         return out
+
+
+def greedy_step(model, cache, input_ids: torch.Tensor, position_ids: torch.Tensor, sampler: SlotSampler
+                ) -> torch.Tensor:
+    """One decode step of every slot (:func:`~snapeval.decoding.step.decode_step`) and each slot's argmax written
+    into ``input_ids`` ``[N, 1]`` in place; returns the logits ``[N, V]``."""
+    logits = decode_step(model, cache, input_ids, position_ids)
+    input_ids[:, 0].copy_(logits.argmax(-1))
+    return logits
+
+
+def sampled_step(model, cache, input_ids: torch.Tensor, position_ids: torch.Tensor, sampler: SlotSampler
+                 ) -> torch.Tensor:
+    """:func:`greedy_step` for a call where some request samples: each slot's token from ``sampler``
+    (:meth:`~snapeval.decoding.sampling.SlotSampler.choose`: argmax, or a draw from the slot's own stream)."""
+    logits = decode_step(model, cache, input_ids, position_ids)
+    input_ids[:, 0].copy_(sampler.choose(logits))
+    return logits
+
+
+#: The engine's step per kind of call (whether any request samples): what runs eagerly, compiled, or is recorded
+#: as a CUDA graph, sampling included.
+STEPS = {False: greedy_step, True: sampled_step}
 
 
 #: ``prefill(request_index, prompt_ids) -> (logits [V] of the last prompt position, a compressed cache whose row 0
@@ -147,18 +171,22 @@ class Engine:
         self._row_shape = (cfg.num_key_value_heads, head_dim)
         self.captured = bool(capture) and self._can_capture(model)
         self._always_mask = bool(compile) or self.captured
-        self._graph: CapturedDecodeStep | None = None  # recorded at the first generate after each allocation
+        #: the recorded steps (greedy, sampled), each at the first generate that needs it after each allocation
+        self._graphs: dict[bool, CapturedDecodeStep] = {}
+        self._sampling = False  # whether the current call samples (its step also draws: SlotSampler)
         self.stops = stop_token_ids(model, tokenizer)
         self.pad_id = pad_token_id(tokenizer)
         self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
-        for tensor in (self.input_ids, self.position_ids):  # written in place between steps: CUDA graphs read them
+        self.sampler = SlotSampler(num_slots, self.device)
+        for tensor in (self.input_ids, self.position_ids, *self.sampler.tensors()):  # written in place: graphs read them
             torch._dynamo.mark_static_address(tensor)
         self.compiled = bool(compile)
         mode = compile if isinstance(compile, str) else None
         # the step function, not a bound method: an engine that held its own method would sit in a reference cycle,
         # and its rows (gigabytes on a GPU) would outlive it until the cyclic collector happened to run
-        self._step_function = torch.compile(decode_step, dynamic=False, mode=mode) if compile else decode_step
+        self._step_functions = {sampled: torch.compile(step, dynamic=False, mode=mode) if compile else step
+                                for sampled, step in STEPS.items()}
         self._allocate(config.budget if self.fixed_size else 1)
         self.stats = EngineStats(num_slots=num_slots)
 
@@ -210,7 +238,8 @@ class Engine:
         requests = self._requests(prompts, sampling)
         install(self.model)  # the `snapstream` attention (idempotent; another caller may have switched it)
         self._size_rows(requests)
-        if self.captured and self._graph is None:
+        self._sampling = any(r.params.do_sample for r in requests)
+        if self.captured and self._sampling not in self._graphs:
             self._record_graph()
         return self._run(requests, prefill or self.prefill)
 
@@ -219,21 +248,22 @@ class Engine:
         self._release_graph()
 
     def _release_graph(self) -> None:
-        if self._graph is not None:
-            self._graph.release()
-            self._graph = None
+        for graph in self._graphs.values():
+            graph.release()
+        self._graphs = {}
 
     def _record_graph(self) -> None:
-        """Record the decode step over the current rows, every slot parked (the capture's warm-up steps advance
-        the rows as decode steps do), then park every slot again: the graph replays on the same addresses."""
-        self._graph = CapturedDecodeStep()
+        """Record the current call's step (greedy, or with sampling) over the current rows, every slot parked (the
+        capture's warm-up steps advance the rows as decode steps do), then park every slot again: the graph replays
+        on the same addresses."""
+        self._graphs[self._sampling] = CapturedDecodeStep(step=STEPS[self._sampling])
         try:
             self._decode()
         except RuntimeError as exc:  # a step that cannot be captured decodes eagerly rather than failing the run
             logger.warning("capture=True: recording the decode step failed (%s); it stays eager",
                            str(exc).splitlines()[0][:200])
-            self._graph.release()
-            self._graph, self.captured = None, False
+            self._release_graph()
+            self.captured = False
         for slot in range(self.num_slots):
             self._park(slot)
 
@@ -286,7 +316,7 @@ class Engine:
             if not ids:
                 raise SnapevalError(f"prompts[{i}] is empty; allowed: at least one token")
             requests.append(Request(index=i, prompt=[int(t) for t in ids], params=params,
-                                    generator=request_generator(params, self.seed, i, self.device)))
+                                    stream=request_stream(params, self.seed, i)))
         return requests
 
     def _admit(self, request: Request, slot: int, start: float, prefill: PrefillFn) -> bool:
@@ -294,23 +324,26 @@ class Engine:
         t0 = time.perf_counter()
         request.admitted_at = t0 - start
         logits, cache = prefill(request.index, request.prompt)
-        token = choose(logits, request.params, request.generator)
+        token = choose(logits, request.params, request.stream)
         request.first_token_at = time.perf_counter() - start
         finished = request.check_stop(token, self.stops, self.tokenizer)
         request.kv_bytes = cache.row_kv_bytes(0)
         if not finished:
             self.cache.load_row(slot, cache)
             self.input_ids[slot, 0] = token
+            self.sampler.assign(slot, request.params, request.stream)
             request.slot = slot
         request.prefill_seconds = time.perf_counter() - t0
         return finished
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """One decode step of every slot (:func:`~snapeval.decoding.step.decode_step`, compiled when the engine is):
-        ``[N, 1]`` ids and positions -> ``[N, V]`` logits."""
-        if self._graph is not None:
-            return self._graph(self.model, self.cache, input_ids, position_ids)
-        return self._step_function(self.model, self.cache, input_ids, position_ids)
+        """One decode step of every slot and the choice of each slot's next token, written into ``input_ids``
+        (:data:`STEPS`: replayed when captured, compiled when the engine is): ``[N, 1]`` ids and positions ->
+        ``[N, V]`` logits."""
+        graph = self._graphs.get(self._sampling)
+        if graph is not None:
+            return graph(self.model, self.cache, input_ids, position_ids, self.sampler)
+        return self._step_functions[self._sampling](self.model, self.cache, input_ids, position_ids, self.sampler)
 
     def _decode(self) -> torch.Tensor:
         """One static decode step of every slot from :attr:`input_ids`; returns ``[num_slots, V]`` logits."""
@@ -318,21 +351,21 @@ class Engine:
         return self._forward(self.input_ids, self.position_ids)
 
     def _step(self, active: dict[int, Request], done: dict[int, Completion], start: float) -> None:
-        logits = self._decode()
-        greedy = logits.argmax(-1).tolist()
+        self._decode()
+        tokens = self.input_ids[:, 0].tolist()  # what the step chose for every slot: the one copy to the host
         self.stats.decode_steps += 1
         self.stats.active_slot_steps += len(active)
         for slot, request in list(active.items()):
-            token = choose(logits[slot], request.params, request.generator) if request.params.do_sample else greedy[slot]
-            if request.check_stop(token, self.stops, self.tokenizer):
+            if request.stream is not None:
+                request.stream.drawn += 1  # the slot's counter advanced on the device
+            if request.check_stop(tokens[slot], self.stops, self.tokenizer):
                 request.kv_bytes = self.cache.row_kv_bytes(slot)
                 done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
                 del active[slot]
                 self._park(slot)
-            else:
-                self.input_ids[slot, 0] = token
 
     def _park(self, slot: int) -> None:
-        """Idle ``slot`` (:meth:`~snapeval.cache.base.CompressedKVCache.park_row`) fed the pad token."""
+        """Idle ``slot`` (:meth:`~snapeval.cache.base.CompressedKVCache.park_row`) fed the pad token (later steps
+        feed it whatever they chose for it; its output is ignored)."""
         self.cache.park_row(slot)
         self.input_ids[slot, 0] = self.pad_id

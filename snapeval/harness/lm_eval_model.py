@@ -530,7 +530,7 @@ class SnapStreamLM(HFLM):
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         """lm-eval's padded batch (``context`` ``[B, L]``, left-padded) through snapeval's one decode loop
         (:func:`snapeval.generation.generate_ids`); returns the sequences ``[B, L + new]`` (finished rows padded),
-        as ``model.generate`` does. A sampled row draws from its own generator seeded from torch's generator."""
+        as ``model.generate`` does. A sampled row draws from its own stream, seeded from torch's generator."""
         attention_mask = generation_kwargs.pop("attention_mask", None)
         if attention_mask is None:
             attention_mask = torch.ones_like(context)

@@ -1,0 +1,116 @@
+"""The sampler (snapeval/decoding/sampling.py): a Gumbel-max draw from counter-based noise equals sampling from the
+filtered softmax (checked against the textbook distribution), keeps exactly the tokens top-k / top-p keep (checked
+against Hugging Face's warpers), and a row's draw depends on its own seed and counter only."""
+import math
+
+import pytest
+import torch
+
+from snapeval.decoding import SamplingParams
+from snapeval.decoding.sampling import (SampleStream, SlotSampler, choose, filter_rows, filtered_logits,
+                                        sample_rows, uniform_noise)
+
+
+def test_the_noise_is_uniform_and_reproducible():
+    seeds, drawn = torch.tensor([0, 1, 2**40, -5]), torch.tensor([0, 7, 3, 2**33])
+    u = uniform_noise(seeds, drawn, 50_000)
+    assert torch.equal(u, uniform_noise(seeds, drawn, 50_000))
+    assert (u > 0).all() and (u < 1).all()
+    flat = u.flatten()
+    assert abs(float(flat.mean()) - 0.5) < 0.003 and abs(float(flat.var()) - 1 / 12) < 0.002
+    # a Kolmogorov-Smirnov distance far below its 0.1% critical value (1.95 / sqrt(n))
+    ordered = flat.sort().values
+    n = len(ordered)
+    ks = float((ordered - torch.arange(1, n + 1, dtype=torch.float64) / n).abs().max())
+    assert ks < 1.95 / math.sqrt(n)
+    assert not torch.equal(u[0], u[1])  # other seeds, other counters: other noise
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(do_sample=True, temperature=0.7),
+    SamplingParams(do_sample=True, temperature=1.3, top_k=4),
+    SamplingParams(do_sample=True, temperature=1.0, top_p=0.8),
+    SamplingParams(do_sample=True, temperature=0.6, top_p=0.95, top_k=5),
+])
+def test_draws_follow_the_filtered_softmax(params):
+    """Pearson's chi-square of 20,000 draws (counters 0..19,999 of one seed) against softmax(filtered logits): below
+    the 0.1% critical value; tokens outside the filter are never drawn."""
+    logits = torch.tensor([2.0, 1.5, 1.2, 0.3, 0.0, -0.5, -1.0, -3.0])
+    expected = filtered_logits(logits, params).softmax(-1)
+    draws = 20_000
+    rows = logits.expand(draws, -1)
+    tokens = sample_rows(rows, torch.ones(draws, dtype=torch.bool), torch.full((draws,), params.temperature),
+                         torch.full((draws,), params.top_k), torch.full((draws,), params.top_p),
+                         torch.full((draws,), 11), torch.arange(draws))
+    counts = torch.bincount(tokens, minlength=len(logits)).double()
+    assert (counts[expected == 0] == 0).all()
+    kept = expected > 0
+    chi2 = float(((counts[kept] - draws * expected[kept]) ** 2 / (draws * expected[kept])).sum())
+    critical = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32}[int(kept.sum()) - 1]
+    assert chi2 < critical, (chi2, counts.tolist(), expected.tolist())
+
+
+def test_the_filter_keeps_what_hugging_faces_warpers_keep():
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        logits = torch.randn(1, 300, generator=generator) * 3
+        k = int(torch.randint(0, 40, (), generator=generator))
+        p = float(torch.rand((), generator=generator)) * 0.9 + 0.05
+        params = SamplingParams(do_sample=True, temperature=0.8, top_k=k, top_p=p)
+        ours = filtered_logits(logits[0], params)
+        theirs = logits / 0.8
+        if k:
+            theirs = TopKLogitsWarper(k)(None, theirs)
+        theirs = TopPLogitsWarper(p)(None, theirs)[0]
+        assert torch.equal(torch.isfinite(ours), torch.isfinite(theirs))
+        assert torch.allclose(ours[torch.isfinite(ours)], theirs[torch.isfinite(theirs)])
+
+
+def test_a_rows_draw_depends_on_its_seed_and_counter_only():
+    """The same row alone or among others, at any row of the batch, draws the same token; choose() of one request
+    is that row, and its stream advances by one draw."""
+    generator = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 1000, generator=generator)
+    sampler = SlotSampler(6, "cpu")
+    params = [SamplingParams(do_sample=True, temperature=0.9, top_p=0.9, seed=s) for s in range(5)] + [SamplingParams()]
+    streams = [SampleStream(p.seed, drawn=3) if p.do_sample else None for p in params]
+    for slot, (p, stream) in enumerate(zip(params, streams)):
+        sampler.assign(slot, p, stream)
+    batch = sampler.choose(logits)
+    assert sampler.drawn.tolist() == [4] * 5 + [1]  # every counter advances (a greedy row's is unused)
+    assert int(batch[5]) == int(logits[5].argmax())  # a greedy row
+    for row in range(5):
+        alone = SampleStream(row, drawn=3)
+        assert choose(logits[row], params[row], alone) == int(batch[row]) and alone.drawn == 4
+        moved = sample_rows(logits[[row]].flip(0).repeat(3, 1), *[t[[row]].repeat(3) for t in
+                                                                   (sampler.do_sample, sampler.temperature,
+                                                                    sampler.top_k, sampler.top_p, sampler.seeds)],
+                            torch.full((3,), 3))
+        assert moved.tolist() == [int(batch[row])] * 3
+
+
+def test_a_captured_sampled_step_draws_what_the_eager_engine_draws(tiny_tokenizer, monkeypatch):
+    """Issue 44 item 1: sampling runs inside the recorded step (the stand-in recorder of tests/test_engine.py), and
+    its tokens are the eager engine's; the sampled and the greedy steps are recorded once each."""
+    from snapeval.engine import Engine
+    from snapeval.engine import engine as engine_module
+    from tests.conftest import random_prompt, tiny_model
+    from tests.test_engine import ReplayOnCpu
+
+    monkeypatch.setattr(engine_module, "CapturedDecodeStep", ReplayOnCpu)
+    ReplayOnCpu.recorded = []
+    model = tiny_model("llama")
+    prompts = [random_prompt(n, seed=n) for n in (30, 12, 55, 41)]
+    sampled = [SamplingParams(max_new_tokens=12, do_sample=True, temperature=1.2, top_p=0.9, top_k=30, seed=s)
+               for s in range(4)]
+    captured = Engine(model, tiny_tokenizer, 20, num_slots=3, capture=True)
+    drawn = captured.generate(prompts, sampled)
+    greedy = captured.generate(prompts, SamplingParams(max_new_tokens=6))
+    again = captured.generate(prompts, sampled)
+    eager = Engine(model, tiny_tokenizer, 20, num_slots=2)
+    assert [c.token_ids for c in drawn] == [c.token_ids for c in eager.generate(prompts, sampled)]
+    assert [c.token_ids for c in greedy] == [c.token_ids for c in eager.generate(prompts, SamplingParams(max_new_tokens=6))]
+    assert [c.token_ids for c in again] == [c.token_ids for c in drawn]  # reproducible across calls
+    assert [name for name, _ in ReplayOnCpu.recorded] == ["sampled_step", "greedy_step"]
