@@ -137,7 +137,12 @@ def build_model(preset_name: str, device, dtype, smoke: bool):
 
 
 def prompt_ids(tokenizer, length: int, count: int) -> list[list[int]]:
-    """``count`` prompts of exactly ``length`` tokens: LongBench-v2 documents concatenated, prompt ``i`` starting
+    """``count`` prompts of exactly ``length`` tokens (:func:`prompts_of_lengths`)."""
+    return prompts_of_lengths(tokenizer, [length] * count)
+
+
+def prompts_of_lengths(tokenizer, lengths: list[int]) -> list[list[int]]:
+    """One prompt of exactly ``lengths[i]`` tokens each: LongBench-v2 documents concatenated, prompt ``i`` starting
     at document ``i`` (so rows of a batch differ). Only the characters a prompt can use are tokenized (eight per
     missing token and a margin; the whole document when that gives too few tokens), not documents of a million
     characters."""
@@ -145,7 +150,7 @@ def prompt_ids(tokenizer, length: int, count: int) -> list[list[int]]:
     with open(path) as f:
         docs = [json.loads(line)["context"] for line in f]
     prompts = []
-    for i in range(count):
+    for i, length in enumerate(lengths):
         ids, j = list(tokenizer("").input_ids), i  # the tokenizer's own prefix (BOS) first
         while len(ids) < length:
             text, missing = docs[j % len(docs)] + "\n\n", length - len(ids)

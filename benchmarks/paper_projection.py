@@ -1,0 +1,544 @@
+"""What the paper grids cost on a GPU: the sweep's shared group timed on the device, a model of it fitted to those
+timings, checked against a measured slice, and the whole of ``configs/paper_llama.yaml`` and
+``configs/paper_r1_distill.yaml`` projected in GPU-hours over the tasks' real prompt lengths.
+
+Model: Llama-3.1-8B-Instruct's architecture with random weights in bfloat16 (``benchmarks.gpu.build_model``), the
+configurations of ``configs/paper_llama.yaml`` (the full cache, SnapStream, StreamingLLM and SnapKV at 1k-16k: 16),
+greedy with no stop token (every request decodes its ``max_new`` tokens: random weights have no answer to end).
+
+1. **Calibration** (``calibration``): the group (:class:`snapeval.branching.BranchSet`, as ``snapeval sweep`` runs
+   it on CUDA: captured decode, rows from the memory plan) over ``--calibration-items`` prompts at each of
+   ``--calibration-lengths``, ``--calibration-new`` new tokens. Three rates are fitted (:class:`Rates`):
+   - prefill of one prompt of ``n`` tokens: ``a + b n + c n^2`` (least squares over the items' measured prefills);
+   - a decode step: ``fixed + bytes / bandwidth``, ``bytes`` the step's weights and engine rows as the memory plan
+     counts them (:func:`step_bytes`), over every configuration's measured mean step;
+   - the rest of the group (building each configuration's cache from the capture, engines and their capture):
+     ``engine`` seconds per engine plus ``g1 n`` per item and configuration.
+2. **Slice** (``slice``): ``--slice-items`` LongBench-v2 items at their real lengths (``paper_lengths.json``, cut at
+   pred.py's 120,000 tokens plus the chat template, drawn with ``--seed``) x the 16 configurations x 128 new tokens,
+   timed, beside what :func:`project_group` predicts for the same items from the calibration's rates, and the
+   predicted decode steps per configuration beside the engines' counted steps (these must be equal: the schedule
+   is the sweep's own).
+3. **Projection** (``grids``): every task x model group of the two paper configs (``expand_grid``), its items'
+   real lengths (:mod:`benchmarks.paper_lengths`; synthetic tasks: their sequence lengths), each generation at its
+   ``max_gen_toks`` (an upper bound: real answers stop earlier; ``--new-tokens TASK=N`` sets a mean instead), the
+   memory plan of each group on ``--device-gib`` per GPU times the model's GPUs, and the rates scaled from the
+   measured model to each model's shape (:meth:`Rates.for_shape`: prefill's linear term by weights, its quadratic
+   term and the step's fixed time by the attention's size and depth). GPU-hours are wall hours times the model's
+   GPUs (a model split layer by layer runs its layers one after another). ``--as-hardware h100`` restates a run
+   made on another GPU with the simulator's hardware sheets (bandwidth for the step, peak FLOPs for prefill).
+
+``--smoke`` runs all of it on the CPU at tiny shapes and lengths (the test suite runs it; its numbers mean nothing,
+but the predicted decode steps must still equal the counted ones). Writes ``results/bench/paper_projection.json``
+after every section.
+
+    python -m benchmarks.paper_projection                                # on a GPU machine (about 3 min on one H100)
+    python -m benchmarks.paper_projection --smoke --out /tmp/paper_projection_smoke.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from benchmarks.common import BENCH_DIR, machine, write_json_at
+
+MODEL = "llama-3.1-8b-instruct"
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_CONFIGS = ("configs/paper_llama.yaml", "configs/paper_r1_distill.yaml")
+LENGTHS_FILE = BENCH_DIR / "paper_lengths.json"
+#: The smoke run's prompts are the real lengths scaled by this (tiny shapes, a CPU).
+SMOKE_SCALE = 1 / 256
+#: The tokenizer family of each preset of the paper configs (``paper_lengths.json``'s keys).
+FAMILY = {"llama-3.1-8b-instruct": "llama-3.1-8b-instruct", "deepseek-r1-distill-llama-8b": "llama-3.1-8b-instruct",
+          "deepseek-r1-distill-llama-70b": "llama-3.1-8b-instruct"}
+QWEN_FAMILY = "deepseek-r1-distill-qwen-7b"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the model of a group's time
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds of the sweep's shared group on one device, for a model of ``shape`` (:class:`ModelShape` fields):
+
+    - ``prefill_s(n) = a + b n + c n^2`` for one prompt of ``n`` tokens (one forward into the capture);
+    - ``step_s(bytes) = step_fixed_s + bytes / bandwidth`` for one decode step that moves ``bytes``;
+    - ``engine_s`` per engine (its rows, its captured step) and ``branch_per_token_s x n`` per item and configuration
+      (the configuration's cache built from an ``n``-token capture).
+    """
+
+    prefill: tuple[float, float, float]
+    step_fixed_s: float
+    bandwidth: float
+    engine_s: float
+    branch_per_token_s: float
+    device: str
+    shape: dict
+
+    def prefill_s(self, tokens: int) -> float:
+        a, b, c = self.prefill
+        return a + b * tokens + c * tokens * tokens
+
+    def step_s(self, moved_bytes: float) -> float:
+        return self.step_fixed_s + moved_bytes / self.bandwidth
+
+    def for_shape(self, shape) -> "Rates":
+        """These rates for a model of another ``shape``: prefill's constant and the step's fixed time scale with the
+        depth, prefill's linear term with the weights (two FLOPs per weight and token), its quadratic term and the
+        per-token branch cost with the attention's width times the depth (queries x keys per layer)."""
+        mine = self.shape
+        depth = shape.layers / mine["layers"]
+        width = (shape.layers * shape.q_heads * shape.head_dim) / (mine["layers"] * mine["q_heads"] * mine["head_dim"])
+        weights = shape.weight_bytes / mine["weight_bytes"]
+        a, b, c = self.prefill
+        return replace(self, prefill=(a * depth, b * weights, c * width), step_fixed_s=self.step_fixed_s * depth,
+                       engine_s=self.engine_s * depth, branch_per_token_s=self.branch_per_token_s * width,
+                       shape=asdict(shape))
+
+    def on_hardware(self, measured: dict, target: dict) -> "Rates":
+        """These rates restated for ``target`` hardware (the simulator's sheets, ``socket``): the step's byte term
+        by HBM bandwidth, prefill's FLOP terms by peak FLOPs; fixed times unchanged."""
+        bw = target["hbm_bandwidth"] / measured["hbm_bandwidth"]
+        flops = target["peak_flops"] / measured["peak_flops"]
+        a, b, c = self.prefill
+        return replace(self, prefill=(a, b / flops, c / flops), bandwidth=self.bandwidth * bw,
+                       branch_per_token_s=self.branch_per_token_s / flops, device=f"{self.device} as {target['name']}")
+
+
+def step_bytes(shape, config, rows: int, prompt: int, max_new: int) -> int:
+    """Bytes one decode step of an engine moves: the weights and its rows (:func:`snapeval.memory_plan.engine_bytes`,
+    what the plan holds: keys, values and positions of every slot; the kernels read them all, masked)."""
+    from snapeval.memory_plan import engine_bytes
+
+    return shape.weight_bytes + engine_bytes(shape, config, rows, prompt, max_new)
+
+
+def group_plan(shape, configs, items, *, budget: int, chunk: int):
+    """The memory plan of a group on CUDA (:func:`snapeval.memory_plan.plan_group`), as ``BranchSet.plan`` makes it
+    there with ``budget`` bytes and the weights in use."""
+    from snapeval.branching import capture_window
+    from snapeval.memory_plan import Item, plan_group
+
+    return plan_group(shape, configs, [Item(p, m) for p, m in items], chunk=chunk, window=capture_window(configs),
+                      budget=budget, in_use=shape.weight_bytes, device="cuda:0")
+
+
+def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int]]]:
+    """Per configuration, its decode as the group runs it: one entry per engine (configurations in rows: one per
+    chunk of ``plan.chunk`` items in input order) or per item decoded alone, each ``(steps, bytes per step)``.
+    An engine of ``r`` rows decodes ``k`` requests of ``m`` new tokens in ``ceil(k / r) (m - 1)`` steps (the first
+    token comes from the prefill; continuous batching refills a slot as its request ends: with equal lengths, in
+    waves), every step moving :func:`step_bytes` at the chunk's largest prompt."""
+    from snapeval.memory_plan import alone_cache_bytes
+
+    out: dict[str, list[tuple[int, int]]] = {}
+    for config in configs:
+        mode, entries = plan.decode_mode(config.label), []
+        for start in range(0, len(items), plan.chunk):
+            part = items[start:start + plan.chunk]
+            if mode.decode == "rows":
+                prompt, new = max(p for p, _ in part), max(m for _, m in part)
+                steps = math.ceil(len(part) / mode.rows) * (new - 1)
+                entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new)))
+            else:
+                entries += [(m - 1, shape.weight_bytes + alone_cache_bytes(shape, config, p, m // 2)) for p, m in part]
+        out[config.label] = entries
+    return out
+
+
+def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int = 8, prefills: int = 1) -> dict:
+    """The predicted seconds of one group: ``items`` ``[(prompt tokens, new tokens)]`` under every configuration,
+    ``prefills`` prefills per item (1: shared by every configuration; a two-pass task's second pass prefills each
+    configuration's own prompt: ``len(configs)``). Returns the parts, the plan's chunk and rows, and the steps."""
+    plan = group_plan(shape, configs, items, budget=budget, chunk=chunk)
+    schedule = decode_schedule(shape, configs, items, plan)
+    prefill = prefills * sum(rates.prefill_s(p) for p, _ in items)
+    engines = sum(len(v) for v in schedule.values())
+    branch = len(configs) * sum(rates.branch_per_token_s * p for p, _ in items) + engines * rates.engine_s
+    decode = {label: sum(steps * rates.step_s(moved) for steps, moved in entries)
+              for label, entries in schedule.items()}
+    total = prefill + branch + sum(decode.values())
+    return {"seconds": total, "prefill_s": prefill, "branch_s": branch, "decode_s": sum(decode.values()),
+            "decode_s_per_configuration": decode, "engines": engines,
+            "steps": {label: sum(s for s, _ in entries) for label, entries in schedule.items()},
+            "chunk": plan.chunk, "rows": {c.label: plan.decode_mode(c.label).rows for c in configs},
+            "alone": [c.label for c in configs if plan.decode_mode(c.label).decode == "alone"],
+            "items": len(items), "prompt_tokens_mean": sum(p for p, _ in items) / len(items)}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# fitting the rates to measured groups
+
+
+def least_squares(rows: list[list[float]], values: list[float]) -> list[float]:
+    """Coefficients ``x`` minimising ``|A x - y|`` (numpy's ``lstsq``); a negative coefficient is fixed at 0 and the
+    rest refitted (a time has no negative part)."""
+    import numpy as np
+
+    a, y = np.array(rows, dtype=float), np.array(values, dtype=float)
+    keep = list(range(a.shape[1]))
+    while True:
+        x = np.zeros(a.shape[1])
+        x[keep] = np.linalg.lstsq(a[:, keep], y, rcond=None)[0]
+        negative = [i for i in keep if x[i] < 0]
+        if not negative or len(keep) == 1:
+            return [max(float(v), 0.0) for v in x]
+        keep.remove(negative[0])
+
+
+def robust_least_squares(rows: list[list[float]], values: list[float]) -> list[float]:
+    """:func:`least_squares` that sets outliers aside, one at a time: while the worst point's residual is over 3
+    scaled median absolute deviations of the others' residuals (and over 10% of its value), it is dropped and the
+    rest refitted, at most a third of the points: a calibration point slowed by something else on the machine does
+    not set a rate."""
+    import numpy as np
+
+    keep = list(range(len(values)))
+    while True:
+        x = least_squares([rows[i] for i in keep], [values[i] for i in keep])
+        if len(keep) <= max(len(x) + 1, 2 * len(values) // 3):
+            return x
+        residual = {i: values[i] - float(np.dot(rows[i], x)) for i in keep}
+        worst = max(keep, key=lambda i: abs(residual[i]))
+        others = np.array([residual[i] for i in keep if i != worst])
+        scale = 1.4826 * float(np.median(np.abs(others - np.median(others))))
+        if abs(residual[worst]) <= max(3 * scale, 0.1 * abs(values[worst])):
+            return x
+        keep.remove(worst)
+
+
+def fit_rates(runs: list[dict], device: str, shape) -> Rates:
+    """:class:`Rates` from measured groups (:func:`measure_group`'s records)."""
+    prefill_rows, prefill_s = [], []
+    step_rows, step_s = [], []
+    rest_rows, rest_s = [], []
+    for run in runs:
+        for n, seconds in run["prefills"]:
+            prefill_rows.append([1.0, n, n * n])
+            prefill_s.append(seconds)
+        for entry in run["decode"].values():
+            if entry["steps"]:
+                step_rows.append([1.0, entry["bytes_per_step"]])
+                step_s.append(entry["step_s"])
+        rest_rows.append([run["engines"], run["configurations"] * sum(n for n, _ in run["prefills"])])
+        rest_s.append(max(run["rest_s"], 0.0))
+    a, b, c = robust_least_squares(prefill_rows, prefill_s)
+    fixed, per_byte = robust_least_squares(step_rows, step_s)
+    engine, per_token = least_squares(rest_rows, rest_s)  # one point per run: nothing to set aside
+    return Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte if per_byte > 0 else math.inf,
+                 engine_s=engine, branch_per_token_s=per_token, device=device, shape=asdict(shape))
+
+
+def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, budget: int | None) -> dict:
+    """One timed group (:class:`~snapeval.branching.BranchSet` as the sweep runs it) over ``prompts``: wall time,
+    each item's prefill, each configuration's decode (steps, seconds, rows, bytes per step, captured) and the
+    rest (wall less prefills and decode steps), with the plan it ran."""
+    from snapeval.branching import BranchSet
+    from snapeval.engine import SamplingParams
+
+    from benchmarks.gpu import sync
+
+    branches = BranchSet(model, tokenizer, configs, batch=chunk, max_memory=budget)
+    sync(branches.device)
+    start = time.perf_counter()
+    out = branches.generate(prompts, [SamplingParams(max_new_tokens=max_new)] * len(prompts))
+    sync(branches.device)
+    wall = time.perf_counter() - start
+    plan, shape = branches.plans[-1], branches.shape
+    items = [(len(p), max_new) for p in prompts]
+    schedule = decode_schedule(shape, configs, items, plan)
+    decode = {}
+    for config in configs:
+        totals = branches.stats.decode.get(config.label)
+        entries = schedule[config.label]
+        if totals is None:  # decoded alone: its steps are not an engine's
+            continue
+        steps = totals["steps"]
+        decode[config.label] = {
+            "rows": totals["rows"], "steps": steps, "seconds": totals["seconds"], "captured": totals["captured"],
+            "step_s": totals["seconds"] / steps if steps else None,
+            "bytes_per_step": sum(s * b for s, b in entries) / max(sum(s for s, _ in entries), 1),
+            "predicted_steps": sum(s for s, _ in entries)}
+    prefills = [(len(p), out[0][i].prefill_seconds) for i, p in enumerate(prompts)]
+    spent = sum(s for _, s in prefills) + sum(d["seconds"] for d in decode.values())
+    return {"wall_s": wall, "items": len(prompts), "max_new": max_new, "configurations": len(configs),
+            "engines": sum(len(v) for v in schedule.values()), "prefills": prefills, "decode": decode,
+            "rest_s": wall - spent, "plan": plan.to_dict(), "generated": [len(c.token_ids) for c in out[0]]}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the paper grids' items
+
+
+def longbench_limit(preset: str, max_new: int, template: int, metadata: dict) -> int:
+    """The prompt limit of a LongBench-v2 run (docs/tasks.md): ``max_input_tokens``, else pred.py's 120,000 for a
+    model it lists, else the model's context less the generation, the template and the margin."""
+    from snapeval.models.presets import get_preset
+    from snapeval.tasks import longbench
+
+    if "max_input_tokens" in metadata:
+        return int(metadata["max_input_tokens"])
+    preset_spec = get_preset(preset)
+    listed = longbench.official_limit(preset_spec.hub_id)
+    return listed or longbench.fallback_limit(preset_spec.max_context, max_new, template)
+
+
+def task_defaults(name: str) -> dict[str, int]:
+    """A built-in task's own ``max_gen_toks`` (its first: a two-pass task's first pass) and ``repeats``, read from
+    its YAML under ``tasks/`` (what the sweep runs when a config does not set them)."""
+    import re
+
+    path = next((p for p in sorted((ROOT / "tasks").rglob("*.yaml"))
+                 if re.search(rf"^task:\s*{re.escape(name)}\s*$", p.read_text(), re.MULTILINE)), None)
+    if path is None:
+        raise SystemExit(f"benchmarks.paper_projection: no task YAML for {name!r} under tasks/")
+    text = path.read_text()
+    found = {key: re.search(rf"^\s*{key}:\s*(\d+)", text, re.MULTILINE) for key in ("max_gen_toks", "repeats")}
+    return {key: int(match.group(1)) for key, match in found.items() if match}
+
+
+def task_items(task, preset: str, lengths: dict, new_tokens: dict[str, int]) -> list[dict]:
+    """The passes of one task for one model: each ``{"items": [(prompt, new)], "prefills": per item}``. Prompt
+    lengths come from ``lengths`` (``paper_lengths.json``) in the model's tokenizer family; a pass generates its
+    ``max_gen_toks`` (the config's, else the task's own; or ``new_tokens[task]``, a mean), each item ``repeats``
+    times (lm-eval's samples)."""
+    family = lengths["tokenizers"][FAMILY.get(preset, QWEN_FAMILY)]
+    template = family["template_tokens"]
+    defaults = task_defaults(task.name)
+    generation, metadata = {**defaults, **dict(task.generation)}, dict(task.metadata)
+    name = task.name
+    new = int(new_tokens.get(name, generation["max_gen_toks"]))
+    repeats = defaults.get("repeats", 1)
+    if name in ("longbench_v2", "longbench_v2_cot"):
+        limit = longbench_limit(preset, int(generation["max_gen_toks"]), template, metadata)
+        first = [(min(n, limit) + template, new) for n in family[name]]
+        if name == "longbench_v2":
+            return [{"items": first, "prefills": 1}]
+        answer = new_tokens.get("longbench_v2_cot_answer", 128)
+        second = [(n + new, answer) for n in family["longbench_v2_cot_answer"]]
+        return [{"items": first, "prefills": 1}, {"items": second, "prefills": "each"}]
+    if name.startswith("aime24"):
+        return [{"items": [(n, new) for n in family["aime24"] for _ in range(repeats)], "prefills": 1}]
+    if name.startswith("livecodebench"):
+        key = "livecodebench_generic" if name == "livecodebench_generic" else "livecodebench_r1"
+        return [{"items": [(n, new) for n in family[key] for _ in range(repeats)], "prefills": 1}]
+    if name.startswith("snapeval_"):  # synthetic: num_samples per sequence length, the prompt at that length
+        count = int(metadata.get("num_samples", 50))
+        return [{"items": [(int(length), new) for length in metadata["max_seq_lengths"] for _ in range(count)],
+                 "prefills": 1}]
+    raise SystemExit(f"benchmarks.paper_projection: no item lengths for task {name!r}")
+
+
+def project_config(path: str, lengths: dict, rates: Rates, *, device_bytes: float, new_tokens: dict[str, int],
+                   chunk: int = 8) -> dict:
+    """Every model x task group of one sweep config: seconds and GPU-hours per group, per task, per model, all."""
+    from snapeval.memory_plan import MARGIN_BYTES, MARGIN_FRACTION, ModelShape
+    from snapeval.sweep.grid import expand_grid
+    from snapeval.sweep.parse import load_config
+
+    config = load_config(ROOT / path)
+    groups: dict[tuple, list] = {}
+    for cell in expand_grid(config):
+        groups.setdefault((cell.model.pretrained, cell.task.name, cell.seed), []).append(cell)
+    out, total_gpu_h = {"config": path, "groups": []}, 0.0
+    for (preset, task_name, seed), cells in groups.items():
+        gpus = max(1, int(cells[0].model.resources.num_gpus or 1))
+        shape = ModelShape.of_preset(preset, dtype_bytes=2)
+        budget = int(gpus * (device_bytes - max(MARGIN_BYTES, MARGIN_FRACTION * device_bytes)))
+        scaled = rates.for_shape(shape)
+        configs = [cell.config for cell in cells]
+        parts = []
+        for stage in task_items(cells[0].task, preset, lengths, new_tokens):
+            prefills = len(configs) if stage["prefills"] == "each" else 1
+            parts.append(project_group(shape, configs, stage["items"], scaled, budget=budget, chunk=chunk,
+                                       prefills=prefills))
+        seconds = sum(p["seconds"] for p in parts)
+        entry = {"model": preset, "task": task_name, "seed": seed, "gpus": gpus, "configurations": len(configs),
+                 "hours": seconds / 3600, "gpu_hours": gpus * seconds / 3600,
+                 "passes": [{k: v for k, v in p.items() if k not in ("decode_s_per_configuration", "steps")}
+                            for p in parts]}
+        out["groups"].append(entry)
+        total_gpu_h += entry["gpu_hours"]
+    out["gpu_hours"] = total_gpu_h
+    out["gpu_hours_by_task"] = {}
+    for entry in out["groups"]:
+        out["gpu_hours_by_task"][entry["task"]] = out["gpu_hours_by_task"].get(entry["task"], 0.0) + entry["gpu_hours"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the run
+
+
+def hardware_sheet(name: str) -> dict:
+    """The simulator's sheet of ``name`` (:func:`snapeval.simulator.hardware.get_hardware`): its socket's figures
+    and its name."""
+    from snapeval.simulator.hardware import get_hardware
+
+    spec = get_hardware(name)
+    return {"name": spec.name, **asdict(spec.socket)}
+
+
+def device_sheet(device_name: str) -> str | None:
+    """The simulator's sheet for a CUDA device's name (``H100``/``H200``), None for any other."""
+    for key in ("h200", "h100"):
+        if key.upper() in device_name.upper():
+            return key
+    return None
+
+
+def paper_llama_configs():
+    """The 16 configurations of ``configs/paper_llama.yaml``, resolved as the sweep resolves them."""
+    from snapeval.sweep.grid import expand_grid
+    from snapeval.sweep.parse import load_config
+
+    seen = {}
+    for cell in expand_grid(load_config(ROOT / PAPER_CONFIGS[0])):
+        seen.setdefault(cell.config.label, cell.config)
+    return list(seen.values())
+
+
+def slice_lengths(lengths: dict, count: int, seed: int, scale: float) -> list[int]:
+    """``count`` LongBench-v2 items drawn with ``seed``: their prompt lengths in Llama 3's tokenizer, cut at pred.py's
+    120,000 tokens, plus the chat template (``scale``: the smoke run's shrinking)."""
+    family = lengths["tokenizers"][MODEL]
+    drawn = random.Random(seed).sample(family["longbench_v2"], count)
+    return [max(8, int((min(n, 120_000) + family["template_tokens"]) * scale)) for n in drawn]
+
+
+class WithoutEos:
+    """A tokenizer without an eos token (its pad token: its own, else its eos): with the model's generation config
+    cleared too, every request decodes its ``max_new`` tokens, as the projection counts them."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+        self.eos_token_id = None
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+def run(args, save=lambda payload: None) -> dict:
+    import torch
+
+    from snapeval.memory_plan import ModelShape, device_budget
+    from snapeval.models.loading import packaged_tokenizer
+
+    from benchmarks.gpu import build_model, prompts_of_lengths, release
+
+    smoke = args.smoke
+    if not smoke and not torch.cuda.is_available():
+        sys.exit("benchmarks.paper_projection: no CUDA device; run with --smoke for the CPU code path")
+    device = torch.device("cpu" if smoke else "cuda")
+    started, load_start = time.perf_counter(), os.getloadavg()
+    lengths = json.loads(Path(args.lengths).read_text())
+    tokenizer = WithoutEos(packaged_tokenizer(MODEL))
+    model = build_model(MODEL, device, torch.float32 if smoke else torch.bfloat16, smoke)
+    model.generation_config.eos_token_id = None  # random weights: every request decodes its max_new tokens
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    configs = paper_llama_configs()
+    if smoke:  # the same 16 configurations at budgets a tiny prompt can hold
+        from snapeval.cache import resolve_method
+        configs = [resolve_method(c.method, None if c.budget is None else max(16, c.budget // 64)) for c in configs]
+    shape = ModelShape.of(model)
+    device_name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    budget = args.max_memory or (device_budget(device) if device.type == "cuda" else None)
+    payload = {"benchmark": "paper_projection", "smoke": smoke, "machine": machine(), "model": MODEL,
+               "device": device_name, "torch": torch.__version__, "load_average_start": load_start,
+               "configurations": [c.label for c in configs], "settings": {k: str(v) for k, v in vars(args).items()},
+               "calibration": [], "rates": None, "slice": None, "grids": None}
+
+    def record(**entries):
+        payload.update(entries, load_average_end=os.getloadavg(), wall_seconds=time.perf_counter() - started)
+        save(payload)
+
+    warm = prompts_of_lengths(tokenizer, [64])
+    measure_group(model, tokenizer, configs, warm, 3, args.chunk, budget)  # kernels, allocator, the first capture
+    for length in args.calibration_lengths:
+        prompts = prompts_of_lengths(tokenizer, [length] * args.calibration_items)
+        payload["calibration"].append(measure_group(model, tokenizer, configs, prompts, args.calibration_new,
+                                                    args.chunk, budget))
+        release(device)
+        record()
+        print(f"[{time.perf_counter() - started:6.0f}s] calibration at {length}: "
+              f"{payload['calibration'][-1]['wall_s']:.1f} s", flush=True)
+    rates = fit_rates(payload["calibration"], device_name, shape)
+    record(rates=asdict(rates))
+
+    slice_prompts = prompts_of_lengths(tokenizer, slice_lengths(lengths, args.slice_items, args.seed,
+                                                                SMOKE_SCALE if smoke else 1.0))
+    measured = measure_group(model, tokenizer, configs, slice_prompts, args.slice_new, args.chunk, budget)
+    group_budget = budget if budget is not None else 2**62
+    predicted = project_group(shape, configs, [(len(p), args.slice_new) for p in slice_prompts], rates,
+                              budget=group_budget, chunk=args.chunk)
+    record(slice={"measured": measured, "predicted": predicted,
+                  "predicted_over_measured": predicted["seconds"] / measured["wall_s"],
+                  "steps_equal": all(d["steps"] == predicted["steps"][label] for label, d in measured["decode"].items())})
+    print(f"[{time.perf_counter() - started:6.0f}s] slice: measured {measured['wall_s']:.1f} s, predicted "
+          f"{predicted['seconds']:.1f} s ({predicted['seconds'] / measured['wall_s']:.2f}x)", flush=True)
+    release(device)
+
+    measured_sheet = device_sheet(device_name)
+    as_rates = rates
+    if args.as_hardware and measured_sheet and args.as_hardware != measured_sheet:
+        as_rates = rates.on_hardware(hardware_sheet(measured_sheet), hardware_sheet(args.as_hardware))
+    device_bytes = (hardware_sheet(args.as_hardware)["hbm_bytes"] if args.as_hardware
+                    else torch.cuda.get_device_properties(0).total_memory if device.type == "cuda" else 80e9)
+    new_tokens = dict(pair.split("=", 1) for pair in args.new_tokens)
+    grids = {path: project_config(path, lengths, as_rates, device_bytes=device_bytes,
+                                  new_tokens={k: int(v) for k, v in new_tokens.items()}, chunk=args.chunk)
+             for path in PAPER_CONFIGS}
+    llama = grids[PAPER_CONFIGS[0]]["gpu_hours_by_task"]
+    record(grids=grids, projected_as=as_rates.device,
+           paper_llama_longbench_pair_gpu_hours=llama.get("longbench_v2", 0) + llama.get("longbench_v2_cot", 0))
+    for path, grid in grids.items():
+        print(f"{path}: {grid['gpu_hours']:.1f} GPU-hours ({as_rates.device}); by task: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in grid["gpu_hours_by_task"].items()), flush=True)
+    return payload
+
+
+def main(argv=None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: the same code, meaningless numbers")
+    parser.add_argument("--lengths", type=Path, default=LENGTHS_FILE, help="benchmarks.paper_lengths' JSON")
+    parser.add_argument("--calibration-lengths", type=int, nargs="+", default=None)
+    parser.add_argument("--calibration-items", type=int, default=2)
+    parser.add_argument("--calibration-new", type=int, default=None)
+    parser.add_argument("--slice-items", type=int, default=8)
+    parser.add_argument("--slice-new", type=int, default=None, help="new tokens of the slice (default 128)")
+    parser.add_argument("--seed", type=int, default=0, help="which LongBench-v2 items the slice draws")
+    parser.add_argument("--chunk", type=int, default=8, help="items in flight at most (the sweep's default 8)")
+    parser.add_argument("--max-memory", type=int, default=None, help="bytes the group may use (default: the device's)")
+    parser.add_argument("--as-hardware", choices=("h100", "h200"), default="h100",
+                        help="project the grids for this GPU (restated from the measured one by the sheets)")
+    parser.add_argument("--new-tokens", nargs="*", default=[], metavar="TASK=N",
+                        help="mean new tokens of a task instead of its max_gen_toks (an upper bound)")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "paper_projection.json")
+    args = parser.parse_args(argv)
+    defaults = (dict(calibration_lengths=[64, 128, 256], calibration_new=4, slice_new=6) if args.smoke else
+                dict(calibration_lengths=[8192, 32768, 131008], calibration_new=32, slice_new=128))
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    for pair in args.new_tokens:
+        if "=" not in pair or not pair.split("=", 1)[1].isdigit():
+            parser.error(f"--new-tokens {pair!r} is invalid; allowed: TASK=N with N a whole number")
+    run(args, lambda payload: write_json_at(args.out, payload))
+    print(f"wrote {args.out}")
+    return args.out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The paper-grid projection (issue 44 item 4): the group's schedule as the sweep runs it, the rates' fit, the smoke
+runs of the projection and of the engine at AIME's shape, and the one prepared GPU call."""
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from benchmarks import paper_projection as projection
+from snapeval.cache import resolve_method
+from snapeval.memory_plan import ModelShape
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE = ModelShape.of_preset("llama-3.1-8b-instruct")
+
+
+def unit_rates(**overrides) -> projection.Rates:
+    """Rates of one second per decode step and nothing else (so that seconds count steps)."""
+    fields = dict(prefill=(0.0, 0.0, 0.0), step_fixed_s=1.0, bandwidth=math.inf, engine_s=0.0,
+                  branch_per_token_s=0.0, device="test", shape=asdict(SHAPE))
+    return projection.Rates(**{**fields, **overrides})
+
+
+def test_decode_steps_follow_the_chunks_and_rows_of_the_plan():
+    """k requests of m new tokens in r rows take ceil(k / r) (m - 1) steps (the first token comes from the prefill),
+    chunk by chunk in input order: 10 items in chunks of 8 and 2, rows as the plan gives them."""
+    configs = [resolve_method("snapstream", 1024), resolve_method("streamingllm", 2048)]
+    items = [(4000, 5)] * 10
+    out = projection.project_group(SHAPE, configs, items, unit_rates(), budget=80 * 2**30, chunk=8)
+    assert out["chunk"] == 8 and set(out["rows"]) == {c.label for c in configs}
+    assert all(1 <= rows <= 8 for rows in out["rows"].values())
+    for label, rows in out["rows"].items():
+        assert out["steps"][label] == (math.ceil(8 / rows) + math.ceil(2 / rows)) * 4
+    assert out["seconds"] == pytest.approx(sum(out["steps"].values()))
+    assert out["engines"] == 2 * len(configs)
+    # a tighter budget gives fewer rows, so more waves of steps
+    tight = projection.project_group(SHAPE, configs, items, unit_rates(), budget=SHAPE.weight_bytes + 2**30 * 3,
+                                     chunk=8)
+    assert sum(tight["steps"].values()) > sum(out["steps"].values())
+
+
+def test_each_part_of_a_group_is_priced_by_its_own_rate():
+    configs = [resolve_method("full"), resolve_method("snapstream", 1024)]
+    items = [(1000, 3), (3000, 3)]
+    rates = unit_rates(prefill=(0.5, 1e-3, 1e-7), step_fixed_s=0.0, engine_s=2.0, branch_per_token_s=1e-4)
+    out = projection.project_group(SHAPE, configs, items, rates, budget=80 * 2**30)
+    assert out["prefill_s"] == pytest.approx(2 * 0.5 + 1e-3 * 4000 + 1e-7 * (1000**2 + 3000**2))
+    assert out["branch_s"] == pytest.approx(2 * 1e-4 * 4000 + 2.0 * out["engines"])
+    assert out["decode_s"] == 0  # no fixed time and infinite bandwidth
+    each = projection.project_group(SHAPE, configs, items, rates, budget=80 * 2**30, prefills=len(configs))
+    assert each["prefill_s"] == pytest.approx(2 * out["prefill_s"])
+
+
+def test_the_fit_recovers_known_rates_from_groups_timed_with_them():
+    """A differential test of the fit: groups "measured" with known rates (their parts computed exactly as the model
+    says) give those rates back."""
+    true = unit_rates(prefill=(0.02, 4e-5, 3e-10), step_fixed_s=4.4e-3, bandwidth=3.0e12, engine_s=0.05,
+                      branch_per_token_s=2e-7)
+    configs = [resolve_method("full"), resolve_method("snapstream", 1024), resolve_method("snapkv", 4096)]
+    runs = []
+    for length, count in ((8192, 2), (32768, 2), (131008, 1), (65536, 3)):
+        items = [(length, 32)] * count
+        plan = projection.group_plan(SHAPE, configs, items, budget=80 * 2**30, chunk=8)
+        schedule = projection.decode_schedule(SHAPE, configs, items, plan)
+        decode = {}
+        for label, entries in schedule.items():
+            steps = sum(s for s, _ in entries)
+            moved = sum(s * b for s, b in entries) / steps
+            decode[label] = {"steps": steps, "step_s": true.step_s(moved), "bytes_per_step": moved}
+        engines = sum(len(v) for v in schedule.values())
+        runs.append({"prefills": [(n, true.prefill_s(n)) for n, _ in items], "decode": decode, "engines": engines,
+                     "configurations": len(configs),
+                     "rest_s": engines * true.engine_s + len(configs) * true.branch_per_token_s * length * count})
+    fitted = projection.fit_rates(runs, "test", SHAPE)
+    assert fitted.prefill == pytest.approx(true.prefill, rel=1e-4, abs=1e-9)
+    assert fitted.step_fixed_s == pytest.approx(true.step_fixed_s, rel=1e-6)
+    assert fitted.bandwidth == pytest.approx(true.bandwidth, rel=1e-6)
+    assert fitted.engine_s == pytest.approx(true.engine_s, rel=1e-6)
+    assert fitted.branch_per_token_s == pytest.approx(true.branch_per_token_s, rel=1e-6)
+
+
+def test_rates_scale_to_another_shape_and_hardware():
+    rates = unit_rates(prefill=(0.1, 1e-4, 1e-9), step_fixed_s=4e-3, bandwidth=3e12)
+    same = rates.for_shape(SHAPE)
+    assert same.prefill == pytest.approx(rates.prefill) and same.step_fixed_s == rates.step_fixed_s
+    big = rates.for_shape(ModelShape.of_preset("deepseek-r1-distill-llama-70b"))
+    assert big.prefill[1] == pytest.approx(1e-4 * big.shape["weight_bytes"] / SHAPE.weight_bytes)
+    assert big.step_fixed_s == pytest.approx(4e-3 * 80 / 32) and big.bandwidth == rates.bandwidth
+    h200, h100 = projection.hardware_sheet("h200"), projection.hardware_sheet("h100")
+    restated = rates.on_hardware(h200, h100)
+    assert restated.bandwidth == pytest.approx(3e12 * h100["hbm_bandwidth"] / h200["hbm_bandwidth"])
+    assert projection.device_sheet("NVIDIA H200") == "h200" and projection.device_sheet("NVIDIA A100") is None
+
+
+def test_every_task_of_the_paper_configs_has_its_items():
+    """Every group of both paper configs gets items of the real lengths (no task left unpriced), LongBench-v2 cut at
+    the run's limit (120,000 for Llama-3.1-8B as pred.py, the model's context less the rest for an R1 distill)."""
+    from snapeval.sweep.grid import expand_grid
+    from snapeval.sweep.parse import load_config
+
+    lengths = json.loads(projection.LENGTHS_FILE.read_text())
+    llama = lengths["tokenizers"]["llama-3.1-8b-instruct"]
+    assert len(llama["longbench_v2"]) == 395 and len(llama["aime24"]) == 30
+    for path in projection.PAPER_CONFIGS:
+        for cell in expand_grid(load_config(ROOT / path)):
+            stages = projection.task_items(cell.task, cell.model.pretrained, lengths, {})
+            assert stages and all(stage["items"] for stage in stages)
+            if cell.task.name == "longbench_v2" and cell.model.pretrained == "llama-3.1-8b-instruct":
+                assert max(p for p, _ in stages[0]["items"]) == 120_000 + llama["template_tokens"]
+
+
+def test_the_smoke_projection_predicts_the_steps_the_group_counts(tmp_path, data_dir, monkeypatch):
+    """The whole projection on the CPU at tiny shapes: calibration, the slice (its predicted decode steps equal the
+    engines' counted steps, configuration by configuration), and both grids projected."""
+    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
+    out = projection.main(["--smoke", "--out", str(tmp_path / "p.json")])
+    payload = json.loads(out.read_text())
+    assert payload["smoke"] and len(payload["configurations"]) == 16 and len(payload["calibration"]) == 3
+    measured, predicted = payload["slice"]["measured"], payload["slice"]["predicted"]
+    assert measured["items"] == 8 and payload["slice"]["steps_equal"]
+    assert measured["decode"] and all(d["steps"] == d["predicted_steps"] == predicted["steps"][label]
+                                      for label, d in measured["decode"].items())
+    assert all(n == 6 for n in measured["generated"])  # every request decoded its max_new tokens
+    assert payload["rates"]["bandwidth"] > 0 and min(payload["rates"]["prefill"]) >= 0
+    for path in projection.PAPER_CONFIGS:
+        grid = payload["grids"][path]
+        assert grid["gpu_hours"] > 0 and all(g["gpu_hours"] > 0 for g in grid["groups"])
+    assert payload["paper_llama_longbench_pair_gpu_hours"] > 0
+
+
+def test_the_smoke_aime_engine_takes_the_plans_slots(tmp_path):
+    from benchmarks import gpu_aime_engine
+
+    out = gpu_aime_engine.main(["--smoke", "--samples", "6", "--out", str(tmp_path / "a.json")])
+    payload = json.loads(out.read_text())
+    assert set(payload["budgets"]) == {"32", "64"}
+    for entry in payload["budgets"].values():
+        assert 1 <= entry["slots"] <= 6 and entry["captured"] is False
+        for mode in ("greedy", "sampled"):
+            assert entry[mode]["generated_all"] and entry[mode]["step_s"] > 0 and entry[mode]["x_floor"] is None
+
+
+def test_a_slowed_calibration_point_does_not_set_a_rate():
+    """One step point ten times too slow (the machine busy with something else) is set aside by the fit."""
+    rows = [[1.0, b] for b in (1e9, 2e9, 4e9, 8e9, 16e9, 32e9)]
+    values = [4e-3 + b / 3e12 for _, b in rows]
+    values[3] *= 10
+    fixed, per_byte = projection.robust_least_squares(rows, values)
+    assert fixed == pytest.approx(4e-3, rel=1e-6) and per_byte == pytest.approx(1 / 3e12, rel=1e-6)
+    assert projection.least_squares(rows, values)[0] > 5e-3  # the plain fit is pulled off
+
+
+def test_the_gpu_session_runs_each_section_in_its_own_process_and_records_it(tmp_path):
+    """The one prepared GPU call, smoke-tested on the CPU (one section here; every section has its own smoke test):
+    each section's JSON and the session's record of its status and time."""
+    from benchmarks import gpu_session
+
+    assert gpu_session.main(["--smoke", "--only", "gpu_aime_engine", "--out", str(tmp_path)]) == 0
+    session = json.loads((tmp_path / "session.json").read_text())
+    assert list(session["sections"]) == ["gpu_aime_engine"] and session["sections"]["gpu_aime_engine"]["status"] == 0
+    assert json.loads((tmp_path / "gpu_aime_engine.json").read_text())["smoke"] is True
+    with pytest.raises(SystemExit):
+        gpu_session.main(["--smoke"])  # no --out: a one-line usage error
