@@ -117,12 +117,13 @@ def main(argv=None) -> Path:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU: the same code, meaningless numbers")
     parser.add_argument("--lengths", type=Path, default=LENGTHS_FILE, help="benchmarks.paper_lengths' JSON")
     parser.add_argument("--budgets", type=int, nargs="+", default=None)
-    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--samples", type=int, default=None, help="requests (default 64; the smoke run 8)")
     parser.add_argument("--plan-new", type=int, default=32768, help="new tokens the slots are planned for")
     parser.add_argument("--new", type=int, default=None, help="new tokens decoded per request")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "gpu_aime_engine.json")
     args = parser.parse_args(argv)
-    defaults = (dict(budgets=[32, 64], new=6) if args.smoke else dict(budgets=[4096, 8192, 16384, 32768], new=256))
+    defaults = (dict(budgets=[32, 64], new=6, samples=8) if args.smoke
+                else dict(budgets=[4096, 8192, 16384, 32768], new=256, samples=64))
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -274,6 +274,45 @@ def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, 
             "rest_s": wall - spent, "plan": plan.to_dict(), "generated": [len(c.token_ids) for c in out[0]]}
 
 
+#: The compression's share of one prefill on the H100 run of 2026-11-26 (``../shared/reference/gpu.md``: SnapStream at
+#: 16k against the full cache's prefill, at 32k / 64k / 128k tokens): what building one configuration's cache from
+#: a prompt costs, for rates taken from ``results/bench/gpu.json``, which does not measure it.
+H100_COMPRESSION_SHARE = {32768: 0.034, 65536: 0.023, 131072: 0.009}
+
+
+def rates_from_gpu_json(path: Path) -> Rates:
+    """:class:`Rates` from a committed ``benchmarks.gpu`` run (``results/bench/gpu.json``), without a GPU: prefill
+    from the full cache's prefill at each length; the step from every decode point replayed as a CUDA graph (its
+    rows and bytes as :func:`step_bytes` counts them); an engine's cost from those points' first (capturing) step;
+    the per-token branch cost from :data:`H100_COMPRESSION_SHARE`. No slice checks them: that takes a GPU."""
+    from snapeval.cache import resolve_method
+    from snapeval.memory_plan import ModelShape
+
+    run = json.loads(Path(path).read_text())
+    result = run["results"][0]
+    shape = ModelShape.of_preset(result["model"], dtype_bytes=2)
+    prefill_rows, prefill_s, step_rows, step_s, firsts = [], [], [], [], []
+    for length, point in result["lengths"].items():
+        n, new = int(point["prompt_tokens"]), int(point["new_tokens"])
+        prefill_rows.append([1.0, n, n * n])
+        prefill_s.append(point["full"]["prefill_s"])
+        for path_name, config in (("full", resolve_method("full")),
+                                  ("snapstream", resolve_method("snapstream", int(point["decode_budget"])))):
+            for key in ("batch_1_graphs", "max_batch_graphs"):
+                rate = point[path_name].get(key, {})
+                if "step_s" in rate:
+                    step_rows.append([1.0, step_bytes(shape, config, rate["rows"], n, new)])
+                    step_s.append(rate["step_s"])
+                    firsts.append(rate["first_step_s"])
+    a, b, c = least_squares(prefill_rows, prefill_s)
+    fixed, per_byte = least_squares(step_rows, step_s)
+    per_token = least_squares([[n] for n in H100_COMPRESSION_SHARE],
+                              [share * (a + b * n + c * n * n) for n, share in H100_COMPRESSION_SHARE.items()])[0]
+    firsts.sort()
+    return Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte, engine_s=firsts[len(firsts) // 2],
+                 branch_per_token_s=per_token, device=f"{run['device']} (results/bench/gpu.json)", shape=asdict(shape))
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # the paper grids' items
 
@@ -490,23 +529,43 @@ def run(args, save=lambda payload: None) -> dict:
           f"{predicted['seconds']:.1f} s ({predicted['seconds'] / measured['wall_s']:.2f}x)", flush=True)
     release(device)
 
-    measured_sheet = device_sheet(device_name)
+    record(**project_grids(args, rates, lengths,
+                           torch.cuda.get_device_properties(0).total_memory if device.type == "cuda" else 80e9))
+    return payload
+
+
+def project_grids(args, rates: Rates, lengths: dict, device_bytes: float) -> dict:
+    """Both paper configs projected with ``rates`` (restated for ``args.as_hardware`` when they were measured on
+    another GPU kind with a sheet), printed, and returned as the payload's ``grids`` entries."""
+    measured_sheet = device_sheet(rates.device)
     as_rates = rates
     if args.as_hardware and measured_sheet and args.as_hardware != measured_sheet:
         as_rates = rates.on_hardware(hardware_sheet(measured_sheet), hardware_sheet(args.as_hardware))
-    device_bytes = (hardware_sheet(args.as_hardware)["hbm_bytes"] if args.as_hardware
-                    else torch.cuda.get_device_properties(0).total_memory if device.type == "cuda" else 80e9)
-    new_tokens = dict(pair.split("=", 1) for pair in args.new_tokens)
-    grids = {path: project_config(path, lengths, as_rates, device_bytes=device_bytes,
-                                  new_tokens={k: int(v) for k, v in new_tokens.items()}, chunk=args.chunk)
+    if args.as_hardware:
+        device_bytes = hardware_sheet(args.as_hardware)["hbm_bytes"]
+    new_tokens = {task: int(n) for task, n in (pair.split("=", 1) for pair in args.new_tokens)}
+    grids = {path: project_config(path, lengths, as_rates, device_bytes=device_bytes, new_tokens=new_tokens,
+                                  chunk=args.chunk)
              for path in PAPER_CONFIGS}
     llama = grids[PAPER_CONFIGS[0]]["gpu_hours_by_task"]
-    record(grids=grids, projected_as=as_rates.device,
-           paper_llama_longbench_pair_gpu_hours=llama.get("longbench_v2", 0) + llama.get("longbench_v2_cot", 0))
     for path, grid in grids.items():
         print(f"{path}: {grid['gpu_hours']:.1f} GPU-hours ({as_rates.device}); by task: "
               + ", ".join(f"{k} {v:.1f}" for k, v in grid["gpu_hours_by_task"].items()), flush=True)
-    return payload
+    caveats = ["every generation runs to its max_gen_toks unless --new-tokens gives a mean: an upper bound",
+               "a configuration the plan decodes alone (listed per pass) decodes in the eager loop, priced here at "
+               "the captured step's rate: an underestimate for it",
+               "a model split over GPUs runs its layers one after another: its hours are one GPU's, times its GPUs"]
+    return {"grids": grids, "projected_as": as_rates.device, "projected_rates": asdict(as_rates), "caveats": caveats,
+            "device_bytes": device_bytes, "new_tokens": new_tokens or "max_gen_toks (an upper bound)",
+            "paper_llama_longbench_pair_gpu_hours": llama.get("longbench_v2", 0) + llama.get("longbench_v2_cot", 0)}
+
+
+def project_from_rates(args, rates: Rates) -> dict:
+    """The grids from rates measured elsewhere (``--rates-from``): no model, no device, no slice."""
+    lengths = json.loads(Path(args.lengths).read_text())
+    return {"benchmark": "paper_projection", "smoke": False, "machine": machine(), "rates_from": str(args.rates_from),
+            "rates": asdict(rates), "slice": None, "load_average": os.getloadavg(),
+            **project_grids(args, rates, lengths, 80e9)}
 
 
 def main(argv=None) -> Path:
@@ -525,6 +584,9 @@ def main(argv=None) -> Path:
                         help="project the grids for this GPU (restated from the measured one by the sheets)")
     parser.add_argument("--new-tokens", nargs="*", default=[], metavar="TASK=N",
                         help="mean new tokens of a task instead of its max_gen_toks (an upper bound)")
+    parser.add_argument("--rates-from", type=Path, default=None, metavar="GPU_JSON",
+                        help="no measurement: project the grids from a committed benchmarks.gpu run's figures "
+                             "(results/bench/gpu.json); runs on the CPU, without a slice")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "paper_projection.json")
     args = parser.parse_args(argv)
     defaults = (dict(calibration_lengths=[64, 128, 256], calibration_new=4, slice_new=6) if args.smoke else
@@ -535,7 +597,10 @@ def main(argv=None) -> Path:
     for pair in args.new_tokens:
         if "=" not in pair or not pair.split("=", 1)[1].isdigit():
             parser.error(f"--new-tokens {pair!r} is invalid; allowed: TASK=N with N a whole number")
-    run(args, lambda payload: write_json_at(args.out, payload))
+    if args.rates_from:
+        write_json_at(args.out, project_from_rates(args, rates_from_gpu_json(args.rates_from)))
+    else:
+        run(args, lambda payload: write_json_at(args.out, payload))
     print(f"wrote {args.out}")
     return args.out
 

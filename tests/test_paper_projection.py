@@ -162,3 +162,25 @@ def test_the_gpu_session_runs_each_section_in_its_own_process_and_records_it(tmp
     assert json.loads((tmp_path / "gpu_aime_engine.json").read_text())["smoke"] is True
     with pytest.raises(SystemExit):
         gpu_session.main(["--smoke"])  # no --out: a one-line usage error
+
+
+def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
+    """--rates-from: the rates fitted to results/bench/gpu.json's H100 figures give back its CUDA-graph step times
+    (within 15%) and its full-cache prefill times (within 2%), and the grids are projected from them."""
+    from snapeval.cache import resolve_method
+
+    gpu = json.loads((ROOT / "results" / "bench" / "gpu.json").read_text())["results"][0]
+    rates = projection.rates_from_gpu_json(ROOT / "results" / "bench" / "gpu.json")
+    for point in gpu["lengths"].values():
+        n, new = point["prompt_tokens"], point["new_tokens"]
+        assert rates.prefill_s(n) == pytest.approx(point["full"]["prefill_s"], rel=0.02)
+        for name, config in (("full", resolve_method("full")),
+                             ("snapstream", resolve_method("snapstream", point["decode_budget"]))):
+            for key in ("batch_1_graphs", "max_batch_graphs"):
+                rate = point[name][key]
+                predicted = rates.step_s(projection.step_bytes(SHAPE, config, rate["rows"], n, new))
+                assert predicted == pytest.approx(rate["step_s"], rel=0.15), (name, key, n)
+    out = projection.main(["--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--out",
+                           str(tmp_path / "p.json")])
+    payload = json.loads(out.read_text())
+    assert payload["slice"] is None and payload["paper_llama_longbench_pair_gpu_hours"] > 0

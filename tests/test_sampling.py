@@ -1,5 +1,5 @@
-"""The sampler (snapeval/decoding/sampling.py): a Gumbel-max draw from counter-based noise equals sampling from the
-filtered softmax (checked against the textbook distribution), keeps exactly the tokens top-k / top-p keep (checked
+"""The sampler (snapeval/decoding/sampling.py): an inverse-transform draw at a counter-based uniform equals sampling
+from the filtered softmax (checked against the textbook distribution), keeps exactly the tokens top-k / top-p keep (checked
 against Hugging Face's warpers), and a row's draw depends on its own seed and counter only."""
 import math
 
@@ -13,7 +13,7 @@ from snapeval.decoding.sampling import (SampleStream, SlotSampler, choose, filte
 
 def test_the_noise_is_uniform_and_reproducible():
     seeds, drawn = torch.tensor([0, 1, 2**40, -5]), torch.tensor([0, 7, 3, 2**33])
-    u = uniform_noise(seeds, drawn, 50_000)
+    u = uniform_noise(seeds, drawn, 50_000)  # 50,000 consecutive indices per row; the sampler uses the first
     assert torch.equal(u, uniform_noise(seeds, drawn, 50_000))
     assert (u > 0).all() and (u < 1).all()
     flat = u.flatten()
@@ -24,6 +24,12 @@ def test_the_noise_is_uniform_and_reproducible():
     ks = float((ordered - torch.arange(1, n + 1, dtype=torch.float64) / n).abs().max())
     assert ks < 1.95 / math.sqrt(n)
     assert not torch.equal(u[0], u[1])  # other seeds, other counters: other noise
+    # what the sampler draws: the first uniform of consecutive counters of one seed, and of consecutive seeds
+    for across in (uniform_noise(torch.full((100_000,), 11), torch.arange(100_000))[:, 0],
+                   uniform_noise(torch.arange(100_000), torch.zeros(100_000, dtype=torch.long))[:, 0]):
+        ordered = across.sort().values
+        n = len(ordered)
+        assert float((ordered - torch.arange(1, n + 1, dtype=torch.float64) / n).abs().max()) < 1.95 / math.sqrt(n)
 
 
 @pytest.mark.parametrize("params", [

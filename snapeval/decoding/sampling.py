@@ -1,13 +1,14 @@
 """Per-request token choice: greedy argmax, or temperature / top-k / top-p sampling from the request's own stream.
 
-A sampled request draws its ``j``-th token (``j = 0`` for the token chosen from the prefill's logits) by the
-Gumbel-max trick: ``argmax_v (filtered_logits[v] + G[v])`` with ``G[v] = -log(-log(U[v]))`` and ``U[v]`` uniform in
-(0, 1), which draws ``v`` with probability ``softmax(filtered_logits)[v]`` (Gumbel 1954; the trick's textbook
-statement: Maddison, Tarlow and Minka, "A* Sampling", 2014). ``U`` is a counter-based hash of (the request's seed,
-``j``, ``v``) (SplitMix64's finaliser), not the state of a generator: the draw depends on nothing but the request, so
-sampled tokens are the same alone or in any batch, on any engine row, across runs, and a whole batch draws in one
-set of tensor operations with the seeds and counters as tensors. That is what lets the engine sample inside its
-captured CUDA graph (:class:`SlotSampler`): no host work per row, no generator state outside the graph.
+A sampled request draws its ``j``-th token (``j = 0`` for the token chosen from the prefill's logits) by inverting
+the cumulative distribution of its filtered softmax at one uniform number ``U`` in (0, 1): the token whose interval
+of the cumulative probabilities (most likely first) holds ``U``, which draws each token with its probability (the
+textbook inverse-transform method, what ``torch.multinomial`` does with its own generator). ``U`` is a counter-based
+hash of (the request's seed, ``j``) (SplitMix64's finaliser), not the state of a generator: the draw depends on
+nothing but the request, so sampled tokens are the same alone or in any batch, on any engine row, across runs, and a
+whole batch draws in one set of tensor operations with the seeds and counters as tensors. That is what lets the
+engine sample inside its captured CUDA graph (:class:`SlotSampler`): no host work per row, no generator state
+outside the graph.
 """
 from __future__ import annotations
 
@@ -46,11 +47,12 @@ def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
     return (x >> bits) & ((1 << (64 - bits)) - 1)
 
 
-def uniform_noise(seeds: torch.Tensor, drawn: torch.Tensor, vocab: int) -> torch.Tensor:
-    """``U`` ``[R, V]`` float64 in (0, 1): SplitMix64's finaliser of ``seed * golden + drawn * stride + v`` per row
-    (``seeds``, ``drawn``: ``[R]`` int64), its top 53 bits as a fraction offset by half a unit (never 0 or 1)."""
-    v = torch.arange(vocab, device=seeds.device, dtype=torch.long)
-    z = (seeds[:, None] * _GOLDEN + drawn[:, None] * _TOKEN_STRIDE) + v[None, :] + _GOLDEN
+def uniform_noise(seeds: torch.Tensor, drawn: torch.Tensor, count: int = 1) -> torch.Tensor:
+    """``U`` ``[R, count]`` float64 in (0, 1): SplitMix64's finaliser of ``seed * golden + drawn * stride + i`` per
+    row (``seeds``, ``drawn``: ``[R]`` int64; ``i < count``), its top 53 bits as a fraction offset by half a unit
+    (never 0 or 1)."""
+    i = torch.arange(count, device=seeds.device, dtype=torch.long)
+    z = (seeds[:, None] * _GOLDEN + drawn[:, None] * _TOKEN_STRIDE) + i[None, :] + _GOLDEN
     z = (z ^ _shift_right(z, 30)) * _MIX1
     z = (z ^ _shift_right(z, 27)) * _MIX2
     z = z ^ _shift_right(z, 31)
@@ -78,12 +80,14 @@ def filter_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
 def sample_rows(logits: torch.Tensor, do_sample: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                 top_p: torch.Tensor, seeds: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
     """The next token ``[R]`` of every row of ``logits`` ``[R, V]``: the argmax where ``do_sample`` ``[R]`` is False,
-    else a Gumbel-max draw from the row's filtered logits (:func:`filter_rows`) with the noise of its ``seeds`` and
-    ``drawn`` (:func:`uniform_noise`). Pure tensor operations (no host synchronisation): a captured step runs it."""
+    else the inverse-transform draw from the row's filtered softmax (:func:`filter_rows`; the dropped tokens are a
+    suffix of the sorted row, with no probability) at the uniform of its ``seeds`` and ``drawn``
+    (:func:`uniform_noise`). Pure tensor operations (no host synchronisation): a captured step runs it."""
     greedy = logits.argmax(-1)
     ordered, order = filter_rows(logits, temperature, top_k, top_p)
-    gumbel = -torch.log(-torch.log(uniform_noise(seeds, drawn, logits.shape[-1])))
-    pick = (ordered.double() + gumbel.gather(1, order)).argmax(-1, keepdim=True)
+    cumulative = ordered.softmax(-1).double().cumsum(-1)
+    target = uniform_noise(seeds, drawn) * cumulative[:, -1:]
+    pick = torch.searchsorted(cumulative, target, right=True).clamp(max=logits.shape[-1] - 1)
     return torch.where(do_sample, order.gather(1, pick)[:, 0], greedy)
 
 
