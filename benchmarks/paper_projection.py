@@ -121,12 +121,14 @@ def step_bytes(shape, config, rows: int, prompt: int, max_new: int) -> int:
     return shape.weight_bytes + engine_bytes(shape, config, rows, prompt, max_new)
 
 
-def group_plan(shape, configs, items, *, budget: int, chunk: int):
+def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None):
     """The memory plan of a group on CUDA (:func:`snapeval.memory_plan.plan_group`), as ``BranchSet.plan`` makes it
-    there with ``budget`` bytes and the weights in use."""
+    there with ``budget`` bytes and the weights in use: at most ``chunk`` items in flight (default: the sweep's
+    :data:`~snapeval.memory_plan.GPU_CHUNK`), never more than the items."""
     from snapeval.branching import capture_window
-    from snapeval.memory_plan import Item, plan_group
+    from snapeval.memory_plan import GPU_CHUNK, Item, plan_group
 
+    chunk = min(chunk or GPU_CHUNK, len(items))
     return plan_group(shape, configs, [Item(p, m) for p, m in items], chunk=chunk, window=capture_window(configs),
                       budget=budget, in_use=shape.weight_bytes, device="cuda:0")
 
@@ -154,7 +156,8 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
     return out
 
 
-def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int = 8, prefills: int = 1) -> dict:
+def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int | None = None,
+                  prefills: int = 1) -> dict:
     """The predicted seconds of one group: ``items`` ``[(prompt tokens, new tokens)]`` under every configuration,
     ``prefills`` prefills per item (1: shared by every configuration; a two-pass task's second pass prefills each
     configuration's own prompt: ``len(configs)``). Returns the parts, the plan's chunk and rows, and the steps."""
@@ -377,7 +380,7 @@ def task_items(task, preset: str, lengths: dict, new_tokens: dict[str, int]) -> 
 
 
 def project_config(path: str, lengths: dict, rates: Rates, *, device_bytes: float, new_tokens: dict[str, int],
-                   chunk: int = 8) -> dict:
+                   chunk: int | None = None) -> dict:
     """Every model x task group of one sweep config: seconds and GPU-hours per group, per task, per model, all."""
     from snapeval.memory_plan import MARGIN_BYTES, MARGIN_FRACTION, ModelShape
     from snapeval.sweep.grid import expand_grid
@@ -503,12 +506,15 @@ def run(args, save=lambda payload: None) -> dict:
         payload.update(entries, load_average_end=os.getloadavg(), wall_seconds=time.perf_counter() - started)
         save(payload)
 
+    from snapeval.memory_plan import GPU_CHUNK
+
+    chunk = args.chunk or (GPU_CHUNK if device.type == "cuda" else 8)  # what the sweep asks on each device
     warm = prompts_of_lengths(tokenizer, [64])
-    measure_group(model, tokenizer, configs, warm, 3, args.chunk, budget)  # kernels, allocator, the first capture
+    measure_group(model, tokenizer, configs, warm, 3, chunk, budget)  # kernels, allocator, the first capture
     for length in args.calibration_lengths:
         prompts = prompts_of_lengths(tokenizer, [length] * args.calibration_items)
         payload["calibration"].append(measure_group(model, tokenizer, configs, prompts, args.calibration_new,
-                                                    args.chunk, budget))
+                                                    chunk, budget))
         release(device)
         record()
         print(f"[{time.perf_counter() - started:6.0f}s] calibration at {length}: "
@@ -518,10 +524,10 @@ def run(args, save=lambda payload: None) -> dict:
 
     slice_prompts = prompts_of_lengths(tokenizer, slice_lengths(lengths, args.slice_items, args.seed,
                                                                 SMOKE_SCALE if smoke else 1.0))
-    measured = measure_group(model, tokenizer, configs, slice_prompts, args.slice_new, args.chunk, budget)
+    measured = measure_group(model, tokenizer, configs, slice_prompts, args.slice_new, chunk, budget)
     group_budget = budget if budget is not None else 2**62
     predicted = project_group(shape, configs, [(len(p), args.slice_new) for p in slice_prompts], rates,
-                              budget=group_budget, chunk=args.chunk)
+                              budget=group_budget, chunk=chunk)
     record(slice={"measured": measured, "predicted": predicted,
                   "predicted_over_measured": predicted["seconds"] / measured["wall_s"],
                   "steps_equal": all(d["steps"] == predicted["steps"][label] for label, d in measured["decode"].items())})
@@ -578,7 +584,8 @@ def main(argv=None) -> Path:
     parser.add_argument("--slice-items", type=int, default=8)
     parser.add_argument("--slice-new", type=int, default=None, help="new tokens of the slice (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="which LongBench-v2 items the slice draws")
-    parser.add_argument("--chunk", type=int, default=8, help="items in flight at most (the sweep's default 8)")
+    parser.add_argument("--chunk", type=int, default=None,
+                        help="items in flight at most (default: the sweep's on CUDA, memory_plan.GPU_CHUNK)")
     parser.add_argument("--max-memory", type=int, default=None, help="bytes the group may use (default: the device's)")
     parser.add_argument("--as-hardware", choices=("h100", "h200"), default="h100",
                         help="project the grids for this GPU (restated from the measured one by the sheets)")

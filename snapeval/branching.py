@@ -58,16 +58,21 @@ def capture_window(configs: Sequence[MethodConfig]) -> int:
     return max([c.window_queries() for c in configs] + [1])
 
 
-def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = False) -> None:
+def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = False, compact: Sequence = ()) -> None:
     """Build every cache of ``caches`` from ``capture`` one layer at a time (a layer kept in host memory comes back
     to its layer's device once); ``release``: free each captured layer as soon as every cache holds it, so the
-    capture never lives beside a whole copy of itself."""
+    capture never lives beside a whole copy of itself; ``compact``: caches held until an engine row loads them,
+    each layer cut to its filled slots as soon as it is built (:meth:`~snapeval.cache.base.CompressedKVCache.
+    compact_layer`: a short prompt's branch holds its tokens, not the whole budget)."""
     if not caches:  # nothing reads the capture (a set of presses only: their hooks already freed it)
         return
+    compact_ids = {id(cache) for cache in compact}
     for index, layer in enumerate(capture.layers):
         prompt = capture.layer_prompt(index, layer.device)
         for cache in caches:
             cache.load_layer(index, prompt)
+            if id(cache) in compact_ids:
+                cache.compact_layer(index)
         del prompt
         if release:
             capture.release(index)
@@ -184,10 +189,13 @@ class BranchSet:
 
     def plan(self, items: Sequence[Item], chunk: int | None = None, own: Sequence[int] = ()) -> GroupPlan:
         """The memory plan of these items (:func:`snapeval.memory_plan.plan_group`) on this model's device, within
-        ``max_memory``, for at most ``chunk`` items in flight (default: ``batch``); ``own``: configurations (indices)
-        that prefill themselves in this call besides those that never branch."""
+        ``max_memory``, for at most ``chunk`` items in flight (default: ``batch``; on CUDA at most the items);
+        ``own``: configurations (indices) that prefill themselves in this call besides those that never branch."""
         alone = {c.label for i, (c, b) in enumerate(zip(self.configs, self._branches)) if not b or i in own}
-        return plan_group(self.shape, self.configs, items, chunk=chunk or self.batch, window=self.window,
+        chunk = chunk or self.batch
+        if self.device.type == "cuda":  # rows beyond the call's items would only add work to every step
+            chunk = min(chunk, len(items))
+        return plan_group(self.shape, self.configs, items, chunk=chunk, window=self.window,
                           budget=device_budget(self.device, self.max_memory), in_use=bytes_in_use(self.device),
                           device=str(self.device), alone=alone)
 
@@ -357,8 +365,9 @@ class BranchSet:
                         done[c, i] = self._decode_alone(self.configs[c], logits, cache, prompt_of(c, i), sampling[i], i)
                     continue
                 caches = {c: self._empty_branch(c, prefilled, c in rows) for c in members}
-                load_caches(prefilled.capture, [caches[c] for c in members if self.configs[c] not in prefilled.presses],
-                            release=True)
+                built = [c for c in members if self.configs[c] not in prefilled.presses]
+                load_caches(prefilled.capture, [caches[c] for c in built], release=True,
+                            compact=[caches[c] for c in built if c in rows])
                 prefilled.capture = None
                 for c in members:
                     if c in rows:

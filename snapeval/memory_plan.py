@@ -48,6 +48,11 @@ MARGIN_BYTES = 1 * GIB
 MARGIN_FRACTION = 0.08
 #: Smallest prefill chunk (tokens) the plan will split a long prompt into.
 MIN_PREFILL_TOKENS = 512
+#: Items a shared group asks to hold in flight on a GPU (the plan takes fewer when they do not fit, and never more
+#: than the call has): each configuration decodes as many rows as its own bytes allow up to this, so a decode-bound
+#: task (AIME, LiveCodeBench: short prompts, long generations) runs hundreds of small-budget rows, not 8. The CPU
+#: asks for the run's batch size, at least 8 (its committed results).
+GPU_CHUNK = 256
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20,
           "gib": 1 << 30, "tib": 1 << 40}
 
@@ -178,10 +183,15 @@ def _static_rows(config: MethodConfig) -> bool:
 
 
 def branch_bytes(shape: ModelShape, config: MethodConfig, prompt: int) -> int:
-    """One item's one-row branch of ``config`` as held until its rows decode: the engine's layout of its kept
-    prompt (fixed-size: ``budget`` slots; appending: :meth:`~snapeval.cache.config.MethodConfig.kept_tokens`), plus,
-    for a kvpress press, the cache its prefill hook built (keys and values of the kept tokens)."""
+    """One item's one-row branch of ``config`` as held until its rows decode: the engine's layout cut to its kept
+    prompt (:meth:`~snapeval.cache.config.MethodConfig.kept_tokens`: a prompt shorter than a fixed-size budget fills
+    a prefix of the layout, with at most one empty slot where SnapStream's ring starts, and the branch keeps that
+    prefix only,
+    :meth:`~snapeval.cache.base.CompressedKVCache.compact_layer`), plus, for a kvpress press, the cache its prefill
+    hook built (keys and values of the kept tokens)."""
     slots = config.cache_slots(prompt, 0)
+    if not _is_press(config):  # the filled prefix: the kept tokens and at most one empty slot before the ring's first
+        slots = min(slots, config.kept_tokens(prompt, 0) + 1)
     held = shape.rows_cache_bytes(slots)
     if _is_press(config):
         held += shape.dynamic_cache_bytes(config.kept_tokens(prompt, 0))
@@ -390,9 +400,12 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
                   if _is_press(c) and c.label not in alone)
     shared_alone = [c for c in configs if by_label[c.label].decode == "alone" and c.label not in alone]
     built = held_one + sum(alone_cache_bytes(shape, c, item.prompt) for c in shared_alone)
+    # a held branch's layer is built at the whole layout before it is cut to its kept prompt
+    whole = built + sum(shape.rows_cache_bytes(c.cache_slots(item.prompt, 0)) - by_label[c.label].branch_bytes
+                        for c in configs if by_label[c.label].decode == "rows" and not _is_press(c))
     phases = {"prefill": earlier + prefix + on_device + presses + shape.activation_bytes(prefill_tokens, item.prompt),
               # the capture's layers move into the branches one by one: the larger of the two, plus a layer of each
-              "branch": earlier + prefix + presses + max(on_device, built) + layer + built // shape.layers
+              "branch": earlier + prefix + presses + max(on_device, built) + layer + whole // shape.layers
               + shape.window_transient_bytes(item.prompt, window)}
     decoded_alone = [c for c in configs if by_label[c.label].decode == "alone"]
     if decoded_alone:
@@ -446,21 +459,37 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
             plan = build(n, tokens, False)
         return n, plan
 
-    # On a GPU a cache of the whole prompt decodes batched in rows, unless holding its branches would shrink the
-    # chunk every other configuration decodes in (then it decodes alone, as on the CPU).
     batch_whole = False
     chunk, plan = largest_chunk(asked)
     if device.startswith("cuda"):
-        batch_whole = True
-        batched_chunk, batched = largest_chunk(asked)
-        if batched.fits and batched_chunk >= chunk:
-            chunk, plan = batched_chunk, batched
+        # On a GPU decode is bound by the bytes a step moves: the chunk (and whether a cache of the whole prompt
+        # decodes batched in rows or alone) is the one that fits with the fewest bytes per decoded token
+        # (:func:`bytes_per_token`: the weights shared by a step's rows, plus each row's own), a larger chunk on a
+        # tie. Holding more items gives small-budget configurations more rows but leaves less room for the rows of
+        # the large ones; this weighs both.
+        fitting = []
+        n = asked
+        while True:
+            for batch_whole in (True, False):
+                candidate = build(n, tokens, False)
+                if candidate.fits:
+                    fitting.append((bytes_per_token(shape, candidate), -n, not batch_whole, candidate))
+            if n == 1:
+                break
+            n = max(1, n // 2)
+        if fitting:
+            _, _, alone_whole, plan = min(fitting, key=lambda entry: entry[:3])
+            chunk, batch_whole = plan.chunk, not alone_whole
+            if alone_whole and any(not c.FIXED_SIZE and holds_whole_prompt(c, whole) for c in configs):
+                reasons.append("a cache of the whole prompt decodes alone: batched, its held branches would leave "
+                               "the group more bytes per decoded token")
+            if chunk < asked:
+                reasons.append(f"chunk {asked} -> {chunk}: the fewest bytes per decoded token among the chunks "
+                               "that fit")
         else:
             batch_whole = False
-            reasons.append(f"a cache of the whole prompt decodes alone: its held branches would cut the chunk "
-                           f"{chunk} -> {batched_chunk}")
-            plan = build(chunk, tokens, False)
-    if chunk < asked and plan.fits:
+            chunk, plan = largest_chunk(asked)
+    elif chunk < asked and plan.fits:
         reasons.append(f"chunk {asked} -> {chunk}: {asked} items' branches and rows exceed the budget")
         plan = build(chunk, tokens, False)
     if not plan.fits and prefill_tokens is None and not presses:  # presses read the whole prompt's hidden states
@@ -481,6 +510,14 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
             f"needs {gib(plan.total_bytes)} GiB ({gib(plan.in_use_bytes)} GiB already in use); allowed: a larger "
             "max_memory, shorter prompts, or fewer configurations per group")
     return plan
+
+
+def bytes_per_token(shape: ModelShape, plan: GroupPlan) -> float:
+    """Bytes a GPU moves per decoded token of one item over every configuration of ``plan``: a configuration in
+    ``rows`` rows reads the weights once per step for all of them and its rows' cache, so ``(weights + its engine's
+    bytes) / rows``; one decoded alone, the weights and its cache for each token (a decode step is bound by these
+    bytes: ``docs/engine.md``)."""
+    return sum((shape.weight_bytes + c.decode_bytes) / c.rows for c in plan.configurations)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

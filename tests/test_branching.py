@@ -160,3 +160,34 @@ def test_a_sampled_request_samples_the_same_in_any_chunk_or_shard():
             assert [d.token_ids for d in shard[c]] == [whole[c][i].token_ids for i in part]
     for c in range(len(configs)):
         assert whole[c][0].token_ids != whole[c][1].token_ids  # two repeats of one document draw differently
+
+
+@pytest.mark.parametrize("config", [SnapStreamConfig.from_budget(64), SnapStreamConfig(sink=2, recent=8, topk=40, observation=6),
+                                    StreamingLLMConfig.from_budget(64)])
+def test_a_short_prompts_held_branch_keeps_its_tokens_not_the_budget(config):
+    """Issue 44: a prompt shorter than a fixed-size budget fills a prefix of the layout; the branch held for an
+    engine row keeps that prefix only (what memory_plan.branch_bytes counts), and the row loaded from it equals the
+    row loaded from the whole layout."""
+    from snapeval.branching import load_caches
+    from snapeval.cache.methods import method_info
+    from snapeval.memory_plan import ModelShape, branch_bytes
+
+    model = tiny_model("llama")
+    branches = BranchSet(model, TinyTokenizer(), [config, FullConfig()])
+    for length in (5, 15, 30):
+        prefilled = branches.prefill(random_prompt(length, seed=length))
+        whole, cut = (branches._empty_branch(0, prefilled, True) for _ in range(2))
+        load_caches(prefilled.capture, [whole, cut], compact=[cut])
+        kept = cut.layers[0].keys.shape[-2]
+        assert config.kept_tokens(length) <= kept <= config.kept_tokens(length) + 1 < whole.layers[0].keys.shape[-2]
+        held = sum(t.nbytes for layer in cut.layers for t in (layer.keys, layer.values, layer.positions,
+                                                                layer.next_position, layer.fill))
+        planned = branch_bytes(ModelShape.of(model), config, length)
+        assert held <= planned <= held + ModelShape.of(model).rows_cache_bytes(1)
+        rows = [method_info(config).static_cache_class()(model, config) for _ in range(2)]
+        for row, source in zip(rows, (whole, cut)):
+            row.allocate_rows(2, 2, 16, torch.float32, "cpu")
+            row.load_row(1, source)
+        for a, b in zip(rows[0].layers, rows[1].layers):
+            for name in ("keys", "values", "positions", "next_position", "fill"):
+                assert torch.equal(getattr(a, name), getattr(b, name)), (length, name)

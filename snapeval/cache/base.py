@@ -324,6 +324,19 @@ class CompressedKVCache(Cache):
         prefill frees each captured layer once every branch holds it)."""
         self.layers[index].build(prompt)
 
+    def compact_layer(self, index: int) -> None:
+        """Drop layer ``index``'s trailing slots that no row and no head fills (a prompt shorter than the budget
+        fills a prefix of the layout: sinks, ring and top-k in that order), keeping a copy of the filled prefix only.
+        For a branch held until :meth:`load_row` copies it into an engine row, which empties the slots past it: the
+        row is the same, and the branch holds the prompt's tokens instead of the whole budget. Not for a cache that
+        decodes itself (its writes address the whole layout)."""
+        layer = self.layers[index]
+        filled = (layer.positions >= 0).flatten(0, 1).any(0).nonzero()
+        used = int(filled[-1]) + 1 if len(filled) else 1
+        if used < layer.positions.shape[-1]:
+            for name in ("keys", "values", "positions"):
+                setattr(layer, name, getattr(layer, name)[:, :, :used].clone())
+
     @property
     def compress_seconds(self) -> float:
         """Wall time spent in compression at the end of prefill, summed over layers."""

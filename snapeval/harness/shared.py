@@ -33,14 +33,17 @@ def group_models(cells) -> list:
     within the model's ``max_memory`` on the device its inputs go to (the memory plan's budget)."""
     from snapeval.branching import BranchSet, SharedBranches
     from snapeval.harness.lm_eval_model import SnapStreamLM
+    from snapeval.memory_plan import GPU_CHUNK
     from snapeval.models.devices import input_device
 
     spec = cells[0].model
     kwargs = cells[0].evaluate_kwargs()["model_args"]
     loaded = load_once(spec.pretrained, spec.dtype, **spec.placement())
     _freeze_once()
-    slots = max(spec.batch_size, 8)
-    budget = spec.memory_for(input_device(loaded[0]))
+    device = input_device(loaded[0])
+    # items in flight: on a GPU as many as the memory plan lets each configuration decode in rows; else the batch
+    slots = max(spec.batch_size, GPU_CHUNK if device.type == "cuda" else 8)
+    budget = spec.memory_for(device)
     shared = SharedBranches(BranchSet(*loaded, [cell.config for cell in cells], batch=slots, seed=cells[0].seed,
                                       max_memory=budget, run_args=spec.run_args))
     common = {k: v for k, v in kwargs.items() if k != "config"}
