@@ -73,6 +73,14 @@ FLEX_MARGIN = 1.05
 SPLIT_VARIANTS = (64, 1024)
 
 
+def benchmark_device(smoke: bool, benchmark: str):
+    """The device a GPU benchmark runs on: the CPU for ``--smoke`` (tiny shapes, the same code), else CUDA, or an
+    exit naming the benchmark when there is none."""
+    if not smoke and not torch.cuda.is_available():
+        sys.exit(f"benchmarks.{benchmark}: no CUDA device; run with --smoke for the CPU code path")
+    return torch.device("cpu" if smoke else "cuda")
+
+
 def sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)

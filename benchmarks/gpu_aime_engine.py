@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -57,13 +56,11 @@ def run(args, save=lambda payload: None) -> dict:
     from snapeval.engine import Engine, SamplingParams
     from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget, engine_slots
 
-    from benchmarks.gpu import build_model, copy_bandwidth, release, sync
+    from benchmarks.gpu import benchmark_device, build_model, copy_bandwidth, release, sync
     from benchmarks.paper_projection import step_bytes
 
     smoke = args.smoke
-    if not smoke and not torch.cuda.is_available():
-        sys.exit("benchmarks.gpu_aime_engine: no CUDA device; run with --smoke for the CPU code path")
-    device = torch.device("cpu" if smoke else "cuda")
+    device = benchmark_device(smoke, "gpu_aime_engine")
     started, load_start = time.perf_counter(), os.getloadavg()
     lengths = json.loads(Path(args.lengths).read_text())["tokenizers"][MODEL]["aime24"]
     prompt_tokens = round(sum(lengths) / len(lengths))

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from benchmarks.common import BENCH_DIR, alone_token_ids, full_snapstream_snapkv, machine, write_json_at
-from benchmarks.gpu import build_model, copy_bandwidth, prompt_ids, release, sync
+from benchmarks.gpu import benchmark_device, build_model, copy_bandwidth, prompt_ids, release, sync
 
 MODEL = "llama-3.1-8b-instruct"
 
@@ -119,9 +118,7 @@ def run(args, save=lambda payload: None) -> dict:
     from snapeval.models.loading import packaged_tokenizer
 
     smoke = args.smoke
-    if not smoke and not torch.cuda.is_available():
-        sys.exit("benchmarks.gpu_shared: no CUDA device; run with --smoke for the CPU code path")
-    device = torch.device("cpu" if smoke else "cuda")
+    device = benchmark_device(smoke, "gpu_shared")
     started, load_start = time.perf_counter(), os.getloadavg()
     tokenizer = packaged_tokenizer(MODEL)
     model = build_model(MODEL, device, torch.float32 if smoke else torch.bfloat16, smoke)

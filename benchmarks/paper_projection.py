@@ -42,7 +42,6 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -478,12 +477,10 @@ def run(args, save=lambda payload: None) -> dict:
     from snapeval.memory_plan import ModelShape, device_budget
     from snapeval.models.loading import packaged_tokenizer
 
-    from benchmarks.gpu import build_model, prompts_of_lengths, release
+    from benchmarks.gpu import benchmark_device, build_model, prompts_of_lengths, release
 
     smoke = args.smoke
-    if not smoke and not torch.cuda.is_available():
-        sys.exit("benchmarks.paper_projection: no CUDA device; run with --smoke for the CPU code path")
-    device = torch.device("cpu" if smoke else "cuda")
+    device = benchmark_device(smoke, "paper_projection")
     started, load_start = time.perf_counter(), os.getloadavg()
     lengths = json.loads(Path(args.lengths).read_text())
     tokenizer = WithoutEos(packaged_tokenizer(MODEL))

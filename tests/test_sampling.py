@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from snapeval.decoding import SamplingParams
-from snapeval.decoding.sampling import (SampleStream, SlotSampler, choose, filter_rows, filtered_logits,
-                                        sample_rows, uniform_noise)
+from snapeval.decoding.sampling import SampleStream, SlotSampler, choose, filtered_logits, sample_rows, uniform_noise
 
 
 def test_the_noise_is_uniform_and_reproducible():
