@@ -70,6 +70,11 @@ def main(argv=None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required (the folder of the sections' JSON)")
+    return run_sections(args)
+
+
+def run_sections(args) -> int:
+    """Every section of :data:`SECTIONS` (or ``args.only``) in its own process; 1 when one did not finish."""
     args.out.mkdir(parents=True, exist_ok=True)
     session = {"smoke": args.smoke, "load_average_start": os.getloadavg(), "sections": {}}
     started = time.perf_counter()

@@ -3,7 +3,8 @@
 Each command of a ``bash`` block is matched by one rule of :data:`RULES`: ``run`` (as written, in a fresh process,
 exit 0), ``shrunk`` (with the shrink the docs state), ``model`` (loads SmolLM2: run as written in the slow test),
 ``parse`` (only its arguments read by the command's own parser: it needs what the text names, a GPU, a path of yours
-or a run of minutes) or ``setup`` (the README's set-up, which CI runs). A command no rule matches fails the test: a
+or a run of minutes), ``benchmark`` (a benchmark module's ``main`` reads it, its action replaced by a recorder) or
+``setup`` (the README's set-up, which CI runs, or the GPU machine's). A command no rule matches fails the test: a
 new command in the docs needs a rule here.
 """
 from __future__ import annotations
@@ -52,7 +53,12 @@ RULES = [
     (r"^snapeval-lm-eval .*--limit \d", "model", None),
     (r"^snapeval-lm-eval ", "parse", None),  # a whole task (no --limit)
     (r"^lm_eval --model hf --model_args pretrained=/path/to/model", "parse", None),  # a model of yours
+    (r"^echo /\.gpu/ >> \.git/info/exclude$", "setup", None),  # docs/engine.md: preparing the GPU call
+    (r"^\.venv/bin/python -m benchmarks\.\w+ ", "benchmark", None),  # minutes, or the network: its parser reads it
 ]
+
+#: What a ``benchmark`` command's module would run once its arguments are read (replaced by a recorder in the test).
+BENCHMARK_ACTIONS = ("run", "run_sections", "prepare", "project_from_rates")
 
 
 def rule_of(command: str):
@@ -112,6 +118,24 @@ def test_a_command_that_needs_more_parses(where, command):
     out = subprocess.run([sys.executable, "-c", code, *argv[1:]], capture_output=True, text=True, cwd=REPO,
                          env=_env(), timeout=300)
     assert out.returncode == 0 and out.stdout.split()[-1] in ("hf", "snapeval"), f"{where}: {out.stderr[-1500:]}"
+
+
+@pytest.mark.parametrize("where, command", [(f, c) for f, c in COMMANDS if rule_of(c)[0] == "benchmark"],
+                         ids=lambda v: v[:60])
+def test_a_benchmark_command_is_read_by_its_own_parser(where, command, monkeypatch):
+    """A documented benchmark command (the GPU call's preparation and smoke run: the network, or minutes) goes
+    through its module's own ``main`` with what it would then run replaced by a recorder: every flag is read as
+    written, and it reaches its action."""
+    import importlib
+
+    argv = shlex.split(command)
+    module = importlib.import_module(argv[argv.index("-m") + 1])
+    reached = []
+    for name in BENCHMARK_ACTIONS:
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, lambda *args, name=name, **kwargs: reached.append(name) or 0)
+    module.main(argv[argv.index("-m") + 2:])
+    assert reached, f"{where}: {command} reached none of {BENCHMARK_ACTIONS}"
 
 
 @pytest.mark.slow
