@@ -71,7 +71,8 @@ class Rates:
     - ``prefill_s(n) = a + b n + c n^2`` for one prompt of ``n`` tokens (one forward into the capture);
     - ``step_s(bytes) = step_fixed_s + bytes / bandwidth`` for one decode step that moves ``bytes``;
     - ``engine_s`` per engine (its rows, its captured step) and ``branch_per_token_s x n`` per item and configuration
-      (the configuration's cache built from an ``n``-token capture).
+      (the configuration's cache built from an ``n``-token capture);
+    - a configuration decoded alone steps eagerly: ``alone_factor x step_s(bytes)``.
     """
 
     prefill: tuple[float, float, float]
@@ -81,6 +82,10 @@ class Rates:
     branch_per_token_s: float
     device: str
     shape: dict
+    #: a step of a configuration decoded alone (:func:`snapeval.decoding.decode`, eager) over the captured step at
+    #: the same bytes: measured where the calibration decodes one alone, else 1 (and the projection says so)
+    alone_factor: float = 1.0
+    alone_measured: bool = False
 
     def prefill_s(self, tokens: int) -> float:
         a, b, c = self.prefill
@@ -132,15 +137,16 @@ def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None):
                       budget=budget, in_use=shape.weight_bytes, device="cuda:0")
 
 
-def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int]]]:
+def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int, bool]]]:
     """Per configuration, its decode as the group runs it: one entry per engine (configurations in rows: one per
-    chunk of ``plan.chunk`` items in input order) or per item decoded alone, each ``(steps, bytes per step)``.
+    chunk of ``plan.chunk`` items in input order) or per item decoded alone, each ``(steps, bytes per step,
+    alone)``.
     An engine of ``r`` rows decodes ``k`` requests of ``m`` new tokens in ``ceil(k / r) (m - 1)`` steps (the first
     token comes from the prefill; continuous batching refills a slot as its request ends: with equal lengths, in
     waves), every step moving :func:`step_bytes` at the chunk's largest prompt."""
     from snapeval.memory_plan import alone_cache_bytes
 
-    out: dict[str, list[tuple[int, int]]] = {}
+    out: dict[str, list[tuple[int, int, bool]]] = {}
     for config in configs:
         mode, entries = plan.decode_mode(config.label), []
         for start in range(0, len(items), plan.chunk):
@@ -148,9 +154,10 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
             if mode.decode == "rows":
                 prompt, new = max(p for p, _ in part), max(m for _, m in part)
                 steps = math.ceil(len(part) / mode.rows) * (new - 1)
-                entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new)))
+                entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new), False))
             else:
-                entries += [(m - 1, shape.weight_bytes + alone_cache_bytes(shape, config, p, m // 2)) for p, m in part]
+                entries += [(m - 1, shape.weight_bytes + alone_cache_bytes(shape, config, p, m // 2), True)
+                            for p, m in part]
         out[config.label] = entries
     return out
 
@@ -163,14 +170,15 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
     plan = group_plan(shape, configs, items, budget=budget, chunk=chunk)
     schedule = decode_schedule(shape, configs, items, plan)
     prefill = prefills * sum(rates.prefill_s(p) for p, _ in items)
-    engines = sum(len(v) for v in schedule.values())
+    engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
     branch = len(configs) * sum(rates.branch_per_token_s * p for p, _ in items) + engines * rates.engine_s
-    decode = {label: sum(steps * rates.step_s(moved) for steps, moved in entries)
+    decode = {label: sum(steps * rates.step_s(moved) * (rates.alone_factor if alone else 1.0)
+                         for steps, moved, alone in entries)
               for label, entries in schedule.items()}
     total = prefill + branch + sum(decode.values())
     return {"seconds": total, "prefill_s": prefill, "branch_s": branch, "decode_s": sum(decode.values()),
             "decode_s_per_configuration": decode, "engines": engines,
-            "steps": {label: sum(s for s, _ in entries) for label, entries in schedule.items()},
+            "steps": {label: sum(s for s, _, _ in entries) for label, entries in schedule.items()},
             "chunk": plan.chunk, "rows": {c.label: plan.decode_mode(c.label).rows for c in configs},
             "alone": [c.label for c in configs if plan.decode_mode(c.label).decode == "alone"],
             "items": len(items), "prompt_tokens_mean": sum(p for p, _ in items) / len(items)}
@@ -235,8 +243,13 @@ def fit_rates(runs: list[dict], device: str, shape) -> Rates:
     a, b, c = robust_least_squares(prefill_rows, prefill_s)
     fixed, per_byte = robust_least_squares(step_rows, step_s)
     engine, per_token = least_squares(rest_rows, rest_s)  # one point per run: nothing to set aside
-    return Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte if per_byte > 0 else math.inf,
-                 engine_s=engine, branch_per_token_s=per_token, device=device, shape=asdict(shape))
+    rates = Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte if per_byte > 0 else math.inf,
+                  engine_s=engine, branch_per_token_s=per_token, device=device, shape=asdict(shape))
+    factors = sorted(entry["step_s"] / rates.step_s(entry["bytes_per_step"])
+                     for run in runs for entry in run.get("alone", {}).values() if entry["steps"])
+    if factors:
+        rates = replace(rates, alone_factor=factors[len(factors) // 2], alone_measured=True)
+    return rates
 
 
 def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, budget: int | None) -> dict:
@@ -258,21 +271,27 @@ def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, 
     items = [(len(p), max_new) for p in prompts]
     schedule = decode_schedule(shape, configs, items, plan)
     decode = {}
+    decode, alone = {}, {}
     for config in configs:
-        totals = branches.stats.decode.get(config.label)
         entries = schedule[config.label]
-        if totals is None:  # decoded alone: its steps are not an engine's
-            continue
-        steps = totals["steps"]
-        decode[config.label] = {
-            "rows": totals["rows"], "steps": steps, "seconds": totals["seconds"], "captured": totals["captured"],
-            "step_s": totals["seconds"] / steps if steps else None,
-            "bytes_per_step": sum(s * b for s, b in entries) / max(sum(s for s, _ in entries), 1),
-            "predicted_steps": sum(s for s, _ in entries)}
+        predicted = {"bytes_per_step": sum(s * b for s, b, _ in entries) / max(sum(s for s, _, _ in entries), 1),
+                     "predicted_steps": sum(s for s, _, _ in entries)}
+        if config.label in branches.stats.decode:
+            totals = branches.stats.decode[config.label]
+            steps = totals["steps"]
+            decode[config.label] = {
+                "rows": totals["rows"], "steps": steps, "seconds": totals["seconds"], "captured": totals["captured"],
+                "step_s": totals["seconds"] / steps if steps else None, **predicted}
+        if config.label in branches.stats.decode_alone:  # decoded alone: the eager loop, one row
+            totals = branches.stats.decode_alone[config.label]
+            alone[config.label] = {**totals, "step_s": totals["seconds"] / totals["steps"] if totals["steps"] else None,
+                                   **predicted}
     prefills = [(len(p), out[0][i].prefill_seconds) for i, p in enumerate(prompts)]
-    spent = sum(s for _, s in prefills) + sum(d["seconds"] for d in decode.values())
+    spent = (sum(s for _, s in prefills) + sum(d["seconds"] for d in decode.values())
+             + sum(d["seconds"] for d in alone.values()))
     return {"wall_s": wall, "items": len(prompts), "max_new": max_new, "configurations": len(configs),
-            "engines": sum(len(v) for v in schedule.values()), "prefills": prefills, "decode": decode,
+            "engines": sum(1 for v in schedule.values() for _, _, by_itself in v if not by_itself),
+            "prefills": prefills, "decode": decode, "alone": alone,
             "rest_s": wall - spent, "plan": plan.to_dict(), "generated": [len(c.token_ids) for c in out[0]]}
 
 
@@ -286,7 +305,8 @@ def rates_from_gpu_json(path: Path) -> Rates:
     """:class:`Rates` from a committed ``benchmarks.gpu`` run (``results/bench/gpu.json``), without a GPU: prefill
     from the full cache's prefill at each length; the step from every decode point replayed as a CUDA graph (its
     rows and bytes as :func:`step_bytes` counts them); an engine's cost from those points' first (capturing) step;
-    the per-token branch cost from :data:`H100_COMPRESSION_SHARE`. No slice checks them: that takes a GPU."""
+    the per-token branch cost from :data:`H100_COMPRESSION_SHARE`; a step decoded alone from the full cache's eager
+    batch-1 step over its CUDA-graph one. No slice checks them: that takes a GPU."""
     from snapeval.cache import resolve_method
     from snapeval.memory_plan import ModelShape
 
@@ -311,8 +331,13 @@ def rates_from_gpu_json(path: Path) -> Rates:
     per_token = least_squares([[n] for n in H100_COMPRESSION_SHARE],
                               [share * (a + b * n + c * n * n) for n, share in H100_COMPRESSION_SHARE.items()])[0]
     firsts.sort()
+    # a configuration decoded alone steps eagerly: the full cache's eager batch-1 step over its CUDA-graph one
+    factors = sorted(point["full"]["batch_1"]["step_s"] / point["full"]["batch_1_graphs"]["step_s"]
+                     for point in result["lengths"].values()
+                     if "step_s" in point["full"].get("batch_1", {}) and "step_s" in point["full"].get("batch_1_graphs", {}))
     return Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte, engine_s=firsts[len(firsts) // 2],
-                 branch_per_token_s=per_token, device=f"{run['device']} (results/bench/gpu.json)", shape=asdict(shape))
+                 branch_per_token_s=per_token, device=f"{run['device']} (results/bench/gpu.json)", shape=asdict(shape),
+                 alone_factor=factors[len(factors) // 2] if factors else 1.0, alone_measured=bool(factors))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -527,7 +552,8 @@ def run(args, save=lambda payload: None) -> dict:
                               budget=group_budget, chunk=chunk)
     record(slice={"measured": measured, "predicted": predicted,
                   "predicted_over_measured": predicted["seconds"] / measured["wall_s"],
-                  "steps_equal": all(d["steps"] == predicted["steps"][label] for label, d in measured["decode"].items())})
+                  "steps_equal": all(d["steps"] == predicted["steps"][label]
+                                     for part in ("decode", "alone") for label, d in measured[part].items())})
     print(f"[{time.perf_counter() - started:6.0f}s] slice: measured {measured['wall_s']:.1f} s, predicted "
           f"{predicted['seconds']:.1f} s ({predicted['seconds'] / measured['wall_s']:.2f}x)", flush=True)
     release(device)
@@ -555,8 +581,9 @@ def project_grids(args, rates: Rates, lengths: dict, device_bytes: float) -> dic
         print(f"{path}: {grid['gpu_hours']:.1f} GPU-hours ({as_rates.device}); by task: "
               + ", ".join(f"{k} {v:.1f}" for k, v in grid["gpu_hours_by_task"].items()), flush=True)
     caveats = ["every generation runs to its max_gen_toks unless --new-tokens gives a mean: an upper bound",
-               "a configuration the plan decodes alone (listed per pass) decodes in the eager loop, priced here at "
-               "the captured step's rate: an underestimate for it",
+               "a configuration the plan decodes alone (listed per pass) decodes in the eager loop: its steps are "
+               + (f"priced at {as_rates.alone_factor:.2f}x the captured step (measured)" if as_rates.alone_measured
+                  else "priced at the captured step's rate, none having been measured: an underestimate for it"),
                "a model split over GPUs runs its layers one after another: its hours are one GPU's, times its GPUs"]
     return {"grids": grids, "projected_as": as_rates.device, "projected_rates": asdict(as_rates), "caveats": caveats,
             "device_bytes": device_bytes, "new_tokens": new_tokens or "max_gen_toks (an upper bound)",

@@ -110,6 +110,8 @@ class BranchStats:
     chunk_halvings: list[dict] = field(default_factory=list)  # out-of-memory retries: the chunk before and after
     #: per label, its engines' decode: rows (slots), steps, seconds, active slot-steps, whether captured
     decode: dict[str, dict] = field(default_factory=dict)
+    #: per label decoded alone (:func:`snapeval.decoding.decode`, one row, eager): its steps and their seconds
+    decode_alone: dict[str, dict] = field(default_factory=dict)
 
     def count_decode(self, label: str, engine) -> None:
         """Add one engine's :class:`~snapeval.engine.EngineStats` to ``label``'s decode totals."""
@@ -119,6 +121,12 @@ class BranchStats:
         totals["steps"] += engine.stats.decode_steps
         totals["seconds"] += engine.stats.decode_seconds
         totals["active_slot_steps"] += engine.stats.active_slot_steps
+
+    def count_alone(self, label: str, steps: int, seconds: float) -> None:
+        """Add one request decoded alone to ``label``'s totals."""
+        totals = self.decode_alone.setdefault(label, {"steps": 0, "seconds": 0.0})
+        totals["steps"] += steps
+        totals["seconds"] += seconds
 
     def count_prefill(self, tokens: int, start: float) -> float:
         """Count one prefill of ``tokens`` started at ``start`` (``time.perf_counter``); returns its seconds."""
@@ -424,8 +432,9 @@ class BranchSet:
         :func:`snapeval.decoding.decode`: one token per forward, explicit positions (a compressed cache is shorter
         than the sequence)."""
         request = Request(index=index, prompt=prompt, params=params, stream=request_stream(params, self.seed, index))
-        decode(self.model, self.tokenizer, cache, logits[None], [request], torch.tensor([len(prompt)]),
-               stops=self.stops, pad_id=pad_token_id(self.tokenizer))
+        times = decode(self.model, self.tokenizer, cache, logits[None], [request], torch.tensor([len(prompt)]),
+                       stops=self.stops, pad_id=pad_token_id(self.tokenizer))
+        self.stats.count_alone(config.label, len(times) - 1, times[-1] - times[0])
         request.kv_bytes = cache.kv_bytes_per_row()
         completion = request.completion(self.tokenizer, 0.0)
         completion.prefill_seconds = prefill_seconds

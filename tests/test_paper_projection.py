@@ -65,10 +65,10 @@ def test_the_fit_recovers_known_rates_from_groups_timed_with_them():
         schedule = projection.decode_schedule(SHAPE, configs, items, plan)
         decode = {}
         for label, entries in schedule.items():
-            steps = sum(s for s, _ in entries)
-            moved = sum(s * b for s, b in entries) / steps
+            steps = sum(s for s, _, _ in entries)
+            moved = sum(s * b for s, b, _ in entries) / steps
             decode[label] = {"steps": steps, "step_s": true.step_s(moved), "bytes_per_step": moved}
-        engines = sum(len(v) for v in schedule.values())
+        engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
         runs.append({"prefills": [(n, true.prefill_s(n)) for n, _ in items], "decode": decode, "engines": engines,
                      "configurations": len(configs),
                      "rest_s": engines * true.engine_s + len(configs) * true.branch_per_token_s * length * count})
@@ -184,3 +184,29 @@ def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
                            str(tmp_path / "p.json")])
     payload = json.loads(out.read_text())
     assert payload["slice"] is None and payload["paper_llama_longbench_pair_gpu_hours"] > 0
+
+
+def test_a_configuration_decoded_alone_is_priced_at_the_eager_rate():
+    """At 128k on 80 GB the full cache decodes alone (the plan's choice): its steps are priced at alone_factor times
+    the captured step, which the fit takes from the calibration's alone decodes (and --rates-from from the committed
+    run's eager and CUDA-graph batch-1 steps)."""
+    from snapeval.cache import FullConfig
+
+    configs = projection.paper_llama_configs()
+    items = [(120_000, 16)] * 4
+    plain = projection.project_group(SHAPE, configs, items, unit_rates(), budget=int(80e9 * 0.92))
+    assert plain["alone"] == [FullConfig().label]
+    slower = projection.project_group(SHAPE, configs, items, unit_rates(alone_factor=3.0), budget=int(80e9 * 0.92))
+    alone_steps = plain["steps"][FullConfig().label]
+    assert slower["seconds"] - plain["seconds"] == pytest.approx(2 * alone_steps)
+    run = {"prefills": [(1000, 1.0)], "decode": {"a": {"steps": 10, "step_s": 0.01, "bytes_per_step": 1e9}},
+           "engines": 1, "configurations": 1, "rest_s": 0.1,
+           "alone": {"full": {"steps": 10, "seconds": 0.3, "step_s": 0.03, "bytes_per_step": 1e9}}}
+    fitted = projection.fit_rates([run, {**run, "prefills": [(2000, 2.0)], "rest_s": 0.2,
+                                         "decode": {"a": {"steps": 10, "step_s": 0.02, "bytes_per_step": 2e9}}}],
+                                  "test", SHAPE)
+    assert fitted.alone_measured and fitted.alone_factor == pytest.approx(3.0, rel=1e-6)
+    committed = projection.rates_from_gpu_json(ROOT / "results" / "bench" / "gpu.json")
+    points = json.loads((ROOT / "results" / "bench" / "gpu.json").read_text())["results"][0]["lengths"].values()
+    ratios = sorted(p["full"]["batch_1"]["step_s"] / p["full"]["batch_1_graphs"]["step_s"] for p in points)
+    assert committed.alone_measured and committed.alone_factor == ratios[len(ratios) // 2] and ratios[0] > 2
