@@ -350,13 +350,12 @@ def _grade(reader: FrameReader, index: int, mode: str, judge: Judge, deadline: f
     is the verdict of this test (the output's), never an exception: a malformed or oversized output, the judge
     raising, the harness running out of memory, grading that ends past the program's deadline."""
     try:
-        payload = reader.payload
-        reader.release()
+        payload = reader.take_payload()  # no copy: the output is held once while it is checked
         if mode == "stdin":
             check_utf8(payload)
-            output = payload  # graded as UTF-8 bytes: never widened to a str of up to 4 bytes a character
+            output = bytes(payload)  # graded as UTF-8 bytes: never widened to a str of up to 4 bytes a character
         else:
-            output = decode_value(payload)
+            output = decode_value(payload)  # decoded from the reader's own buffer
         del payload
     except OutputTooLarge as exc:
         return "output_limit", str(exc)
