@@ -198,6 +198,16 @@ def test_many_small_values_are_refused_before_they_are_built():
     assert peak < len(payload), peak / len(payload)
 
 
+def test_a_result_of_long_integers_is_held_once_at_a_time():
+    """Issue #47: a functional result was copied out of the reader, then decoded to text by json.loads beside it, then
+    parsed into strings (about 3x its size, 7,000 integers of 3,900 digits: 2.03x the output cap in the harness's
+    RSS). It is taken without a copy and emptied once it is text: the text, then the strings (about 2x)."""
+    expected = [10 ** 3900 + i for i in range(700)]
+    payload = driver.encode_value(expected, RESULT_LIMITS)
+    verdict, ratio = _grading_peak("functional", payload, lambda index, value: value == expected)
+    assert verdict is None and ratio < 2.4, ratio
+
+
 def test_values_under_the_bound_cost_what_limits_py_states():
     payload = driver.encode_value(["\U0001F600"] * (MAX_VALUES - 10), RESULT_LIMITS)
     tracemalloc.start()
