@@ -140,6 +140,29 @@ def harness_costs(repeats: int) -> dict:
     return harness_cost
 
 
+def startup(programs: int) -> dict:
+    """The start-up per program: the median wall time and the mean CPU (this process and its children together) of
+    ``programs`` stdin and functional programs with one trivial test, with the load before and after: run it
+    alternately against two checkouts to compare them in one window."""
+    load = _loadavg()
+    run_program(STDIN[0], [STDIN[1]], mode="stdin", judge=_judge(STDIN[2]))  # warm the isolation probe
+    out = {}
+    for name, (code, inp, expected, func, mode) in {"stdin": STDIN, "functional": FUNCTIONAL}.items():
+        walls, before = [], _cpu_with_children()
+        for _ in range(programs):
+            start = time.perf_counter()
+            assert run_program(code, [inp], mode=mode, judge=_judge(expected), func_name=func).passed
+            walls.append(time.perf_counter() - start)
+        out[f"{name}_program_with_1_test_ms"] = round(statistics.median(walls) * 1e3, 2)
+        out[f"{name}_cpu_ms_per_program"] = round((_cpu_with_children() - before) / programs * 1e3, 2)
+    return {**out, "load_average_before": load, "load_average_after": _loadavg()}
+
+
+def _cpu_with_children() -> float:
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def _judge(expected):
     def judge(index, output):
         output = output.decode() if isinstance(output, bytes) else output  # a standard output arrives as bytes
@@ -169,12 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="2 repeats, 3 tests, 4 parallel programs")
     parser.add_argument("--bomb", choices=sorted(BOMBS), help="run one bomb here and print its cost (JSON)")
     parser.add_argument("--harness-memory-mb", type=int, default=0, help="with --bomb: an address-space limit")
+    parser.add_argument("--startup-only", type=int, default=0, metavar="N",
+                        help="time N programs with one test each (stdin, functional) and print the medians (JSON)")
     parser.add_argument("--bomb-repeats", type=int, default=3, help="rounds of every bomb (medians are reported)")
     parser.add_argument("--bombs-only", action="store_true",
                         help="measure the harness cost of every bomb only and print it (written only with --out)")
     args = parser.parse_args(argv)
     if args.bomb:
         print(json.dumps(bomb(args.bomb, args.harness_memory_mb)))
+        return 0
+    if args.startup_only:
+        print(json.dumps(startup(args.startup_only)))
         return 0
     if args.bombs_only:
         load = _loadavg()

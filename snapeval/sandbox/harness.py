@@ -46,7 +46,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 from snapeval.errors import check_choice
 from snapeval.sandbox.cgroups import RunCgroup
-from snapeval.sandbox.probe import kill_process_group, require_isolation, spawn_driver, uid_spec
+from snapeval.sandbox.probe import keep_resident, kill_process_group, require_isolation, spawn_driver, uid_spec
 from snapeval.sandbox.limits import RESULT_LIMITS, SandboxLimits
 from snapeval.sandbox.protocol import (FrameReader, OutputTooLarge, ProtocolError, check_utf8, decode_value,
                                        input_frame)
@@ -435,6 +435,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
     if mode == "functional" and not func_name:
         return ProgramResult("sandbox_error", detail="functional tests need func_name")
     iso = require_isolation()
+    keep_resident(iso.mapped)  # what the host evicted of the files a run maps, read again (probe.py)
     start = time.perf_counter()
     run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-")  # 0700, the harness's: the program never sees it
     work_dir = str(Path(run_dir, "work"))  # the working directory without a new root (weaker isolation only)
