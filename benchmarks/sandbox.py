@@ -12,7 +12,10 @@ check that writes nowhere unless ``--out`` is given.
 
 The harness's own cost per program under hostile output (``harness_cost``): each bomb of :data:`BOMBS` run by a
 fresh interpreter (``--bomb NAME``, which prints one JSON line), so that its CPU time and peak RSS
-(``getrusage(RUSAGE_SELF)``) are the harness's alone (the run is another process), beside the program's own limits.
+(``getrusage(RUSAGE_SELF)``) are the harness's alone (the run is another process), beside the program's own limits;
+``--bomb-repeats`` rounds of all of them (medians, and each round's ratio to the same round's reference bomb), or
+only them with ``--bombs-only``. ``--startup-only N`` times N programs with one test each: run it alternately in two
+checkouts to compare their start-up in one window. Every report records the load average before and after.
 """
 from __future__ import annotations
 
@@ -137,6 +140,10 @@ def harness_costs(repeats: int) -> dict:
     for cost in harness_cost.values():
         cost["peak_rss_growth_per_output_cap"] = round(cost["harness_peak_rss_growth_mib"] / cap_mib, 2)
         cost["cpu_per_reference_bomb"] = round(cost["harness_cpu_s"] / max(reference_cpu, 1e-3), 2)
+    for name, runs in rounds.items():  # each round's bomb against the same round's reference (the load of its minute)
+        harness_cost[name]["cpu_per_reference_bomb_rounds"] = [
+            round(run["harness_cpu_s"] / max(reference["harness_cpu_s"], 1e-3), 2)
+            for run, reference in zip(runs, rounds[REFERENCE_BOMB])]
     return harness_cost
 
 
@@ -213,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if args.smoke:
-        args.repeats, args.tests = 2, 3
+        args.repeats, args.tests, args.bomb_repeats = 2, 3, 1
     out = args.out or (None if args.smoke else "results/bench/sandbox.json")
     load = _loadavg()
     run_program(STDIN[0], [STDIN[1]], mode="stdin", judge=_judge(STDIN[2]))  # warm the isolation probe

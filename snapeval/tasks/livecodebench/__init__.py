@@ -359,7 +359,7 @@ SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003
 _WIDE_SPACES = tuple(c.encode("utf-8") for c in SPACES if not c.isascii())
 _SPACE_MARKS = bytes(32 if chr(b).isspace() else 120 for b in range(128)) + b"x" * 128  # whitespace -> " ", else "x"
 _CHUNK = 1 << 16  # bytes of output handled at a time where a step needs a copy
-_WINDOW = 1 << 13  # bytes of a piece looked up at a time for multi-byte whitespace
+_WINDOW = 1 << 14  # bytes of a piece looked up at a time for multi-byte whitespace
 
 
 @functools.cache
