@@ -116,6 +116,36 @@ def test_cooperating_samples_in_sequence_cannot_meet_through_the_inode_counter(c
     assert [r.status for r in results] == ["passed", "wrong_answer"], results
 
 
+# The host's PID counter, read through the run's uid (old code: SANDBOX_UID_BASE + the driver's host PID; two per
+# run in between, setpriv/unshare and the driver): the solver makes as many threads (each a host PID) as put the next
+# run's uid at its answer x 64.
+UID_SOLVER = f"""
+import os, threading
+a, b = map(int, input().split())
+driver = os.getuid() - {probe.SANDBOX_UID_BASE}
+for _ in range(((a + b) * 64 - driver - 2) % 1024):
+    thread = threading.Thread(target=int)
+    thread.start()
+    thread.join()
+print(a + b)
+"""
+UID_COPIER = f"import os\nprint((os.getuid() - {probe.SANDBOX_UID_BASE}) % 1024 // 64)\n"
+
+
+@sandboxed
+@pytest.mark.runs_programs
+def test_cooperating_samples_in_sequence_cannot_meet_through_the_run_uid():
+    """Issue #47: a run's uid was SANDBOX_UID_BASE plus its driver's host PID, and a run moves the host's PID counter
+    with every thread it makes: the copier read the solver's answer in its own uid (old code: both passed). The uid
+    is drawn at random now (probe.run_uid_spec)."""
+    if isolation().drop_uid is None:
+        pytest.skip("not root: runs share the harness's uid")
+    judge = lambda index, out: stdout_matches(out, "11\n")  # noqa: E731
+    results = run_programs([ProgramJob(UID_SOLVER, ["4 7\n"], "stdin", judge, group="p"),
+                            ProgramJob(UID_COPIER, ["4 7\n"], "stdin", judge, group="p")], limits=FAST)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
 def test_samples_of_one_problem_never_run_side_by_side(monkeypatch):
     """Old code: ProgramJob had no group, and every job ran as soon as a worker was free."""
     running: dict[str, int] = {}

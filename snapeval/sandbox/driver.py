@@ -338,16 +338,12 @@ def enter_new_root(spec):
 
 
 def run_uid(spec):
-    """The uid this run drops to: ``uid_base`` plus the driver's PID as the host sees it (read from the host's
-    ``/proc`` before the new root hides it), so that no two live runs share a uid (``RLIMIT_NPROC`` counts per uid;
-    signals and ``ptrace`` need the same uid). Without a new root: ``fallback_uid`` (``nobody`` as root, else
-    ``None``: the harness is not root and the run is already unprivileged)."""
-    if spec.get("uid_base") is None:
-        return spec["fallback_uid"]
-    try:
-        return int(spec["uid_base"]) + int(os.readlink("/proc/self"))
-    except (OSError, ValueError):
-        return int(spec["fallback_uid"])
+    """The uid this run drops to: the one the harness reserved for it (``uid``: drawn at random, held by no other
+    live run, see ``probe.run_uid_spec``; never derived from a host-wide counter), so that no two live runs share a
+    uid (``RLIMIT_NPROC`` counts per uid; signals and ``ptrace`` need the same uid). Without a new root:
+    ``fallback_uid`` (``nobody`` as root, else ``None``: the harness is not root and the run is already
+    unprivileged)."""
+    return spec["fallback_uid"] if spec.get("uid") is None else int(spec["uid"])
 
 
 class _CapHeader(ctypes.Structure):

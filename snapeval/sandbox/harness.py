@@ -40,13 +40,14 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable, Sequence
 
 from snapeval.errors import check_choice
 from snapeval.sandbox.cgroups import RunCgroup
-from snapeval.sandbox.probe import keep_resident, kill_process_group, require_isolation, spawn_driver, uid_spec
+from snapeval.sandbox.probe import keep_resident, kill_process_group, require_isolation, run_uid_spec, spawn_driver
 from snapeval.sandbox.limits import RESULT_LIMITS, SandboxLimits
 from snapeval.sandbox.protocol import (FrameReader, OutputTooLarge, ProtocolError, check_utf8, decode_value,
                                        input_frame)
@@ -441,7 +442,9 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
     work_dir = str(Path(run_dir, "work"))  # the working directory without a new root (weaker isolation only)
     run = cgroup = None
     result = ProgramResult("sandbox_error", detail="the sandbox did not start")
+    held = ExitStack()  # the run's uid, reserved until the run is gone (probe.run_uid_spec)
     try:
+        uid = held.enter_context(run_uid_spec(iso.drop_uid, iso.isolate_fs))
         cgroup = iso.cgroups.new_run(int(limits.memory_mb) << 20, int(limits.max_processes)) if iso.cgroups else None
         spec = {
             "mode": mode, "func_name": func_name, "isolate_fs": iso.isolate_fs,
@@ -451,7 +454,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
             "memory_bytes": int(limits.memory_mb) << 20,
             "cpu_total_s": int(len(inputs) * limits.timeout_s + STARTUP_S) + 1,
             "max_file_bytes": int(limits.output_bytes), "max_open_files": int(limits.max_open_files),
-            "max_processes": int(limits.max_processes), **uid_spec(iso.drop_uid, iso.isolate_fs),
+            "max_processes": int(limits.max_processes), **uid,
             "cgroup_procs": cgroup.procs_files if cgroup else [], "load_only": load_only,
             "result_limits": RESULT_LIMITS,
         }
@@ -476,6 +479,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
         elif cgroup is not None:
             cgroup.remove()
         shutil.rmtree(run_dir, ignore_errors=True)
+        held.close()
     if load_only and result.passed:  # it loaded: no test ran
         result.outcomes = []
     result.wall_s = time.perf_counter() - start

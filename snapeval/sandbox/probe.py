@@ -14,17 +14,20 @@ import errno
 import importlib.util
 import json
 import os
+import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from snapeval.errors import SnapevalError
 from snapeval.sandbox.cgroups import CgroupTree, kernel_accounting
@@ -126,9 +129,33 @@ def kill_process_group(proc: subprocess.Popen, timeout: float = 5.0) -> None:
         pass
 
 
-def uid_spec(drop_uid: int | None, isolate_fs: bool) -> dict[str, Any]:
-    """How the child picks its uid: per run (new root, as root) or the fixed ``drop_uid`` (weaker isolation)."""
-    return {"uid_base": SANDBOX_UID_BASE if drop_uid is not None and isolate_fs else None, "fallback_uid": drop_uid}
+_UID_SLOTS = 1 << 24  # the uids a run can get: SANDBOX_UID_BASE and the 2^24 - 1 above it
+
+
+@contextmanager
+def run_uid_spec(drop_uid: int | None, isolate_fs: bool) -> Iterator[dict[str, Any]]:
+    """How the child picks its uid, reserved for as long as the ``with`` block (the run's life): per run (new root,
+    as root) a uid of its own drawn at random from 2^24 above :data:`SANDBOX_UID_BASE`, kept by no other live run of
+    any harness in this network namespace (the host's, as a rule): an abstract AF_UNIX socket named after it stays
+    bound meanwhile (the kernel frees the name when the socket closes, the harness's death included). Not the driver's host PID, as it was: a run that
+    makes threads moves the host's PID counter, and the next run of the same problem read how far in its own uid
+    (``os.getuid()``; issue #47). Weaker isolation: the fixed ``drop_uid``."""
+    if drop_uid is None or not isolate_fs:
+        yield {"uid": None, "fallback_uid": drop_uid}
+        return
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        while True:
+            slot = secrets.randbelow(_UID_SLOTS)
+            try:
+                holder.bind(f"\0snapeval-sandbox-uid-{slot}")
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+        yield {"uid": SANDBOX_UID_BASE + slot, "fallback_uid": drop_uid}
+    finally:
+        holder.close()
 
 
 _TREE_SCRIPT = """
@@ -245,24 +272,25 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
             run_cgroup = tree.new_run(1 << 30, 64) if tree else None
         except OSError:
             run_cgroup = None
-        spec = {"mode": "stdin", "isolate_fs": isolate_fs, "root_dir": str(Path(run_dir, "root")),
-                "expose": list(expose), "hide": list(hide), "packages": [list(p) for p in packages],
-                "disk_bytes": 1 << 20, "seccomp": True,
-                **uid_spec(drop_uid, isolate_fs), "memory_bytes": 1 << 30, "cpu_total_s": 10,
-                "max_file_bytes": 1 << 20, "max_open_files": 64, "max_processes": 64,
-                "cgroup_procs": run_cgroup.procs_files if run_cgroup else []}
-        proc, ready, inputs, results = spawn_driver(prefix, python, run_dir, spec, extra=("--probe",))
-        try:
-            proc.wait(timeout=20)
-            poller = select.poll()
-            poller.register(ready, select.POLLIN)
-            answer = os.read(ready, 64) if poller.poll(0) else b""
-        except subprocess.TimeoutExpired:
-            answer = b""
-        finally:
-            for fd in (ready, inputs, results):
-                os.close(fd)
-            kill_process_group(proc)
+        with run_uid_spec(drop_uid, isolate_fs) as uid:
+            spec = {"mode": "stdin", "isolate_fs": isolate_fs, "root_dir": str(Path(run_dir, "root")),
+                    "expose": list(expose), "hide": list(hide), "packages": [list(p) for p in packages],
+                    "disk_bytes": 1 << 20, "seccomp": True,
+                    **uid, "memory_bytes": 1 << 30, "cpu_total_s": 10,
+                    "max_file_bytes": 1 << 20, "max_open_files": 64, "max_processes": 64,
+                    "cgroup_procs": run_cgroup.procs_files if run_cgroup else []}
+            proc, ready, inputs, results = spawn_driver(prefix, python, run_dir, spec, extra=("--probe",))
+            try:
+                proc.wait(timeout=20)
+                poller = select.poll()
+                poller.register(ready, select.POLLIN)
+                answer = os.read(ready, 64) if poller.poll(0) else b""
+            except subprocess.TimeoutExpired:
+                answer = b""
+            finally:
+                for fd in (ready, inputs, results):
+                    os.close(fd)
+                kill_process_group(proc)
         words = answer.split()
         return _ProbeAnswer(answer.startswith(b"P ok"), b"seccomp" in words, b"cgroup" in words,
                             b"packages" in words)
