@@ -70,7 +70,8 @@ def test_wide_whitespace_lines_against_the_official_verdict():
     wide = "".join(c for c in SPACES if not c.isascii())
     tokens = "".join("7" + c for c in wide)
     for got, expected in [(wide * 4000, "5"), (wide * 4000 + "5" + wide * 4000, "5"), (tokens * 3000, "7 " * 57000),
-                          (tokens * 3000, "7 " * 3000 * 19), ("\u3000".join("٣" * 3 for _ in range(30000)), "333 " * 30000),
+                          (tokens * 3000, "7 " * 3000 * 19),
+                          ("\u3000".join("٣" * 3 for _ in range(30000)), "333 " * 30000),
                           ("\u2003".join(["5"] * 40000) + "\n" + wide * 3000, "5 " * 40000)]:
         assert stdout_matches(got.encode(), expected) == (official_verdict(got, expected) is True), \
             (got[:10], expected[:10])

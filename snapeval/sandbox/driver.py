@@ -11,8 +11,8 @@ trusted set-up code that no part of the program has touched yet; order matters:
 3. build a new root and pivot into it (:func:`enter_new_root`): a tmpfs holding only the paths the harness lists
    (the interpreter binary, its standard library, the directories of the shared libraries it loads; bind mounts,
    read-only, ``nosuid``, ``nodev``, symlinks on the way recreated), ``site-packages`` hidden, ``/dev/null``,
-   ``/dev/zero``, ``/dev/urandom``, a ``/proc`` of fixed files (no procfs: :func:`fixed_proc`), and two private size-limited ``noexec``
-   tmpfs ``/work`` (the working directory) and ``/tmp``. The old root is detached;
+   ``/dev/zero``, ``/dev/urandom``, a ``/proc`` of fixed files (no procfs: :func:`fixed_proc`), and two private
+   size-limited ``noexec`` tmpfs ``/work`` (the working directory) and ``/tmp``. The old root is detached;
 4. the official import header's modules, resource limits, then the privilege drop to a uid of the run's own (as
    root), every capability dropped, ``no_new_privs`` and the parent-death signal re-armed (a credential change clears
    it); then the seccomp filter (:func:`seccomp_program`);

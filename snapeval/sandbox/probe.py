@@ -137,9 +137,9 @@ def run_uid_spec(drop_uid: int | None, isolate_fs: bool) -> Iterator[dict[str, A
     """How the child picks its uid, reserved for as long as the ``with`` block (the run's life): per run (new root,
     as root) a uid of its own drawn at random from 2^24 above :data:`SANDBOX_UID_BASE`, kept by no other live run of
     any harness in this network namespace (the host's, as a rule): an abstract AF_UNIX socket named after it stays
-    bound meanwhile (the kernel frees the name when the socket closes, the harness's death included). Not the driver's host PID, as it was: a run that
-    makes threads moves the host's PID counter, and the next run of the same problem read how far in its own uid
-    (``os.getuid()``; issue #47). Weaker isolation: the fixed ``drop_uid``."""
+    bound meanwhile (the kernel frees the name when the socket closes, the harness's death included). Not the
+    driver's host PID, as it was: a run that makes threads moves the host's PID counter, and the next run of the same
+    problem read how far in its own uid (``os.getuid()``; issue #47). Weaker isolation: the fixed ``drop_uid``."""
     if drop_uid is None or not isolate_fs:
         yield {"uid": None, "fallback_uid": drop_uid}
         return
