@@ -55,13 +55,16 @@ def test_byte_comparison_examples():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([*SPACES, "7", "٣", "\u200b", "\u2010", "\U0001F600", "é", "x"]),
                           st.integers(1, 30000)), max_size=8))
-def test_token_count_equals_str_split_across_pieces(runs):
+def test_token_count_and_strip_equal_str_split_and_strip_across_pieces(runs):
     """Issue #47: a line packed with the 16 whitespace characters led by E1/E2 is looked up per byte (numpy) instead
     of 16 replacements per piece; runs long enough to cross the 64 KiB pieces, every kind, both paths."""
-    from snapeval.tasks.livecodebench import token_count
+    from snapeval.tasks.livecodebench import _strip, token_count
 
     line = "".join(char * count for char, count in runs)
     assert token_count(line) == len(line.split())
+    data = line.encode()
+    start, end = _strip(data, 0, len(data))
+    assert data[start:end].decode() == line.strip()
 
 
 def test_wide_whitespace_lines_against_the_official_verdict():

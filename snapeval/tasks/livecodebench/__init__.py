@@ -359,7 +359,7 @@ SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003
 _WIDE_SPACES = tuple(c.encode("utf-8") for c in SPACES if not c.isascii())
 _SPACE_MARKS = bytes(32 if chr(b).isspace() else 120 for b in range(128)) + b"x" * 128  # whitespace -> " ", else "x"
 _CHUNK = 1 << 16  # bytes of output handled at a time where a step needs a copy
-_WINDOW = 1 << 14  # bytes of a piece looked up at a time for multi-byte whitespace
+_WINDOW = 1 << 15  # bytes of a piece looked up at a time for multi-byte whitespace
 
 
 @functools.cache
@@ -381,14 +381,14 @@ def _strip(buf: bytes, start: int, end: int) -> tuple[int, int]:
     whitespace, looked for in C over 64 KiB pieces from each end (no copy of the region)."""
     while start < end:
         stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
-        found = _marks(buf[start:stop]).find(b"x")
+        found = _not_space(buf[start:stop], last=False)
         if found >= 0:
             start += found
             break
         start = stop
     while end > start:
         piece_at = _char_start(buf, max(start, end - _CHUNK), start, -1)
-        found = _marks(buf[piece_at:end]).rfind(b"x")
+        found = _not_space(buf[piece_at:end], last=True)
         if found >= 0:
             end = piece_at + found + 1
             while end < len(buf) and 0x80 <= buf[end] < 0xC0:  # the whole of the last character
@@ -396,6 +396,17 @@ def _strip(buf: bytes, start: int, end: int) -> tuple[int, int]:
             break
         end = piece_at
     return start, end
+
+
+def _not_space(piece: bytes, last: bool) -> int:
+    """Where the first (``last``: the last) byte of ``piece`` that is not whitespace is, -1 where there is none."""
+    if _needs_look_up(piece):
+        space = _whitespace(piece)
+        if space.all():
+            return -1
+        return len(space) - 1 - int(space[::-1].argmin()) if last else int(space.argmin())  # the first False
+    marks = _marks(piece)
+    return marks.rfind(b"x") if last else marks.find(b"x")
 
 
 def _lines(buf: bytes, start: int, end: int):
@@ -413,17 +424,19 @@ _WIDE_LEADS = bytes(sorted({s[0] for s in _WIDE_SPACES}))
 _FEW_WIDE_SPACES = tuple(s for s in _WIDE_SPACES if s[0] not in b"\xe1\xe2")  # U+0085, U+00A0, U+3000
 
 
-#: each byte -> the row of the look-up table where it is a lead byte of a multi-byte whitespace (1-5), else 0
-_LEAD_ROWS = bytes(_WIDE_LEADS.index(b) + 1 if b in _WIDE_LEADS else 0 for b in range(256))
+#: each byte -> its row of the look-up table: a lead byte of a multi-byte whitespace 1-5, an ASCII whitespace 6, else 0
+_LEAD_ROWS = bytes(_WIDE_LEADS.index(b) + 1 if b in _WIDE_LEADS else len(_WIDE_LEADS) + 1 if chr(b).isspace() and b < 128
+                   else 0 for b in range(256))
 
 
 @functools.cache
 def _wide_space_widths():
-    """``widths[row << 16 | b1 << 8 | b2]``: the byte length of the whitespace that a lead byte of row ``row``
-    followed by ``b1 b2`` starts (2 or 3, 0 for none; a 2-byte one matches whatever ``b2`` is)."""
+    """``widths[row << 16 | b1 << 8 | b2]``: the byte length of the whitespace that a byte of row ``row`` followed by
+    ``b1 b2`` starts (1, 2 or 3, 0 for none; an ASCII one or a 2-byte one whatever follows it)."""
     import numpy as np
 
-    widths = np.zeros((len(_WIDE_LEADS) + 1) << 16, np.uint8)
+    widths = np.zeros((len(_WIDE_LEADS) + 2) << 16, np.uint8)
+    widths[(len(_WIDE_LEADS) + 1) << 16:] = 1
     for space in _WIDE_SPACES:
         at = _LEAD_ROWS[space[0]] << 16 | space[1] << 8
         if len(space) == 2:
@@ -458,13 +471,13 @@ def _needs_look_up(piece: bytes) -> bool:
 
 def _whitespace(piece: bytes):
     """Whether each byte of ``piece`` (whole characters of UTF-8) belongs to a whitespace character, as a numpy array
-    of booleans: the ASCII ones by one translation, the multi-byte ones by looking up each lead byte with the two
-    bytes after it, ``_WINDOW`` bytes at a time (a few small arrays, whatever the piece's size)."""
+    of booleans: each byte looked up with the two after it (one translation to a row of the table, then a handful of
+    array operations, ``_WINDOW`` bytes at a time: a few arrays of that size, whatever the piece's)."""
     import numpy as np
 
     size, table = len(piece), _wide_space_widths()
-    space = np.frombuffer(piece.translate(_SPACE_MARKS), np.uint8) == 32
     rows, data = piece.translate(_LEAD_ROWS), np.frombuffer(piece + b"\0\0", np.uint8)
+    space = np.zeros(size, np.bool_)
     for at in range(0, size, _WINDOW):
         end = min(at + _WINDOW, size)
         code = np.frombuffer(rows, np.uint8, end - at, at).astype(np.uint32)
@@ -474,7 +487,7 @@ def _whitespace(piece: bytes):
         code |= data[at + 2:end + 2]
         widths = table.take(code)
         del code
-        for byte in range(3):  # a whitespace of width w covers its lead byte and the w - 1 bytes after it
+        for byte in range(3):  # a whitespace of width w covers its first byte and the w - 1 bytes after it
             covered = space[at + byte:end + byte]
             covered |= widths[:len(covered)] > byte
     return space
