@@ -424,9 +424,10 @@ _WIDE_LEADS = bytes(sorted({s[0] for s in _WIDE_SPACES}))
 _FEW_WIDE_SPACES = tuple(s for s in _WIDE_SPACES if s[0] not in b"\xe1\xe2")  # U+0085, U+00A0, U+3000
 
 
-#: each byte -> its row of the look-up table: a lead byte of a multi-byte whitespace 1-5, an ASCII whitespace 6, else 0
-_LEAD_ROWS = bytes(_WIDE_LEADS.index(b) + 1 if b in _WIDE_LEADS else len(_WIDE_LEADS) + 1 if chr(b).isspace() and b < 128
-                   else 0 for b in range(256))
+#: each byte -> its row of the look-up table: each lead byte of a multi-byte whitespace a row of its own from 1, an
+#: ASCII whitespace the row after theirs, any other byte 0
+_LEAD_ROWS = bytes(_WIDE_LEADS.index(b) + 1 if b in _WIDE_LEADS
+                   else len(_WIDE_LEADS) + 1 if b < 128 and chr(b).isspace() else 0 for b in range(256))
 
 
 @functools.cache
@@ -448,11 +449,12 @@ def _wide_space_widths():
 
 def _marks(piece: bytes) -> bytes:
     """``piece`` (whole characters of UTF-8) with every whitespace character (of any width) as spaces and every other
-    byte as ``x``, in C whatever the piece holds: one ``bytes.translate`` for the ASCII whitespace; the three
+    byte as ``x``, in C whatever the piece holds: one ``bytes.translate`` for the ASCII whitespace, and the three
     multi-byte ones whose lead bytes start no other (U+0085, U+00A0, U+3000) by one ``bytes.replace`` each where
-    their lead byte occurs; where a lead byte of the other 16 (U+1680, U+2000-U+205F) occurs, one table look-up per
-    byte instead (numpy: about 3 ns a byte, whatever mix of kinds the piece holds, where 16 replacements would each
-    pass over it). A lead byte never continues a character, so a match is a whole character."""
+    their lead byte occurs; where a lead byte of the other 16 (U+1680, U+2000-U+205F) occurs, every byte looked up
+    with the two after it instead (:func:`_whitespace`: about 2-3 ns a byte, whatever mix of kinds the piece holds,
+    where 16 replacements would each pass over it). A lead byte never continues a character, so a match is a whole
+    character."""
     if piece.isascii():
         return piece.translate(_SPACE_MARKS)
     if not _needs_look_up(piece):
