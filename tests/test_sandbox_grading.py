@@ -52,10 +52,85 @@ def test_byte_comparison_examples():
         stdout_matches(b"sNaN", "5")
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([*SPACES, "7", "٣", "\u200b", "\u2010", "\U0001F600", "é", "x"]),
+                          st.integers(1, 30000)), max_size=8))
+def test_token_count_and_strip_equal_str_split_and_strip_across_pieces(runs):
+    """Issue #47: a line packed with the 16 whitespace characters led by E1/E2 is looked up per byte (numpy) instead
+    of 16 replacements per piece; runs long enough to cross the 64 KiB pieces, every kind, both paths."""
+    from snapeval.tasks.livecodebench import _strip, token_count
+
+    line = "".join(char * count for char, count in runs)
+    assert token_count(line) == len(line.split())
+    data = line.encode()
+    start, end = _strip(data, 0, len(data))
+    assert data[start:end].decode() == line.strip()
+
+
+def test_wide_whitespace_lines_against_the_official_verdict():
+    """Long lines of every multi-byte whitespace (the benchmark's wide_spaces bombs, scaled down) and tokens between
+    them: the same verdict as lcb_runner's comparison, on both sides of a 64 KiB piece."""
+    wide = "".join(c for c in SPACES if not c.isascii())
+    tokens = "".join("7" + c for c in wide)
+    for got, expected in [(wide * 4000, "5"), (wide * 4000 + "5" + wide * 4000, "5"), (tokens * 3000, "7 " * 57000),
+                          (tokens * 3000, "7 " * 3000 * 19),
+                          ("\u3000".join("٣" * 3 for _ in range(30000)), "333 " * 30000),
+                          ("\u2003".join(["5"] * 40000) + "\n" + wide * 3000, "5 " * 40000)]:
+        assert stdout_matches(got.encode(), expected) == (official_verdict(got, expected) is True), \
+            (got[:10], expected[:10])
+
+
+def _skeleton_by_a_json_lexer(text: bytes) -> bytes:
+    """What lies outside the strings of a JSON text, as the JSON parser reads it: brackets, commas and colons."""
+    out, in_string, escaped = bytearray(), False, False
+    for byte in text:
+        char = bytes([byte])
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == b"\\":
+                escaped = True
+            elif char == b'"':
+                in_string = False
+        elif char == b'"':
+            in_string = True
+        elif char in b"[]{},:":
+            out += char
+    return bytes(out)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='ab"\\[]{},:\n/é\U0001F600', max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(alphabet='k"\\[,', max_size=3), inner,
+                                                                max_size=3), max_leaves=20)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_JSON_VALUES, st.booleans(), st.sampled_from([1, 2, 3, 7, 1 << 20]))
+def test_result_skeleton_equals_a_json_lexer(value, ascii_only, piece):
+    """The shape check reads a result through its skeleton, 1 MiB at a time (old code: one regular-expression pass
+    over every byte of every string); escapes cut by a piece's end included (pieces of 1-7 bytes here)."""
+    import json
+
+    from snapeval.sandbox import protocol
+
+    text = json.dumps(value, ensure_ascii=ascii_only).encode()
+    saved, protocol._SKELETON_PIECE = protocol._SKELETON_PIECE, piece
+    try:
+        bare, inside = b"", False
+        for part in protocol._skeleton_pieces(text):
+            outside, inside = protocol._outside_strings(part, inside)
+            bare += outside
+    finally:
+        protocol._SKELETON_PIECE = saved
+    assert bare == _skeleton_by_a_json_lexer(text) and not inside
+
+
 # ------------------------------------------------------------------------------------------- bounded by the bytes
 def _grading_peak(mode, payload, judge):
     """The harness's peak of new memory while it grades one result frame of ``payload``, as a ratio to its size."""
-    judge(0, "٣ 𝟓".encode())  # what is built once per process (the table of non-ASCII digits) is not this output's
+    judge(0, "٣ 𝟓\u3000".encode())  # what is built once per process (the tables of non-ASCII digits and wide
+    # spaces, numpy) is not this output's
     reader = FrameReader(len(payload))
     assert reader.feed(b'{"status": "ok", "bytes": %d}\n' % len(payload) + payload)
     tracemalloc.start()
@@ -75,6 +150,8 @@ STDIN_BOMBS = {  # 4 MiB each, the classes of issue #47
     "blank_lines": b"\n" * (4 << 20),
     "digits": b"1" * (4 << 20),
     "wide_space_padding": "\u3000".encode() * (1 << 20) + b"5" + "\u2029".encode() * (1 << 20),
+    "every_wide_space": "".join(c for c in SPACES if not c.isascii()).encode() * ((4 << 20) // 55),
+    "tokens_between_wide_spaces": "".join("7" + c for c in SPACES if not c.isascii()).encode() * ((4 << 20) // 74),
 }
 
 
@@ -123,6 +200,16 @@ def test_many_small_values_are_refused_before_they_are_built():
     finally:
         tracemalloc.stop()
     assert peak < len(payload), peak / len(payload)
+
+
+def test_a_result_of_long_integers_is_held_once_at_a_time():
+    """Issue #47: a functional result was copied out of the reader, then decoded to text by json.loads beside it, then
+    parsed into strings (about 3x its size, 7,000 integers of 3,900 digits: 2.03x the output cap in the harness's
+    RSS). It is taken without a copy and emptied once it is text: the text, then the strings (about 2x)."""
+    expected = [10 ** 3900 + i for i in range(700)]
+    payload = driver.encode_value(expected, RESULT_LIMITS)
+    verdict, ratio = _grading_peak("functional", payload, lambda index, value: value == expected)
+    assert verdict is None and ratio < 2.4, ratio
 
 
 def test_values_under_the_bound_cost_what_limits_py_states():

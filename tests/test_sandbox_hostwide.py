@@ -3,6 +3,7 @@ fixed per-run views, the samples of one problem never run side by side, and the 
 before any run starts."""
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -57,6 +58,94 @@ def test_cooperating_samples_cannot_meet_through_the_fork_count():
     assert [r.status for r in results] == ["wrong_answer", "passed"], results
 
 
+# How a run reads the kernel-wide counter that numbers the inodes of new pipes, sockets and /proc entries: one
+# counter per CPU, moved in batches of 1,024 from a shared one, so its low ten bits on one CPU count every such
+# inode made there.
+PIPE_INODE = """
+import os
+def inode():
+    reading, writing = os.pipe()
+    number = os.fstat(reading).st_ino
+    os.close(reading)
+    os.close(writing)
+    return number
+"""
+PROC_INODE = """
+import os, threading
+def inode():
+    seen = []
+    def look():
+        seen.append(os.stat(f'/proc/self/task/{threading.get_native_id()}').st_ino)
+    thread = threading.Thread(target=look)
+    thread.start()
+    thread.join()
+    return seen[0]
+"""
+# the solver leaves the counter of CPU 0 at its answer x 64 (at most 1,024 inodes); the copier, run next on CPU 0,
+# reads it, rounding off what was made there in between (the harness's pipes, another run's start: fewer than 64)
+INODE_SOLVER = """
+a, b = map(int, input().split())
+try:
+    os.sched_setaffinity(0, {0})
+    while inode() % 1024 != (a + b) * 64:
+        pass
+except Exception:
+    pass
+print(a + b)
+"""
+INODE_COPIER = """
+try:
+    os.sched_setaffinity(0, {0})
+    print((inode() - 1) % 1024 // 64)
+except Exception:
+    print(-1)
+"""
+
+
+@sandboxed
+@pytest.mark.runs_programs
+@pytest.mark.parametrize("channel", ["pipes", "proc"])
+def test_cooperating_samples_in_sequence_cannot_meet_through_the_inode_counter(channel):
+    """Issue #47: the samples of one problem run one after the other, and the copier, run right after the solver,
+    read its answer (11) off the counter of new inodes (old code: both passed, through pipes and through the /proc
+    entries of new threads). A run can make neither now (pipe/socket creation is refused, /proc is a fixed tmpfs)."""
+    reader = PIPE_INODE if channel == "pipes" else PROC_INODE
+    judge = lambda index, out: stdout_matches(out, "11\n")  # noqa: E731
+    results = run_programs([ProgramJob(reader + INODE_SOLVER, ["4 7\n"], "stdin", judge, group="p"),
+                            ProgramJob(reader + INODE_COPIER, ["4 7\n"], "stdin", judge, group="p")], limits=FAST)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
+# The host's PID counter, read through the run's uid (old code: SANDBOX_UID_BASE + the driver's host PID; two per
+# run in between, setpriv/unshare and the driver): the solver makes as many threads (each a host PID) as put the next
+# run's uid at its answer x 64.
+UID_SOLVER = f"""
+import os, threading
+a, b = map(int, input().split())
+driver = os.getuid() - {probe.SANDBOX_UID_BASE}
+for _ in range(((a + b) * 64 - driver - 2) % 1024):
+    thread = threading.Thread(target=int)
+    thread.start()
+    thread.join()
+print(a + b)
+"""
+UID_COPIER = f"import os\nprint((os.getuid() - {probe.SANDBOX_UID_BASE}) % 1024 // 64)\n"
+
+
+@sandboxed
+@pytest.mark.runs_programs
+def test_cooperating_samples_in_sequence_cannot_meet_through_the_run_uid():
+    """Issue #47: a run's uid was SANDBOX_UID_BASE plus its driver's host PID, and a run moves the host's PID counter
+    with every thread it makes: the copier read the solver's answer in its own uid (old code: both passed). The uid
+    is drawn at random now (probe.run_uid_spec)."""
+    if isolation().drop_uid is None:
+        pytest.skip("not root: runs share the harness's uid")
+    judge = lambda index, out: stdout_matches(out, "11\n")  # noqa: E731
+    results = run_programs([ProgramJob(UID_SOLVER, ["4 7\n"], "stdin", judge, group="p"),
+                            ProgramJob(UID_COPIER, ["4 7\n"], "stdin", judge, group="p")], limits=FAST)
+    assert [r.status for r in results] == ["passed", "wrong_answer"], results
+
+
 def test_samples_of_one_problem_never_run_side_by_side(monkeypatch):
     """Old code: ProgramJob had no group, and every job ran as soon as a worker was free."""
     running: dict[str, int] = {}
@@ -87,6 +176,28 @@ def test_the_files_a_run_maps_are_read_before_any_run():
     assert any(stdlib_file.startswith(path) for path in iso.expose)
     assert probe.make_resident([stdlib_file]) == os.path.getsize(stdlib_file)
     assert probe.make_resident([os.path.dirname(stdlib_file)], hidden=iso.hide) > 0
+
+
+def test_evicted_pages_of_the_mapped_files_are_read_again_before_a_run(tmp_path):
+    """Issue #47: the files a run maps were read once per process; pages the host evicted afterwards stayed out, and a
+    run touching some of them showed the next run which (its major faults). Before every run, each file the page
+    cache no longer holds whole is read again (cachestat)."""
+    library = tmp_path / "libanswer.so"
+    library.write_bytes(os.urandom(1 << 20))
+    with open(library, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # what the host's reclaim does to a clean file
+    first = probe.keep_resident([str(library)])
+    if first == 0 and probe.keep_resident([str(library)]) == 0:
+        with open(library, "rb") as f:
+            whole, seen = probe._CachestatRange(0, 0), probe._Cachestat()
+            if probe._libc.syscall(probe._SYS_CACHESTAT, f.fileno(), ctypes.byref(whole), ctypes.byref(seen), 0):
+                pytest.skip("no cachestat(2) here (Linux 6.5)")
+    assert first == 1 << 20
+    assert probe.keep_resident([str(library)]) == 0  # whole in the page cache now: nothing read
+    mapped = isolation().mapped
+    if isolation().isolate_fs:
+        assert os.path.realpath(isolation().python) in mapped and any(".so" in path for path in mapped)
 
 
 def test_the_runs_parent_group_weighs_as_its_parallel_runs(tmp_path):

@@ -931,10 +931,11 @@ def test_cooperating_samples_cannot_pass_answers_through_vsock():
 
 def test_the_kernel_refuses_every_channel_between_runs_and_host_wide_resources():
     """Issue #37, one run: record locks, leases and directory notification through ``fcntl``; sockets of any family
-    but AF_UNIX (vsock, IP, netlink, packet); the page-cache primitives (``posix_fadvise``, ``readahead``,
-    ``mincore``, ``cachestat``, ``preadv2``/``pwritev2`` flags); legacy AIO (``io_setup`` takes events from a
-    host-wide limit) and ``io_uring``. What a program does need still works: ``fcntl`` on its own descriptors,
-    AF_UNIX socket pairs, ``preadv`` without flags, ``madvise`` to free memory."""
+    (vsock, IP, netlink, packet; AF_UNIX too since issue #47: a new pipe or socket takes its inode number from a
+    kernel-wide counter); new pipes; the page-cache primitives (``posix_fadvise``, ``readahead``, ``mincore``,
+    ``cachestat``, ``preadv2``/``pwritev2`` flags); legacy AIO (``io_setup`` takes events from a host-wide limit) and
+    ``io_uring``. What a program does need still works: ``fcntl`` on its own descriptors, ``preadv`` without flags,
+    ``madvise`` to free memory."""
     if not isolation().seccomp:
         pytest.skip("no seccomp filter here")
     attempts = r"""
@@ -963,8 +964,11 @@ attempt('F_SETLEASE', lambda: fcntl.fcntl(lib, 1024, fcntl.F_RDLCK) == 0)
 attempt('F_NOTIFY', lambda: fcntl.fcntl(os.open('/', os.O_RDONLY), 1026, 1) == 0)
 for family, kind in ((socket.AF_VSOCK, socket.SOCK_STREAM), (socket.AF_INET, socket.SOCK_DGRAM),
                      (socket.AF_INET6, socket.SOCK_DGRAM), (socket.AF_NETLINK, socket.SOCK_DGRAM),
-                     (socket.AF_PACKET, socket.SOCK_DGRAM)):
+                     (socket.AF_PACKET, socket.SOCK_DGRAM), (socket.AF_UNIX, socket.SOCK_STREAM)):
     attempt(f'socket {family}', lambda: socket.socket(family, kind) and True)
+attempt('AF_UNIX pair', lambda: socket.socketpair() and True)
+attempt('pipe', lambda: os.pipe() and True)
+attempt('pipe2', lambda: os.pipe2(os.O_CLOEXEC) and True)
 attempt('fadvise', lambda: os.posix_fadvise(lib, 0, 0, os.POSIX_FADV_DONTNEED) or True)
 attempt('readahead', lambda: libc.readahead(lib, ctypes.c_long(0), ctypes.c_size_t(4096)) == 0)
 anon = mmap.mmap(-1, 4096)
@@ -985,7 +989,6 @@ attempt('io_uring_setup', lambda: libc.syscall(425, 8, ctypes.byref((ctypes.c_ui
 need('fcntl F_GETFL', lambda: fcntl.fcntl(lib, fcntl.F_GETFL))
 need('fcntl F_SETFD', lambda: fcntl.fcntl(lib, fcntl.F_SETFD, fcntl.FD_CLOEXEC))
 need('os.set_blocking', lambda: os.set_blocking(mine, False))
-need('AF_UNIX pair', lambda: socket.socketpair())
 need('preadv without flags', lambda: os.preadv(lib, [bytearray(1)], 0))
 need('os.pread', lambda: os.pread(lib, 1, 0))
 need('madvise', lambda: mmap.mmap(-1, 1 << 20).madvise(mmap.MADV_DONTNEED))
@@ -1060,11 +1063,22 @@ def test_each_run_has_a_cpu_share_of_its_own():
             "cpu" in m.super_options if m.fstype == "cgroup" else
             "cpu" in Path(m.point, "cgroup.controllers").read_text().split() for m in mounts):
         pytest.skip("no cgroup with the cpu controller on this machine")
-    wanted = "l.startswith('0::')" if tree.version == 2 else "'cpu' in l.split(':')[1].split(',')"
-    code = ("lines = open('/proc/self/cgroup').read().splitlines()\n"
-            f"cpu = [l.split(':', 2)[2] for l in lines if {wanted}]\n"
-            "print(5 if cpu and all('/run-' in p for p in cpu) else cpu)\n")
-    assert run(code).passed
+    # the run has no /proc of its own to read (issue #47): its cgroups are read on the host while it sleeps
+    seen: list[str] = []
+    thread = threading.Thread(target=lambda: seen.append(run("import time\ntime.sleep(1.5)\nprint(5)\n").status))
+    thread.start()
+    lines: list[str] = []
+    while thread.is_alive() and not lines:
+        for pid in _sandbox_processes():
+            try:
+                lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+            except OSError:
+                continue
+        time.sleep(0.05)
+    thread.join()
+    wanted = (lambda l: l.startswith("0::")) if tree.version == 2 else (lambda l: "cpu" in l.split(":")[1].split(","))
+    cpu = [line.split(":", 2)[2] for line in lines if wanted(line)]
+    assert seen == ["passed"] and cpu and all("/run-" in path for path in cpu), (seen, lines)
 
 
 def _bomb(name: str, harness_memory_mb: int = 0) -> dict:

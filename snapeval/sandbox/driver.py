@@ -11,8 +11,8 @@ trusted set-up code that no part of the program has touched yet; order matters:
 3. build a new root and pivot into it (:func:`enter_new_root`): a tmpfs holding only the paths the harness lists
    (the interpreter binary, its standard library, the directories of the shared libraries it loads; bind mounts,
    read-only, ``nosuid``, ``nodev``, symlinks on the way recreated), ``site-packages`` hidden, ``/dev/null``,
-   ``/dev/zero``, ``/dev/urandom``, a new ``/proc`` of this PID namespace, and two private size-limited ``noexec``
-   tmpfs ``/work`` (the working directory) and ``/tmp``. The old root is detached;
+   ``/dev/zero``, ``/dev/urandom``, a ``/proc`` of fixed files (no procfs: :func:`fixed_proc`), and two private
+   size-limited ``noexec`` tmpfs ``/work`` (the working directory) and ``/tmp``. The old root is detached;
 4. the official import header's modules, resource limits, then the privilege drop to a uid of the run's own (as
    root), every capability dropped, ``no_new_privs`` and the parent-death signal re-armed (a credential change clears
    it); then the seccomp filter (:func:`seccomp_program`);
@@ -262,10 +262,9 @@ def seal_read_only(root, bound):
     return False
 
 
-VIEWS = "/.views"  # where the fixed views are made (an empty read-only directory once they are bound)
 #: Host-wide figures under /proc that another run's activity moves (the processes forked, memory shared, threads
-#: running, pages faulted or reclaimed, interrupts, pressure, file and inode counts): each is replaced, inside the
-#: run's mount namespace, by a fixed per-run view (as lxcfs does); a directory by an empty one.
+#: running, pages faulted or reclaimed, interrupts, pressure, file and inode counts): the run's /proc holds a fixed
+#: view of each (as lxcfs does), empty where nothing fixed makes sense; a directory is empty.
 MASKED_FILES = ("vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "slabinfo", "diskstats", "interrupts", "softirqs",
                 "schedstat", "locks", "key-users", "sched_debug", "timer_list", "partitions", "swaps", "kallsyms",
                 "vmallocinfo", "iomem", "ioports", "mdstat", "cgroups", "modules")
@@ -286,25 +285,22 @@ def proc_views(spec, cpus):
     return {"stat": stat, "meminfo": meminfo, "loadavg": "0.00 0.00 0.00 1/1 1\n"}
 
 
-def private_proc_views(proc, views, spec):
-    """Bind the fixed views over the new ``/proc``'s host-wide files (a small tmpfs made for them, detached once
-    they are bound: the bound files stay)."""
-    mount("tmpfs", views, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
-    os.mkdir(views + "/empty", 0o555)
+def fixed_proc(proc, spec):
+    """The run's ``/proc``: a small read-only tmpfs holding the fixed views and empty stand-ins, and nothing else. Not
+    a procfs: procfs numbers the inode of every process and thread directory it shows from the kernel-wide counter
+    that also numbers new pipes and sockets, and ``stat`` shows the number, so a run making threads moved a counter
+    the next run of the same problem read (``tests/test_sandbox_hostwide.py``); the per-process files (``self``,
+    ``<pid>``) go with it."""
+    mount("tmpfs", proc, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
     contents = proc_views(spec, sorted(os.sched_getaffinity(0)))
     contents.update({name: "" for name in MASKED_FILES})
     for name, text in contents.items():
-        if os.path.isfile(f"{proc}/{name}"):
-            with open(f"{views}/{name}", "w") as f:
-                f.write(text)
-            os.chmod(f"{views}/{name}", 0o444)
-            mount(f"{views}/{name}", f"{proc}/{name}", None, MS_BIND)
-            mount(None, f"{proc}/{name}", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        with open(f"{proc}/{name}", "w") as f:
+            f.write(text)
+        os.chmod(f"{proc}/{name}", 0o444)
     for name in MASKED_DIRS:
-        if os.path.isdir(f"{proc}/{name}"):
-            mount(views + "/empty", f"{proc}/{name}", None, MS_BIND)
-            mount(None, f"{proc}/{name}", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    _check(_libc.umount2(views.encode(), MNT_DETACH), "umount views")
+        os.mkdir(f"{proc}/{name}", 0o555)
+    mount(None, proc, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def enter_new_root(spec):
@@ -322,11 +318,10 @@ def enter_new_root(spec):
     for host, inside in spec.get("packages", ()):  # third-party packages (numpy), read-only, at their own place
         mount(host, _mount_point(root, inside, True), None, MS_BIND | MS_REC)
         bound.append(inside)
-    points = {path: _mount_point(root, path, True) for path in ("/dev", "/proc", "/work", "/tmp", VIEWS)}
+    points = {path: _mount_point(root, path, True) for path in ("/dev", "/proc", "/work", "/tmp")}
     sealed = seal_read_only(root, bound)  # before /dev (its nodes need device access) and the writable tmpfs
     make_devices(root)
-    mount("proc", points["/proc"], "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    private_proc_views(points["/proc"], points[VIEWS], spec)
+    fixed_proc(points["/proc"], spec)
     size = f"size={int(spec['disk_bytes'])},nr_inodes=4096"
     for path, mode in (("/work", "0755"), ("/tmp", "1777")):
         mount("tmpfs", points[path], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"{size},mode={mode}")
@@ -343,16 +338,12 @@ def enter_new_root(spec):
 
 
 def run_uid(spec):
-    """The uid this run drops to: ``uid_base`` plus the driver's PID as the host sees it (read from the host's
-    ``/proc`` before the new root hides it), so that no two live runs share a uid (``RLIMIT_NPROC`` counts per uid;
-    signals and ``ptrace`` need the same uid). Without a new root: ``fallback_uid`` (``nobody`` as root, else
-    ``None``: the harness is not root and the run is already unprivileged)."""
-    if spec.get("uid_base") is None:
-        return spec["fallback_uid"]
-    try:
-        return int(spec["uid_base"]) + int(os.readlink("/proc/self"))
-    except (OSError, ValueError):
-        return int(spec["fallback_uid"])
+    """The uid this run drops to: the one the harness reserved for it (``uid``: drawn at random, held by no other
+    live run, see ``probe.run_uid_spec``; never derived from a host-wide counter), so that no two live runs share a
+    uid (``RLIMIT_NPROC`` counts per uid; signals and ``ptrace`` need the same uid). Without a new root:
+    ``fallback_uid`` (``nobody`` as root, else ``None``: the harness is not root and the run is already
+    unprivileged)."""
+    return spec["fallback_uid"] if spec.get("uid") is None else int(spec["uid"])
 
 
 class _CapHeader(ctypes.Structure):

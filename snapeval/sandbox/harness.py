@@ -40,13 +40,14 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable, Sequence
 
 from snapeval.errors import check_choice
 from snapeval.sandbox.cgroups import RunCgroup
-from snapeval.sandbox.probe import kill_process_group, require_isolation, spawn_driver, uid_spec
+from snapeval.sandbox.probe import keep_resident, kill_process_group, require_isolation, run_uid_spec, spawn_driver
 from snapeval.sandbox.limits import RESULT_LIMITS, SandboxLimits
 from snapeval.sandbox.protocol import (FrameReader, OutputTooLarge, ProtocolError, check_utf8, decode_value,
                                        input_frame)
@@ -350,13 +351,12 @@ def _grade(reader: FrameReader, index: int, mode: str, judge: Judge, deadline: f
     is the verdict of this test (the output's), never an exception: a malformed or oversized output, the judge
     raising, the harness running out of memory, grading that ends past the program's deadline."""
     try:
-        payload = reader.payload
-        reader.release()
+        payload = reader.take_payload()  # no copy: the output is held once while it is checked
         if mode == "stdin":
             check_utf8(payload)
-            output = payload  # graded as UTF-8 bytes: never widened to a str of up to 4 bytes a character
+            output = bytes(payload)  # graded as UTF-8 bytes: never widened to a str of up to 4 bytes a character
         else:
-            output = decode_value(payload)
+            output = decode_value(payload)  # decoded from the reader's own buffer
         del payload
     except OutputTooLarge as exc:
         return "output_limit", str(exc)
@@ -436,12 +436,15 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
     if mode == "functional" and not func_name:
         return ProgramResult("sandbox_error", detail="functional tests need func_name")
     iso = require_isolation()
+    keep_resident(iso.mapped)  # what the host evicted of the files a run maps, read again (probe.py)
     start = time.perf_counter()
     run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-")  # 0700, the harness's: the program never sees it
     work_dir = str(Path(run_dir, "work"))  # the working directory without a new root (weaker isolation only)
     run = cgroup = None
     result = ProgramResult("sandbox_error", detail="the sandbox did not start")
+    held = ExitStack()  # the run's uid, reserved until the run is gone (probe.run_uid_spec)
     try:
+        uid = held.enter_context(run_uid_spec(iso.drop_uid, iso.isolate_fs))
         cgroup = iso.cgroups.new_run(int(limits.memory_mb) << 20, int(limits.max_processes)) if iso.cgroups else None
         spec = {
             "mode": mode, "func_name": func_name, "isolate_fs": iso.isolate_fs,
@@ -451,7 +454,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
             "memory_bytes": int(limits.memory_mb) << 20,
             "cpu_total_s": int(len(inputs) * limits.timeout_s + STARTUP_S) + 1,
             "max_file_bytes": int(limits.output_bytes), "max_open_files": int(limits.max_open_files),
-            "max_processes": int(limits.max_processes), **uid_spec(iso.drop_uid, iso.isolate_fs),
+            "max_processes": int(limits.max_processes), **uid,
             "cgroup_procs": cgroup.procs_files if cgroup else [], "load_only": load_only,
             "result_limits": RESULT_LIMITS,
         }
@@ -476,6 +479,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
         elif cgroup is not None:
             cgroup.remove()
         shutil.rmtree(run_dir, ignore_errors=True)
+        held.close()
     if load_only and result.passed:  # it loaded: no test ran
         result.outcomes = []
     result.wall_s = time.perf_counter() - start

@@ -9,20 +9,25 @@ refused (no seccomp filter).
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import importlib.util
 import json
 import os
+import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from snapeval.errors import SnapevalError
 from snapeval.sandbox.cgroups import CgroupTree, kernel_accounting
@@ -40,7 +45,8 @@ class Isolation:
     (and from which paths), whether it drops privileges (to a uid of its own per run), whether the seccomp filter is
     in place, the interpreter, what is missing (when the new root cannot be built), the cgroup tree runs are
     accounted in (``None``: rlimits and the seccomp filter only), and the third-party packages a run can import
-    (``(host directory, directory in the run's root)``, read-only under :data:`PACKAGES_DIR`)."""
+    (``(host directory, directory in the run's root)``, read-only under :data:`PACKAGES_DIR`); ``mapped``: the files
+    among them a run can map (:func:`keep_resident` before each run)."""
 
     prefix: tuple[str, ...]
     isolate_fs: bool
@@ -52,6 +58,7 @@ class Isolation:
     seccomp: bool = False
     cgroups: CgroupTree | None = None
     packages: tuple[tuple[str, str], ...] = ()
+    mapped: tuple[str, ...] = ()  # the files a run can map (shared libraries, the interpreter): kept resident
 
     @property
     def memory_bounded(self) -> bool:
@@ -122,9 +129,33 @@ def kill_process_group(proc: subprocess.Popen, timeout: float = 5.0) -> None:
         pass
 
 
-def uid_spec(drop_uid: int | None, isolate_fs: bool) -> dict[str, Any]:
-    """How the child picks its uid: per run (new root, as root) or the fixed ``drop_uid`` (weaker isolation)."""
-    return {"uid_base": SANDBOX_UID_BASE if drop_uid is not None and isolate_fs else None, "fallback_uid": drop_uid}
+_UID_SLOTS = 1 << 24  # the uids a run can get: SANDBOX_UID_BASE and the 2^24 - 1 above it
+
+
+@contextmanager
+def run_uid_spec(drop_uid: int | None, isolate_fs: bool) -> Iterator[dict[str, Any]]:
+    """How the child picks its uid, reserved for as long as the ``with`` block (the run's life): per run (new root,
+    as root) a uid of its own drawn at random from 2^24 above :data:`SANDBOX_UID_BASE`, kept by no other live run of
+    any harness in this network namespace (the host's, as a rule): an abstract AF_UNIX socket named after it stays
+    bound meanwhile (the kernel frees the name when the socket closes, the harness's death included). Not the
+    driver's host PID, as it was: a run that makes threads moves the host's PID counter, and the next run of the same
+    problem read how far in its own uid (``os.getuid()``; issue #47). Weaker isolation: the fixed ``drop_uid``."""
+    if drop_uid is None or not isolate_fs:
+        yield {"uid": None, "fallback_uid": drop_uid}
+        return
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        while True:
+            slot = secrets.randbelow(_UID_SLOTS)
+            try:
+                holder.bind(f"\0snapeval-sandbox-uid-{slot}")
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+        yield {"uid": SANDBOX_UID_BASE + slot, "fallback_uid": drop_uid}
+    finally:
+        holder.close()
 
 
 _TREE_SCRIPT = """
@@ -241,24 +272,25 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
             run_cgroup = tree.new_run(1 << 30, 64) if tree else None
         except OSError:
             run_cgroup = None
-        spec = {"mode": "stdin", "isolate_fs": isolate_fs, "root_dir": str(Path(run_dir, "root")),
-                "expose": list(expose), "hide": list(hide), "packages": [list(p) for p in packages],
-                "disk_bytes": 1 << 20, "seccomp": True,
-                **uid_spec(drop_uid, isolate_fs), "memory_bytes": 1 << 30, "cpu_total_s": 10,
-                "max_file_bytes": 1 << 20, "max_open_files": 64, "max_processes": 64,
-                "cgroup_procs": run_cgroup.procs_files if run_cgroup else []}
-        proc, ready, inputs, results = spawn_driver(prefix, python, run_dir, spec, extra=("--probe",))
-        try:
-            proc.wait(timeout=20)
-            poller = select.poll()
-            poller.register(ready, select.POLLIN)
-            answer = os.read(ready, 64) if poller.poll(0) else b""
-        except subprocess.TimeoutExpired:
-            answer = b""
-        finally:
-            for fd in (ready, inputs, results):
-                os.close(fd)
-            kill_process_group(proc)
+        with run_uid_spec(drop_uid, isolate_fs) as uid:
+            spec = {"mode": "stdin", "isolate_fs": isolate_fs, "root_dir": str(Path(run_dir, "root")),
+                    "expose": list(expose), "hide": list(hide), "packages": [list(p) for p in packages],
+                    "disk_bytes": 1 << 20, "seccomp": True,
+                    **uid, "memory_bytes": 1 << 30, "cpu_total_s": 10,
+                    "max_file_bytes": 1 << 20, "max_open_files": 64, "max_processes": 64,
+                    "cgroup_procs": run_cgroup.procs_files if run_cgroup else []}
+            proc, ready, inputs, results = spawn_driver(prefix, python, run_dir, spec, extra=("--probe",))
+            try:
+                proc.wait(timeout=20)
+                poller = select.poll()
+                poller.register(ready, select.POLLIN)
+                answer = os.read(ready, 64) if poller.poll(0) else b""
+            except subprocess.TimeoutExpired:
+                answer = b""
+            finally:
+                for fd in (ready, inputs, results):
+                    os.close(fd)
+                kill_process_group(proc)
         words = answer.split()
         return _ProbeAnswer(answer.startswith(b"P ok"), b"seccomp" in words, b"cgroup" in words,
                             b"packages" in words)
@@ -274,12 +306,12 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
 _PROBED = threading.Lock()
 
 
-def make_resident(paths: Sequence[str], hidden: Sequence[str] = ()) -> int:
+def make_resident(paths: Sequence[str], hidden: Sequence[str] = (), mapped: list[str] | None = None) -> int:
     """Read every file a run can map (the interpreter, its libraries, its standard library, the exposed packages)
     once, before any run starts, so that their pages are in the page cache, charged to the harness's cgroup (a run's
     memory limit does not reclaim them): a run's page faults on them are then minor whatever another run touched, so
     its fault counts tell nothing about which pages another run used. ``hidden``: folders a run does not see
-    (skipped). Returns the bytes read."""
+    (skipped); ``mapped``: a list that gets the files a run can map (:func:`can_be_mapped`). Returns the bytes read."""
     buffer, total = bytearray(1 << 20), 0
     for top in paths:
         walk = [(top, [], [""])] if os.path.isfile(top) else os.walk(top)
@@ -293,7 +325,59 @@ def make_resident(paths: Sequence[str], hidden: Sequence[str] = ()) -> int:
                             total += n
                 except OSError:
                     continue
+                if mapped is not None and can_be_mapped(path):
+                    mapped.append(path)
     return total
+
+
+def can_be_mapped(path: str) -> bool:
+    """Whether a run maps ``path`` when it loads it (a shared library, or the loader's cache, by its name): with the
+    interpreter, the files whose page faults a run counts (``getrusage``); the rest (sources, bytecode, data) it
+    reads with ``read``."""
+    name = os.path.basename(path)
+    return name.endswith(".so") or ".so." in name
+
+
+class _CachestatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
+
+
+_SYS_CACHESTAT = 451  # cachestat(2), Linux 6.5: the same number on x86-64 and arm64
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def keep_resident(paths: Sequence[str]) -> int:
+    """Read again each file of ``paths`` that the page cache no longer holds whole (the host evicts pages under
+    memory pressure), so that before every run every page a run can map is resident, as :func:`make_resident` left
+    it: otherwise a run that touches chosen pages of an evicted library makes them resident, and the next run of the
+    same problem reads which through its own major-fault count. One ``cachestat(2)`` per file (about 2 ms for the
+    230 files of this machine); a file read again costs its size. Returns the bytes read; 0 on a kernel without
+    ``cachestat`` (before 6.5), where nothing is checked."""
+    whole, seen, again, buffer = _CachestatRange(0, 0), _Cachestat(), 0, None
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if _libc.syscall(_SYS_CACHESTAT, fd, ctypes.byref(whole), ctypes.byref(seen), 0) != 0:
+                if ctypes.get_errno() == errno.ENOSYS:
+                    return again
+                continue
+            if seen.cache * _PAGE < os.fstat(fd).st_size:
+                buffer = buffer or bytearray(1 << 20)
+                while (n := os.readv(fd, [buffer])):
+                    again += n
+        finally:
+            os.close(fd)
+    return again
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def isolation() -> Isolation:
@@ -324,10 +408,11 @@ def _probe_layers() -> Isolation:
     except OSError as exc:
         expose, hide, packages, answer, missing = (), (), (), _ProbeAnswer(False), f"{missing[:-1]}; {exc})"
     if answer.worked:
-        make_resident([*expose, *(host for host, _ in packages)], hidden=hide)
+        mapped = [python]
+        make_resident([*expose, *(host for host, _ in packages)], hidden=hide, mapped=mapped)
         return Isolation(prefix, True, drop_uid, python, expose=expose, hide=hide, seccomp=answer.seccomp,
                          cgroups=tree if answer.cgroup else None,
-                         packages=packages if answer.packages else ())
+                         packages=packages if answer.packages else (), mapped=tuple(mapped))
     weak = (unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
     weak = guard + (weak if root else weak[:1] + ("--map-root-user",) + weak[1:])
     if not _probe(weak + ("true",)):

@@ -27,11 +27,12 @@ from snapeval.sandbox.limits import MAX_DEPTH, MAX_INT_LITERAL, MAX_VALUES
 
 HEADER_BYTES = 4096
 _MAX_FLOAT_LITERAL = 32  # repr() of a float is at most 24 characters
-# a JSON string (its commas and brackets are not structure); possessive: no backtracking state per repetition
-_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
+# a string of a result's skeleton (its commas and brackets are not structure); possessive: no backtracking state
+_SKELETON_STRING = re.compile(rb'"[^"]*+"')
+_NOT_SKELETON = bytes(b for b in range(256) if b not in b'"[]{},:')
+_SKELETON_PIECE = 1 << 20
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BRACKET_STEPS = bytes(2 if b in b"[{" else 0 for b in range(256))
-_HEX_INT = re.compile(r"-?[0-9a-f]++")
 
 
 class ProtocolError(ValueError):
@@ -72,13 +73,13 @@ class FrameReader:
             self.end = self.body_at + (self.header["bytes"] if self.header["status"] == "ok" else 0)
         return len(self.buffer) >= self.end
 
-    @property
-    def payload(self) -> bytes:
-        return bytes(memoryview(self.buffer)[self.body_at:self.end])  # one copy
-
-    def release(self) -> None:
-        """Drop the bytes read (once the payload has been taken)."""
-        self.buffer = bytearray()
+    def take_payload(self) -> bytearray:
+        """The payload, taken out of the reader without a copy (the header cut off the front of the buffer in place,
+        anything behind the frame off its end; :attr:`extra` is to be read first): the reader holds nothing after."""
+        buffer, self.buffer = self.buffer, bytearray()
+        del buffer[self.end:]
+        del buffer[:self.body_at]
+        return buffer
 
     @property
     def extra(self) -> int:
@@ -143,47 +144,84 @@ def check_shape(payload: bytes, max_values: int = MAX_VALUES) -> None:
     """Refuse a result before it is decoded: :class:`OutputTooLarge` when it holds more than ``max_values`` values,
     :class:`ProtocolError` when its brackets nest deeper than a value :func:`decode_value` accepts (two brackets per
     level: a tuple is a tagged object around a list) plus a margin, so that the JSON parser's recursion is bounded
-    too. Linear, in C: counts, one regular-expression pass that blanks strings, one running sum over what is left of
-    the brackets (no more than ``max_values`` of them by then)."""
-    if _structure(payload) <= max_values and payload.count(b"[") + payload.count(b"{") <= MAX_DEPTH:
+    too. Linear, in C, 1 MiB of the payload at a time (nothing kept beside it but counts): its skeleton
+    (:func:`_skeleton_pieces`) counted; only when that bound is not enough, a second pass with the strings taken out
+    (no more than ``max_values`` of them by then) that counts what is left and keeps a running sum of the brackets."""
+    values, brackets, quotes = 1, 0, 0
+    for piece in _skeleton_pieces(payload):
+        values += _structure(piece) - 1
+        brackets += piece.count(b"[") + piece.count(b"{")
+        quotes += piece.count(b'"')
+    if values <= max_values and brackets <= MAX_DEPTH:
         return
-    # each string is a value: its opening quote is never escaped, its closing one may follow an escaped backslash,
-    # so quotes - backslash-quotes lies between the number of strings and twice it
-    strings_bound = payload.count(b'"') - payload.count(b'\\"')
-    if strings_bound > 2 * max_values:
+    if quotes > 2 * max_values:  # each string is a value (or an object's key) and is two quotes in the skeleton
         raise OutputTooLarge(f"a returned value of more than {max_values} values")
-    bare = _blank_strings(payload)
-    if _structure(bare) > max_values:
+    if not quotes and values > max_values:  # no string: the skeleton's count is exact
         raise OutputTooLarge(f"a returned value of more than {max_values} values")
-    # the nesting: the running sum of +1 per opening and -1 per closing bracket (2 and 0, minus one per position),
-    # computed by C iterators over at most max_values brackets
-    steps = bare.translate(_BRACKET_STEPS, _NOT_BRACKETS)
-    if steps and max(map(operator.sub, itertools.accumulate(steps), itertools.count(1))) > 2 * MAX_DEPTH + 4:
+    values, inside, steps = 1, False, []
+    for piece in _skeleton_pieces(payload):
+        bare, inside = _outside_strings(piece, inside)
+        values += _structure(bare) - 1
+        steps.append(bare.translate(_BRACKET_STEPS, _NOT_BRACKETS))  # one byte a bracket: 2 opens, 0 closes
+    if values > max_values:
+        raise OutputTooLarge(f"a returned value of more than {max_values} values")
+    # the nesting: the running sum of +1 per opening and -1 per closing bracket, by C iterators over at most
+    # max_values brackets
+    steps = b"".join(steps)
+    if steps and max(itertools.accumulate(map(operator.sub, steps, itertools.repeat(1)))) > 2 * MAX_DEPTH + 4:
         raise ProtocolError(f"the returned value is nested deeper than {MAX_DEPTH} levels")
 
 
-def _blank_strings(payload: bytes) -> bytearray:
-    """``payload`` with every string emptied, built once (no list of pieces: at most ``2 x max_values`` strings)."""
-    bare, at, view = bytearray(), 0, memoryview(payload)
-    for string in _STRING.finditer(payload):
-        bare += view[at:string.start()]
-        bare += b'""'
+def _skeleton_pieces(payload: bytes):
+    """``payload`` reduced to its quotes, brackets, commas and colons, 1 MiB of it at a time, every escape first taken
+    out, so that every quote left opens or closes a string, as the JSON parser reads them up to the first thing it
+    refuses. A run of backslashes is read from its start in pairs (an escaped backslash each), and an odd one out
+    escapes the byte that follows it (an escaped quote, or the letter of another escape): both go, also where a
+    piece's end cuts them apart. One translation in C per piece; a result of long integers or strings shrinks to a
+    few bytes a value."""
+    escaped = False
+    for at in range(0, len(payload), _SKELETON_PIECE):
+        piece = payload[at + escaped:at + _SKELETON_PIECE]  # the byte the last piece's backslash escapes goes
+        escaped = False
+        if b"\\" in piece:
+            piece = piece.replace(b"\\\\", b"").replace(b'\\"', b"")
+            escaped = piece.endswith(b"\\")
+        yield piece.translate(None, _NOT_SKELETON)
+
+
+def _outside_strings(piece: bytes, inside: bool) -> tuple[bytes, bool]:
+    """What of a skeleton piece lies outside strings, and whether the piece ends inside one (``inside``: whether it
+    starts inside one). One match per string, no more than ``max_values`` of them by then."""
+    if inside:
+        closing = piece.find(b'"')
+        if closing < 0:
+            return b"", True
+        piece = piece[closing + 1:]
+    bare, at = bytearray(), 0
+    for string in _SKELETON_STRING.finditer(piece):
+        bare += piece[at:string.start()]
         at = string.end()
-    bare += view[at:]
-    return bare
+    opening = piece.find(b'"', at)
+    bare += piece[at:] if opening < 0 else piece[at:opening]
+    return bytes(bare), opening >= 0
 
 
-def decode_value(payload: bytes, max_values: int = MAX_VALUES) -> Any:
-    """The Python value a functional test returned, rebuilt from :func:`driver.encode_value`'s text (see there), once
-    :func:`check_shape` has bounded it. Raises :class:`ProtocolError` for anything malformed (:class:`OutputTooLarge`
-    for too many values)."""
+def decode_value(payload: bytes | bytearray, max_values: int = MAX_VALUES) -> Any:
+    """The Python value a functional test returned, rebuilt from :func:`driver.encode_value`'s text (UTF-8, see
+    there), once :func:`check_shape` has bounded it. A ``bytearray`` (the harness's own buffer) is emptied once it is
+    decoded to text, so that the result is held once at a time: as bytes, as text, then as strings and values. Raises
+    :class:`ProtocolError` for anything malformed (:class:`OutputTooLarge` for too many values)."""
     check_shape(payload, max_values)
     collecting = gc.isenabled()
     gc.disable()
     try:
+        text = payload.decode("utf-8", "surrogatepass")  # what json.loads would make of the bytes, but owned here
+        if isinstance(payload, bytearray):
+            payload.clear()
         # a NaN of its own each time (json's decoder hands out one shared NaN object, and `[nan] == [nan]` is True
         # for the same object: the program's NaN must not equal a NaN of the expected value through identity)
-        raw = json.loads(payload, parse_constant=float, parse_int=_int_literal, parse_float=_float_literal)
+        raw = json.loads(text, parse_constant=float, parse_int=_int_literal, parse_float=_float_literal)
+        del text
         return _build(raw, 0)
     except ProtocolError:
         raise
@@ -236,8 +274,10 @@ def _build(x: Any, depth: int) -> Any:
         return Unequal("dict with a key that is not a string")
     if tag == "int":
         digits = x["v"]
-        if not isinstance(digits, str) or not _HEX_INT.fullmatch(digits):
+        if type(digits) is not str or not digits.isascii():  # isascii: a flag of the str, no pass over it
             raise ProtocolError("the returned value is malformed")
+        # linear in a power-of-two base (and not limited by sys.int_info's digit check); the forms the driver never
+        # writes that int() also reads (a sign, "0x", "_", spaces) are integers the program could have returned
         return int(digits, 16)
     if tag == "fraction":
         return Fraction(_int(_build(x["n"], depth + 1)), _int(_build(x["d"], depth + 1)))

@@ -21,13 +21,15 @@ def _check(result, what):
 # with some arguments only (``ARGUMENT_RULES``): ``fcntl`` on the caller's own descriptors but no record locks,
 # leases or directory notification (a lock on a file every run sees read-only is a channel between runs);
 # ``futex`` process-private only (a shared futex on a page of a file every run maps is another);
-# ``socket``/``socketpair`` for AF_UNIX only (vsock is not confined by the network namespace); ``madvise`` without
+# ``madvise`` without
 # the advice that evicts or fills the page cache or merges pages across processes; ``preadv2``/``pwritev2``
 # without flags (RWF_NOWAIT tells whether a page is cached); ``ioctl`` with the terminal and descriptor requests
 # the standard library makes; ``prctl`` with thread names and further filters. ``clone`` makes threads only
 # (CLONE_THREAD and no namespace flag); ``clone3`` answers ENOSYS so that the C library falls back to ``clone``,
 # whose flags the filter can read. Left out, among others: new processes and exec, namespaces and mounts, ptrace
-# and cross-process memory, keyrings, bpf, perf, userfaultfd, io_uring and legacy AIO (``io_setup`` draws on a
+# and cross-process memory, new pipes and sockets (each takes its inode number from one kernel-wide counter, which
+# fstat shows: a run making them moved it for the next run of the same problem to read; the run's own pipes are
+# made by the harness), keyrings, bpf, perf, userfaultfd, io_uring and legacy AIO (``io_setup`` draws on a
 # host-wide limit), SysV IPC, POSIX message queues and memfd (memory the rlimits do not count), ``flock``, inotify,
 # fanotify, the page-cache primitives (``fadvise64``, ``readahead``, ``mincore``, ``cachestat``), file handles, module
 # and kexec loading, the kernel log. Any other architecture (x32, i386 through ``int 0x80``) kills the process.
@@ -39,7 +41,7 @@ ALLOWED_SYSCALLS = {
     "pwrite64": (18, 68), "preadv": (295, 69), "pwritev": (296, 70), "lseek": (8, 62), "close": (3, 57),
     "close_range": (436, 436), "dup": (32, 23), "dup3": (292, 24), "fsync": (74, 82), "fdatasync": (75, 83),
     "ftruncate": (77, 46), "truncate": (76, 45), "fallocate": (285, 47), "sendfile": (40, 71),
-    "copy_file_range": (326, 285), "pipe2": (293, 59),
+    "copy_file_range": (326, 285),
     # files and directories (the shared ones are read-only mounts: writes there fail with EROFS)
     "openat": (257, 56), "newfstatat": (262, 79), "fstat": (5, 80), "statx": (332, 291), "faccessat": (269, 48),
     "faccessat2": (439, 439), "readlinkat": (267, 78), "getdents64": (217, 61), "getcwd": (79, 17),
@@ -58,11 +60,6 @@ ALLOWED_SYSCALLS = {
     "timer_getoverrun": (225, 109), "timer_delete": (226, 111), "ppoll": (271, 73), "pselect6": (270, 72),
     "epoll_create1": (291, 20), "epoll_ctl": (233, 21), "epoll_pwait": (281, 22), "epoll_pwait2": (441, 441),
     "eventfd2": (290, 19), "restart_syscall": (219, 128),
-    # AF_UNIX sockets (the family is checked at socket()/socketpair(); abstract names are per network namespace)
-    "bind": (49, 200), "listen": (50, 201), "accept": (43, 202), "accept4": (288, 242), "connect": (42, 203),
-    "getsockname": (51, 204), "getpeername": (52, 205), "sendto": (44, 206), "recvfrom": (45, 207),
-    "sendmsg": (46, 211), "recvmsg": (47, 212), "shutdown": (48, 210), "setsockopt": (54, 208),
-    "getsockopt": (55, 209),
     # signals (other processes are out of reach: a PID namespace and a uid of the run's own)
     "rt_sigaction": (13, 134), "rt_sigprocmask": (14, 135), "rt_sigreturn": (15, 139), "sigaltstack": (131, 132),
     "rt_sigsuspend": (130, 133), "rt_sigtimedwait": (128, 137), "rt_sigpending": (127, 136), "kill": (62, 129),
@@ -83,18 +80,15 @@ ALLOWED_SYSCALLS = {
 X86_LEGACY_SYSCALLS = {
     "open": 2, "creat": 85, "stat": 4, "lstat": 6, "access": 21, "readlink": 89, "mkdir": 83, "rmdir": 84,
     "unlink": 87, "rename": 82, "symlink": 88, "link": 86, "chmod": 90, "chown": 92, "lchown": 94, "utimes": 235,
-    "futimesat": 261, "pipe": 22, "dup2": 33, "select": 23, "poll": 7, "alarm": 37, "pause": 34, "getpgrp": 111,
+    "futimesat": 261, "dup2": 33, "select": 23, "poll": 7, "alarm": 37, "pause": 34, "getpgrp": 111,
     "time": 201, "epoll_wait": 232, "epoll_create": 213, "getdents": 78, "eventfd": 284, "arch_prctl": 158,
 }
-AF_UNIX = 1
 #: name -> (x86_64, arm64, index of the argument checked, the values allowed): see the comment above.
 ARGUMENT_RULES = {
     # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC, F_SETPIPE_SZ, F_GETPIPE_SZ
     "fcntl": (72, 25, 1, (0, 1, 2, 3, 4, 1030, 1031, 1032)),
     # TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX (isatty, terminal size, non-blocking, close-on-exec)
     "ioctl": (16, 29, 1, (0x5401, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451)),
-    "socket": (41, 198, 0, (AF_UNIX,)),
-    "socketpair": (53, 199, 0, (AF_UNIX,)),
     # NORMAL, RANDOM, SEQUENTIAL, DONTNEED, FREE, DONTFORK, DOFORK, HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP,
     # WIPEONFORK, KEEPONFORK (not WILLNEED, COLD, PAGEOUT, POPULATE_*: the page cache; not MERGEABLE: KSM)
     "madvise": (28, 233, 2, (0, 1, 2, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19)),

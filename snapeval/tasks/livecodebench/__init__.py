@@ -359,6 +359,7 @@ SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003
 _WIDE_SPACES = tuple(c.encode("utf-8") for c in SPACES if not c.isascii())
 _SPACE_MARKS = bytes(32 if chr(b).isspace() else 120 for b in range(128)) + b"x" * 128  # whitespace -> " ", else "x"
 _CHUNK = 1 << 16  # bytes of output handled at a time where a step needs a copy
+_WINDOW = 1 << 15  # bytes of a piece looked up at a time for multi-byte whitespace
 
 
 @functools.cache
@@ -380,14 +381,14 @@ def _strip(buf: bytes, start: int, end: int) -> tuple[int, int]:
     whitespace, looked for in C over 64 KiB pieces from each end (no copy of the region)."""
     while start < end:
         stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
-        found = _marks(buf[start:stop]).find(b"x")
+        found = _not_space(buf[start:stop], last=False)
         if found >= 0:
             start += found
             break
         start = stop
     while end > start:
         piece_at = _char_start(buf, max(start, end - _CHUNK), start, -1)
-        found = _marks(buf[piece_at:end]).rfind(b"x")
+        found = _not_space(buf[piece_at:end], last=True)
         if found >= 0:
             end = piece_at + found + 1
             while end < len(buf) and 0x80 <= buf[end] < 0xC0:  # the whole of the last character
@@ -395,6 +396,17 @@ def _strip(buf: bytes, start: int, end: int) -> tuple[int, int]:
             break
         end = piece_at
     return start, end
+
+
+def _not_space(piece: bytes, last: bool) -> int:
+    """Where the first (``last``: the last) byte of ``piece`` that is not whitespace is, -1 where there is none."""
+    if _needs_look_up(piece):
+        space = _whitespace(piece)
+        if space.all():
+            return -1
+        return len(space) - 1 - int(space[::-1].argmin()) if last else int(space.argmin())  # the first False
+    marks = _marks(piece)
+    return marks.rfind(b"x") if last else marks.find(b"x")
 
 
 def _lines(buf: bytes, start: int, end: int):
@@ -407,19 +419,80 @@ def _lines(buf: bytes, start: int, end: int):
         start = newline + 1
 
 
-# the multi-byte whitespace by lead byte (a piece without the lead byte holds none of them)
-_WIDE_BY_LEAD = {lead: tuple(s for s in _WIDE_SPACES if s[0] == lead) for lead in sorted({s[0] for s in _WIDE_SPACES})}
+# the lead bytes of the multi-byte whitespace (a piece without any of them holds none of it)
+_WIDE_LEADS = bytes(sorted({s[0] for s in _WIDE_SPACES}))
+_FEW_WIDE_SPACES = tuple(s for s in _WIDE_SPACES if s[0] not in b"\xe1\xe2")  # U+0085, U+00A0, U+3000
+
+
+#: each byte -> its row of the look-up table: each lead byte of a multi-byte whitespace a row of its own from 1, an
+#: ASCII whitespace the row after theirs, any other byte 0
+_LEAD_ROWS = bytes(_WIDE_LEADS.index(b) + 1 if b in _WIDE_LEADS
+                   else len(_WIDE_LEADS) + 1 if b < 128 and chr(b).isspace() else 0 for b in range(256))
+
+
+@functools.cache
+def _wide_space_widths():
+    """``widths[row << 16 | b1 << 8 | b2]``: the byte length of the whitespace that a byte of row ``row`` followed by
+    ``b1 b2`` starts (1, 2 or 3, 0 for none; an ASCII one or a 2-byte one whatever follows it)."""
+    import numpy as np
+
+    widths = np.zeros((len(_WIDE_LEADS) + 2) << 16, np.uint8)
+    widths[(len(_WIDE_LEADS) + 1) << 16:] = 1
+    for space in _WIDE_SPACES:
+        at = _LEAD_ROWS[space[0]] << 16 | space[1] << 8
+        if len(space) == 2:
+            widths[at:at + 256] = 2
+        else:
+            widths[at | space[2]] = 3
+    return widths
 
 
 def _marks(piece: bytes) -> bytes:
-    """``piece`` with every whitespace character (of any width) as spaces and every other byte as ``x`` (each
-    multi-byte whitespace blanked by ``bytes.replace``, in C, where its lead byte occurs)."""
-    if not piece.isascii():
-        for lead, wide in _WIDE_BY_LEAD.items():
-            if lead in piece:
-                for space in wide:
-                    piece = piece.replace(space, b" " * len(space))
-    return piece.translate(_SPACE_MARKS)
+    """``piece`` (whole characters of UTF-8) with every whitespace character (of any width) as spaces and every other
+    byte as ``x``, in C whatever the piece holds: one ``bytes.translate`` for the ASCII whitespace, and the three
+    multi-byte ones whose lead bytes start no other (U+0085, U+00A0, U+3000) by one ``bytes.replace`` each where
+    their lead byte occurs; where a lead byte of the other 16 (U+1680, U+2000-U+205F) occurs, every byte looked up
+    with the two after it instead (:func:`_whitespace`: about 2-3 ns a byte, whatever mix of kinds the piece holds,
+    where 16 replacements would each pass over it). A lead byte never continues a character, so a match is a whole
+    character."""
+    if piece.isascii():
+        return piece.translate(_SPACE_MARKS)
+    if not _needs_look_up(piece):
+        for space in _FEW_WIDE_SPACES:
+            if space[0] in piece and space in piece:
+                piece = piece.replace(space, b" " * len(space))
+        return piece.translate(_SPACE_MARKS)
+    import numpy as np
+
+    return np.where(_whitespace(piece), np.uint8(32), np.uint8(120)).tobytes()
+
+
+def _needs_look_up(piece: bytes) -> bool:
+    return not piece.isascii() and (b"\xe1" in piece or b"\xe2" in piece)
+
+
+def _whitespace(piece: bytes):
+    """Whether each byte of ``piece`` (whole characters of UTF-8) belongs to a whitespace character, as a numpy array
+    of booleans: each byte looked up with the two after it (one translation to a row of the table, then a handful of
+    array operations, ``_WINDOW`` bytes at a time: a few arrays of that size, whatever the piece's)."""
+    import numpy as np
+
+    size, table = len(piece), _wide_space_widths()
+    rows, data = piece.translate(_LEAD_ROWS), np.frombuffer(piece + b"\0\0", np.uint8)
+    space = np.zeros(size, np.bool_)
+    for at in range(0, size, _WINDOW):
+        end = min(at + _WINDOW, size)
+        code = np.frombuffer(rows, np.uint8, end - at, at).astype(np.uint32)
+        code <<= 8
+        code |= data[at + 1:end + 1]
+        code <<= 8
+        code |= data[at + 2:end + 2]
+        widths = table.take(code)
+        del code
+        for byte in range(3):  # a whitespace of width w covers its first byte and the w - 1 bytes after it
+            covered = space[at + byte:end + byte]
+            covered |= widths[:len(covered)] > byte
+    return space
 
 
 def _token_count(buf: bytes, start: int, end: int) -> int:
@@ -428,7 +501,13 @@ def _token_count(buf: bytes, start: int, end: int) -> int:
     count, after_space = 0, True
     while start < end:
         stop = _char_start(buf, min(end, start + _CHUNK), start, 1)
-        marks = _marks(buf[start:stop])
+        piece = buf[start:stop]
+        if _needs_look_up(piece):  # counted on the array: a space followed by a byte that is not one
+            space = _whitespace(piece)
+            count += int((space[:-1] > space[1:]).sum()) + (after_space and not space[0])
+            after_space, start = bool(space[-1]), stop
+            continue
+        marks = _marks(piece)
         count += marks.count(b" x") + (after_space and marks.startswith(b"x"))
         after_space, start = marks.endswith(b" "), stop
     return count
