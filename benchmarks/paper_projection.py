@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from benchmarks.common import BENCH_DIR, machine, write_json_at
+from snapeval.memory_plan import EAGER_STEP_FACTOR
 
 MODEL = "llama-3.1-8b-instruct"
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,8 @@ class Rates:
     - ``step_s(bytes) = step_fixed_s + bytes / bandwidth`` for one decode step that moves ``bytes``;
     - ``engine_s`` per engine (its rows, its captured step) and ``branch_per_token_s x n`` per item and configuration
       (the configuration's cache built from an ``n``-token capture);
-    - a configuration decoded alone steps eagerly: ``alone_factor x step_s(bytes)``.
+    - a configuration decoded alone: ``alone_factor x step_s(bytes)`` in a captured engine of one row,
+      ``eager_factor x step_s(bytes)`` in the eager loop (the plan's ``alone_captured``).
     """
 
     prefill: tuple[float, float, float]
@@ -82,10 +84,14 @@ class Rates:
     branch_per_token_s: float
     device: str
     shape: dict
-    #: a step of a configuration decoded alone (:func:`snapeval.decoding.decode`, eager) over the captured step at
-    #: the same bytes: measured where the calibration decodes one alone, else 1 (and the projection says so)
+    #: a step of a configuration decoded alone over the fitted step at the same bytes: in a captured engine of one
+    #: row (``alone_factor``) or in the eager loop (``eager_factor``, when the plan has no room for the engine's row
+    #: beside the branch): measured where the calibration decodes one alone that way, else 1 and
+    #: :data:`snapeval.memory_plan.EAGER_STEP_FACTOR` (and the projection says which were measured)
     alone_factor: float = 1.0
+    eager_factor: float = EAGER_STEP_FACTOR
     alone_measured: bool = False
+    eager_measured: bool = False
 
     def prefill_s(self, tokens: int) -> float:
         a, b, c = self.prefill
@@ -134,7 +140,7 @@ def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None):
 
     chunk = min(chunk or GPU_CHUNK, len(items))
     return plan_group(shape, configs, [Item(p, m) for p, m in items], chunk=chunk, window=capture_window(configs),
-                      budget=budget, in_use=shape.weight_bytes, device="cuda:0")
+                      budget=budget, in_use=shape.weight_bytes, device="cuda:0", captured=True)
 
 
 def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int, bool]]]:
@@ -172,8 +178,8 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
     prefill = prefills * sum(rates.prefill_s(p) for p, _ in items)
     engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
     branch = len(configs) * sum(rates.branch_per_token_s * p for p, _ in items) + engines * rates.engine_s
-    decode = {label: sum(steps * rates.step_s(moved) * (rates.alone_factor if alone else 1.0)
-                         for steps, moved, alone in entries)
+    factor = rates.alone_factor if plan.alone_captured else rates.eager_factor
+    decode = {label: sum(steps * rates.step_s(moved) * (factor if alone else 1.0) for steps, moved, alone in entries)
               for label, entries in schedule.items()}
     total = prefill + branch + sum(decode.values())
     return {"seconds": total, "prefill_s": prefill, "branch_s": branch, "decode_s": sum(decode.values()),
@@ -181,6 +187,7 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
             "steps": {label: sum(s for s, _, _ in entries) for label, entries in schedule.items()},
             "chunk": plan.chunk, "rows": {c.label: plan.decode_mode(c.label).rows for c in configs},
             "alone": [c.label for c in configs if plan.decode_mode(c.label).decode == "alone"],
+            "alone_captured": plan.alone_captured,
             "items": len(items), "prompt_tokens_mean": sum(p for p, _ in items) / len(items)}
 
 
@@ -245,10 +252,12 @@ def fit_rates(runs: list[dict], device: str, shape) -> Rates:
     engine, per_token = least_squares(rest_rows, rest_s)  # one point per run: nothing to set aside
     rates = Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte if per_byte > 0 else math.inf,
                   engine_s=engine, branch_per_token_s=per_token, device=device, shape=asdict(shape))
-    factors = sorted(entry["step_s"] / rates.step_s(entry["bytes_per_step"])
-                     for run in runs for entry in run.get("alone", {}).values() if entry["steps"])
-    if factors:
-        rates = replace(rates, alone_factor=factors[len(factors) // 2], alone_measured=True)
+    for captured, name in ((True, "alone"), (False, "eager")):
+        factors = sorted(entry["step_s"] / rates.step_s(entry["bytes_per_step"]) for run in runs
+                         if run.get("plan", {}).get("alone_captured", False) == captured
+                         for entry in run.get("alone", {}).values() if entry["steps"])
+        if factors:
+            rates = replace(rates, **{f"{name}_factor": factors[len(factors) // 2], f"{name}_measured": True})
     return rates
 
 
@@ -305,8 +314,8 @@ def rates_from_gpu_json(path: Path) -> Rates:
     """:class:`Rates` from a committed ``benchmarks.gpu`` run (``results/bench/gpu.json``), without a GPU: prefill
     from the full cache's prefill at each length; the step from every decode point replayed as a CUDA graph (its
     rows and bytes as :func:`step_bytes` counts them); an engine's cost from those points' first (capturing) step;
-    the per-token branch cost from :data:`H100_COMPRESSION_SHARE`; a step decoded alone from the full cache's eager
-    batch-1 step over its CUDA-graph one. No slice checks them: that takes a GPU."""
+    the per-token branch cost from :data:`H100_COMPRESSION_SHARE`; a step decoded alone (a captured engine of one
+    row) from the full cache's CUDA-graph batch-1 steps. No slice checks them: that takes a GPU."""
     from snapeval.cache import resolve_method
     from snapeval.memory_plan import ModelShape
 
@@ -331,13 +340,17 @@ def rates_from_gpu_json(path: Path) -> Rates:
     per_token = least_squares([[n] for n in H100_COMPRESSION_SHARE],
                               [share * (a + b * n + c * n * n) for n, share in H100_COMPRESSION_SHARE.items()])[0]
     firsts.sort()
-    # a configuration decoded alone steps eagerly: the full cache's eager batch-1 step over its CUDA-graph one
-    factors = sorted(point["full"]["batch_1"]["step_s"] / point["full"]["batch_1_graphs"]["step_s"]
-                     for point in result["lengths"].values()
-                     if "step_s" in point["full"].get("batch_1", {}) and "step_s" in point["full"].get("batch_1_graphs", {}))
-    return Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte, engine_s=firsts[len(firsts) // 2],
-                 branch_per_token_s=per_token, device=f"{run['device']} (results/bench/gpu.json)", shape=asdict(shape),
-                 alone_factor=factors[len(factors) // 2] if factors else 1.0, alone_measured=bool(factors))
+    rates = Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte, engine_s=firsts[len(firsts) // 2],
+                  branch_per_token_s=per_token, device=f"{run['device']} (results/bench/gpu.json)", shape=asdict(shape))
+    # a configuration decoded alone: a captured engine of one row (the full cache's CUDA-graph batch-1 step), or
+    # the eager loop (its eager batch-1 step), each over the fitted step at its bytes
+    for key, name in (("batch_1_graphs", "alone"), ("batch_1", "eager")):
+        factors = sorted(point["full"][key]["step_s"] / rates.step_s(step_bytes(
+            shape, resolve_method("full"), 1, int(point["prompt_tokens"]), int(point["new_tokens"])))
+            for point in result["lengths"].values() if "step_s" in point["full"].get(key, {}))
+        if factors:
+            rates = replace(rates, **{f"{name}_factor": factors[len(factors) // 2], f"{name}_measured": True})
+    return rates
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -581,9 +594,10 @@ def project_grids(args, rates: Rates, lengths: dict, device_bytes: float) -> dic
         print(f"{path}: {grid['gpu_hours']:.1f} GPU-hours ({as_rates.device}); by task: "
               + ", ".join(f"{k} {v:.1f}" for k, v in grid["gpu_hours_by_task"].items()), flush=True)
     caveats = ["every generation runs to its max_gen_toks unless --new-tokens gives a mean: an upper bound",
-               "a configuration the plan decodes alone (listed per pass) decodes in the eager loop: its steps are "
-               + (f"priced at {as_rates.alone_factor:.2f}x the captured step (measured)" if as_rates.alone_measured
-                  else "priced at the captured step's rate, none having been measured: an underestimate for it"),
+               f"a configuration the plan decodes alone (listed per pass) steps at {as_rates.alone_factor:.2f}x the "
+               f"fitted step in a captured engine of one row ({'measured' if as_rates.alone_measured else 'assumed'}), "
+               f"{as_rates.eager_factor:.2f}x in the eager loop where the plan has no room for that row "
+               f"({'measured' if as_rates.eager_measured else 'memory_plan.EAGER_STEP_FACTOR'})",
                "a model split over GPUs runs its layers one after another: its hours are one GPU's, times its GPUs"]
     return {"grids": grids, "projected_as": as_rates.device, "projected_rates": asdict(as_rates), "caveats": caveats,
             "device_bytes": device_bytes, "new_tokens": new_tokens or "max_gen_toks (an upper bound)",

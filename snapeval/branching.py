@@ -47,8 +47,8 @@ from snapeval.cache.capture import PromptCapture
 from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_stream,
                                stop_token_ids)
 from snapeval.errors import check_int
-from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, device_budget,
-                                  is_out_of_memory, plan_group)
+from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, captures_alone,
+                                  device_budget, is_out_of_memory, plan_group)
 from snapeval.models.devices import input_device
 from snapeval.run_args import RunArgs
 
@@ -205,7 +205,7 @@ class BranchSet:
             chunk = min(chunk, len(items))
         return plan_group(self.shape, self.configs, items, chunk=chunk, window=self.window,
                           budget=device_budget(self.device, self.max_memory), in_use=bytes_in_use(self.device),
-                          device=str(self.device), alone=alone)
+                          device=str(self.device), alone=alone, captured=self.capture)
 
     # --- prefill ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -372,17 +372,18 @@ class BranchSet:
                         logits, cache = self.own_prefill(self.configs[c], prompt_of(c, i))
                         done[c, i] = self._decode_alone(self.configs[c], logits, cache, prompt_of(c, i), sampling[i], i)
                     continue
-                caches = {c: self._empty_branch(c, prefilled, c in rows) for c in members}
+                engine_layout = {c for c in members if c in rows or captures_alone(self.configs[c], plan.alone_captured)}
+                caches = {c: self._empty_branch(c, prefilled, c in engine_layout) for c in members}
                 built = [c for c in members if self.configs[c] not in prefilled.presses]
                 load_caches(prefilled.capture, [caches[c] for c in built], release=True,
-                            compact=[caches[c] for c in built if c in rows])
+                            compact=[caches[c] for c in built if c in engine_layout])
                 prefilled.capture = None
                 for c in members:
                     if c in rows:
                         held[c][i] = (prefilled.logits, caches.pop(c), prefilled.seconds)
                 for c in [c for c in members if c not in rows]:
                     done[c, i] = self._decode_alone(self.configs[c], prefilled.logits, caches.pop(c), prompt_of(c, i),
-                                                    sampling[i], i, prefilled.seconds)
+                                                    sampling[i], i, prefilled.seconds, in_one_row=c in engine_layout)
                 del prefilled, caches
         for c in sorted(rows):
             waiting = held.pop(c)
@@ -427,10 +428,17 @@ class BranchSet:
                                                         completion.kv_bytes)
 
     def _decode_alone(self, config: MethodConfig, logits: torch.Tensor, cache, prompt: list[int],
-                      params: SamplingParams, index: int, prefill_seconds: float = 0.0) -> Completion:
+                      params: SamplingParams, index: int, prefill_seconds: float = 0.0,
+                      in_one_row: bool = False) -> Completion:
         """Decode one prompt alone from its prefilled ``cache`` and last ``logits`` ``[V]`` with
         :func:`snapeval.decoding.decode`: one token per forward, explicit positions (a compressed cache is shorter
-        than the sequence)."""
+        than the sequence). ``in_one_row`` (the plan's ``alone_captured`` in a run that captures its steps,
+        :func:`~snapeval.memory_plan.captures_alone`): in a captured engine of one row instead, ``cache`` being the
+        engine layout's branch."""
+        if in_one_row:
+            branch = {0: (logits, cache)}
+            del cache  # the engine's row takes the branch's slots; the branch goes once they are copied
+            return self._decode_in_one_row(config, branch, prompt, params, index, prefill_seconds)
         request = Request(index=index, prompt=prompt, params=params, stream=request_stream(params, self.seed, index))
         times = decode(self.model, self.tokenizer, cache, logits[None], [request], torch.tensor([len(prompt)]),
                        stops=self.stops, pad_id=pad_token_id(self.tokenizer))
@@ -438,6 +446,22 @@ class BranchSet:
         request.kv_bytes = cache.kv_bytes_per_row()
         completion = request.completion(self.tokenizer, 0.0)
         completion.prefill_seconds = prefill_seconds
+        self._count_kv(config, completion)
+        return completion
+
+    def _decode_in_one_row(self, config: MethodConfig, branch: dict, prompt: list[int], params: SamplingParams,
+                           index: int, prefill_seconds: float) -> Completion:
+        """:meth:`_decode_alone` in an engine of one row whose step is captured (the same tokens as the eager loop:
+        ``tests/test_branching.py``); ``branch``: ``{0: (logits, cache)}``, emptied when the row is loaded."""
+        from snapeval.engine import Engine
+
+        engine = Engine(self.model, self.tokenizer, config, num_slots=1, seed=self.seed, capture=True,
+                        decode_kernel=self.decode_kernel)
+        completion = engine.generate([prompt], [params], prefill=lambda j, _prompt: branch.pop(j))[0]
+        self.stats.count_alone(config.label, engine.stats.decode_steps, engine.stats.decode_seconds)
+        engine.release()
+        del engine
+        completion.index, completion.prefill_seconds = index, prefill_seconds
         self._count_kv(config, completion)
         return completion
 

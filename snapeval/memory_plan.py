@@ -34,6 +34,7 @@ built). :class:`PeakMeter` measures the real peak for the cells' provenance.
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -266,6 +267,8 @@ class GroupPlan:
         phases: the group's growth at the top of each phase (prefill, branch, alone, decode).
         peak_bytes: the largest phase.
         reasons: why the chunk or the prefill was cut (empty when the asked-for chunk fits).
+        alone_captured: a configuration decoded alone does so in a captured engine of one row (beside its branch:
+            :func:`captures_alone`); False: in the eager loop, growing its own cache.
     """
 
     device: str
@@ -284,6 +287,7 @@ class GroupPlan:
     phases: dict[str, int] = field(default_factory=dict)
     peak_bytes: int = 0
     reasons: tuple[str, ...] = ()
+    alone_captured: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -360,14 +364,21 @@ def engine_slots(shape: ModelShape, config: MethodConfig, prompt: int, max_new: 
     return int(slots)
 
 
+def captures_alone(config: MethodConfig, captured: bool) -> bool:
+    """Whether ``config``, decoded alone, decodes in a captured engine of one row (a GPU run that captures, a method
+    with a static-row layout) rather than in the eager loop from its own cache."""
+    return captured and _static_rows(config) and not _is_press(config)
+
+
 def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chunk: int, prompt: int,
                          max_new: int, alone: set[str], room: int | None = None,
-                         batch_whole: bool = False) -> tuple[ConfigurationPlan, ...]:
+                         batch_whole: bool = False, captured: bool = False) -> tuple[ConfigurationPlan, ...]:
     """Each configuration's decode: in rows, as many as fit ``room`` (the bytes left for one engine once the chunk's
     branches are held; None: unbounded) at its own :func:`row_bytes`, at most ``chunk`` and at least 1; or alone.
     ``batch_whole``: a cache of the whole prompt decodes in rows too (a GPU, where a captured batched step pays at
     any length: the issue's 128k full cache ran 112 tok/s at batch 3 against 67 alone); otherwise only while its
-    rows hold fewer bytes than the weights."""
+    rows hold fewer bytes than the weights. ``captured``: a configuration decoded alone does so in an engine of one
+    row (:func:`captures_alone`), whose row it allocates beside its branch."""
     plans = []
     for config in configs:
         in_rows = config.label not in alone and _static_rows(config)
@@ -377,6 +388,8 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
             rows = chunk if room is None else max(1, min(chunk, room // row_bytes(shape, config, prompt, max_new)))
             plans.append(ConfigurationPlan(config.label, "rows", rows, branch_bytes(shape, config, prompt),
                                            engine_bytes(shape, config, rows, prompt, max_new)))
+        elif captures_alone(config, captured):
+            plans.append(ConfigurationPlan(config.label, "alone", 1, 0, engine_bytes(shape, config, 1, prompt, max_new)))
         else:
             plans.append(ConfigurationPlan(config.label, "alone", 1, 0,
                                            alone_cache_bytes(shape, config, prompt, max(max_new - 1, 0))))
@@ -385,7 +398,7 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
 
 def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[ConfigurationPlan, ...], chunk: int,
             item: Item, prefill_tokens: int, window: int, alone: set[str], on_host: bool,
-            flight: int | None = None) -> dict[str, int]:
+            flight: int | None = None, captured: bool = False) -> dict[str, int]:
     """The group's growth at the top of each phase of a chunk of the largest items (see the module's docstring);
     ``flight``: the items a chunk actually holds (fewer than ``chunk`` rows when the call has fewer items)."""
     by_label = {p.label: p for p in plans}
@@ -409,8 +422,10 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
               + shape.window_transient_bytes(item.prompt, window)}
     decoded_alone = [c for c in configs if by_label[c.label].decode == "alone"]
     if decoded_alone:
+        # the eager loop grows its branch in place; a captured engine's row stands beside the branch it loads
         growth = max(by_label[c.label].decode_bytes - (alone_cache_bytes(shape, c, item.prompt)
-                                                        if c in shared_alone else 0)
+                                                        if c in shared_alone and not captures_alone(c, captured)
+                                                        else 0)
                      + by_label[c.label].decode_bytes // shape.layers for c in decoded_alone)
         phases["alone"] = (flight * held_one + prefix + (built - held_one) + growth + shape.decode_step_bytes(1)
                            + (shape.activation_bytes(prefill_tokens, item.prompt) if alone else 0))
@@ -422,12 +437,37 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
 
 def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequence[Item], *, chunk: int,
                window: int, budget: int | None = None, in_use: int = 0, device: str = "cpu",
-               prefill_tokens: int | None = None, alone: set[str] = frozenset()) -> GroupPlan:
+               prefill_tokens: int | None = None, alone: set[str] = frozenset(), captured: bool = False) -> GroupPlan:
+    """:func:`_plan_group`; in a ``captured`` run on a GPU, of the plans whose configurations decoded alone run in a
+    captured engine of one row (beside their branch) or in the eager loop (in place), the one that fits with the
+    fewest :func:`bytes_per_token` (the eager loop weighted by :data:`EAGER_STEP_FACTOR`)."""
+    kwargs = dict(chunk=chunk, window=window, budget=budget, in_use=in_use, device=device,
+                  prefill_tokens=prefill_tokens, alone=alone)
+    if not (captured and device.startswith("cuda")):
+        return _plan_group(shape, configs, items, captured=False, **kwargs)
+    plans = []
+    for engine_alone in (True, False):
+        try:
+            plan = dataclasses.replace(_plan_group(shape, configs, items, captured=engine_alone, **kwargs),
+                                       alone_captured=engine_alone)
+        except SnapevalError:
+            continue
+        plans.append(plan)
+    if not plans:  # neither fits: the eager loop's own one-line error
+        return _plan_group(shape, configs, items, captured=False, **kwargs)
+    return min(plans, key=lambda p: (bytes_per_token(shape, p, captured=True), not p.alone_captured))
+
+
+def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequence[Item], *, chunk: int,
+                window: int, budget: int | None = None, in_use: int = 0, device: str = "cpu",
+                prefill_tokens: int | None = None, alone: set[str] = frozenset(), captured: bool = False
+                ) -> GroupPlan:
     """The plan of a group: the largest chunk, at most ``chunk``, whose peak fits ``budget``; if one item does not
     fit, prompts are prefilled in token chunks (never below :data:`MIN_PREFILL_TOKENS`) and, on a GPU, the capture
     is kept in host memory. Raises a one-line :class:`SnapevalError` when nothing fits. ``prefill_tokens`` forces
     a prefill chunk (tokens per forward); ``alone``: labels of configurations that prefill themselves (a press
-    that cannot branch), decoded alone."""
+    that cannot branch), decoded alone; ``captured``: the run captures its decode steps (a configuration decoded
+    alone then decodes in an engine of one row, :func:`captures_alone`)."""
     if not items:
         raise ValueError("a memory plan needs at least one item")
     check_int("chunk", chunk, 1)
@@ -438,11 +478,14 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
     whole = largest.prompt
 
     def build(n: int, tokens: int, on_host: bool) -> GroupPlan:
-        plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, None, batch_whole)
+        plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, None, batch_whole,
+                                     captured)
         if budget is not None:  # rows: as many as fit what one engine may take once the chunk's branches are held
             room = max(0, budget - in_use - min(n, len(items)) * sum(p.branch_bytes for p in plans))
-            plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, room, batch_whole)
-        phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items))
+            plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, room, batch_whole,
+                                         captured)
+        phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items),
+                         captured=captured)
         return GroupPlan(device=device, budget_bytes=budget, in_use_bytes=in_use, weights_bytes=shape.weight_bytes,
                          chunk=n, prefill_tokens=tokens, capture_on_host=on_host, prompt_tokens=largest.prompt,
                          max_new_tokens=largest.max_new, capture_bytes=shape.capture_bytes(largest.prompt, window),
@@ -473,7 +516,8 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
             for batch_whole in (True, False):
                 candidate = build(n, tokens, False)
                 if candidate.fits:
-                    fitting.append((bytes_per_token(shape, candidate), -n, not batch_whole, candidate))
+                    fitting.append((bytes_per_token(shape, dataclasses.replace(candidate, alone_captured=captured),
+                                                    captured=True), -n, not batch_whole, candidate))
             if n == 1:
                 break
             n = max(1, n // 2)
@@ -512,12 +556,28 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
     return plan
 
 
-def bytes_per_token(shape: ModelShape, plan: GroupPlan) -> float:
+#: How much slower an eager decode step is than the same step replayed as a CUDA graph, at batch 1: the full cache's
+#: eager over CUDA-graph batch-1 step in ``results/bench/gpu.json`` (one H100: 5.10x at 32k and 64k, 2.99x at 128k;
+#: the median). The plan weighs a configuration decoded alone in the eager loop with it, in a run that captures.
+EAGER_STEP_FACTOR = 5.1
+#: A captured decode step's fixed time as bytes it could have moved: the simulator's H100 ``decode_step_fixed_s``
+#: (4.4 ms, the mean residual of the 12 CUDA-graph points of ``results/bench/gpu.json``) at the bandwidth those
+#: points were fitted with (90% of 3.35 TB/s). A step pays it once for all its rows.
+STEP_FIXED_BYTES = int(4.4e-3 * 0.9 * 3.35e12)
+
+
+def bytes_per_token(shape: ModelShape, plan: GroupPlan, captured: bool = False) -> float:
     """Bytes a GPU moves per decoded token of one item over every configuration of ``plan``: a configuration in
     ``rows`` rows reads the weights once per step for all of them and its rows' cache, so ``(weights + its engine's
     bytes) / rows``; one decoded alone, the weights and its cache for each token (a decode step is bound by these
-    bytes: ``docs/engine.md``)."""
-    return sum((shape.weight_bytes + c.decode_bytes) / c.rows for c in plan.configurations)
+    bytes: ``docs/engine.md``), plus each step's fixed time (:data:`STEP_FIXED_BYTES`) shared by its rows. In a
+    ``captured`` run a configuration the plan decodes alone in the eager loop counts :data:`EAGER_STEP_FACTOR` times
+    (its step pays the host's launches, the others' do not)."""
+    def weight(c: ConfigurationPlan) -> float:
+        return EAGER_STEP_FACTOR if captured and c.decode == "alone" and not plan.alone_captured else 1.0
+
+    return sum(weight(c) * (STEP_FIXED_BYTES + shape.weight_bytes + c.decode_bytes) / c.rows
+               for c in plan.configurations)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -645,4 +705,5 @@ def predict_paper_scale(device_bytes: float = 80e9, chunk: int = 8, model: str =
                                           for budget in PAPER_BUDGETS]
     window = max(c.window_queries() for c in configs)
     return plan_group(shape, configs, [Item(PAPER_PROMPT, PAPER_NEW)] * chunk, chunk=chunk, window=window,
-                      budget=int(device_bytes * (1 - MARGIN_FRACTION)), in_use=shape.weight_bytes, device="cuda:0")
+                      budget=int(device_bytes * (1 - MARGIN_FRACTION)), in_use=shape.weight_bytes, device="cuda:0",
+                      captured=True)

@@ -191,3 +191,42 @@ def test_a_short_prompts_held_branch_keeps_its_tokens_not_the_budget(config):
         for a, b in zip(rows[0].layers, rows[1].layers):
             for name in ("keys", "values", "positions", "next_position", "fill"):
                 assert torch.equal(getattr(a, name), getattr(b, name)), (length, name)
+
+
+def test_a_configuration_decoded_alone_is_captured_in_one_row_with_the_same_tokens(monkeypatch):
+    """Issue 44 item 1: in a run that captures (a GPU's), a configuration the plan decodes alone decodes in an engine
+    of one row whose step is recorded once per item (here the CPU stand-in recorder of tests/test_engine.py) from its
+    branch in the engine's layout; its tokens are the eager loop's, sampled ones included."""
+    import dataclasses
+
+    from snapeval.engine import SamplingParams
+    from snapeval.engine import engine as engine_module
+    from snapeval.memory_plan import ConfigurationPlan
+    from tests.test_engine import ReplayOnCpu
+
+    model = tiny_model("llama")
+    configs = [FullConfig(), SnapStreamConfig.from_budget(16), StreamingLLMConfig.from_budget(40)]
+    prompts = [random_prompt(n, seed=n) for n in (30, 52, 19)]
+    params = [SamplingParams(max_new_tokens=9), SamplingParams(max_new_tokens=6, do_sample=True, temperature=1.3),
+              SamplingParams(max_new_tokens=7)]
+    real_plan = BranchSet.plan
+
+    def full_alone(self, items, chunk=None, own=()):
+        plan = real_plan(self, items, chunk, own)
+        return dataclasses.replace(plan, alone_captured=self.capture, configurations=tuple(
+            ConfigurationPlan(c.label, "alone", 1, 0, c.decode_bytes) if c.label in ("full", "streamingllm@40") else c
+            for c in plan.configurations))
+
+    monkeypatch.setattr(BranchSet, "plan", full_alone)
+    eager = BranchSet(model, TinyTokenizer(), configs, batch=2).generate(prompts, params)
+    monkeypatch.setattr(engine_module, "CapturedDecodeStep", ReplayOnCpu)
+    ReplayOnCpu.recorded = []
+    branches = BranchSet(model, TinyTokenizer(), configs, batch=2)
+    branches.capture = True  # what a CUDA device resolves to
+    captured = branches.generate(prompts, params)
+    for c in range(len(configs)):
+        assert [d.token_ids for d in captured[c]] == [d.token_ids for d in eager[c]], configs[c].label
+    alone = branches.stats.decode_alone
+    assert set(alone) == {"full", "streamingllm@40"}
+    assert alone["full"]["steps"] == sum(p.max_new_tokens - 1 for p in params)
+    assert len(ReplayOnCpu.recorded) >= 2 * len(prompts)  # one recording per item decoded alone, and the rows'

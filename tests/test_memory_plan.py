@@ -220,8 +220,20 @@ def test_llama_8b_at_128k_fits_one_80gb_device(capsys):
     print(plan.render())
     assert plan.fits and plan.budget_bytes == int(80e9 * 0.92)
     assert plan.chunk >= 1 and plan.prompt_tokens == 131072 - 128
-    assert plan.decode_mode("full").decode == "alone"  # a 16 GiB row is decoded alone, straight from the capture
     assert 50 * 2**30 < plan.total_bytes <= plan.budget_bytes
+    # at pred.py's 120,000-token cut two items fit, and the 15 GiB full cache decodes alone (a captured engine of one
+    # row beside its branch) while the others decode in rows of 2: the fewest bytes per decoded token
+    from snapeval.branching import capture_window
+    from snapeval.cache import resolve_method
+    from snapeval.memory_plan import bytes_per_token
+
+    shape = ModelShape.of_preset("llama-3.1-8b-instruct")
+    configs = [resolve_method("full")] + [resolve_method(m, b) for m in ("snapstream", "streamingllm", "snapkv")
+                                          for b in (1024, 2048, 4096, 8192, 16384)]
+    cut = plan_group(shape, configs, [Item(120_000, 128)] * 8, chunk=8, window=capture_window(configs),
+                     budget=int(80e9 * 0.92), in_use=shape.weight_bytes, device="cuda:0", captured=True)
+    assert cut.chunk == 2 and cut.decode_mode("full").decode == "alone"
+    assert bytes_per_token(shape, cut) < bytes_per_token(shape, plan)
     assert "fits" in capsys.readouterr().out
 
 
