@@ -22,7 +22,8 @@ The official verdict of a case is what the QwQ evaluation does to it: ``eval.py`
 read from ``eval.py`` and run as written; importing ``eval.py`` would import the LiveCodeBench and IFEval graders'
 dependencies), then ``math_opensource.work`` on the job ``{gen: [generation], answer, task:
 'math_opensource/aime24'}``, unmodified. ``compute_scores`` runs that same function in a process pool with a 10 s
-timeout; a case that takes longer here is left out of the table (counted in the header)."""
+timeout, and so does this script (a case past it is recorded as ``compute_scores`` records it: wrong, extracted
+answer "Timeout")."""
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,6 @@ import importlib.metadata
 import json
 import math
 import random
-import signal
 import sys
 import time
 from fractions import Fraction
@@ -39,6 +39,11 @@ from pathlib import Path
 
 COMMIT = "620a5eadc89ff464d339367dd9c9973a93215c81"
 TIMEOUT_S = 10
+#: The reason a case past the timeout is a departure of snapeval's (tests/test_protocols_aime_forms.py counts them).
+TIMEOUT_DEPARTURE = ("compute_scores' 10 s timeout per job (math_opensource.py, pebble's map(timeout=10)) ended the "
+                     "official run, which records the job as wrong with the answer 'Timeout'; latex2sympy returns "
+                     "gcd and lcm as an UnevaluatedExpr, and sympy's equals() on a product holding one runs for "
+                     "minutes (grader.py symbolic_equal, 'a.equals(b)'); snapeval reads the value at once")
 
 # ------------------------------------------------------------------------------------------------------ the forms
 #: A form is (latex, value): the LaTeX text and the exact value it was built to have (a Fraction).
@@ -252,7 +257,20 @@ def targeted_forms() -> list[tuple[str, int]]:
             ("3\\,11", 33), ("3 11", 33), ("3\\;11", 33), ("3\\quad 11", 33), ("3~11", 33), ("3\\!11", 311),
             ("4!+9", 33), ("3!", 6), ("(3!)!", 720), ("33.3", 33), ("32.9999", 33), ("33.5", 33), ("0.33", 33),
             ("3300\\%", 33), ("1e3", 999), ("33 \\pmod{1000}", 33), ("1033 \\mod 1000", 33), ("33\\pmod{1000}", 33),
-            ("\\pi", 3), ("e^0", 1), ("\\infty", 0), ("\\emptyset", 0), ("x^0", 1), ("33x^0", 33)]
+            ("\\pi", 3), ("e^0", 1), ("\\infty", 0), ("\\emptyset", 0), ("x^0", 1), ("33x^0", 33),
+            ("2+0031", 33), ("0031+2", 33), ("2+{0031}", 33), ("{2}^{5}", 32), ("{33}^{0}", 1), ("[33]", 33), ("[33]+[0]", 33), ("(33,)", 33), ("33, 34", 33),
+            ("[33, 34]", 33), ("\\{33, 34\\}", 33), ("33;34", 33), ("x<33", 33), ("33\\le 34", 33),
+            ("33\\pmod{1000}", 33), ("2^(5)", 32), ("(2^(5))", 32), ("2^33", 33), ("2^3^2", 64), ("33)", 33),
+            ("33]", 33), ("33}", 33), ("{33", 33), ("33+", 33), ("33tr", 33), ("33 triangles", 33), ("33\\\\", 33),
+            ("33\\\\;", 33), ("33 \\choose 2", 33), ("|2|3|", 6), ("2|3|", 6), ("\\sqrt{4}[3]", 6),
+            ("\\gcd(66,990)", 66), ("\\gcd(\\gcd(66,99),33)", 33), ("\\max(3,\\min(33,34))", 33),
+            ("\\lcm(3,11)", 33), ("\\operatorname{floor}(33.5)", 33), ("\\floor(33.5)", 33), ("\\ceil(32.5)", 33),
+            ("\\mleft(33\\mright)", 33), ("\\text{33}", 33), ("33\\text{cm}\\cdot 1", 33), ("1,000", 999),
+            ("1{,}000", 999), ("33.", 33), ("3\\div\\frac{1}{11}", 33), ("66:2", 33), ("133\\mod 100", 33),
+            ("-3^2+42", 33), ("2^{-1}\\cdot 66", 33), ("2^-1", 33), ("\\frac{1}{2}66", 33), ("3!!", 720),
+            ("\\lfloor 33.5\\rfloor!", 720), ("\\sqrt[3]{35937}", 33), ("\\sqrt[3]{{35937}}", 33),
+            ("e^{0}\\cdot 33", 33), ("33e^{0}", 33), ("33E", 33), ("3.3E1", 33), ("33\\times10^0", 33),
+            ("x^{0}\\cdot33", 33), ("33x^{0}y^{0}", 33), ("\\alpha^0\\cdot 33", 33), ("33\\pi^0", 33)]
     return out
 
 
@@ -305,12 +323,28 @@ def official_functions(eval_dir: Path):
     return namespace["get_after_think"], math_opensource.work
 
 
-class _Timeout(Exception):
-    pass
+def official_results(work, jobs: list[dict], workers: int) -> list[tuple[bool, str]]:
+    """(correct, extracted) per job, as ``compute_scores`` records them: ``work`` in a pebble process pool with its
+    timeout per job; a job past it is wrong with the extracted answer "Timeout" (``compute_scores`` uses 20
+    workers; fewer here, which changes no result: each job runs alone in its worker)."""
+    from concurrent.futures import TimeoutError
 
+    from pebble import ProcessPool
 
-def _alarm(signum, frame):
-    raise _Timeout
+    results: list[tuple[bool, str]] = []
+    import math_opensource
+
+    with ProcessPool(max_workers=workers, initializer=math_opensource.init_fn) as pool:
+        iterator = pool.map(work, list(enumerate(jobs)), timeout=TIMEOUT_S).result()
+        while True:
+            try:
+                _, result, prediction = next(iterator)
+                results.append((result == 1.0, prediction))
+            except StopIteration:
+                break
+            except TimeoutError:
+                results.append((False, "Timeout"))
+    return results
 
 
 def main() -> None:
@@ -319,22 +353,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=46)
     parser.add_argument("--random-forms", type=int, default=700)
+    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     get_after_think, work = official_functions(args.qwq_eval)
-    signal.signal(signal.SIGALRM, _alarm)
-    table, timed_out = [], 0
-    for i, case in enumerate(cases(args.seed, args.random_forms)):
-        job = {"gen": [get_after_think(case["generation"])], "answer": case["answer"],
-               "task": "math_opensource/aime24"}
-        signal.alarm(TIMEOUT_S)
-        try:
-            _, result, prediction = work((i, job))
-        except _Timeout:
-            timed_out += 1
-            continue
-        finally:
-            signal.alarm(0)
-        table.append({**case, "official": {"correct": result == 1.0, "extracted": prediction}})
+    table = cases(args.seed, args.random_forms)
+    jobs = [{"gen": [get_after_think(case["generation"])], "answer": case["answer"], "task": "math_opensource/aime24"}
+            for case in table]
+    for case, (correct, extracted) in zip(table, official_results(work, jobs, args.workers)):
+        case["official"] = {"correct": correct, "extracted": extracted}
+        if extracted == "Timeout":
+            case["departure"] = TIMEOUT_DEPARTURE
+    timed_out = sum(case["official"]["extracted"] == "Timeout" for case in table)
     packages = {name: importlib.metadata.version(name) for name in
                 ("sympy", "latex2sympy2", "word2number", "antlr4-python3-runtime", "regex")}
     header = {
@@ -349,11 +378,13 @@ def main() -> None:
         "procedure": "eval/ extracted at the commit into a scratch environment with eval/requirements.txt's math pins "
                      "(sympy==1.12, latex2sympy2==1.9.1, word2number; antlr4-python3-runtime as latex2sympy2 pins "
                      "it); each case is one job {gen: [get_after_think(generation)], answer, task: "
-                     "'math_opensource/aime24'} passed to math_opensource.work directly (compute_scores runs the "
-                     f"same function in a process pool with a {TIMEOUT_S} s timeout; cases over it are left out: "
-                     f"{timed_out}). 'extracted' is work's returned prediction.",
+                     "'math_opensource/aime24'} passed to math_opensource.work in a pebble process pool with "
+                     f"compute_scores' {TIMEOUT_S} s timeout per job (a job past it is recorded as compute_scores "
+                     f"records it: wrong, extracted 'Timeout'; {timed_out} cases). 'extracted' is work's returned "
+                     "prediction.",
         "cases": len(table),
         "official_correct": sum(c["official"]["correct"] for c in table),
+        "official_timeouts": timed_out,
     }
     args.out.write_text(json.dumps({"header": header, "cases": table}, indent=1, ensure_ascii=False) + "\n")
     print(f"{len(table)} cases, {header['official_correct']} right officially, {timed_out} over the timeout")
