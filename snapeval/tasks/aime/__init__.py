@@ -18,14 +18,14 @@ exactly this prompt and this data file (``../shared/data/aime24`` holds both cop
    as ``x/100``) and equal within a relative 1e-4 to the answer, the answer / 100 or the answer x 100 (the grader's
    percentage rule); else equal once brackets and braces are dropped; else ``k=`` with the part after ``=`` equal;
    else the grader's last resort (:func:`symbolic_equal`): the answer read as sympy's ``parse_expr`` reads it
-   (:func:`python_value`: Python syntax, ``0x21`` is 33, ``4!``, ``sqrt(...)``, a bare ``5^2`` is XOR: 7), else as
-   latex2sympy reads LaTeX arithmetic (:func:`latex_value`: ``\\frac``, ``\\sqrt``, ``\\binom``, ``^`` a power,
-   products), equal to the reference exactly or within a relative 1e-4.
+   (:func:`python_value`: Python syntax, ``0x21`` is 33, ``4!``, ``sqrt(...)``, a bare ``5^2`` is XOR: 7, ``{2}^{5}``
+   a set), else as latex2sympy 1.9.1 reads LaTeX (:func:`latex_value`, :mod:`snapeval.tasks.aime.latex`: its lexer's
+   tokens and its grammar's arithmetic), equal to the reference exactly or within a relative 1e-4.
 
 The grader ``eval``s the model's text through sympy; this harness never does: it parses the text with Python's
-``ast`` and builds the value from numbers, names and a short list of functions. Where latex2sympy reads more than
-LaTeX arithmetic (``33triangles`` is 33 to it: ``tr`` is a trace) snapeval differs; ``tests/test_protocols_aime.py``
-lists every difference found on the golden table.
+``ast`` (or with the LaTeX grammar) and builds the value from numbers, names and a short list of functions.
+``tests/test_protocols_aime.py`` and ``tests/test_protocols_aime_forms.py`` check it against two golden tables made by
+the official code and count every difference (docs/tasks.md lists them).
 
 Per problem with ``n`` samples: ``pass@1`` (mean correctness over the samples), unbiased ``pass@k`` for every power of
 two ``k <= n`` (Chen et al., 2021), ``cons@n`` (the majority answer among the samples that have one: DeepSeek-R1's
@@ -328,14 +328,14 @@ _FACTORIAL = re.compile(r"(\d+|\))!(?!=)")
 _DOUBLE_FACTORIAL = re.compile(r"(\d+)!!(?!=)")
 
 
-def _build(node, xor: bool):
-    """A sympy value of a parsed expression: numbers, names (symbols; ``pi``, ``E``, ``I``, ``oo``), + - * / **, the
-    functions of :func:`_sympy_functions`, ``^`` as XOR and ``~`` as bitwise not (``xor``: Python's reading) or ``^``
-    as a power. Never ``eval``."""
+def _build(node):
+    """The value of a parsed Python expression as ``parse_expr`` makes it: numbers (sympy's), names (symbols; ``pi``,
+    ``E``, ``I``, ``oo``), sets, lists and tuples (Python's), + - * / **, ``^`` as XOR and ``~`` as bitwise not, the
+    functions of :func:`_sympy_functions`. Never ``eval``."""
     import sympy
 
     if isinstance(node, ast.Expression):
-        return _build(node.body, xor)
+        return _build(node.body)
     if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
         if isinstance(node.value, int):
             return sympy.Integer(node.value)
@@ -345,28 +345,28 @@ def _build(node, xor: bool):
             imag = node.value.imag
             return (sympy.Float(imag) if imag % 1 else sympy.Integer(int(imag))) * sympy.I
         raise ValueError("not a number")
-    if isinstance(node, (ast.Set, ast.List, ast.Tuple)) and xor:  # Python's containers: "{00}" is the set {0}
-        items = [_build(item, xor) for item in node.elts]
+    if isinstance(node, (ast.Set, ast.List, ast.Tuple)):  # Python's containers: "{00}" is the set {0}
+        items = [_build(item) for item in node.elts]
         return {ast.Set: set, ast.List: list, ast.Tuple: tuple}[type(node)](items)
     if isinstance(node, ast.Name):
         return {"pi": sympy.pi, "E": sympy.E, "I": sympy.I, "oo": sympy.oo}.get(node.id) or sympy.Symbol(node.id)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _build(node.operand, xor)
+        value = _build(node.operand)
         return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) and xor:  # Python's "~33" is -34
-        value = _build(node.operand, xor)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):  # Python's "~33" is -34
+        value = _build(node.operand)
         if not value.is_Integer:
             raise ValueError("~ of a non-integer")
         return sympy.Integer(~int(value))
     if isinstance(node, ast.BinOp):
-        left, right = _build(node.left, xor), _build(node.right, xor)
+        left, right = _build(node.left), _build(node.right)
         if isinstance(left, _CONTAINERS) or isinstance(right, _CONTAINERS):
             return _container_operation(node.op, left, right)
-        if isinstance(node.op, ast.BitXor) and xor:
+        if isinstance(node.op, ast.BitXor):
             if not (left.is_Integer and right.is_Integer):
                 raise ValueError("XOR of non-integers")
             return sympy.Integer(int(left) ^ int(right))
-        if isinstance(node.op, (ast.Pow, ast.BitXor)):
+        if isinstance(node.op, ast.Pow):
             if right.is_number and abs(right) > 64 or left.is_number and abs(left) > 10 ** 6:
                 raise ValueError("power too large")
             return left ** right
@@ -376,7 +376,7 @@ def _build(node, xor: bool):
             return ops[type(node.op)](left, right)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         function = _sympy_functions().get(node.func.id)
-        args = [_build(a, xor) for a in node.args]
+        args = [_build(a) for a in node.args]
         if function is not None and len(args) <= 4:
             if function in (sympy.factorial, sympy.factorial2) and not (args[0].is_Integer and 0 <= args[0] <= 1000):
                 raise ValueError("factorial too large")
@@ -404,14 +404,14 @@ def _container_operation(op, left, right):
     return getattr(operator, name)(left, right)
 
 
-def _value(python: str, xor: bool):
+def _value(python: str):
     if len(python) > 200:
         return None
     try:
         with warnings.catch_warnings():  # "33x" is an invalid decimal literal to Python: no reading, no warning
             warnings.simplefilter("ignore", SyntaxWarning)
             tree = ast.parse(python, mode="eval")
-        value = _build(tree, xor)
+        value = _build(tree)
         if isinstance(value, _CONTAINERS):
             return NO_NUMBER
         return value if getattr(value, "is_Number", False) or getattr(value, "free_symbols", None) is not None else None
@@ -424,7 +424,7 @@ def python_value(text: str):
     """The answer read as sympy's ``parse_expr`` reads it (the grader's first reading that can succeed: Python syntax,
     integer literals in any base, ``4!``, names as symbols, ``^`` as XOR, ``{...}`` a set and ``[...]`` a list, which
     are :data:`NO_NUMBER`); None where that fails."""
-    return _value(_FACTORIAL.sub(r"factorial(\1)", _DOUBLE_FACTORIAL.sub(r"factorial2(\1)", text)), xor=True)
+    return _value(_FACTORIAL.sub(r"factorial(\1)", _DOUBLE_FACTORIAL.sub(r"factorial2(\1)", text)))
 
 
 def symbolic_value(text: str):

@@ -353,6 +353,12 @@ class _Parser:
                 raise NoReading("a power too large")
         return self.call(sp.Pow, base, exponent)
 
+    def binomial(self, upper, lower):
+        """``sympy.binomial`` (latex2sympy's ``convert_binom``, evaluated), up to an upper number of 10,000."""
+        if upper.is_number and abs(upper) > 10 ** 4:
+            raise NoReading("a binomial too large")
+        return self.sp.binomial(upper, lower)
+
     def braced_expr(self):
         self.take("L_BRACE")
         value = self.expr()
@@ -375,7 +381,7 @@ class _Parser:
         if kind == "CMD_BINOM":
             self.take()
             upper = self.braced_expr()
-            return sp.binomial(upper, self.braced_expr())
+            return self.binomial(upper, self.braced_expr())
         if kind == "MATRIX":
             raise NoReading("a matrix")
         if kind in _FUNC_START and not nofunc:
@@ -397,7 +403,7 @@ class _Parser:
                 self.take()
                 lower = self.expr()
                 self.take("R_BRACE")
-                return self.sp.binomial(value, lower)
+                return self.binomial(value, lower)
         finally:
             if opener in _BARS:
                 self.closers.pop()
