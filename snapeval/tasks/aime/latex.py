@@ -366,7 +366,7 @@ class _Parser:
         return value
 
     def comp(self, nofunc: bool):
-        sp, kind = self.sp, self.peek()
+        kind = self.peek()
         if kind in ("L_LEFT", "ML_LEFT"):
             right = "R_RIGHT" if kind == "L_LEFT" else "MR_RIGHT"
             self.take()

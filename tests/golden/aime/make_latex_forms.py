@@ -34,7 +34,6 @@ import math
 import random
 import sys
 import time
-from fractions import Fraction
 from pathlib import Path
 
 COMMIT = "620a5eadc89ff464d339367dd9c9973a93215c81"
@@ -46,7 +45,7 @@ TIMEOUT_DEPARTURE = ("compute_scores' 10 s timeout per job (math_opensource.py, 
                      "minutes (grader.py symbolic_equal, 'a.equals(b)'); snapeval reads the value at once")
 
 # ------------------------------------------------------------------------------------------------------ the forms
-#: A form is (latex, value): the LaTeX text and the exact value it was built to have (a Fraction).
+#: A form is (latex, value): the LaTeX text and the integer it was built to have.
 
 SPACES = ("\\,", "\\;", "\\:", "\\quad", "\\qquad", "~", "\\!", "\\ ", " ")
 UNITS = ("\\text{ cm}", "\\text{cm}", "\\,\\text{cm}", "\\ \\text{cm}", "\\mbox{ cm}", "\\text{ units}",
@@ -57,7 +56,8 @@ WRAPPERS = ("\\boxed{%s}", "The answer is $\\boxed{%s}$.", "Therefore, the final
 
 
 class Forms:
-    """Random LaTeX forms of a target value (``rng``: the seeded generator; ``depth``: how deep compositions go)."""
+    """Random LaTeX forms of a target integer (``rng``: the seeded generator; each maker's ``depth``: how many more
+    compositions it nests)."""
 
     def __init__(self, rng: random.Random):
         self.rng = rng
@@ -258,7 +258,8 @@ def targeted_forms() -> list[tuple[str, int]]:
             ("4!+9", 33), ("3!", 6), ("(3!)!", 720), ("33.3", 33), ("32.9999", 33), ("33.5", 33), ("0.33", 33),
             ("3300\\%", 33), ("1e3", 999), ("33 \\pmod{1000}", 33), ("1033 \\mod 1000", 33), ("33\\pmod{1000}", 33),
             ("\\pi", 3), ("e^0", 1), ("\\infty", 0), ("\\emptyset", 0), ("x^0", 1), ("33x^0", 33),
-            ("2+0031", 33), ("0031+2", 33), ("2+{0031}", 33), ("{2}^{5}", 32), ("{33}^{0}", 1), ("[33]", 33), ("[33]+[0]", 33), ("(33,)", 33), ("33, 34", 33),
+            ("2+0031", 33), ("0031+2", 33), ("2+{0031}", 33), ("{2}^{5}", 32), ("{33}^{0}", 1), ("[33]", 33),
+            ("[33]+[0]", 33), ("(33,)", 33), ("33, 34", 33),
             ("[33, 34]", 33), ("\\{33, 34\\}", 33), ("33;34", 33), ("x<33", 33), ("33\\le 34", 33),
             ("33\\pmod{1000}", 33), ("2^(5)", 32), ("(2^(5))", 32), ("2^33", 33), ("2^3^2", 64), ("33)", 33),
             ("33]", 33), ("33}", 33), ("{33", 33), ("33+", 33), ("33tr", 33), ("33 triangles", 33), ("33\\\\", 33),
