@@ -16,13 +16,17 @@ from snapeval.tasks import aime
 
 TABLE = json.loads((Path(__file__).parent / "golden" / "aime" / "latex_forms_620a5ea.json").read_text())
 CASES = TABLE["cases"]
-#: The departures of the table, by class: the official run timed out (4 cases: two forms, each with the reference
-#: it equals and one it does not).
-DEPARTURE_COUNTS = {"timeout": 4}
+#: The departures of the table, by class (docs/tasks.md): the official run timed out on a product holding a gcd
+#: (3 cases), and sympy 1.12 failed on such a product within the time (2 cases).
+DEPARTURE_COUNTS = {"timeout": 3, "unevaluated gcd or lcm in a product": 2}
 
 
 def _departure_class(case: dict) -> str:
-    return "timeout" if case["departure"].startswith("compute_scores' 10 s timeout") else case["departure"]
+    if case["departure"].startswith("compute_scores' 10 s timeout"):
+        return "timeout"
+    if case["departure"].startswith("latex2sympy returns gcd and lcm as an UnevaluatedExpr"):
+        return "unevaluated gcd or lcm in a product"
+    return case["departure"]
 
 
 def test_the_table_is_the_official_run_over_every_class():

@@ -29,6 +29,7 @@ Matrices, derivatives, integrals, sums, limits, trigonometric and other named fu
 reader gives no reading for them (latex2sympy reads them; docs/tasks.md lists it)."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -354,9 +355,12 @@ class _Parser:
         return self.call(sp.Pow, base, exponent)
 
     def binomial(self, upper, lower):
-        """``sympy.binomial`` (latex2sympy's ``convert_binom``, evaluated), up to an upper number of 10,000."""
-        if upper.is_number and abs(upper) > 10 ** 4:
-            raise NoReading("a binomial too large")
+        """``sympy.binomial`` (latex2sympy's ``convert_binom``, evaluated); no reading where both are integers and
+        the result would pass :data:`MAX_DIGITS` digits."""
+        if upper.is_Integer and lower.is_Integer and 0 <= lower <= upper:
+            k = min(int(lower), int(upper - lower))
+            if k and k * math.log10(int(upper) / k + 1) > MAX_DIGITS:
+                raise NoReading("a binomial too large")
         return self.sp.binomial(upper, lower)
 
     def braced_expr(self):

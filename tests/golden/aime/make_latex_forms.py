@@ -22,8 +22,9 @@ The official verdict of a case is what the QwQ evaluation does to it: ``eval.py`
 read from ``eval.py`` and run as written; importing ``eval.py`` would import the LiveCodeBench and IFEval graders'
 dependencies), then ``math_opensource.work`` on the job ``{gen: [generation], answer, task:
 'math_opensource/aime24'}``, unmodified. ``compute_scores`` runs that same function in a process pool with a 10 s
-timeout, and so does this script (a case past it is recorded as ``compute_scores`` records it: wrong, extracted
-answer "Timeout")."""
+timeout; this script runs it the same way, and records a job that runs past 60 s as ``compute_scores`` records a
+timeout (wrong, extracted answer "Timeout") and leaves out a job that ends after 3 s but within 60 s (whether it
+ends within the 10 s depends on the machine's speed); the header counts both."""
 from __future__ import annotations
 
 import argparse
@@ -38,11 +39,19 @@ from pathlib import Path
 
 COMMIT = "620a5eadc89ff464d339367dd9c9973a93215c81"
 TIMEOUT_S = 10
+#: A job is recorded when it ends within FAST_S seconds, or as a timeout when it runs past LONG_S; one in between is
+#: left out (its official result would depend on the machine's speed).
+FAST_S, LONG_S = 3, 60
 #: The reason a case past the timeout is a departure of snapeval's (tests/test_protocols_aime_forms.py counts them).
 TIMEOUT_DEPARTURE = ("compute_scores' 10 s timeout per job (math_opensource.py, pebble's map(timeout=10)) ended the "
-                     "official run, which records the job as wrong with the answer 'Timeout'; latex2sympy returns "
-                     "gcd and lcm as an UnevaluatedExpr, and sympy's equals() on a product holding one runs for "
-                     "minutes (grader.py symbolic_equal, 'a.equals(b)'); snapeval reads the value at once")
+                     "official run (it ran past 60 s), which records the job as wrong with the answer 'Timeout'; "
+                     "latex2sympy returns gcd and lcm as an UnevaluatedExpr, and sympy's equals() on a product "
+                     "holding one runs for minutes (grader.py symbolic_equal, 'a.equals(b)'); snapeval reads the "
+                     "value at once")
+UNEVALUATED_DEPARTURE = ("latex2sympy returns gcd and lcm as an UnevaluatedExpr (latex2sympy2.py handle_gcd_lcm); "
+                         "in a product sympy 1.12's equals() and simplify() raise RecursionError and N() 'Cannot "
+                         "convert complex to float' (grader.py symbolic_equal), so the official grader scores the "
+                         "product's right value wrong; snapeval reads the value")
 
 # ------------------------------------------------------------------------------------------------------ the forms
 #: A form is (latex, value): the LaTeX text and the integer it was built to have.
@@ -271,7 +280,10 @@ def targeted_forms() -> list[tuple[str, int]]:
             ("-3^2+42", 33), ("2^{-1}\\cdot 66", 33), ("2^-1", 33), ("\\frac{1}{2}66", 33), ("3!!", 720),
             ("\\lfloor 33.5\\rfloor!", 720), ("\\sqrt[3]{35937}", 33), ("\\sqrt[3]{{35937}}", 33),
             ("e^{0}\\cdot 33", 33), ("33e^{0}", 33), ("33E", 33), ("3.3E1", 33), ("33\\times10^0", 33),
-            ("x^{0}\\cdot33", 33), ("33x^{0}y^{0}", 33), ("\\alpha^0\\cdot 33", 33), ("33\\pi^0", 33)]
+            ("x^{0}\\cdot33", 33), ("33x^{0}y^{0}", 33), ("\\alpha^0\\cdot 33", 33), ("33\\pi^0", 33),
+            ("26^{0}\\cdot\\gcd(33, 66)", 33), ("\\gcd(33,66)\\cdot 1", 33), ("3\\cdot\\gcd(11,22)", 33),
+            ("\\lcm(3,11)\\cdot 2^{0}", 33), ("\\binom{57121}{57120}", 57121), ("\\binom{1000}{999}", 1000),
+            ("\\binom{1000}{2}", 499500)]
     return out
 
 
@@ -324,23 +336,55 @@ def official_functions(eval_dir: Path):
     return namespace["get_after_think"], math_opensource.work
 
 
-def official_results(work, jobs: list[dict], workers: int) -> list[tuple[bool, str]]:
-    """(correct, extracted) per job, as ``compute_scores`` records them: ``work`` in a pebble process pool with its
-    timeout per job; a job past it is wrong with the extracted answer "Timeout" (``compute_scores`` uses 20
-    workers; fewer here, which changes no result: each job runs alone in its worker)."""
-    from concurrent.futures import TimeoutError
+def unevaluated_product_equal(prediction: str, reference: str) -> bool:
+    """Whether latex2sympy reads ``prediction`` (``parse_expr`` failing first) as a product that holds an
+    ``UnevaluatedExpr`` (its gcd or lcm) and whose value, once evaluated, is the reference."""
+    import sympy
+    from latex2sympy2 import latex2sympy
+    from sympy.parsing.sympy_parser import parse_expr
 
-    from pebble import ProcessPool
+    try:
+        parse_expr(prediction)
+        return False
+    except Exception:
+        pass
+    try:
+        expr = latex2sympy(prediction)
+    except Exception:
+        return False
+    if not any(node.is_Mul and any(isinstance(arg, sympy.UnevaluatedExpr) for arg in node.args)
+               for node in sympy.preorder_traversal(expr) if isinstance(node, sympy.Basic)):
+        return False
+    value = expr.replace(lambda node: isinstance(node, sympy.UnevaluatedExpr), lambda node: node.args[0]).doit()
+    return value == sympy.Integer(int(reference))
 
-    results: list[tuple[bool, str]] = []
+
+def timed_work(args):
+    """``math_opensource.work`` and its wall time in seconds."""
     import math_opensource
 
+    started = time.perf_counter()
+    return (*math_opensource.work(args), time.perf_counter() - started)
+
+
+def official_results(jobs: list[dict], workers: int) -> list[tuple[bool, str] | None]:
+    """(correct, extracted) per job, as ``compute_scores`` records them: ``work`` in a pebble process pool with a
+    timeout per job; a job past it is wrong with the extracted answer "Timeout". So that the table does not depend
+    on this machine's speed, a job is recorded only when it ends well inside compute_scores' 10 s (within
+    ``FAST_S``) or runs past ``LONG_S`` (a timeout on any machine); None for a job in between (left out).
+    ``compute_scores`` uses 20 workers; fewer here, which changes no result: each job runs alone in its worker."""
+    from concurrent.futures import TimeoutError
+
+    import math_opensource
+    from pebble import ProcessPool
+
+    results: list[tuple[bool, str] | None] = []
     with ProcessPool(max_workers=workers, initializer=math_opensource.init_fn) as pool:
-        iterator = pool.map(work, list(enumerate(jobs)), timeout=TIMEOUT_S).result()
+        iterator = pool.map(timed_work, list(enumerate(jobs)), timeout=LONG_S).result()
         while True:
             try:
-                _, result, prediction = next(iterator)
-                results.append((result == 1.0, prediction))
+                _, result, prediction, seconds = next(iterator)
+                results.append((result == 1.0, prediction) if seconds <= FAST_S else None)
             except StopIteration:
                 break
             except TimeoutError:
@@ -356,14 +400,23 @@ def main() -> None:
     parser.add_argument("--random-forms", type=int, default=700)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    get_after_think, work = official_functions(args.qwq_eval)
+    get_after_think, _ = official_functions(args.qwq_eval)
     table = cases(args.seed, args.random_forms)
     jobs = [{"gen": [get_after_think(case["generation"])], "answer": case["answer"], "task": "math_opensource/aime24"}
             for case in table]
-    for case, (correct, extracted) in zip(table, official_results(work, jobs, args.workers)):
+    recorded, near_timeout = [], 0
+    for case, result in zip(table, official_results(jobs, args.workers)):
+        if result is None:
+            near_timeout += 1
+            continue
+        correct, extracted = result
         case["official"] = {"correct": correct, "extracted": extracted}
         if extracted == "Timeout":
             case["departure"] = TIMEOUT_DEPARTURE
+        elif not correct and unevaluated_product_equal(extracted, case["answer"]):
+            case["departure"] = UNEVALUATED_DEPARTURE
+        recorded.append(case)
+    table = recorded
     timed_out = sum(case["official"]["extracted"] == "Timeout" for case in table)
     packages = {name: importlib.metadata.version(name) for name in
                 ("sympy", "latex2sympy2", "word2number", "antlr4-python3-runtime", "regex")}
@@ -379,13 +432,15 @@ def main() -> None:
         "procedure": "eval/ extracted at the commit into a scratch environment with eval/requirements.txt's math pins "
                      "(sympy==1.12, latex2sympy2==1.9.1, word2number; antlr4-python3-runtime as latex2sympy2 pins "
                      "it); each case is one job {gen: [get_after_think(generation)], answer, task: "
-                     "'math_opensource/aime24'} passed to math_opensource.work in a pebble process pool with "
-                     f"compute_scores' {TIMEOUT_S} s timeout per job (a job past it is recorded as compute_scores "
-                     f"records it: wrong, extracted 'Timeout'; {timed_out} cases). 'extracted' is work's returned "
-                     "prediction.",
+                     "'math_opensource/aime24'} passed to math_opensource.work in a pebble process pool, as "
+                     f"compute_scores runs it with a {TIMEOUT_S} s timeout per job; a job that ran past {LONG_S} s is "
+                     f"recorded as compute_scores records a timeout: wrong, extracted 'Timeout' ({timed_out} cases); "
+                     f"a job that ended after {FAST_S} s but within {LONG_S} s is left out, its result depending on "
+                     f"the machine's speed ({near_timeout} cases). 'extracted' is work's returned prediction.",
         "cases": len(table),
         "official_correct": sum(c["official"]["correct"] for c in table),
         "official_timeouts": timed_out,
+        "left_out_near_the_timeout": near_timeout,
     }
     args.out.write_text(json.dumps({"header": header, "cases": table}, indent=1, ensure_ascii=False) + "\n")
     print(f"{len(table)} cases, {header['official_correct']} right officially, {timed_out} over the timeout")
