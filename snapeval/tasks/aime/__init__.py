@@ -415,8 +415,7 @@ def _value(python: str):
         if isinstance(value, _CONTAINERS):
             return NO_NUMBER
         return value if getattr(value, "is_Number", False) or getattr(value, "free_symbols", None) is not None else None
-    except (ValueError, TypeError, SyntaxError, ZeroDivisionError, OverflowError, RecursionError, AttributeError,
-            MemoryError):
+    except Exception:  # the grader's _parse: whatever parse_expr raises is no reading (a bare except)
         return None
 
 

@@ -555,5 +555,5 @@ def latex_value(text: str):
         return None
     try:
         return read(text, sympy)
-    except (NoReading, ZeroDivisionError, TypeError, ValueError, AttributeError, OverflowError, RecursionError):
+    except Exception:  # the grader's _parse: whatever latex2sympy raises is no reading (a bare except)
         return None
