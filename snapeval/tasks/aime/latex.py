@@ -196,6 +196,9 @@ class _Parser:
 
     def __init__(self, toks: list[Token], sympy, evaluate: bool = True):
         self.toks, self.at, self.sp, self.evaluate = toks, 0, sympy, evaluate
+        #: inside the arguments of gcd, lcm, max and min, which latex2sympy parses but never converts (it reads their
+        #: text again): only the syntax counts, so nothing is computed or refused for its size
+        self.syntax_only = False
         self.closers: list[str] = []  # the bar closers of the absolute-value groups open around the parse point
 
     # -- token access: looking at a token the lexer could not make is latex2sympy's lexer error
@@ -325,7 +328,7 @@ class _Parser:
             kind = self.peek()
             if kind == "BANG":
                 self.take()
-                if not (value.is_Integer and 0 <= value <= 1000):
+                if not self.syntax_only and not (value.is_Integer and 0 <= value <= 1000):
                     raise NoReading("a factorial this reader does not compute")
                 value = self.call(self.sp.factorial, value)
             elif kind == "TRANSPOSE" or kind == "BAR" and self.peek(1) in ("CARET", "UNDERSCORE"):
@@ -345,6 +348,8 @@ class _Parser:
 
     def power(self, base, exponent):
         sp = self.sp
+        if self.syntax_only:
+            return sp.Pow(base, exponent, evaluate=False)
         if base.is_number and exponent.is_number:
             try:
                 size = abs(float(exponent)) * float(sp.log(abs(base) + 1, 10)) if base != 0 else 0.0
@@ -357,6 +362,8 @@ class _Parser:
     def binomial(self, upper, lower):
         """``sympy.binomial`` (latex2sympy's ``convert_binom``, evaluated); no reading where both are integers and
         the result would pass :data:`MAX_DIGITS` digits."""
+        if self.syntax_only:
+            return self.sp.Symbol("binomial")
         if upper.is_Integer and lower.is_Integer and 0 <= lower <= upper:
             k = min(int(lower), int(upper - lower))
             if k and k * math.log10(int(upper) / k + 1) > MAX_DIGITS:
@@ -464,11 +471,16 @@ class _Parser:
             if self.peek() == "L_LEFT":
                 self.take()
             self.take("L_PAREN")
-            start = self.at
-            value = self.expr()
-            while not single and self.peek() == "COMMA":
-                self.take()
-                self.expr()
+            start, outer = self.at, (self.syntax_only, self.evaluate)
+            if not single:
+                self.syntax_only, self.evaluate = True, False
+            try:
+                value = self.expr()
+                while not single and self.peek() == "COMMA":
+                    self.take()
+                    self.expr()
+            finally:
+                self.syntax_only, self.evaluate = outer
             text = "".join(t.text for t in self.toks[start:self.at])
             if self.peek() == "R_RIGHT":
                 self.take()
@@ -482,7 +494,10 @@ class _Parser:
         """``\\gcd``, ``\\lcm``, ``\\max``, ``\\min``: latex2sympy splits the arguments' text at every comma and reads
         each piece again."""
         sp = self.sp
-        pieces = [read(piece, sp, evaluate=False) for piece in self.paren_args(single=False).split(",")]
+        text = self.paren_args(single=False)
+        if self.syntax_only:
+            return sp.Symbol(name)
+        pieces = [read(piece, sp, evaluate=False) for piece in text.split(",")]
         if any(p is NO_NUMBER for p in pieces):
             raise NoReading("a list as an argument")
         if name in ("gcd", "lcm"):

@@ -49,9 +49,9 @@ TIMEOUT_DEPARTURE = ("compute_scores' 10 s timeout per job (math_opensource.py, 
                      "holding one runs for minutes (grader.py symbolic_equal, 'a.equals(b)'); snapeval reads the "
                      "value at once")
 UNEVALUATED_DEPARTURE = ("latex2sympy returns gcd and lcm as an UnevaluatedExpr (latex2sympy2.py handle_gcd_lcm); "
-                         "in a product sympy 1.12's equals() and simplify() raise RecursionError and N() 'Cannot "
-                         "convert complex to float' (grader.py symbolic_equal), so the official grader scores the "
-                         "product's right value wrong; snapeval reads the value")
+                         "in a product or power sympy 1.12's equals() and simplify() raise RecursionError and N() "
+                         "'Cannot convert complex to float' (grader.py symbolic_equal), so the official grader "
+                         "scores the expression's right value wrong; snapeval reads the value")
 
 # ------------------------------------------------------------------------------------------------------ the forms
 #: A form is (latex, value): the LaTeX text and the integer it was built to have.
@@ -283,7 +283,8 @@ def targeted_forms() -> list[tuple[str, int]]:
             ("x^{0}\\cdot33", 33), ("33x^{0}y^{0}", 33), ("\\alpha^0\\cdot 33", 33), ("33\\pi^0", 33),
             ("26^{0}\\cdot\\gcd(33, 66)", 33), ("\\gcd(33,66)\\cdot 1", 33), ("3\\cdot\\gcd(11,22)", 33),
             ("\\lcm(3,11)\\cdot 2^{0}", 33), ("\\binom{57121}{57120}", 57121), ("\\binom{1000}{999}", 1000),
-            ("\\binom{1000}{2}", 499500)]
+            ("\\binom{1000}{2}", 499500), ("(\\gcd(33,66))^{1}", 33), ("\\sqrt{\\gcd(33,66)^{2}}", 33),
+            ("\\gcd(33^1,66^1)", 33), ("\\max(33^1,2)", 33)]
     return out
 
 
@@ -337,8 +338,9 @@ def official_functions(eval_dir: Path):
 
 
 def unevaluated_product_equal(prediction: str, reference: str) -> bool:
-    """Whether latex2sympy reads ``prediction`` (``parse_expr`` failing first) as a product that holds an
-    ``UnevaluatedExpr`` (its gcd or lcm) and whose value, once evaluated, is the reference."""
+    """Whether latex2sympy reads ``prediction`` (``parse_expr`` failing first) as an expression that holds an
+    ``UnevaluatedExpr`` (its gcd or lcm) inside a product, power or other operation, and whose value, once
+    evaluated, is the reference."""
     import sympy
     from latex2sympy2 import latex2sympy
     from sympy.parsing.sympy_parser import parse_expr
@@ -352,8 +354,8 @@ def unevaluated_product_equal(prediction: str, reference: str) -> bool:
         expr = latex2sympy(prediction)
     except Exception:
         return False
-    if not any(node.is_Mul and any(isinstance(arg, sympy.UnevaluatedExpr) for arg in node.args)
-               for node in sympy.preorder_traversal(expr) if isinstance(node, sympy.Basic)):
+    if not isinstance(expr, sympy.Basic) or isinstance(expr, sympy.UnevaluatedExpr) or not expr.has(
+            sympy.UnevaluatedExpr):
         return False
     value = expr.replace(lambda node: isinstance(node, sympy.UnevaluatedExpr), lambda node: node.args[0]).doit()
     return value == sympy.Integer(int(reference))
