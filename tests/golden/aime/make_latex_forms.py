@@ -1,7 +1,8 @@
 """Make ``latex_forms_620a5ea.json``: a seeded space of LaTeX answer forms scored by QwQ's official AIME grader.
 
 This script is not part of the test suite and never runs inside this repository's environment: it imports the
-official grader, which needs its own pins. To regenerate the table (the result is byte-identical for one seed)::
+official grader, which needs its own pins. To regenerate the table (the same cases for one seed, and the same file
+unless a job's time crosses 3 s or 60 s on another machine; see ``official_results``)::
 
     git clone https://github.com/QwenLM/QwQ && git -C QwQ checkout 620a5eadc89ff464d339367dd9c9973a93215c81
     python3.11 -m venv /tmp/qwqenv
