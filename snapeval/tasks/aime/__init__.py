@@ -18,14 +18,14 @@ exactly this prompt and this data file (``../shared/data/aime24`` holds both cop
    as ``x/100``) and equal within a relative 1e-4 to the answer, the answer / 100 or the answer x 100 (the grader's
    percentage rule); else equal once brackets and braces are dropped; else ``k=`` with the part after ``=`` equal;
    else the grader's last resort (:func:`symbolic_equal`): the answer read as sympy's ``parse_expr`` reads it
-   (:func:`python_value`: Python syntax, ``0x21`` is 33, ``4!``, ``sqrt(...)``, a bare ``5^2`` is XOR: 7), else as
-   latex2sympy reads LaTeX arithmetic (:func:`latex_value`: ``\\frac``, ``\\sqrt``, ``\\binom``, ``^`` a power,
-   products), equal to the reference exactly or within a relative 1e-4.
+   (:func:`python_value`: Python syntax, ``0x21`` is 33, ``4!``, ``sqrt(...)``, a bare ``5^2`` is XOR: 7, ``{2}^{5}``
+   a set), else as latex2sympy 1.9.1 reads LaTeX (:func:`latex_value`, :mod:`snapeval.tasks.aime.latex`: its lexer's
+   tokens and its grammar's arithmetic), equal to the reference exactly or within a relative 1e-4.
 
 The grader ``eval``s the model's text through sympy; this harness never does: it parses the text with Python's
-``ast`` and builds the value from numbers, names and a short list of functions. Where latex2sympy reads more than
-LaTeX arithmetic (``33triangles`` is 33 to it: ``tr`` is a trace) snapeval differs; ``tests/test_protocols_aime.py``
-lists every difference found on the golden table.
+``ast`` (or with the LaTeX grammar) and builds the value from numbers, names and a short list of functions.
+``tests/test_protocols_aime.py`` and ``tests/test_protocols_aime_forms.py`` check it against two golden tables made by
+the official code and count every difference (docs/tasks.md lists them).
 
 Per problem with ``n`` samples: ``pass@1`` (mean correctness over the samples), unbiased ``pass@k`` for every power of
 two ``k <= n`` (Chen et al., 2021), ``cons@n`` (the majority answer among the samples that have one: DeepSeek-R1's
@@ -40,6 +40,7 @@ import re
 import warnings
 
 from snapeval.errors import SnapevalError
+from snapeval.tasks.aime.latex import NO_NUMBER, latex_value
 from snapeval.tasks.data import DatasetSpec, LoadedData, Schema, load_dataset_rows
 from snapeval.tasks.families import TaskFamily
 from snapeval.tasks.metrics import pass_at_k
@@ -315,23 +316,26 @@ def _number(text: str) -> float | None:
 def _sympy_functions() -> dict:
     import sympy
 
-    return {"sqrt": sympy.sqrt, "cbrt": sympy.cbrt, "factorial": sympy.factorial, "binomial": sympy.binomial,
+    return {"sqrt": sympy.sqrt, "cbrt": sympy.cbrt, "factorial": sympy.factorial, "factorial2": sympy.factorial2,
+            "binomial": sympy.binomial,
             "Abs": sympy.Abs, "abs": sympy.Abs, "gcd": sympy.gcd, "lcm": sympy.lcm, "max": sympy.Max,
             "min": sympy.Min, "Max": sympy.Max, "Min": sympy.Min, "floor": sympy.floor, "ceiling": sympy.ceiling,
             "Rational": sympy.Rational, "Integer": sympy.Integer}
 
 
 _FACTORIAL = re.compile(r"(\d+|\))!(?!=)")
+#: sympy's factorial notation reads ``!!`` as the double factorial (``3!!`` is 3).
+_DOUBLE_FACTORIAL = re.compile(r"(\d+)!!(?!=)")
 
 
-def _build(node, xor: bool):
-    """A sympy value of a parsed expression: numbers, names (symbols; ``pi``, ``E``, ``I``, ``oo``), + - * / **, the
-    functions of :func:`_sympy_functions`, ``^`` as XOR and ``~`` as bitwise not (``xor``: Python's reading) or ``^``
-    as a power. Never ``eval``."""
+def _build(node):
+    """The value of a parsed Python expression as ``parse_expr`` makes it: numbers (sympy's), names (symbols; ``pi``,
+    ``E``, ``I``, ``oo``), sets, lists and tuples (Python's), + - * / **, ``^`` as XOR and ``~`` as bitwise not, the
+    functions of :func:`_sympy_functions`. Never ``eval``."""
     import sympy
 
     if isinstance(node, ast.Expression):
-        return _build(node.body, xor)
+        return _build(node.body)
     if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
         if isinstance(node.value, int):
             return sympy.Integer(node.value)
@@ -341,23 +345,28 @@ def _build(node, xor: bool):
             imag = node.value.imag
             return (sympy.Float(imag) if imag % 1 else sympy.Integer(int(imag))) * sympy.I
         raise ValueError("not a number")
+    if isinstance(node, (ast.Set, ast.List, ast.Tuple)):  # Python's containers: "{00}" is the set {0}
+        items = [_build(item) for item in node.elts]
+        return {ast.Set: set, ast.List: list, ast.Tuple: tuple}[type(node)](items)
     if isinstance(node, ast.Name):
         return {"pi": sympy.pi, "E": sympy.E, "I": sympy.I, "oo": sympy.oo}.get(node.id) or sympy.Symbol(node.id)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _build(node.operand, xor)
+        value = _build(node.operand)
         return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) and xor:  # Python's "~33" is -34
-        value = _build(node.operand, xor)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):  # Python's "~33" is -34
+        value = _build(node.operand)
         if not value.is_Integer:
             raise ValueError("~ of a non-integer")
         return sympy.Integer(~int(value))
     if isinstance(node, ast.BinOp):
-        left, right = _build(node.left, xor), _build(node.right, xor)
-        if isinstance(node.op, ast.BitXor) and xor:
+        left, right = _build(node.left), _build(node.right)
+        if isinstance(left, _CONTAINERS) or isinstance(right, _CONTAINERS):
+            return _container_operation(node.op, left, right)
+        if isinstance(node.op, ast.BitXor):
             if not (left.is_Integer and right.is_Integer):
                 raise ValueError("XOR of non-integers")
             return sympy.Integer(int(left) ^ int(right))
-        if isinstance(node.op, (ast.Pow, ast.BitXor)):
+        if isinstance(node.op, ast.Pow):
             if right.is_number and abs(right) > 64 or left.is_number and abs(left) > 10 ** 6:
                 raise ValueError("power too large")
             return left ** right
@@ -367,85 +376,74 @@ def _build(node, xor: bool):
             return ops[type(node.op)](left, right)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         function = _sympy_functions().get(node.func.id)
-        args = [_build(a, xor) for a in node.args]
+        args = [_build(a) for a in node.args]
         if function is not None and len(args) <= 4:
-            if function is sympy.factorial and not (args[0].is_Integer and 0 <= args[0] <= 1000):
+            if function in (sympy.factorial, sympy.factorial2) and not (args[0].is_Integer and 0 <= args[0] <= 1000):
                 raise ValueError("factorial too large")
             return function(*args)
     raise ValueError("not arithmetic")
 
 
-def _value(python: str, xor: bool):
+_CONTAINERS = (set, list, tuple)
+_PYTHON_OPERATORS = {ast.Add: "__add__", ast.Sub: "__sub__", ast.Mult: "__mul__", ast.Div: "__truediv__",
+                     ast.BitXor: "__xor__", ast.BitOr: "__or__", ast.BitAnd: "__and__"}
+
+
+def _container_operation(op, left, right):
+    """Python's operator on a set, list or tuple (``{2}^{5}`` is the set {2, 5}; ``[2]+[3]`` a list); an operation
+    Python refuses raises ``TypeError`` (the grader's ``parse_expr`` then fails and latex2sympy reads the text)."""
+    import operator
+
+    name = _PYTHON_OPERATORS.get(type(op))
+    if name is None:
+        raise ValueError("not arithmetic")
+    if name == "__mul__":
+        count = right if isinstance(left, _CONTAINERS) else left
+        if getattr(count, "is_Integer", False) and abs(int(count)) > 10 ** 4:
+            raise ValueError("a repetition too long")
+    return getattr(operator, name)(left, right)
+
+
+def _value(python: str):
     if len(python) > 200:
         return None
     try:
         with warnings.catch_warnings():  # "33x" is an invalid decimal literal to Python: no reading, no warning
             warnings.simplefilter("ignore", SyntaxWarning)
             tree = ast.parse(python, mode="eval")
-        value = _build(tree, xor)
+        value = _build(tree)
+        if isinstance(value, _CONTAINERS):
+            return NO_NUMBER
         return value if getattr(value, "is_Number", False) or getattr(value, "free_symbols", None) is not None else None
-    except (ValueError, TypeError, SyntaxError, ZeroDivisionError, OverflowError, RecursionError, AttributeError,
-            MemoryError):
+    except Exception:  # the grader's _parse: whatever parse_expr raises is no reading (a bare except)
         return None
 
 
 def python_value(text: str):
     """The answer read as sympy's ``parse_expr`` reads it (the grader's first reading that can succeed: Python syntax,
-    integer literals in any base, ``4!``, names as symbols, ``^`` as XOR); None where that fails."""
-    return _value(_FACTORIAL.sub(r"factorial(\1)", text), xor=True)
-
-
-#: Spacing latex2sympy reads as a gap between factors ("3\\,3" is 9, "33\\quad" is 33); ``\\;``, ``\\:`` and ``\\ `` it
-#: cannot read at all.
-_LATEX_GAPS = ("\\qquad", "\\quad", "\\displaystyle", "\\,", "~")
-_LATEX_UNREADABLE = re.compile(r"\\[;: ]|\\textstyle")
-
-
-def latex_value(text: str):
-    """The answer read as latex2sympy reads LaTeX arithmetic (the grader's last reading): ``\\frac``, ``\\sqrt`` (and
-    ``\\sqrt[n]``), ``\\binom``, ``^`` as a power, ``\\cdot``/``\\times``, brackets and juxtaposed factors as
-    products."""
-    if _LATEX_UNREADABLE.search(text):
-        return None
-    s = text
-    for piece in _LATEX_GAPS:
-        s = s.replace(piece, " ")
-    s = s.replace("\\left", "").replace("\\right", "").replace("\\cdot", "*").replace("\\times", "*")
-    # what latex2sympy reads as functions: floor and ceiling brackets, absolute-value bars, \gcd
-    s = re.sub(r"\\lfloor(.*?)\\rfloor", r"floor(\1)", s)
-    s = re.sub(r"\\lceil(.*?)\\rceil", r"ceiling(\1)", s)
-    s = re.sub(r"\|([^|]*)\|", r"Abs(\1)", s)
-    s = re.sub(r"\\(gcd|lcm)\b", r"\1", s)
-    for _ in range(8):  # nested fractions, roots, powers and brace groups, innermost first
-        s = re.sub(r"\^\{([^{}]*)\}", r"**(\1)", s)  # an exponent's group, inside a \frac or \sqrt argument too
-        s = re.sub(r"(?<![A-Za-z\]}])\{([^{}]*)\}", r"(\1)", s)  # a bare group ({{033}}): its value
-        new = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", s)
-        new = re.sub(r"\\binom\{([^{}]*)\}\{([^{}]*)\}", r"binomial((\1),(\2))", new)
-        new = re.sub(r"\\sqrt\[([^\[\]{}]*)\]\{([^{}]*)\}", r"((\2)**(1/(\1)))", new)
-        new = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", new)
-        if new == s:
-            break
-        s = new
-    s = s.replace("{", "(").replace("}", ")").replace("[", "(").replace("]", ")").replace("^", "**")
-    s = re.sub(r"\)\s*\(", ")*(", s)
-    s = re.sub(r"(\d)\s*\(", r"\1*(", s)
-    s = re.sub(r"([\d)])\s+(?=[\d(])", r"\1*", s).strip()
-    s = _FACTORIAL.sub(r"factorial(\1)", s)
-    s = re.sub(r"(?<![\d.])0+(?=\d)", "", s)  # LaTeX integers may have leading zeros (033 is 33); Python's may not
-    if "\\" in s or re.search(r"[A-Za-z_]", re.sub(r"\b(binomial|sqrt|factorial|floor|ceiling|Abs|gcd|lcm)\(", "", s)):
-        return None  # symbols or LaTeX beyond arithmetic: no number
-    return _value(s, xor=False)
+    integer literals in any base, ``4!``, names as symbols, ``^`` as XOR, ``{...}`` a set and ``[...]`` a list, which
+    are :data:`NO_NUMBER`); None where that fails."""
+    return _value(_FACTORIAL.sub(r"factorial(\1)", _DOUBLE_FACTORIAL.sub(r"factorial2(\1)", text)))
 
 
 def symbolic_value(text: str):
-    """What the grader's last resort makes of an answer: :func:`python_value`, else :func:`latex_value`."""
-    value = python_value(text)
-    return value if value is not None else latex_value(text)
+    """What the grader's last resort (``_parse``) makes of an answer: :func:`python_value`, else :func:`latex_value`,
+    each tried first on the text with ``\\\\`` read as ``\\`` and then as written; :data:`NO_NUMBER` where a
+    reading succeeds with something that is no number (a set, a list, a relation); None where none succeeds."""
+    texts = dict.fromkeys((text.replace("\\\\", "\\"), text))
+    for reader in (python_value, latex_value):
+        for candidate in texts:
+            value = reader(candidate)
+            if value is not None:
+                return value
+    return None
 
 
 def arithmetic_value(expr: str) -> float | None:
     """The numeric value of an answer (:func:`symbolic_value`), else None (symbols, no reading)."""
     value = symbolic_value(expr)
+    if value is NO_NUMBER:
+        return None
     try:
         return float(value) if value is not None and value.is_number and value.is_real else None
     except (TypeError, ValueError, OverflowError):
@@ -460,6 +458,8 @@ def symbolic_equal(prediction: str, reference: str) -> bool:
     a, b = symbolic_value(prediction), symbolic_value(reference)
     if a is None or b is None:
         return a is None and b is None and prediction == reference
+    if a is NO_NUMBER or b is NO_NUMBER:  # a set, list or relation equals no number
+        return False
     try:
         if a == b or sympy.simplify(a - b) == 0:
             return True
