@@ -190,7 +190,8 @@ def test_golden_verdicts_with_numpy_equal_lcb_runner():
 # ------------------------------------------------------------------------------------ the comparison rules alone
 _TOKENS = st.sampled_from(["5", "5.0", "05", "-0", "0.10", "1e2", "100", "1_000", "1000", "abc", "ABC", "NaN", "nan",
                            "inf", "Infinity", "True", "1", " ", "  ", "\t", "\r", "", "x", "0.1000001", "sNaN",
-                           "\u3000", "\x1c", "\x85", "٣"])
+                           "\u3000", "\x1c", "\x85", "٣", "+5", "-5", "0", "+0", "-00", "0005", "-005", "50",
+                           "500"])
 _LINE = st.lists(_TOKENS, max_size=5).map("".join)
 _TEXT = st.lists(_LINE, max_size=4).map("\n".join)
 

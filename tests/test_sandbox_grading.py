@@ -161,9 +161,21 @@ def test_stdin_grading_memory_is_bounded_by_the_output(name):
     payload = STDIN_BOMBS[name]
     verdict, ratio = _grading_peak("stdin", payload, lambda index, out: stdout_matches(out, "5\n"))
     assert verdict in (None, ("wrong_answer", "")), verdict
-    # a line of digits is converted, as the official does: its text (one byte a digit), Decimal's own ASCII copy of
-    # it and the Decimal (0.42 byte a digit)
-    assert ratio < (3.5 if name == "digits" else 1.2), f"{name}: grading took {ratio:.2f}x the output's size"
+    assert ratio < 1.2, f"{name}: grading took {ratio:.2f}x the output's size"
+
+
+def test_a_line_of_digits_as_long_as_the_expected_one_is_compared_in_place():
+    """A one-token line of 4 MiB of digits against an expected line of the same length (so the lines are compared
+    as numbers; the judge holds the expected output encoded once per problem): the integers are compared digit by
+    digit where they lie, not converted (before: the line's text, Decimal's copy and the Decimal, 3.4x the output),
+    with the official verdicts for leading zeros and signs."""
+    payload = b"7" * ((4 << 20) - 1) + b"1"
+    for expected, right in ((b"7" * ((4 << 20) - 1) + b"2", False), (b"7" * ((4 << 20) - 1) + b"1", True)):
+        verdict, ratio = _grading_peak("stdin", payload, lambda index, out: stdout_matches(out, expected))
+        assert verdict == (None if right else ("wrong_answer", "")), verdict
+        assert ratio < 1.2, f"grading took {ratio:.2f}x the output's size"
+    assert stdout_matches("-0 +7 007 -0007", "0 7 7 -7") and not stdout_matches("-1 7", "1 7")
+    assert stdout_matches("7 1e1", "7 10") and not stdout_matches("7 x", "7 7")
 
 
 # ------------------------------------------------------------------------------------------- functional results

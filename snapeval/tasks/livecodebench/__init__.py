@@ -569,33 +569,65 @@ def _decimal_text(buf: bytes, start: int, end: int) -> str | None:
     return "".join(parts)
 
 
-def _line_decimals(buf: bytes, start: int, end: int) -> list[Decimal] | None:
-    """``convert_line_to_decimals`` of ``buf[start:end]``: one ``Decimal`` per token, or ``None``."""
-    values = []
-    for token_start, token_end in _token_spans(buf, start, end):
-        try:
-            text = _decimal_text(buf, token_start, token_end)
-            if text is None:
-                return None
-            values.append(Decimal(text))
-        except Exception:  # noqa: BLE001 - the official catches everything here
-            return None
-    return values
+_PLAIN_INTEGER = re.compile(rb"[+-]?[0-9]+")
+_LEADING_ZEROS = re.compile(rb"0*")
 
 
-def stdout_matches(got: bytes | str, expected: str) -> bool:
+def _token_number(buf: bytes, start: int, end: int):
+    """The number ``Decimal(token)`` reads in ``buf[start:end]``: for a plain ASCII integer (``[+-]?[0-9]+``, what
+    almost every output holds) its sign and the bounds of its digits without leading zeros, read in place (no copy:
+    the harness's memory stays bounded by what the program wrote, however long one number is); for any other token
+    its ``Decimal``; ``None`` where ``Decimal`` fails (the official catches everything there)."""
+    if _PLAIN_INTEGER.fullmatch(buf, start, end):
+        sign = buf[start:start + 1]
+        digits = start + (sign in (b"+", b"-"))
+        first = _LEADING_ZEROS.match(buf, digits, end).end()
+        return (sign == b"-" and first < end, first, end)
+    try:
+        text = _decimal_text(buf, start, end)
+        return None if text is None else Decimal(text)
+    except Exception:  # noqa: BLE001 - the official catches everything here
+        return None
+
+
+def _numbers_equal(buf_a: bytes, a, buf_b: bytes, b) -> bool:
+    """``Decimal(x) == Decimal(y)`` of two :func:`_token_number` readings (a signaling NaN raises, as there)."""
+    if isinstance(a, tuple) and isinstance(b, tuple):  # two plain integers: sign and digits, compared in place
+        return a[0] == b[0] and memoryview(buf_a)[a[1]:a[2]] == memoryview(buf_b)[b[1]:b[2]]
+    if isinstance(a, tuple):
+        a = Decimal(("-" if a[0] else "") + (str(memoryview(buf_a)[a[1]:a[2]], "ascii") or "0"))
+    if isinstance(b, tuple):
+        b = Decimal(("-" if b[0] else "") + (str(memoryview(buf_b)[b[1]:b[2]], "ascii") or "0"))
+    return a == b
+
+
+def _lines_equal_as_decimals(got: bytes, a: int, b: int, want: bytes, x: int, y: int) -> bool:
+    """``convert_line_to_decimals`` of both lines (same token count) and their lists compared, as ``grade_stdio``
+    does: False when a token of either line is no number (every token is read before any is compared, so a later
+    unreadable token wins over an earlier signaling NaN, as there); else equal token by token, in order. One token
+    at a time: no list of the line's numbers is ever held."""
+    for buf, start, end in ((got, a, b), (want, x, y)):
+        for token in _token_spans(buf, start, end):
+            if _token_number(buf, *token) is None:
+                return False
+    pairs = zip(_token_spans(got, a, b), _token_spans(want, x, y))
+    return all(_numbers_equal(got, _token_number(got, *p), want, _token_number(want, *q)) for p, q in pairs)
+
+
+def stdout_matches(got: bytes | str, expected: bytes | str) -> bool:
     """``grade_stdio``'s verdict for one test: the same number of stripped lines, and each line equal as text or,
     failing that, as a list of decimals (exact decimal equality: ``1.50`` equals ``1.5``, ``0.1`` never equals
     ``0.1000001``; there is no tolerance). Comparing a signaling NaN raises, which is a runtime error there too.
 
-    ``got`` is the program's output as the sandbox delivers it, UTF-8 bytes (text is encoded first). Its cost is
+    ``got`` is the program's output as the sandbox delivers it, UTF-8 bytes (text is encoded first); ``expected``
+    the test's output, text or its UTF-8 bytes (:func:`judge` encodes each once). Its cost is
     bounded by the expected output and one pass over ``got``, whatever the program printed, and ``got`` is never
     decoded or copied as a whole: lines are counted before any is looked at, a line is copied only when it is as long
     as the expected one, and tokens are counted before a line is converted (lists of decimals of different lengths
     are unequal without a single element compared, so the verdict is the official one)."""
     if isinstance(got, str):
         got = got.encode("utf-8", "surrogatepass")
-    want = expected.encode("utf-8", "surrogatepass")
+    want = expected if isinstance(expected, bytes) else expected.encode("utf-8", "surrogatepass")
     got_start, got_end = _strip(got, 0, len(got))
     want_start, want_end = _strip(want, 0, len(want))
     if got.count(b"\n", got_start, got_end) != want.count(b"\n", want_start, want_end):
@@ -605,8 +637,7 @@ def stdout_matches(got: bytes | str, expected: str) -> bool:
             continue
         if _token_count(got, a, b) != _token_count(want, x, y):
             return False
-        dx, dy = _line_decimals(got, a, b), _line_decimals(want, x, y)
-        if dx is None or dy is None or dx != dy:
+        if not _lines_equal_as_decimals(got, a, b, want, x, y):
             return False
     return True
 
@@ -623,7 +654,8 @@ def functional_matches(value: Any, expected: Any) -> bool:
 def judge(tests: Tests):
     """The judge the sandbox calls with each test's raw output (see :func:`snapeval.sandbox.run_program`)."""
     if tests.mode == "stdin":
-        return lambda index, output: stdout_matches(output, tests.cases[index].output)
+        expected = [case.output.encode("utf-8", "surrogatepass") for case in tests.cases]  # encoded once per problem
+        return lambda index, output: stdout_matches(output, expected[index])
     expected = [load_json(case.output) for case in tests.cases]  # read once per problem
     return lambda index, value: functional_matches(value, expected[index])
 
