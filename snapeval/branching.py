@@ -58,12 +58,14 @@ def capture_window(configs: Sequence[MethodConfig]) -> int:
     return max([c.window_queries() for c in configs] + [1])
 
 
-def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = False, compact: Sequence = ()) -> None:
+def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = False, compact: Sequence = (),
+                after_layer=None) -> None:
     """Build every cache of ``caches`` from ``capture`` one layer at a time (a layer kept in host memory comes back
     to its layer's device once); ``release``: free each captured layer as soon as every cache holds it, so the
     capture never lives beside a whole copy of itself; ``compact``: caches held until an engine row loads them,
     each layer cut to its filled slots as soon as it is built (:meth:`~snapeval.cache.base.CompressedKVCache.
-    compact_layer`: a short prompt's branch holds its tokens, not the whole budget)."""
+    compact_layer`: a short prompt's branch holds its tokens, not the whole budget); ``after_layer(cache, index)``:
+    called once each cache holds layer ``index`` (a branch copied into an engine row layer by layer)."""
     if not caches:  # nothing reads the capture (a set of presses only: their hooks already freed it)
         return
     compact_ids = {id(cache) for cache in compact}
@@ -73,6 +75,8 @@ def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = Fal
             cache.load_layer(index, prompt)
             if id(cache) in compact_ids:
                 cache.compact_layer(index)
+            if after_layer is not None:
+                after_layer(cache, index)
         del prompt
         if release:
             capture.release(index)
@@ -372,19 +376,34 @@ class BranchSet:
                         logits, cache = self.own_prefill(self.configs[c], prompt_of(c, i))
                         done[c, i] = self._decode_alone(self.configs[c], logits, cache, prompt_of(c, i), sampling[i], i)
                     continue
-                engine_layout = {c for c in members if c in rows or captures_alone(self.configs[c], plan.alone_captured)}
-                caches = {c: self._empty_branch(c, prefilled, c in engine_layout) for c in members}
+                # decoded alone in a captured engine of one row: its row is made (and its step recorded) first, and
+                # its branch is built into it layer by layer, so the branch never stands whole beside the row
+                one_row = {c: self._one_row_engine(self.configs[c], prompt_of(c, i), sampling[i]) for c in members
+                           if c not in rows and captures_alone(self.configs[c], plan.alone_captured)}
+                caches = {c: self._empty_branch(c, prefilled, c in rows or c in one_row) for c in members}
                 built = [c for c in members if self.configs[c] not in prefilled.presses]
+                into_row = {id(caches[c]): one_row[c] for c in one_row}
+
+                def to_row(cache, index: int) -> None:
+                    if id(cache) in into_row:
+                        into_row[id(cache)].cache.load_row_layer(0, cache, index)
+                        cache.layers[index].reset()  # the layer lives in the row now
+
                 load_caches(prefilled.capture, [caches[c] for c in built], release=True,
-                            compact=[caches[c] for c in built if c in engine_layout])
+                            compact=[caches[c] for c in built if c in rows], after_layer=to_row)
                 prefilled.capture = None
                 for c in members:
                     if c in rows:
                         held[c][i] = (prefilled.logits, caches.pop(c), prefilled.seconds)
                 for c in [c for c in members if c not in rows]:
-                    done[c, i] = self._decode_alone(self.configs[c], prefilled.logits, caches.pop(c), prompt_of(c, i),
-                                                    sampling[i], i, prefilled.seconds, in_one_row=c in engine_layout)
-                del prefilled, caches
+                    if c in one_row:
+                        caches.pop(c)
+                        done[c, i] = self._decode_in_one_row(self.configs[c], one_row.pop(c), prefilled.logits,
+                                                             prompt_of(c, i), sampling[i], i, prefilled.seconds)
+                    else:
+                        done[c, i] = self._decode_alone(self.configs[c], prefilled.logits, caches.pop(c),
+                                                        prompt_of(c, i), sampling[i], i, prefilled.seconds)
+                del prefilled, caches, into_row
         for c in sorted(rows):
             waiting = held.pop(c)
             if not waiting:
@@ -428,17 +447,11 @@ class BranchSet:
                                                         completion.kv_bytes)
 
     def _decode_alone(self, config: MethodConfig, logits: torch.Tensor, cache, prompt: list[int],
-                      params: SamplingParams, index: int, prefill_seconds: float = 0.0,
-                      in_one_row: bool = False) -> Completion:
+                      params: SamplingParams, index: int, prefill_seconds: float = 0.0) -> Completion:
         """Decode one prompt alone from its prefilled ``cache`` and last ``logits`` ``[V]`` with
         :func:`snapeval.decoding.decode`: one token per forward, explicit positions (a compressed cache is shorter
-        than the sequence). ``in_one_row`` (the plan's ``alone_captured`` in a run that captures its steps,
-        :func:`~snapeval.memory_plan.captures_alone`): in a captured engine of one row instead, ``cache`` being the
-        engine layout's branch."""
-        if in_one_row:
-            branch = {0: (logits, cache)}
-            del cache  # the engine's row takes the branch's slots; the branch goes once they are copied
-            return self._decode_in_one_row(config, branch, prompt, params, index, prefill_seconds)
+        than the sequence). A run that captures its steps decodes it in an engine of one row instead where the plan
+        says so (:meth:`_decode_in_one_row`)."""
         request = Request(index=index, prompt=prompt, params=params, stream=request_stream(params, self.seed, index))
         times = decode(self.model, self.tokenizer, cache, logits[None], [request], torch.tensor([len(prompt)]),
                        stops=self.stops, pad_id=pad_token_id(self.tokenizer))
@@ -449,15 +462,22 @@ class BranchSet:
         self._count_kv(config, completion)
         return completion
 
-    def _decode_in_one_row(self, config: MethodConfig, branch: dict, prompt: list[int], params: SamplingParams,
-                           index: int, prefill_seconds: float) -> Completion:
-        """:meth:`_decode_alone` in an engine of one row whose step is captured (the same tokens as the eager loop:
-        ``tests/test_branching.py``); ``branch``: ``{0: (logits, cache)}``, emptied when the row is loaded."""
+    def _one_row_engine(self, config: MethodConfig, prompt: list[int], params: SamplingParams):
+        """A captured engine of one row sized for ``prompt`` and ``params``, its step recorded
+        (:meth:`~snapeval.engine.Engine.reserve`): what a configuration the plan decodes alone decodes in when the
+        run captures (the plan's ``alone_captured``, :func:`~snapeval.memory_plan.captures_alone`)."""
         from snapeval.engine import Engine
 
         engine = Engine(self.model, self.tokenizer, config, num_slots=1, seed=self.seed, capture=True,
                         decode_kernel=self.decode_kernel)
-        completion = engine.generate([prompt], [params], prefill=lambda j, _prompt: branch.pop(j))[0]
+        engine.reserve(len(prompt), params)
+        return engine
+
+    def _decode_in_one_row(self, config: MethodConfig, engine, logits: torch.Tensor, prompt: list[int],
+                           params: SamplingParams, index: int, prefill_seconds: float) -> Completion:
+        """:meth:`_decode_alone` in ``engine`` (:meth:`_one_row_engine`), whose row already holds the prompt's cache
+        (the same tokens as the eager loop: ``tests/test_branching.py``)."""
+        completion = engine.generate([prompt], [params], prefill=lambda j, _prompt: (logits, None))[0]
         self.stats.count_alone(config.label, engine.stats.decode_steps, engine.stats.decode_seconds)
         engine.release()
         del engine

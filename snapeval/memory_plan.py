@@ -267,8 +267,8 @@ class GroupPlan:
         phases: the group's growth at the top of each phase (prefill, branch, alone, decode).
         peak_bytes: the largest phase.
         reasons: why the chunk or the prefill was cut (empty when the asked-for chunk fits).
-        alone_captured: a configuration decoded alone does so in a captured engine of one row (beside its branch:
-            :func:`captures_alone`); False: in the eager loop, growing its own cache.
+        alone_captured: a configuration decoded alone does so in a captured engine of one row (its branch built into
+            the row: :func:`captures_alone`); False: in the eager loop, growing its own cache.
     """
 
     device: str
@@ -366,7 +366,8 @@ def engine_slots(shape: ModelShape, config: MethodConfig, prompt: int, max_new: 
 
 def captures_alone(config: MethodConfig, captured: bool) -> bool:
     """Whether ``config``, decoded alone, decodes in a captured engine of one row (a GPU run that captures, a method
-    with a static-row layout) rather than in the eager loop from its own cache."""
+    with a static-row layout) rather than in the eager loop from its own cache. The row is made first and the branch
+    built into it layer by layer (:meth:`~snapeval.branching.BranchSet._one_row_engine`)."""
     return captured and _static_rows(config) and not _is_press(config)
 
 
@@ -378,7 +379,7 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
     ``batch_whole``: a cache of the whole prompt decodes in rows too (a GPU, where a captured batched step pays at
     any length: the issue's 128k full cache ran 112 tok/s at batch 3 against 67 alone); otherwise only while its
     rows hold fewer bytes than the weights. ``captured``: a configuration decoded alone does so in an engine of one
-    row (:func:`captures_alone`), whose row it allocates beside its branch."""
+    row (:func:`captures_alone`), its branch built into that row."""
     plans = []
     for config in configs:
         in_rows = config.label not in alone and _static_rows(config)
@@ -422,10 +423,10 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
               + shape.window_transient_bytes(item.prompt, window)}
     decoded_alone = [c for c in configs if by_label[c.label].decode == "alone"]
     if decoded_alone:
-        # the eager loop grows its branch in place; a captured engine's row stands beside the branch it loads
+        # the eager loop grows its branch in place; a captured engine's row is made first and the branch is built
+        # into it layer by layer: either way the decode's cache takes the branch's place
         growth = max(by_label[c.label].decode_bytes - (alone_cache_bytes(shape, c, item.prompt)
-                                                        if c in shared_alone and not captures_alone(c, captured)
-                                                        else 0)
+                                                        if c in shared_alone else 0)
                      + by_label[c.label].decode_bytes // shape.layers for c in decoded_alone)
         phases["alone"] = (flight * held_one + prefix + (built - held_one) + growth + shape.decode_step_bytes(1)
                            + (shape.activation_bytes(prefill_tokens, item.prompt) if alone else 0))

@@ -186,24 +186,32 @@ def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
     assert payload["slice"] is None and payload["paper_llama_longbench_pair_gpu_hours"] > 0
 
 
-def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes():
-    """At 120k tokens on 80 GB the full cache decodes alone in the eager loop (no room for a captured engine's row
-    beside its branch): its steps are priced at eager_factor times the fitted step; where the row fits (64k) at
-    alone_factor. The fit takes each from the calibration's alone decodes of that kind; --rates-from from the
-    committed run's eager and CUDA-graph batch-1 steps of the full cache."""
+def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch):
+    """At 120k tokens on 80 GB the full cache decodes alone, in a captured engine of one row (its branch built into
+    the row): its steps are priced at alone_factor times the fitted step; a plan that decodes it in the eager loop
+    (a run without capture) at eager_factor. The fit takes each from the calibration's alone decodes of that kind;
+    --rates-from from the committed run's CUDA-graph and eager batch-1 steps of the full cache."""
+    import dataclasses
+
     from snapeval.cache import FullConfig
 
     configs = projection.paper_llama_configs()
-    for length, count, captured in ((120_000, 4, False), (65_536, 100, True)):
-        items = [(length, 32)] * count
+    items = [(120_000, 32)] * 4
+    real_plan = projection.group_plan
+    for captured in (True, False):
+        monkeypatch.setattr(projection, "group_plan", lambda *a, captured=captured, **k: dataclasses.replace(
+            real_plan(*a, **k), alone_captured=captured))
         plain = projection.project_group(SHAPE, configs, items, unit_rates(), budget=int(80e9 * 0.92))
         assert plain["alone"] == [FullConfig().label] and plain["alone_captured"] is captured
-        factor = {"alone_factor": 2.0, "eager_factor": 3.0}
-        slower = projection.project_group(SHAPE, configs, items, unit_rates(**factor), budget=int(80e9 * 0.92))
+        slower = projection.project_group(SHAPE, configs, items, unit_rates(alone_factor=2.0, eager_factor=3.0),
+                                          budget=int(80e9 * 0.92))
         alone_steps = plain["steps"][FullConfig().label]
         base = unit_rates()  # alone_factor 1, eager_factor memory_plan.EAGER_STEP_FACTOR
         expected = ((2.0 - base.alone_factor) if captured else (3.0 - base.eager_factor)) * alone_steps
         assert slower["seconds"] - plain["seconds"] == pytest.approx(expected)
+    monkeypatch.undo()
+    assert real_plan(SHAPE, configs, items, budget=int(80e9 * 0.92)).alone_captured  # the sweep's own plan
+
     def run(captured, step_s):
         return {"prefills": [(1000, 1.0)], "decode": {"a": {"steps": 10, "step_s": 0.01, "bytes_per_step": 1e9}},
                 "engines": 1, "configurations": 1, "rest_s": 0.1, "plan": {"alone_captured": captured},

@@ -379,15 +379,20 @@ class CompressedKVCache(Cache):
     def load_row(self, row: int, source: "CompressedKVCache", source_row: int = 0) -> None:
         """Copy row ``source_row`` of a compressed ``source`` cache (same method, after prefill) into ``row``. A
         source with fewer slots (an appending cache's kept prompt) fills the first slots; the rest are emptied."""
-        for layer, src in zip(self.layers, source.layers):
-            used = src.positions.shape[-1]
-            if used > layer.positions.shape[-1]:
-                raise ValueError(f"a row of {used} slots does not fit in {layer.positions.shape[-1]} slots")
-            for name, empty in (("keys", 0), ("values", 0), ("positions", -1)):
-                getattr(layer, name)[row, :, :used].copy_(getattr(src, name)[source_row])
-                getattr(layer, name)[row, :, used:] = empty
-            layer.next_position[row : row + 1].copy_(src.next_position[source_row : source_row + 1])
-            layer.fill[row : row + 1].copy_(src.fill[source_row : source_row + 1])
+        for index in range(len(self.layers)):
+            self.load_row_layer(row, source, index, source_row)
+
+    def load_row_layer(self, row: int, source: "CompressedKVCache", index: int, source_row: int = 0) -> None:
+        """:meth:`load_row` of layer ``index`` only (a branch can then free that layer before the next is built)."""
+        layer, src = self.layers[index], source.layers[index]
+        used = src.positions.shape[-1]
+        if used > layer.positions.shape[-1]:
+            raise ValueError(f"a row of {used} slots does not fit in {layer.positions.shape[-1]} slots")
+        for name, empty in (("keys", 0), ("values", 0), ("positions", -1)):
+            getattr(layer, name)[row, :, :used].copy_(getattr(src, name)[source_row])
+            getattr(layer, name)[row, :, used:] = empty
+        layer.next_position[row : row + 1].copy_(src.next_position[source_row : source_row + 1])
+        layer.fill[row : row + 1].copy_(src.fill[source_row : source_row + 1])
 
     def clear_row(self, row: int) -> None:
         """Empty ``row``: zero keys/values, every position -1, next position 0."""

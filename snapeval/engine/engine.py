@@ -243,6 +243,17 @@ class Engine:
             self._record_graph()
         return self._run(requests, prefill or self.prefill)
 
+    def reserve(self, prompt_tokens: int, sampling: SamplingParams) -> None:
+        """Size the rows for a request of ``prompt_tokens`` tokens and ``sampling`` and record its step now, before
+        any row is loaded: a caller that then builds a request's row in place (:meth:`~snapeval.cache.base.
+        CompressedKVCache.load_row_layer` into :attr:`cache`, one layer at a time) decodes it with :meth:`generate`
+        and a ``prefill`` that returns ``(logits, None)``."""
+        requests = [Request(index=0, prompt=[self.pad_id] * prompt_tokens, params=sampling)]
+        self._size_rows(requests)
+        self._sampling = sampling.do_sample
+        if self.captured and self._sampling not in self._graphs:
+            self._record_graph()
+
     def release(self) -> None:
         """Drop the recorded CUDA graph and its memory pool (the rows go with the engine)."""
         self._release_graph()
@@ -323,13 +334,14 @@ class Engine:
         """Prefill ``request``, choose its first token, load it into ``slot``. True if it already finished."""
         t0 = time.perf_counter()
         request.admitted_at = t0 - start
-        logits, cache = prefill(request.index, request.prompt)
+        logits, cache = prefill(request.index, request.prompt)  # cache None: the row was built in place (reserve)
         token = choose(logits, request.params, request.stream)
         request.first_token_at = time.perf_counter() - start
         finished = request.check_stop(token, self.stops, self.tokenizer)
-        request.kv_bytes = cache.row_kv_bytes(0)
+        request.kv_bytes = cache.row_kv_bytes(0) if cache is not None else self.cache.row_kv_bytes(slot)
         if not finished:
-            self.cache.load_row(slot, cache)
+            if cache is not None:
+                self.cache.load_row(slot, cache)
             self.input_ids[slot, 0] = token
             self.sampler.assign(slot, request.params, request.stream)
             request.slot = slot
