@@ -414,12 +414,15 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
                   if _is_press(c) and c.label not in alone)
     shared_alone = [c for c in configs if by_label[c.label].decode == "alone" and c.label not in alone]
     built = held_one + sum(alone_cache_bytes(shape, c, item.prompt) for c in shared_alone)
+    # a captured one-row engine's row is allocated whole before the capture's layers move into the branches
+    one_rows = sum(by_label[c.label].decode_bytes for c in shared_alone if captures_alone(c, captured))
     # a held branch's layer is built at the whole layout before it is cut to its kept prompt
     whole = built + sum(shape.rows_cache_bytes(c.cache_slots(item.prompt, 0)) - by_label[c.label].branch_bytes
                         for c in configs if by_label[c.label].decode == "rows" and not _is_press(c))
     phases = {"prefill": earlier + prefix + on_device + presses + shape.activation_bytes(prefill_tokens, item.prompt),
               # the capture's layers move into the branches one by one: the larger of the two, plus a layer of each
-              "branch": earlier + prefix + presses + max(on_device, built) + layer + whole // shape.layers
+              "branch": earlier + prefix + presses + max(on_device, built - one_rows) + one_rows + layer
+              + whole // shape.layers
               + shape.window_transient_bytes(item.prompt, window)}
     decoded_alone = [c for c in configs if by_label[c.label].decode == "alone"]
     if decoded_alone:
