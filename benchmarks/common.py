@@ -69,6 +69,14 @@ def middle_truncate(ids: list[int], length: int) -> list[int]:
     return ids[:half] + ids[len(ids) - (length - half):]
 
 
+def fill_defaults(args, defaults: dict) -> None:
+    """Set every argument of ``defaults`` the command line left at None (a benchmark's defaults differ between its
+    ``--smoke`` run and the real one)."""
+    for key, value in defaults.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+
+
 def write_json(name: str, payload: dict) -> Path:
     return write_json_at(BENCH_DIR / name, payload)
 

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import BENCH_DIR, data_dir, machine, write_json_at
+from benchmarks.common import BENCH_DIR, data_dir, fill_defaults, machine, write_json_at
 
 MODELS = ("llama-3.1-8b-instruct",)
 SMOKE_SHAPE = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=256, num_attention_heads=4,
@@ -768,9 +768,7 @@ def main(argv=None) -> Path:
                         # seconds a length costs on one H100 (two prefills, four decodes) and the compile section
                         length_estimates={65536: 35, 131072 - 64: 60}, compile_estimate=90,
                         agreement_length=2048, agreement_prompts=8, agreement_budget=512, agreement_dtype="bfloat16")
-    for key, value in defaults.items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
+    fill_defaults(args, defaults)
     if args.out is None:
         args.out = BENCH_DIR / ("gpu_agreement.json" if args.agreement else "gpu.json")
     if args.agreement:

@@ -26,7 +26,7 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks.common import BENCH_DIR, machine, write_json_at
+from benchmarks.common import BENCH_DIR, fill_defaults, machine, write_json_at
 
 MODEL = "deepseek-r1-distill-qwen-7b"
 LENGTHS_FILE = BENCH_DIR / "paper_lengths.json"
@@ -121,9 +121,7 @@ def main(argv=None) -> Path:
     args = parser.parse_args(argv)
     defaults = (dict(budgets=[32, 64], new=6, samples=8) if args.smoke
                 else dict(budgets=[4096, 8192, 16384, 32768], new=256, samples=64))
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, defaults)
     run(args, lambda payload: write_json_at(args.out, payload))
     print(f"wrote {args.out}")
     return args.out

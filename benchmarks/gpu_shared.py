@@ -35,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import BENCH_DIR, alone_token_ids, full_snapstream_snapkv, machine, write_json_at
+from benchmarks.common import (BENCH_DIR, alone_token_ids, fill_defaults, full_snapstream_snapkv, machine,
+                               write_json_at)
 from benchmarks.gpu import benchmark_device, build_model, copy_bandwidth, prompt_ids, release, sync
 
 MODEL = "llama-3.1-8b-instruct"
@@ -177,9 +178,7 @@ def main(argv=None) -> Path:
                 if args.smoke else
                 dict(lengths=[32768, 65536, 131072], items=2, budgets=[4096, 8192, 16384], max_new=32,
                      per_cell_lengths=[32768]))
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, defaults)
     run(args, lambda payload: write_json_at(args.out, payload))
     print(f"wrote {args.out}")
     return args.out

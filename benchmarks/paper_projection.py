@@ -46,7 +46,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from benchmarks.common import BENCH_DIR, machine, write_json_at
+from benchmarks.common import BENCH_DIR, fill_defaults, machine, write_json_at
 from snapeval.memory_plan import EAGER_STEP_FACTOR
 
 MODEL = "llama-3.1-8b-instruct"
@@ -636,9 +636,7 @@ def main(argv=None) -> Path:
     args = parser.parse_args(argv)
     defaults = (dict(calibration_lengths=[64, 128, 256], calibration_new=4, slice_new=6) if args.smoke else
                 dict(calibration_lengths=[8192, 32768, 131008], calibration_new=32, slice_new=128))
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, defaults)
     for pair in args.new_tokens:
         if "=" not in pair or not pair.split("=", 1)[1].isdigit():
             parser.error(f"--new-tokens {pair!r} is invalid; allowed: TASK=N with N a whole number")

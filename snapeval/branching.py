@@ -58,23 +58,18 @@ def capture_window(configs: Sequence[MethodConfig]) -> int:
     return max([c.window_queries() for c in configs] + [1])
 
 
-def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = False, compact: Sequence = (),
-                after_layer=None) -> None:
+def load_caches(capture: PromptCapture, caches: Sequence, *, release: bool = False, after_layer=None) -> None:
     """Build every cache of ``caches`` from ``capture`` one layer at a time (a layer kept in host memory comes back
     to its layer's device once); ``release``: free each captured layer as soon as every cache holds it, so the
-    capture never lives beside a whole copy of itself; ``compact``: caches held until an engine row loads them,
-    each layer cut to its filled slots as soon as it is built (:meth:`~snapeval.cache.base.CompressedKVCache.
-    compact_layer`: a short prompt's branch holds its tokens, not the whole budget); ``after_layer(cache, index)``:
-    called once each cache holds layer ``index`` (a branch copied into an engine row layer by layer)."""
+    capture never lives beside a whole copy of itself; ``after_layer(cache, index)``: called as soon as ``cache``
+    holds layer ``index``, before the next layer is built (a held branch cut to its filled slots,
+    :meth:`~snapeval.cache.base.CompressedKVCache.compact_layer`; a branch copied into an engine row)."""
     if not caches:  # nothing reads the capture (a set of presses only: their hooks already freed it)
         return
-    compact_ids = {id(cache) for cache in compact}
     for index, layer in enumerate(capture.layers):
         prompt = capture.layer_prompt(index, layer.device)
         for cache in caches:
             cache.load_layer(index, prompt)
-            if id(cache) in compact_ids:
-                cache.compact_layer(index)
             if after_layer is not None:
                 after_layer(cache, index)
         del prompt
@@ -383,14 +378,17 @@ class BranchSet:
                 caches = {c: self._empty_branch(c, prefilled, c in rows or c in one_row) for c in members}
                 built = [c for c in members if self.configs[c] not in prefilled.presses]
                 into_row = {id(caches[c]): one_row[c] for c in one_row}
+                held_ids = {id(caches[c]) for c in members if c in rows}
 
-                def to_row(cache, index: int) -> None:
-                    if id(cache) in into_row:
+                def settle(cache, index: int) -> None:
+                    """A held branch keeps the slots its prompt fills; a one-row engine's branch moves into its row."""
+                    if id(cache) in held_ids:
+                        cache.compact_layer(index)
+                    elif id(cache) in into_row:
                         into_row[id(cache)].cache.load_row_layer(0, cache, index)
                         cache.layers[index].reset()  # the layer lives in the row now
 
-                load_caches(prefilled.capture, [caches[c] for c in built], release=True,
-                            compact=[caches[c] for c in built if c in rows], after_layer=to_row)
+                load_caches(prefilled.capture, [caches[c] for c in built], release=True, after_layer=settle)
                 prefilled.capture = None
                 for c in members:
                     if c in rows:
@@ -403,7 +401,8 @@ class BranchSet:
                     else:
                         done[c, i] = self._decode_alone(self.configs[c], prefilled.logits, caches.pop(c),
                                                         prompt_of(c, i), sampling[i], i, prefilled.seconds)
-                del prefilled, caches, into_row
+                into_row.clear()  # the one-row engines (and their rows) go once decoded
+                del prefilled, caches
         for c in sorted(rows):
             waiting = held.pop(c)
             if not waiting:

@@ -177,7 +177,8 @@ def test_a_short_prompts_held_branch_keeps_its_tokens_not_the_budget(config):
     for length in (5, 15, 30):
         prefilled = branches.prefill(random_prompt(length, seed=length))
         whole, cut = (branches._empty_branch(0, prefilled, True) for _ in range(2))
-        load_caches(prefilled.capture, [whole, cut], compact=[cut])
+        load_caches(prefilled.capture, [whole, cut],
+                    after_layer=lambda cache, index: cache.compact_layer(index) if cache is cut else None)
         kept = cut.layers[0].keys.shape[-2]
         assert config.kept_tokens(length) <= kept <= config.kept_tokens(length) + 1 < whole.layers[0].keys.shape[-2]
         held = sum(t.nbytes for layer in cut.layers for t in (layer.keys, layer.values, layer.positions,

@@ -237,10 +237,7 @@ class Engine:
         """
         requests = self._requests(prompts, sampling)
         install(self.model)  # the `snapstream` attention (idempotent; another caller may have switched it)
-        self._size_rows(requests)
-        self._sampling = any(r.params.do_sample for r in requests)
-        if self.captured and self._sampling not in self._graphs:
-            self._record_graph()
+        self._prepare(requests)
         return self._run(requests, prefill or self.prefill)
 
     def reserve(self, prompt_tokens: int, sampling: SamplingParams) -> None:
@@ -248,9 +245,12 @@ class Engine:
         any row is loaded: a caller that then builds a request's row in place (:meth:`~snapeval.cache.base.
         CompressedKVCache.load_row_layer` into :attr:`cache`, one layer at a time) decodes it with :meth:`generate`
         and a ``prefill`` that returns ``(logits, None)``."""
-        requests = [Request(index=0, prompt=[self.pad_id] * prompt_tokens, params=sampling)]
+        self._prepare([Request(index=0, prompt=[self.pad_id] * prompt_tokens, params=sampling)])
+
+    def _prepare(self, requests: list[Request]) -> None:
+        """Rows sized for ``requests``, and the step of their kind (greedy, or sampling) recorded if it is not yet."""
         self._size_rows(requests)
-        self._sampling = sampling.do_sample
+        self._sampling = any(r.params.do_sample for r in requests)
         if self.captured and self._sampling not in self._graphs:
             self._record_graph()
 
