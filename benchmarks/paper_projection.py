@@ -9,7 +9,10 @@ greedy with no stop token (every request decodes its ``max_new`` tokens: random 
 1. **Calibration** (``calibration``): the group (:class:`snapeval.branching.BranchSet`, as ``snapeval sweep`` runs
    it on CUDA: captured decode, rows from the memory plan) over ``--calibration-items`` prompts at each of
    ``--calibration-lengths``, ``--calibration-new`` new tokens. Three rates are fitted (:class:`Rates`):
-   - prefill of one prompt of ``n`` tokens: ``a + b n + c n^2`` (least squares over the items' measured prefills);
+   - prefill of one prompt of ``n`` tokens: ``a + b n + c n^2``, ``a`` one forward's floor (the fitted step of one
+     row without a cache: the weights read once), ``b`` and ``c`` by least squares over the items' measured prefills
+     (a few long prompts cannot place an intercept: three lengths fitted three terms exactly and put 0.65 s on a
+     prefill of one token);
    - a decode step: ``fixed + bytes / bandwidth``, ``bytes`` the step's weights and engine rows as the memory plan
      counts them (:func:`step_bytes`), over every configuration's measured mean step;
    - the rest of the group (building each configuration's cache from the capture, engines and their capture):
@@ -47,7 +50,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from benchmarks.common import BENCH_DIR, fill_defaults, machine, write_json_at
-from snapeval.memory_plan import EAGER_STEP_FACTOR
+from snapeval.memory_plan import EAGER_STEP_FACTOR, HOST_LINK_BYTES_PER_S
 
 MODEL = "llama-3.1-8b-instruct"
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,12 +72,14 @@ QWEN_FAMILY = "deepseek-r1-distill-qwen-7b"
 class Rates:
     """Seconds of the sweep's shared group on one device, for a model of ``shape`` (:class:`ModelShape` fields):
 
-    - ``prefill_s(n) = a + b n + c n^2`` for one prompt of ``n`` tokens (one forward into the capture);
+    - ``prefill_s(n) = a + b n + c n^2`` for one prompt of ``n`` tokens (one forward into the capture; ``a`` is
+      :func:`prefill_floor_s`);
     - ``step_s(bytes) = step_fixed_s + bytes / bandwidth`` for one decode step that moves ``bytes``;
     - ``engine_s`` per engine (its rows, its captured step) and ``branch_per_token_s x n`` per item and configuration
       (the configuration's cache built from an ``n``-token capture);
     - a configuration decoded alone: ``alone_factor x step_s(bytes)`` in a captured engine of one row,
-      ``eager_factor x step_s(bytes)`` in the eager loop (the plan's ``alone_captured``).
+      ``eager_factor x step_s(bytes)`` in the eager loop (the plan's ``alone_captured``);
+    - branches held in host memory: their bytes twice (there and back) over ``host_bandwidth``.
     """
 
     prefill: tuple[float, float, float]
@@ -92,6 +97,11 @@ class Rates:
     eager_factor: float = EAGER_STEP_FACTOR
     alone_measured: bool = False
     eager_measured: bool = False
+    #: bytes per second between device and host memory, each way (held branches in host memory go there and back):
+    #: measured on the GPU that measured the rest (:func:`measure_host_link`), else
+    #: :data:`snapeval.memory_plan.HOST_LINK_BYTES_PER_S`
+    host_bandwidth: float = HOST_LINK_BYTES_PER_S
+    host_measured: bool = False
 
     def prefill_s(self, tokens: int) -> float:
         a, b, c = self.prefill
@@ -131,16 +141,18 @@ def step_bytes(shape, config, rows: int, prompt: int, max_new: int) -> int:
     return shape.weight_bytes + engine_bytes(shape, config, rows, prompt, max_new)
 
 
-def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None):
+def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None, host_budget: int | None = None):
     """The memory plan of a group on CUDA (:func:`snapeval.memory_plan.plan_group`), as ``BranchSet.plan`` makes it
     there with ``budget`` bytes and the weights in use: at most ``chunk`` items in flight (default: the sweep's
-    :data:`~snapeval.memory_plan.GPU_CHUNK`), never more than the items."""
+    :data:`~snapeval.memory_plan.GPU_CHUNK`), never more than the items; ``host_budget``: the host memory its held
+    branches may take (None: they stay on the device)."""
     from snapeval.branching import capture_window
     from snapeval.memory_plan import GPU_CHUNK, Item, plan_group
 
     chunk = min(chunk or GPU_CHUNK, len(items))
     return plan_group(shape, configs, [Item(p, m) for p, m in items], chunk=chunk, window=capture_window(configs),
-                      budget=budget, in_use=shape.weight_bytes, device="cuda:0", captured=True)
+                      budget=budget, in_use=shape.weight_bytes, device="cuda:0", captured=True,
+                      host_budget=host_budget)
 
 
 def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int, bool]]]:
@@ -169,11 +181,14 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
 
 
 def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int | None = None,
-                  prefills: int = 1) -> dict:
+                  prefills: int = 1, host_budget: int | None = None) -> dict:
     """The predicted seconds of one group: ``items`` ``[(prompt tokens, new tokens)]`` under every configuration,
     ``prefills`` prefills per item (1: shared by every configuration; a two-pass task's second pass prefills each
-    configuration's own prompt: ``len(configs)``). Returns the parts, the plan's chunk and rows, and the steps."""
-    plan = group_plan(shape, configs, items, budget=budget, chunk=chunk)
+    configuration's own prompt: ``len(configs)``), within ``budget`` on the device and ``host_budget`` on the host.
+    Returns the parts, the plan's chunk and rows, and the steps."""
+    from snapeval.memory_plan import branch_bytes
+
+    plan = group_plan(shape, configs, items, budget=budget, chunk=chunk, host_budget=host_budget)
     schedule = decode_schedule(shape, configs, items, plan)
     prefill = prefills * sum(rates.prefill_s(p) for p, _ in items)
     engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
@@ -181,8 +196,13 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
     factor = rates.alone_factor if plan.alone_captured else rates.eager_factor
     decode = {label: sum(steps * rates.step_s(moved) * (factor if alone else 1.0) for steps, moved, alone in entries)
               for label, entries in schedule.items()}
-    total = prefill + branch + sum(decode.values())
-    return {"seconds": total, "prefill_s": prefill, "branch_s": branch, "decode_s": sum(decode.values()),
+    host = 0.0
+    if plan.branches_on_host:  # each item's held branches go to the host and back
+        held = [c for c in configs if plan.decode_mode(c.label).decode == "rows"]
+        host = 2 * sum(branch_bytes(shape, c, p) for p, _ in items for c in held) / rates.host_bandwidth
+    total = prefill + branch + host + sum(decode.values())
+    return {"seconds": total, "prefill_s": prefill, "branch_s": branch, "host_s": host,
+            "decode_s": sum(decode.values()), "branches_on_host": plan.branches_on_host,
             "decode_s_per_configuration": decode, "engines": engines,
             "steps": {label: sum(s for s, _, _ in entries) for label, entries in schedule.items()},
             "chunk": plan.chunk, "rows": {c.label: plan.decode_mode(c.label).rows for c in configs},
@@ -232,6 +252,14 @@ def robust_least_squares(rows: list[list[float]], values: list[float]) -> list[f
         keep.remove(worst)
 
 
+def prefill_floor_s(step_fixed_s: float, seconds_per_byte: float, weight_bytes: int) -> float:
+    """The constant of a prefill: one forward reads every weight once, as a decode step of one row without a cache
+    does (``step_fixed_s + weight_bytes x seconds_per_byte``, from the fitted step). Prefill's measured points are a
+    few long prompts, which place its FLOP terms but not its intercept; a second pass's prompts (LongBench-v2's
+    chain of thought: about 1,255 tokens) live near it."""
+    return step_fixed_s + weight_bytes * seconds_per_byte
+
+
 def fit_rates(runs: list[dict], device: str, shape) -> Rates:
     """:class:`Rates` from measured groups (:func:`measure_group`'s records)."""
     prefill_rows, prefill_s = [], []
@@ -247,8 +275,9 @@ def fit_rates(runs: list[dict], device: str, shape) -> Rates:
                 step_s.append(entry["step_s"])
         rest_rows.append([run["engines"], run["configurations"] * sum(n for n, _ in run["prefills"])])
         rest_s.append(max(run["rest_s"], 0.0))
-    a, b, c = robust_least_squares(prefill_rows, prefill_s)
     fixed, per_byte = robust_least_squares(step_rows, step_s)
+    a = prefill_floor_s(fixed, per_byte, shape.weight_bytes)
+    b, c = robust_least_squares([row[1:] for row in prefill_rows], [s - a for s in prefill_s])
     engine, per_token = least_squares(rest_rows, rest_s)  # one point per run: nothing to set aside
     rates = Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte if per_byte > 0 else math.inf,
                   engine_s=engine, branch_per_token_s=per_token, device=device, shape=asdict(shape))
@@ -335,8 +364,9 @@ def rates_from_gpu_json(path: Path) -> Rates:
                     step_rows.append([1.0, step_bytes(shape, config, rate["rows"], n, new)])
                     step_s.append(rate["step_s"])
                     firsts.append(rate["first_step_s"])
-    a, b, c = least_squares(prefill_rows, prefill_s)
     fixed, per_byte = least_squares(step_rows, step_s)
+    a = prefill_floor_s(fixed, per_byte, shape.weight_bytes)
+    b, c = least_squares([row[1:] for row in prefill_rows], [s - a for s in prefill_s])
     per_token = least_squares([[n] for n in H100_COMPRESSION_SHARE],
                               [share * (a + b * n + c * n * n) for n, share in H100_COMPRESSION_SHARE.items()])[0]
     firsts.sort()
@@ -417,8 +447,9 @@ def task_items(task, preset: str, lengths: dict, new_tokens: dict[str, int]) -> 
 
 
 def project_config(path: str, lengths: dict, rates: Rates, *, device_bytes: float, new_tokens: dict[str, int],
-                   chunk: int | None = None) -> dict:
-    """Every model x task group of one sweep config: seconds and GPU-hours per group, per task, per model, all."""
+                   chunk: int | None = None, host_bytes: float | None = None) -> dict:
+    """Every model x task group of one sweep config: seconds and GPU-hours per group, per task, per model, all;
+    ``host_bytes``: host memory per GPU (less the plan's margin) where held branches may wait (None: none)."""
     from snapeval.memory_plan import MARGIN_BYTES, MARGIN_FRACTION, ModelShape
     from snapeval.sweep.grid import expand_grid
     from snapeval.sweep.parse import load_config
@@ -432,13 +463,14 @@ def project_config(path: str, lengths: dict, rates: Rates, *, device_bytes: floa
         gpus = max(1, int(cells[0].model.resources.num_gpus or 1))
         shape = ModelShape.of_preset(preset, dtype_bytes=2)
         budget = int(gpus * (device_bytes - max(MARGIN_BYTES, MARGIN_FRACTION * device_bytes)))
+        host_budget = None if not host_bytes else int(gpus * host_bytes * (1 - MARGIN_FRACTION))
         scaled = rates.for_shape(shape)
         configs = [cell.config for cell in cells]
         parts = []
         for stage in task_items(cells[0].task, preset, lengths, new_tokens):
             prefills = len(configs) if stage["prefills"] == "each" else 1
             parts.append(project_group(shape, configs, stage["items"], scaled, budget=budget, chunk=chunk,
-                                       prefills=prefills))
+                                       prefills=prefills, host_budget=host_budget))
         seconds = sum(p["seconds"] for p in parts)
         entry = {"model": preset, "task": task_name, "seed": seed, "gpus": gpus, "configurations": len(configs),
                  "hours": seconds / 3600, "gpu_hours": gpus * seconds / 3600,
@@ -512,7 +544,7 @@ class WithoutEos:
 def run(args, save=lambda payload: None) -> dict:
     import torch
 
-    from snapeval.memory_plan import ModelShape, device_budget
+    from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget
     from snapeval.models.loading import packaged_tokenizer
 
     from benchmarks.gpu import benchmark_device, build_model, prompts_of_lengths, release
@@ -555,14 +587,18 @@ def run(args, save=lambda payload: None) -> dict:
         print(f"[{time.perf_counter() - started:6.0f}s] calibration at {length}: "
               f"{payload['calibration'][-1]['wall_s']:.1f} s", flush=True)
     rates = fit_rates(payload["calibration"], device_name, shape)
+    if device.type == "cuda":
+        rates = replace(rates, host_bandwidth=measure_host_link(device), host_measured=True)
     record(rates=asdict(rates))
 
     slice_prompts = prompts_of_lengths(tokenizer, slice_lengths(lengths, args.slice_items, args.seed,
                                                                 SMOKE_SCALE if smoke else 1.0))
     measured = measure_group(model, tokenizer, configs, slice_prompts, args.slice_new, chunk, budget)
     group_budget = budget if budget is not None else 2**62
+    # the host's room as the group's plan sees it (BranchSet.plan on CUDA; none on the CPU)
+    host_room = device_budget("cpu") - bytes_in_use("cpu") if device.type == "cuda" else None
     predicted = project_group(shape, configs, [(len(p), args.slice_new) for p in slice_prompts], rates,
-                              budget=group_budget, chunk=chunk)
+                              budget=group_budget, chunk=chunk, host_budget=host_room)
     record(slice={"measured": measured, "predicted": predicted,
                   "predicted_over_measured": predicted["seconds"] / measured["wall_s"],
                   "steps_equal": all(d["steps"] == predicted["steps"][label]
@@ -586,8 +622,9 @@ def project_grids(args, rates: Rates, lengths: dict, device_bytes: float) -> dic
     if args.as_hardware:
         device_bytes = hardware_sheet(args.as_hardware)["hbm_bytes"]
     new_tokens = {task: int(n) for task, n in (pair.split("=", 1) for pair in args.new_tokens)}
+    host_bytes = args.host_gib * 2**30 if args.host_gib else None
     grids = {path: project_config(path, lengths, as_rates, device_bytes=device_bytes, new_tokens=new_tokens,
-                                  chunk=args.chunk)
+                                  chunk=args.chunk, host_bytes=host_bytes)
              for path in PAPER_CONFIGS}
     llama = grids[PAPER_CONFIGS[0]]["gpu_hours_by_task"]
     for path, grid in grids.items():
@@ -598,10 +635,38 @@ def project_grids(args, rates: Rates, lengths: dict, device_bytes: float) -> dic
                f"fitted step in a captured engine of one row ({'measured' if as_rates.alone_measured else 'assumed'}), "
                f"{as_rates.eager_factor:.2f}x in the eager loop where the plan has no room for that row "
                f"({'measured' if as_rates.eager_measured else 'memory_plan.EAGER_STEP_FACTOR'})",
-               "a model split over GPUs runs its layers one after another: its hours are one GPU's, times its GPUs"]
+               "a model split over GPUs runs its layers one after another: its hours are one GPU's, times its GPUs",
+               f"held branches may wait in {args.host_gib:g} GiB of host memory per GPU (--host-gib: a DGX H100's "
+               f"2 TiB over its 8 GPUs), crossing the host link at {as_rates.host_bandwidth / 1e9:.1f} GB/s each way "
+               f"({'measured' if as_rates.host_measured else 'assumed: memory_plan.HOST_LINK_BYTES_PER_S'})"
+               if args.host_gib else "held branches stay on the device (--host-gib 0)"]
     return {"grids": grids, "projected_as": as_rates.device, "projected_rates": asdict(as_rates), "caveats": caveats,
-            "device_bytes": device_bytes, "new_tokens": new_tokens or "max_gen_toks (an upper bound)",
+            "device_bytes": device_bytes, "host_bytes_per_gpu": host_bytes,
+            "new_tokens": new_tokens or "max_gen_toks (an upper bound)",
             "paper_llama_longbench_pair_gpu_hours": llama.get("longbench_v2", 0) + llama.get("longbench_v2_cot", 0)}
+
+
+def measure_host_link(device, gib: int = 1, repeats: int = 3) -> float:
+    """Bytes per second between ``device`` and host memory, as held branches cross it (pageable copies, each way):
+    the slower direction's median over ``repeats`` copies of ``gib`` GiB."""
+    import statistics
+
+    import torch
+
+    on_device = torch.empty(gib << 30, dtype=torch.uint8, device=device)
+    seconds = {"to_host": [], "to_device": []}
+    for _ in range(repeats):
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        on_host = on_device.to("cpu")
+        torch.cuda.synchronize(device)
+        seconds["to_host"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        on_device.copy_(on_host)
+        torch.cuda.synchronize(device)
+        seconds["to_device"].append(time.perf_counter() - start)
+    del on_device
+    return (gib << 30) / max(statistics.median(v) for v in seconds.values())
 
 
 def project_from_rates(args, rates: Rates) -> dict:
@@ -627,6 +692,9 @@ def main(argv=None) -> Path:
     parser.add_argument("--max-memory", type=int, default=None, help="bytes the group may use (default: the device's)")
     parser.add_argument("--as-hardware", choices=("h100", "h200"), default="h100",
                         help="project the grids for this GPU (restated from the measured one by the sheets)")
+    parser.add_argument("--host-gib", type=float, default=256.0,
+                        help="host memory per GPU where held branches may wait (default 256: a DGX H100's 2 TiB over "
+                             "its 8 GPUs; 0: they stay on the device)")
     parser.add_argument("--new-tokens", nargs="*", default=[], metavar="TASK=N",
                         help="mean new tokens of a task instead of its max_gen_toks (an upper bound)")
     parser.add_argument("--rates-from", type=Path, default=None, metavar="GPU_JSON",

@@ -150,18 +150,20 @@ class BranchSet:
     ``BranchSet(model, tokenizer, configs, batch=8)``; :meth:`generate` and :meth:`score` return one list of
     results per configuration, in ``configs`` order. ``batch``: items in flight at most (the memory plan may take
     fewer); ``max_memory``: the device's budget in bytes, weights included (default: what is in use plus what is
-    free, less a margin; :func:`snapeval.memory_plan.device_budget`); ``run_args``: the run's arguments
+    free, less a margin; :func:`snapeval.memory_plan.device_budget`); ``max_host_memory``: on a GPU, the host's budget
+    in bytes where the plan may keep held branches (default: what is in use there plus what is available, less a
+    margin); ``run_args``: the run's arguments
     (:class:`~snapeval.run_args.RunArgs`), of which the branches read the decode kernel their caches carry and
     whether the engines' decode steps are captured in CUDA graphs (:meth:`~snapeval.run_args.RunArgs.capture_on`).
     """
 
     def __init__(self, model, tokenizer, configs: Sequence[MethodConfig], *, batch: int = 8, seed: int = 0,
-                 max_memory: int | None = None, run_args: RunArgs | None = None):
+                 max_memory: int | None = None, max_host_memory: int | None = None, run_args: RunArgs | None = None):
         if not configs:
             raise ValueError("a BranchSet needs at least one configuration")
         check_int("batch", batch, 1, error=ValueError)
         self.model, self.tokenizer, self.configs = model, tokenizer, list(configs)
-        self.batch, self.seed, self.max_memory = batch, seed, max_memory
+        self.batch, self.seed, self.max_memory, self.max_host_memory = batch, seed, max_memory, max_host_memory
         self.run_args = RunArgs() if run_args is None else run_args
         infos = [method_info(c) for c in self.configs]
         # A method with prefill hooks branches when it shares the prefill with another configuration; alone it
@@ -197,14 +199,17 @@ class BranchSet:
     def plan(self, items: Sequence[Item], chunk: int | None = None, own: Sequence[int] = ()) -> GroupPlan:
         """The memory plan of these items (:func:`snapeval.memory_plan.plan_group`) on this model's device, within
         ``max_memory``, for at most ``chunk`` items in flight (default: ``batch``; on CUDA at most the items);
-        ``own``: configurations (indices) that prefill themselves in this call besides those that never branch."""
+        ``own``: configurations (indices) that prefill themselves in this call besides those that never branch. On
+        CUDA the held branches may wait in host memory (``max_host_memory``)."""
         alone = {c.label for i, (c, b) in enumerate(zip(self.configs, self._branches)) if not b or i in own}
         chunk = chunk or self.batch
+        host = {}
         if self.device.type == "cuda":  # rows beyond the call's items would only add work to every step
             chunk = min(chunk, len(items))
+            host = {"host_budget": device_budget("cpu", self.max_host_memory), "host_in_use": bytes_in_use("cpu")}
         return plan_group(self.shape, self.configs, items, chunk=chunk, window=self.window,
                           budget=device_budget(self.device, self.max_memory), in_use=bytes_in_use(self.device),
-                          device=str(self.device), alone=alone, captured=self.capture)
+                          device=str(self.device), alone=alone, captured=self.capture, **host)
 
     # --- prefill ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -381,9 +386,12 @@ class BranchSet:
                 held_ids = {id(caches[c]) for c in members if c in rows}
 
                 def settle(cache, index: int) -> None:
-                    """A held branch keeps the slots its prompt fills; a one-row engine's branch moves into its row."""
+                    """A held branch keeps the slots its prompt fills (in host memory where the plan says); a one-row
+                    engine's branch moves into its row."""
                     if id(cache) in held_ids:
                         cache.compact_layer(index)
+                        if plan.branches_on_host:
+                            cache.move_layer(index, "cpu")
                     elif id(cache) in into_row:
                         into_row[id(cache)].cache.load_row_layer(0, cache, index)
                         cache.layers[index].reset()  # the layer lives in the row now
@@ -392,6 +400,9 @@ class BranchSet:
                 prefilled.capture = None
                 for c in members:
                     if c in rows:
+                        if plan.branches_on_host and self.configs[c] in prefilled.presses:  # built whole by its hook
+                            for index in range(len(caches[c].layers)):
+                                caches[c].move_layer(index, "cpu")
                         held[c][i] = (prefilled.logits, caches.pop(c), prefilled.seconds)
                 for c in [c for c in members if c not in rows]:
                     if c in one_row:

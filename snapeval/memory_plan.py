@@ -30,11 +30,20 @@ device's budget (``max_memory``; default: the memory in use plus what is free, l
 item does not fit, prefills long prompts in token chunks (the capture's continuation: equal to one prefill up to
 float rounding) and, on a GPU, keeps the capture in host memory (streamed back layer by layer when branches are
 built). :class:`PeakMeter` measures the real peak for the cells' provenance.
+
+On a GPU the held branches can wait in host memory instead (``branches_on_host``): each branch layer goes to the host
+as soon as it is built, and each engine copies its rows back when it admits them. The device then holds no branch,
+so each configuration's engine has the whole room for its rows and the chunk is bounded by the host's budget
+(the model's ``max_memory`` entry for ``cpu``, else what the host has available less a margin). The plan takes it
+where it leaves fewer bytes per decoded token, counting the branches' trip over the host link both ways
+(:data:`HOST_LINK_BYTES_PER_S`): LongBench-v2 at 120k tokens holds 11.8 GiB of branches per item, so the device holds
+2 items and each configuration decodes in rows of 2; from the host, in rows of up to the chunk.
 """
 from __future__ import annotations
 
-import re
 import dataclasses
+import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -269,6 +278,10 @@ class GroupPlan:
         reasons: why the chunk or the prefill was cut (empty when the asked-for chunk fits).
         alone_captured: a configuration decoded alone does so in a captured engine of one row (its branch built into
             the row: :func:`captures_alone`); False: in the eager loop, growing its own cache.
+        branches_on_host: the chunk's held branches wait in host memory (each layer moved there once built, copied
+            back into an engine row on admission); the device holds none of them.
+        host_budget_bytes, host_in_use_bytes: the host's budget for the group (in use included; None: not
+            considered) and what the process held there when the group started.
     """
 
     device: str
@@ -288,6 +301,9 @@ class GroupPlan:
     peak_bytes: int = 0
     reasons: tuple[str, ...] = ()
     alone_captured: bool = False
+    branches_on_host: bool = False
+    host_budget_bytes: int | None = None
+    host_in_use_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -296,7 +312,17 @@ class GroupPlan:
 
     @property
     def fits(self) -> bool:
-        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
+        return (self.budget_bytes is None or self.total_bytes <= self.budget_bytes) and self.fits_host
+
+    @property
+    def host_bytes(self) -> int:
+        """What the held branches take in host memory (0 when they stay on the device)."""
+        return self.held_bytes if self.branches_on_host else 0
+
+    @property
+    def fits_host(self) -> bool:
+        return (not self.branches_on_host or self.host_budget_bytes is None
+                or self.host_in_use_bytes + self.host_bytes <= self.host_budget_bytes)
 
     def decode_mode(self, label: str) -> ConfigurationPlan:
         return next(c for c in self.configurations if c.label == label)
@@ -314,6 +340,7 @@ class GroupPlan:
         out["total_gib"] = gib(self.total_bytes)
         out["peak_gib"] = gib(self.peak_bytes)
         out["budget_gib"] = None if self.budget_bytes is None else gib(self.budget_bytes)
+        out["host_bytes"] = self.host_bytes
         return out
 
     def render(self) -> str:
@@ -324,7 +351,8 @@ class GroupPlan:
                  f"{', capture in host memory' if self.capture_on_host else ''}; peak {gib(self.total_bytes)} GiB "
                  f"of {budget} ({'fits' if self.fits else 'does NOT fit'})",
                  f"  weights {gib(self.weights_bytes)} GiB, capture {gib(self.capture_bytes)} GiB, activations "
-                 f"{gib(self.activation_bytes)} GiB, held branches {gib(self.held_bytes)} GiB per chunk",
+                 f"{gib(self.activation_bytes)} GiB, held branches {gib(self.held_bytes)} GiB per chunk"
+                 + (" in host memory" if self.branches_on_host else ""),
                  "  phases: " + ", ".join(f"{k} {gib(v)} GiB" for k, v in self.phases.items())]
         if alone:
             lines.append(f"  decoded alone from the capture: {', '.join(alone)}")
@@ -399,13 +427,15 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
 
 def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[ConfigurationPlan, ...], chunk: int,
             item: Item, prefill_tokens: int, window: int, alone: set[str], on_host: bool,
-            flight: int | None = None, captured: bool = False) -> dict[str, int]:
+            flight: int | None = None, captured: bool = False, held_on_host: bool = False) -> dict[str, int]:
     """The group's growth at the top of each phase of a chunk of the largest items (see the module's docstring);
-    ``flight``: the items a chunk actually holds (fewer than ``chunk`` rows when the call has fewer items)."""
+    ``flight``: the items a chunk actually holds (fewer than ``chunk`` rows when the call has fewer items);
+    ``held_on_host``: the held branches wait in host memory (one layer of them on the device while it is built)."""
     by_label = {p.label: p for p in plans}
     held_one = sum(p.branch_bytes for p in plans)
+    held_device = 0 if held_on_host else held_one  # what one item's held branches keep on the device
     flight = chunk if flight is None else min(chunk, flight)
-    earlier = (flight - 1) * held_one  # the chunk's earlier items wait with their branches
+    earlier = (flight - 1) * held_device  # the chunk's earlier items wait with their branches
     capture = shape.capture_bytes(item.prompt, window)
     layer = capture // shape.layers
     on_device = layer if on_host else capture
@@ -413,12 +443,15 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
     presses = sum(shape.dynamic_cache_bytes(c.kept_tokens(item.prompt, 0)) for c in configs
                   if _is_press(c) and c.label not in alone)
     shared_alone = [c for c in configs if by_label[c.label].decode == "alone" and c.label not in alone]
-    built = held_one + sum(alone_cache_bytes(shape, c, item.prompt) for c in shared_alone)
+    alone_built = sum(alone_cache_bytes(shape, c, item.prompt) for c in shared_alone)
+    # each held layer leaves for the host once built, when the branches wait there
+    built = (held_one // shape.layers if held_on_host else held_one) + alone_built
     # a captured one-row engine's row is allocated whole before the capture's layers move into the branches
     one_rows = sum(by_label[c.label].decode_bytes for c in shared_alone if captures_alone(c, captured))
     # a held branch's layer is built at the whole layout before it is cut to its kept prompt
-    whole = built + sum(shape.rows_cache_bytes(c.cache_slots(item.prompt, 0)) - by_label[c.label].branch_bytes
-                        for c in configs if by_label[c.label].decode == "rows" and not _is_press(c))
+    whole = held_one + alone_built + sum(shape.rows_cache_bytes(c.cache_slots(item.prompt, 0))
+                                         - by_label[c.label].branch_bytes
+                                         for c in configs if by_label[c.label].decode == "rows" and not _is_press(c))
     phases = {"prefill": earlier + prefix + on_device + presses + shape.activation_bytes(prefill_tokens, item.prompt),
               # the capture's layers move into the branches one by one: the larger of the two, plus a layer of each
               "branch": earlier + prefix + presses + max(on_device, built - one_rows) + one_rows + layer
@@ -431,22 +464,24 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
         growth = max(by_label[c.label].decode_bytes - (alone_cache_bytes(shape, c, item.prompt)
                                                         if c in shared_alone else 0)
                      + by_label[c.label].decode_bytes // shape.layers for c in decoded_alone)
-        phases["alone"] = (flight * held_one + prefix + (built - held_one) + growth + shape.decode_step_bytes(1)
+        phases["alone"] = (flight * held_device + prefix + alone_built + growth + shape.decode_step_bytes(1)
                            + (shape.activation_bytes(prefill_tokens, item.prompt) if alone else 0))
     in_rows = [p for p in plans if p.decode == "rows"]
     if in_rows:
-        phases["decode"] = flight * held_one + max(p.decode_bytes + shape.decode_step_bytes(p.rows) for p in in_rows)
+        phases["decode"] = flight * held_device + max(p.decode_bytes + shape.decode_step_bytes(p.rows) for p in in_rows)
     return phases
 
 
 def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequence[Item], *, chunk: int,
                window: int, budget: int | None = None, in_use: int = 0, device: str = "cpu",
-               prefill_tokens: int | None = None, alone: set[str] = frozenset(), captured: bool = False) -> GroupPlan:
+               prefill_tokens: int | None = None, alone: set[str] = frozenset(), captured: bool = False,
+               host_budget: int | None = None, host_in_use: int = 0) -> GroupPlan:
     """:func:`_plan_group`; in a ``captured`` run on a GPU, of the plans whose configurations decoded alone run in a
     captured engine of one row (beside their branch) or in the eager loop (in place), the one that fits with the
-    fewest :func:`bytes_per_token` (the eager loop weighted by :data:`EAGER_STEP_FACTOR`)."""
+    fewest :func:`bytes_per_token` (the eager loop weighted by :data:`EAGER_STEP_FACTOR`). ``host_budget``: on a
+    GPU, the bytes the host may hold (``host_in_use`` of them in use), so that held branches may wait there."""
     kwargs = dict(chunk=chunk, window=window, budget=budget, in_use=in_use, device=device,
-                  prefill_tokens=prefill_tokens, alone=alone)
+                  prefill_tokens=prefill_tokens, alone=alone, host_budget=host_budget, host_in_use=host_in_use)
     if not (captured and device.startswith("cuda")):
         return _plan_group(shape, configs, items, captured=False, **kwargs)
     plans = []
@@ -464,14 +499,15 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
 
 def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequence[Item], *, chunk: int,
                 window: int, budget: int | None = None, in_use: int = 0, device: str = "cpu",
-                prefill_tokens: int | None = None, alone: set[str] = frozenset(), captured: bool = False
-                ) -> GroupPlan:
+                prefill_tokens: int | None = None, alone: set[str] = frozenset(), captured: bool = False,
+                host_budget: int | None = None, host_in_use: int = 0) -> GroupPlan:
     """The plan of a group: the largest chunk, at most ``chunk``, whose peak fits ``budget``; if one item does not
     fit, prompts are prefilled in token chunks (never below :data:`MIN_PREFILL_TOKENS`) and, on a GPU, the capture
     is kept in host memory. Raises a one-line :class:`SnapevalError` when nothing fits. ``prefill_tokens`` forces
     a prefill chunk (tokens per forward); ``alone``: labels of configurations that prefill themselves (a press
     that cannot branch), decoded alone; ``captured``: the run captures its decode steps (a configuration decoded
-    alone then decodes in an engine of one row, :func:`captures_alone`)."""
+    alone then decodes in an engine of one row, :func:`captures_alone`); ``host_budget``: on a GPU the held branches
+    may wait in host memory, within it (see the module's docstring)."""
     if not items:
         raise ValueError("a memory plan needs at least one item")
     check_int("chunk", chunk, 1)
@@ -481,21 +517,24 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
     asked = chunk  # rows per engine: as asked even for fewer items (the decode batch, so its numerics, stays the same)
     whole = largest.prompt
 
-    def build(n: int, tokens: int, on_host: bool) -> GroupPlan:
+    def build(n: int, tokens: int, on_host: bool, held_on_host: bool = False) -> GroupPlan:
         plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, None, batch_whole,
                                      captured)
         if budget is not None:  # rows: as many as fit what one engine may take once the chunk's branches are held
-            room = max(0, budget - in_use - min(n, len(items)) * sum(p.branch_bytes for p in plans))
+            held = 0 if held_on_host else min(n, len(items)) * sum(p.branch_bytes for p in plans)
+            room = max(0, budget - in_use - held)
             plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, room, batch_whole,
                                          captured)
         phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items),
-                         captured=captured)
+                         captured=captured, held_on_host=held_on_host)
         return GroupPlan(device=device, budget_bytes=budget, in_use_bytes=in_use, weights_bytes=shape.weight_bytes,
                          chunk=n, prefill_tokens=tokens, capture_on_host=on_host, prompt_tokens=largest.prompt,
                          max_new_tokens=largest.max_new, capture_bytes=shape.capture_bytes(largest.prompt, window),
                          activation_bytes=shape.activation_bytes(tokens, largest.prompt),
                          window_bytes=shape.window_transient_bytes(largest.prompt, window), configurations=plans,
-                         phases=phases, peak_bytes=max(phases.values()), reasons=tuple(reasons))
+                         phases=phases, peak_bytes=max(phases.values()), reasons=tuple(reasons),
+                         branches_on_host=held_on_host, host_budget_bytes=host_budget if held_on_host else None,
+                         host_in_use_bytes=host_in_use if held_on_host else 0)
 
     tokens = whole if prefill_tokens is None else min(prefill_tokens, whole)
 
@@ -514,19 +553,28 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
         # (:func:`bytes_per_token`: the weights shared by a step's rows, plus each row's own), a larger chunk on a
         # tie. Holding more items gives small-budget configurations more rows but leaves less room for the rows of
         # the large ones; this weighs both.
-        fitting = []
-        n = asked
-        while True:
+        # With a host budget the held branches may wait in host memory: every configuration's engine then has the
+        # device's whole room for its rows, and the chunk is bounded by the host (its largest chunk is tried too).
+        sizes = [asked]
+        while sizes[-1] > 1:
+            sizes.append(max(1, sizes[-1] // 2))
+        hosts = (False,)
+        if host_budget is not None:
+            hosts = (False, True)
             for batch_whole in (True, False):
-                candidate = build(n, tokens, False)
-                if candidate.fits:
-                    fitting.append((bytes_per_token(shape, dataclasses.replace(candidate, alone_captured=captured),
-                                                    captured=True), -n, not batch_whole, candidate))
-            if n == 1:
-                break
-            n = max(1, n // 2)
+                held_one = build(1, tokens, False, True).held_bytes
+                if held_one:
+                    sizes.append(max(1, min(asked, (host_budget - host_in_use) // held_one)))
+        fitting = []
+        for n in sorted(set(sizes), reverse=True):
+            for held_on_host in hosts:
+                for batch_whole in (True, False):
+                    candidate = build(n, tokens, False, held_on_host)
+                    if candidate.fits:
+                        fitting.append((bytes_per_token(shape, dataclasses.replace(candidate, alone_captured=captured),
+                                                        captured=True), -n, held_on_host, not batch_whole, candidate))
         if fitting:
-            _, _, alone_whole, plan = min(fitting, key=lambda entry: entry[:3])
+            _, _, _, alone_whole, plan = min(fitting, key=lambda entry: entry[:4])
             chunk, batch_whole = plan.chunk, not alone_whole
             if alone_whole and any(not c.FIXED_SIZE and holds_whole_prompt(c, whole) for c in configs):
                 reasons.append("a cache of the whole prompt decodes alone: batched, its held branches would leave "
@@ -534,6 +582,10 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
             if chunk < asked:
                 reasons.append(f"chunk {asked} -> {chunk}: the fewest bytes per decoded token among the chunks "
                                "that fit")
+            if plan.branches_on_host:
+                reasons.append(f"held branches in host memory ({gib(plan.host_bytes)} GiB): every engine has the "
+                               "device's room for its rows")
+            plan = dataclasses.replace(plan, reasons=tuple(reasons))
         else:
             batch_whole = False
             chunk, plan = largest_chunk(asked)
@@ -564,24 +616,42 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
 #: eager over CUDA-graph batch-1 step in ``results/bench/gpu.json`` (one H100: 5.10x at 32k and 64k, 2.99x at 128k;
 #: the median). The plan weighs a configuration decoded alone in the eager loop with it, in a run that captures.
 EAGER_STEP_FACTOR = 5.1
+#: The bandwidth a decode step's bytes are counted at: the simulator's H100 fit (90% of 3.35 TB/s).
+DEVICE_BYTES_PER_S = 0.9 * 3.35e12
 #: A captured decode step's fixed time as bytes it could have moved: the simulator's H100 ``decode_step_fixed_s``
-#: (4.4 ms, the mean residual of the 12 CUDA-graph points of ``results/bench/gpu.json``) at the bandwidth those
-#: points were fitted with (90% of 3.35 TB/s). A step pays it once for all its rows.
-STEP_FIXED_BYTES = int(4.4e-3 * 0.9 * 3.35e12)
+#: (4.4 ms, the mean residual of the 12 CUDA-graph points of ``results/bench/gpu.json``) at
+#: :data:`DEVICE_BYTES_PER_S`. A step pays it once for all its rows.
+STEP_FIXED_BYTES = int(4.4e-3 * DEVICE_BYTES_PER_S)
+#: Bytes per second a held branch crosses the host link each way (device to host once built, back into an engine
+#: row): an assumption, not a measurement here. PCIe 5.0 x16 carries 63 GB/s each way; the branches move as pageable
+#: copies (pinned host memory would be allocated in powers of two, up to twice the plan's bytes), taken at a third
+#: of that. ``benchmarks.paper_projection`` measures the link of the GPU it runs on.
+HOST_LINK_BYTES_PER_S = 20e9
 
 
 def bytes_per_token(shape: ModelShape, plan: GroupPlan, captured: bool = False) -> float:
     """Bytes a GPU moves per decoded token of one item over every configuration of ``plan``: a configuration in
     ``rows`` rows reads the weights once per step for all of them and its rows' cache, so ``(weights + its engine's
-    bytes) / rows``; one decoded alone, the weights and its cache for each token (a decode step is bound by these
-    bytes: ``docs/engine.md``), plus each step's fixed time (:data:`STEP_FIXED_BYTES`) shared by its rows. In a
+    bytes) / rows`` (``rows`` the tokens a step decodes on average over the chunk's waves); one decoded alone, the
+    weights and its cache for each token (a decode step is bound by these bytes: ``docs/engine.md``), plus each
+    step's fixed time (:data:`STEP_FIXED_BYTES`) shared by its rows. In a
     ``captured`` run a configuration the plan decodes alone in the eager loop counts :data:`EAGER_STEP_FACTOR` times
-    (its step pays the host's launches, the others' do not)."""
+    (its step pays the host's launches, the others' do not). Branches held in host memory add their trip there and
+    back at :data:`HOST_LINK_BYTES_PER_S`, counted as the device bytes moved in that time."""
     def weight(c: ConfigurationPlan) -> float:
         return EAGER_STEP_FACTOR if captured and c.decode == "alone" and not plan.alone_captured else 1.0
 
-    return sum(weight(c) * (STEP_FIXED_BYTES + shape.weight_bytes + c.decode_bytes) / c.rows
-               for c in plan.configurations)
+    def tokens_per_step(c: ConfigurationPlan) -> float:
+        """A chunk's requests decode to the plan's ``max_new_tokens`` in waves of ``rows``: ``chunk`` requests in
+        ``ceil(chunk / rows)`` waves, each step moving every row's bytes (a partly filled last wave too)."""
+        return plan.chunk / math.ceil(plan.chunk / c.rows) if c.decode == "rows" else 1.0
+
+    moved = sum(weight(c) * (STEP_FIXED_BYTES + shape.weight_bytes + c.decode_bytes) / tokens_per_step(c)
+                for c in plan.configurations)
+    if plan.branches_on_host:  # an item's branches go to the host and back, as device bytes of the same time
+        moved += (2 * sum(c.branch_bytes for c in plan.configurations) * DEVICE_BYTES_PER_S / HOST_LINK_BYTES_PER_S
+                  / max(1, plan.max_new_tokens))
+    return moved
 
 
 # ---------------------------------------------------------------------------------------------------------------------

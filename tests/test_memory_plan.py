@@ -15,7 +15,8 @@ from snapeval.branching import BranchSet, load_caches
 from snapeval.cache import FullConfig, SnapKVConfig, SnapStreamConfig, StreamingLLMConfig, method_info
 from snapeval.engine import Engine, SamplingParams
 from snapeval.errors import SnapevalError
-from snapeval.memory_plan import (Item, ModelShape, alone_cache_bytes, branch_bytes, engine_bytes, parse_bytes,
+from snapeval.memory_plan import (Item, ModelShape, alone_cache_bytes, branch_bytes, bytes_per_token, engine_bytes,
+                                  parse_bytes,
                                   plan_group, predict_paper_scale)
 from tests.conftest import TinyTokenizer, random_prompt, tiny_model
 
@@ -334,3 +335,107 @@ def test_the_full_cache_batched_in_static_rows_decodes_the_tokens_it_decodes_alo
     for prompt, p, row in zip(prompts, greedy, batched):
         alone = Engine(model, TinyTokenizer(), FullConfig(), num_slots=1).generate([prompt], [p])[0]
         assert row.token_ids == alone.token_ids and len(row.token_ids) == 8
+
+
+def _paper_group(prompt: int, max_new: int, count: int):
+    from snapeval.branching import capture_window
+    from snapeval.memory_plan import PAPER_BUDGETS
+
+    configs = [FullConfig()] + [cls.from_budget(b) for cls in (SnapStreamConfig, StreamingLLMConfig, SnapKVConfig)
+                                for b in PAPER_BUDGETS]
+    return configs, [Item(prompt, max_new)] * count, capture_window(configs)
+
+
+def test_on_a_gpu_held_branches_wait_in_host_memory_where_that_gives_each_configuration_more_rows():
+    """LongBench-v2 at 120k tokens on one 80 GB device: held on the device, 11.8 GiB of branches per item leave room
+    for 2 items, so every compressed configuration decodes in rows of 2; with a host budget they wait there, the
+    chunk is what the host holds, each engine has the device's room for its rows, and the device's phases hold no
+    branch. Without a host budget (the CPU, or none given) the plan is what it was."""
+    shape = ModelShape.of_preset("llama-3.1-8b-instruct")
+    configs, items, window = _paper_group(120_128, 1024, 64)
+    budget, gib = int(80e9 * 0.92), 2**30
+    kwargs = dict(chunk=64, window=window, budget=budget, in_use=shape.weight_bytes, device="cuda:0", captured=True)
+    device_held = plan_group(shape, configs, items, **kwargs)
+    host_held = plan_group(shape, configs, items, host_budget=240 * gib, host_in_use=4 * gib, **kwargs)
+    assert not device_held.branches_on_host and device_held.chunk == 2 and device_held.host_bytes == 0
+    assert host_held.branches_on_host and host_held.fits and host_held.chunk > 2 * device_held.chunk
+    held_one = sum(c.branch_bytes for c in host_held.configurations)
+    assert host_held.host_bytes == host_held.chunk * held_one <= 236 * gib < (host_held.chunk + 1) * held_one
+    for c in host_held.configurations:
+        if c.decode == "rows" and c.label != "full":
+            assert c.rows == host_held.chunk, c.label
+    # on the device: at most one layer of the held branches at a time, never the chunk's
+    assert host_held.phases["decode"] == max(c.decode_bytes + shape.decode_step_bytes(c.rows)
+                                             for c in host_held.configurations if c.decode == "rows")
+    assert any("host memory" in r for r in host_held.reasons)
+    assert bytes_per_token(shape, host_held, captured=True) < bytes_per_token(shape, device_held, captured=True)
+    # a host too small for even one item's branches: they stay on the device
+    small = plan_group(shape, configs, items, host_budget=8 * gib, **kwargs)
+    assert not small.branches_on_host and small.chunk == device_held.chunk
+    # no host budget, or a CPU device: exactly the plan without one
+    assert plan_group(shape, configs, items, **{**kwargs, "device": "cpu"}, host_budget=240 * gib) == \
+        plan_group(shape, configs, items, **{**kwargs, "device": "cpu"})
+
+
+def test_branches_that_fit_the_device_stay_there():
+    """Short prompts and answers: every branch of 16 items fits beside every configuration's 16 rows, so the host's
+    trip would only add time."""
+    shape = ModelShape.of_preset("llama-3.1-8b-instruct")
+    configs, items, window = _paper_group(128, 1024, 16)
+    kwargs = dict(chunk=16, window=window, budget=int(80e9 * 0.92), in_use=shape.weight_bytes, device="cuda:0",
+                  captured=True)
+    on_device = plan_group(shape, configs, items, **kwargs)
+    with_host = plan_group(shape, configs, items, host_budget=240 * 2**30, **kwargs)
+    assert all(c.rows == 16 for c in on_device.configurations)
+    assert not with_host.branches_on_host and with_host == on_device
+
+
+def test_a_group_whose_plan_holds_branches_in_host_memory_decodes_the_same_tokens(monkeypatch):
+    """The branching side of ``branches_on_host`` (forced here: the CPU's plan never takes it): every layer of every
+    held branch, a press's too, goes to the host once built, and each engine copies its rows back from there; the
+    completions are the device-held group's, token for token."""
+    from snapeval.cache.base import CompressedKVCache
+    from tests.default_presses import DEFAULT_PRESSES
+
+    from snapeval.cache import resolve_method
+
+    model = tiny_model("llama")
+    method, press_args = DEFAULT_PRESSES[0]
+    configs = CONFIGS + [resolve_method(method, 16, **press_args)]
+    prompts, params = _items_and_prompts(n=5)
+    reference = BranchSet(model, TinyTokenizer(), configs, batch=4).generate(prompts, params)
+    moved = []
+    original = CompressedKVCache.move_layer
+
+    def spy(self, index, device):
+        moved.append((id(self), index, str(device)))
+        original(self, index, device)
+
+    monkeypatch.setattr(CompressedKVCache, "move_layer", spy)
+    real_plan = BranchSet.plan
+    monkeypatch.setattr(BranchSet, "plan", lambda self, *a, **k: dataclasses.replace(real_plan(self, *a, **k),
+                                                                                      branches_on_host=True))
+    group = BranchSet(model, TinyTokenizer(), configs, batch=4)
+    out = group.generate(prompts, params)
+    held = [c for c in group.plans[-1].configurations if c.decode == "rows"]
+    layers = model.config.num_hidden_layers
+    assert len(moved) == len(prompts) * len(held) * layers and {d for _, _, d in moved} == {"cpu"}
+    per_layer = [sum(1 for _, i, _ in moved if i == index) for index in range(layers)]
+    assert per_layer == [len(prompts) * len(held)] * layers
+    for c in range(len(configs)):
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], configs[c].label
+
+
+def test_on_cuda_a_group_plans_with_the_hosts_budget(monkeypatch):
+    """``BranchSet.plan`` on a CUDA device (faked: no GPU needed) hands the plan the host's budget, the model's
+    ``max_memory`` for ``cpu`` when the sweep gives one; on the CPU it hands none."""
+    seen = []
+    monkeypatch.setattr("snapeval.branching.plan_group", lambda *a, **k: seen.append(k))
+    monkeypatch.setattr("snapeval.branching.device_budget", lambda device, given=None: given or 99)
+    monkeypatch.setattr("snapeval.branching.bytes_in_use", lambda device: 7 if str(device) == "cpu" else 5)
+    group = BranchSet(tiny_model("llama"), TinyTokenizer(), CONFIGS, max_host_memory=300 * 2**30)
+    group.plan([Item(100, 4)])
+    assert "host_budget" not in seen[-1]
+    group.device = torch.device("cuda:0")
+    group.plan([Item(100, 4)])
+    assert seen[-1]["host_budget"] == 300 * 2**30 and seen[-1]["host_in_use"] == 7 and seen[-1]["in_use"] == 5

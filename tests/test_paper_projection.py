@@ -55,7 +55,8 @@ def test_each_part_of_a_group_is_priced_by_its_own_rate():
 def test_the_fit_recovers_known_rates_from_groups_timed_with_them():
     """A differential test of the fit: groups "measured" with known rates (their parts computed exactly as the model
     says) give those rates back."""
-    true = unit_rates(prefill=(0.02, 4e-5, 3e-10), step_fixed_s=4.4e-3, bandwidth=3.0e12, engine_s=0.05,
+    floor = projection.prefill_floor_s(4.4e-3, 1 / 3.0e12, SHAPE.weight_bytes)  # the fit's prefill constant
+    true = unit_rates(prefill=(floor, 4e-5, 3e-10), step_fixed_s=4.4e-3, bandwidth=3.0e12, engine_s=0.05,
                       branch_per_token_s=2e-7)
     configs = [resolve_method("full"), resolve_method("snapstream", 1024), resolve_method("snapkv", 4096)]
     runs = []
@@ -166,20 +167,28 @@ def test_the_gpu_session_runs_each_section_in_its_own_process_and_records_it(tmp
 
 def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
     """--rates-from: the rates fitted to results/bench/gpu.json's H100 figures give back its CUDA-graph step times
-    (within 15%) and its full-cache prefill times (within 2%), and the grids are projected from them."""
+    (within 15%) and its full-cache prefill times (within 12%), and the grids are projected from them."""
     from snapeval.cache import resolve_method
 
     gpu = json.loads((ROOT / "results" / "bench" / "gpu.json").read_text())["results"][0]
     rates = projection.rates_from_gpu_json(ROOT / "results" / "bench" / "gpu.json")
     for point in gpu["lengths"].values():
         n, new = point["prompt_tokens"], point["new_tokens"]
-        assert rates.prefill_s(n) == pytest.approx(point["full"]["prefill_s"], rel=0.02)
+        # two terms over three lengths (the constant is one forward's floor): 32k sits 10% above the fit, 64k and
+        # 128k within 4% (three terms through three points, as before, matched exactly and could not fail)
+        assert rates.prefill_s(n) == pytest.approx(point["full"]["prefill_s"], rel=0.04 if n > 32768 else 0.12)
         for name, config in (("full", resolve_method("full")),
                              ("snapstream", resolve_method("snapstream", point["decode_budget"]))):
             for key in ("batch_1_graphs", "max_batch_graphs"):
                 rate = point[name][key]
                 predicted = rates.step_s(projection.step_bytes(SHAPE, config, rate["rows"], n, new))
                 assert predicted == pytest.approx(rate["step_s"], rel=0.15), (name, key, n)
+    # a short prompt (the chain of thought's second pass, about 1,255 tokens) costs about one forward's floor plus
+    # its FLOPs: at least two FLOPs per weight and token at the H100's dense bfloat16 peak, and far from the 0.65 s an
+    # intercept fitted to three long prompts gave it
+    floor = rates.step_s(SHAPE.weight_bytes)
+    assert rates.prefill[0] == pytest.approx(floor)
+    assert floor + 2 * SHAPE.weight_bytes / 2 * 1255 / 989e12 <= rates.prefill_s(1255) < 0.1
     out = projection.main(["--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--out",
                            str(tmp_path / "p.json")])
     payload = json.loads(out.read_text())

@@ -337,6 +337,15 @@ class CompressedKVCache(Cache):
             for name in ("keys", "values", "positions"):
                 setattr(layer, name, getattr(layer, name)[:, :, :used].clone())
 
+    def move_layer(self, index: int, device) -> None:
+        """Move layer ``index``'s tensors to ``device`` (a held branch waiting in host memory, ``"cpu"``, until
+        :meth:`load_row` copies it into an engine row on the model's device: the row is the same)."""
+        layer = self.layers[index]
+        for name in ROW_TENSORS:
+            tensor = getattr(layer, name)
+            if tensor is not None:
+                setattr(layer, name, tensor.to(device))
+
     @property
     def compress_seconds(self) -> float:
         """Wall time spent in compression at the end of prefill, summed over layers."""

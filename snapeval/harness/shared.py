@@ -30,7 +30,8 @@ def load_once(pretrained: str, dtype: str | None = None, device: str = "cpu", de
 
 def group_models(cells) -> list:
     """One :class:`~snapeval.harness.lm_eval_model.SnapStreamLM` per cell of a group, sharing one prefill per item,
-    within the model's ``max_memory`` on the device its inputs go to (the memory plan's budget)."""
+    within the model's ``max_memory`` on the device its inputs go to (the memory plan's budget) and, on a GPU, its
+    ``max_memory`` for ``cpu`` on the host (where held branches may wait)."""
     from snapeval.branching import BranchSet, SharedBranches
     from snapeval.harness.lm_eval_model import SnapStreamLM
     from snapeval.memory_plan import GPU_CHUNK
@@ -45,7 +46,8 @@ def group_models(cells) -> list:
     slots = max(spec.batch_size, GPU_CHUNK if device.type == "cuda" else 8)
     budget = spec.memory_for(device)
     shared = SharedBranches(BranchSet(*loaded, [cell.config for cell in cells], batch=slots, seed=cells[0].seed,
-                                      max_memory=budget, run_args=spec.run_args))
+                                      max_memory=budget, max_host_memory=spec.memory_for("cpu"),
+                                      run_args=spec.run_args))
     common = {k: v for k, v in kwargs.items() if k != "config"}
     return [SnapStreamLM(**common, config=cell.config, loaded=loaded, shared=shared) for cell in cells]
 
