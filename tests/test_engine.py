@@ -71,13 +71,21 @@ def test_stop_conditions(tiny_tokenizer):
                                        max_new_tokens=12)[0].token_ids
 
 
-def test_eos_at_first_token_never_takes_a_slot(tiny_tokenizer):
-    model = tiny_model("llama")
+def second_first_token_is_eos():
+    """A tiny model, a tokenizer and three prompts, the second of which generates an eos as its first token (its
+    first token made the eos); ``firsts``: each prompt's first token."""
+    from tests.conftest import TinyTokenizer
+
+    model, tiny_tokenizer = tiny_model("llama"), TinyTokenizer()
     prompts = [random_prompt(n, seed=n) for n in (10, 25, 40)]
     firsts = [generate(model, tiny_tokenizer, [p], config=20, max_new_tokens=1)[0].token_ids[0] for p in prompts]
-    tiny_tokenizer = type(tiny_tokenizer)()
     tiny_tokenizer.eos_token_id = firsts[1]  # the second request's first token becomes an eos
     model.generation_config.eos_token_id = firsts[1]
+    return model, tiny_tokenizer, prompts, firsts
+
+
+def test_eos_at_first_token_never_takes_a_slot():
+    model, tiny_tokenizer, prompts, firsts = second_first_token_is_eos()
     done = Engine(model, tiny_tokenizer, 20, num_slots=1).generate(prompts, SamplingParams(max_new_tokens=4))
     assert done[1].token_ids == [firsts[1]] and done[1].finish_reason == "eos" and done[1].slot == -1
     for c, p in zip(done, prompts):
@@ -372,16 +380,11 @@ def test_generate_keeps_the_eager_loop_when_capture_is_off_or_the_call_needs_it(
     assert engines_built == [(True, 2, True)]
 
 
-def test_an_engine_that_keeps_its_rows_holds_request_i_in_row_i(tiny_tokenizer):
+def test_an_engine_that_keeps_its_rows_holds_request_i_in_row_i():
     """``keep_rows``: row ``i`` holds request ``i`` when the call ends, a request finished at its first token
     included: it keeps its prompt's row and, like a padded batch's finished row, goes on being stepped (its output
     ignored), so every row holds what the eager padded batch's row holds."""
-    model = tiny_model("llama")
-    prompts = [random_prompt(n, seed=n) for n in (10, 25, 40)]
-    firsts = [generate(model, tiny_tokenizer, [p], config=20, max_new_tokens=1)[0].token_ids[0] for p in prompts]
-    tiny_tokenizer = type(tiny_tokenizer)()
-    tiny_tokenizer.eos_token_id = firsts[1]  # the second request's first token becomes an eos
-    model.generation_config.eos_token_id = firsts[1]
+    model, tiny_tokenizer, prompts, firsts = second_first_token_is_eos()
     engine = Engine(model, tiny_tokenizer, 20, num_slots=3, keep_rows=True)
     for _ in range(2):  # a second call starts from idle rows again
         done = engine.generate(prompts, SamplingParams(max_new_tokens=4))
