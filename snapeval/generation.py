@@ -13,6 +13,7 @@ from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, pr
                                stop_token_ids)
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device
+from snapeval.run_args import RunArgs
 
 
 @dataclass
@@ -126,6 +127,13 @@ class GenerateRun:
     def decode_steps(self) -> int:
         return max(len(self.step_times) - 1, 0)
 
+    @property
+    def compress_seconds(self) -> float:
+        return self.cache.compress_seconds
+
+    def kv_bytes_per_row(self) -> int:
+        return self.cache.kv_bytes_per_row()
+
 
 def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor, max_new_tokens: int = 0, *,
               decode_kernel: str = "auto"):
@@ -165,10 +173,9 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     if len(params) != rows:
         raise SnapevalError(f"params: {len(params)} sampling settings for {rows} rows; allowed: one, or one per row")
     device = input_ids.device
-    if seed is None and any(p.do_sample for p in params):
-        seed = int(torch.randint(0, 2**31 - 1, ()))
-    requests = [Request(index=row, prompt=input_ids[row, -int(attention_mask[row].sum()):].tolist(), params=p,
-                        stream=request_stream(p, seed or 0, row))
+    seed = sampling_seed(params, seed)
+    requests = [Request(index=row, prompt=row_prompt(input_ids, attention_mask, row), params=p,
+                        stream=request_stream(p, seed, row))
                 for row, p in enumerate(params)]
     cache = cache_for(model, config, attention_mask, max(p.max_new_tokens for p in params) if static_full else 0,
                       decode_kernel=decode_kernel)
@@ -184,6 +191,77 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
                    min_new_tokens=min_new_tokens,
                    on_step=None if on_step is None else lambda: on_step(cache))
     return GenerateRun(requests=requests, cache=cache, start=start, step_times=times)
+
+
+def sampling_seed(params: Sequence[SamplingParams], seed: int | None) -> int:
+    """The base seed of a call's sampling streams (row ``r`` draws from ``seed + r`` unless its params seed it):
+    ``seed``, else, when some row samples, one drawn from torch's global generator (so ``torch.manual_seed`` makes
+    it reproducible), else 0."""
+    if seed is None and any(p.do_sample for p in params):
+        seed = int(torch.randint(0, 2**31 - 1, ()))
+    return seed or 0
+
+
+def row_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor, row: int) -> list[int]:
+    """Row ``row``'s prompt tokens of left-padded ``input_ids``/``attention_mask`` ``[B, L]``, padding dropped."""
+    return input_ids[row, -int(attention_mask[row].sum()):].tolist()
+
+
+@dataclass
+class EngineRun:
+    """What :func:`generate_on_engine` returns: each row's completion, in row order, and the engine they decoded in
+    (its :attr:`~snapeval.engine.Engine.cache` holds row ``r``'s cache in row ``r``; its stats, the timings)."""
+
+    completions: list
+    engine: object
+
+    @property
+    def token_ids(self) -> list[list[int]]:
+        return [c.token_ids for c in self.completions]
+
+    @property
+    def cache(self):
+        return self.engine.cache
+
+    @property
+    def prefill_seconds(self) -> float:
+        return self.engine.stats.prefill_seconds
+
+    @property
+    def compress_seconds(self) -> float:
+        return self.engine.prefill_cache.compress_seconds
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.engine.stats.decode_seconds
+
+    @property
+    def decode_steps(self) -> int:
+        return self.engine.stats.decode_steps
+
+    def kv_bytes_per_row(self) -> int:
+        """The largest row's filled slots, every step of the call included: what the padded batch's cache reports
+        (:meth:`~snapeval.cache.full.StaticFullCache.kv_bytes_per_row`), so sizes do not depend on the path."""
+        return max(self.cache.row_kv_bytes(row) for row in range(len(self.completions)))
+
+
+@torch.inference_mode()
+def generate_on_engine(model, tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       config: MethodConfig, params: Sequence[SamplingParams], *, seed: int | None = None,
+                       capture: bool = True, decode_kernel: str = "auto") -> EngineRun:
+    """The rows of :func:`generate_ids` (left-padded ``input_ids``/``attention_mask`` ``[B, L]``, one
+    :class:`~snapeval.decoding.SamplingParams` per row) on a continuous-batching :class:`~snapeval.engine.Engine` of
+    one slot per row that keeps its rows (each prompt prefilled alone, then every row decoded in static rows;
+    ``capture``: the step recorded once as a CUDA graph and replayed). The same greedy tokens as :func:`generate_ids`
+    where decoding is exact (float32 on the CPU), and the same draws: row ``r`` samples from the same stream."""
+    from snapeval.engine import Engine
+
+    rows = input_ids.shape[0]
+    engine = Engine(model, tokenizer, config, num_slots=rows, capture=capture, seed=sampling_seed(params, seed),
+                    decode_kernel=decode_kernel, keep_rows=True)
+    completions = engine.generate([row_prompt(input_ids, attention_mask, row) for row in range(rows)], list(params))
+    engine.release()  # the recorded graph and its pool; the rows stay with the outputs
+    return EngineRun(completions=completions, engine=engine)
 
 
 #: What ``generate``'s ``**sampling`` may hold (besides ``min_new_tokens``): the sampling settings of a request,
@@ -205,6 +283,7 @@ def generate(
     seed: int | None = None,
     on_step=None,
     decode_kernel: str = "auto",
+    capture: str | bool = "auto",
     **sampling,
 ) -> GenerationResult:
     """Generate for each prompt under a KV-cache ``method``.
@@ -221,11 +300,19 @@ def generate(
         on_step: called with the cache after every generation step (introspection, benchmarks).
         decode_kernel: the attention kernel of a decode step, as the run argument (:mod:`snapeval.run_args`):
             ``auto`` (the device's: sdpa on the CPU) or one of ``sdpa``, ``split``, ``flex``, ``triton``.
+        capture: record the decode step once as a CUDA graph and replay it, as the run argument
+            (:meth:`snapeval.run_args.RunArgs.capture_on`): ``auto`` (on CUDA, never on the CPU), ``true`` (needs
+            CUDA) or ``false``. A captured call of a method with a static-row layout decodes on the engine
+            (:func:`generate_on_engine`); a call with ``on_step`` or ``min_new_tokens`` keeps the eager loop (the
+            engine has neither a per-step hook nor a minimum length).
         sampling: under Hugging Face's names, ``do_sample``, ``temperature``, ``top_p``, ``top_k`` (0: off),
             ``stop_strings`` (a row stops once its text holds one) and ``min_new_tokens`` (no stop token before).
 
     Every row is prefilled and decoded by :func:`snapeval.decoding.prefill` and :func:`snapeval.decoding.decode`
-    (:func:`generate_ids`), the one loop of every generation path; greedy tokens equal ``model.generate``'s.
+    (:func:`generate_ids`), the one loop of every generation path; greedy tokens equal ``model.generate``'s. Where
+    the decode step is captured (a GPU, ``capture`` auto) each row is prefilled alone and the rows decode together
+    on the engine (:func:`generate_on_engine`, the sweep's path on a GPU): the same result, its rows in prompt order
+    (``result[r].slot_positions`` reads row ``r`` of the engine's cache).
     """
     check_int("max_new_tokens", max_new_tokens, 1)
     if config is None:
@@ -246,16 +333,22 @@ def generate(
     params = SamplingParams(max_new_tokens=max_new_tokens, **{SAMPLING_ARGS[k]: v for k, v in sampling.items()})
     input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
     device = input_device(model)
+    run_args = RunArgs(device=device.type, decode_kernel=decode_kernel, capture=capture)  # checked as a run's are
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    run = generate_ids(model, tokenizer, input_ids, attention_mask, config, params, seed=seed,
-                       min_new_tokens=min_new_tokens, on_step=on_step, decode_kernel=decode_kernel)
+    if (run_args.capture_on(device) and run_args.use_engine(config, device) and on_step is None
+            and not min_new_tokens):
+        run = generate_on_engine(model, tokenizer, input_ids, attention_mask, config, [params] * len(input_ids),
+                                 seed=seed, decode_kernel=run_args.decode_kernel)
+    else:
+        run = generate_ids(model, tokenizer, input_ids, attention_mask, config, params, seed=seed,
+                           min_new_tokens=min_new_tokens, on_step=on_step, decode_kernel=run_args.decode_kernel)
     new_tokens = run.token_ids
     outputs = [
         GenerationOutput(
             prompt_tokens=int(attention_mask[row].sum()),
             token_ids=ids,
             text=tokenizer.decode(ids, skip_special_tokens=True),
-            kv_bytes=run.cache.kv_bytes_per_row(),
+            kv_bytes=run.kv_bytes_per_row(),
             cache=run.cache,
             row=row,
         )
@@ -268,7 +361,7 @@ def generate(
         prompt_tokens=int(attention_mask.sum()),
         generated_tokens=sum(len(ids) for ids in new_tokens),
         prefill_seconds=run.prefill_seconds,
-        compress_seconds=run.cache.compress_seconds,
+        compress_seconds=run.compress_seconds,
         decode_seconds=run.decode_seconds,
         decode_steps=run.decode_steps,
     )

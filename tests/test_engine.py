@@ -71,13 +71,21 @@ def test_stop_conditions(tiny_tokenizer):
                                        max_new_tokens=12)[0].token_ids
 
 
-def test_eos_at_first_token_never_takes_a_slot(tiny_tokenizer):
-    model = tiny_model("llama")
+def second_first_token_is_eos():
+    """A tiny model, a tokenizer and three prompts, the second of which generates an eos as its first token (its
+    first token made the eos); ``firsts``: each prompt's first token."""
+    from tests.conftest import TinyTokenizer
+
+    model, tiny_tokenizer = tiny_model("llama"), TinyTokenizer()
     prompts = [random_prompt(n, seed=n) for n in (10, 25, 40)]
     firsts = [generate(model, tiny_tokenizer, [p], config=20, max_new_tokens=1)[0].token_ids[0] for p in prompts]
-    tiny_tokenizer = type(tiny_tokenizer)()
     tiny_tokenizer.eos_token_id = firsts[1]  # the second request's first token becomes an eos
     model.generation_config.eos_token_id = firsts[1]
+    return model, tiny_tokenizer, prompts, firsts
+
+
+def test_eos_at_first_token_never_takes_a_slot():
+    model, tiny_tokenizer, prompts, firsts = second_first_token_is_eos()
     done = Engine(model, tiny_tokenizer, 20, num_slots=1).generate(prompts, SamplingParams(max_new_tokens=4))
     assert done[1].token_ids == [firsts[1]] and done[1].finish_reason == "eos" and done[1].slot == -1
     for c, p in zip(done, prompts):
@@ -303,3 +311,87 @@ def test_a_step_that_cannot_be_recorded_decodes_eagerly(tiny_tokenizer, monkeypa
     eager = Engine(model, tiny_tokenizer, CONFIGS["snapstream"], num_slots=2).generate(prompts, params)
     assert not engine.captured and "recording the decode step failed" in caplog.text
     assert [c.token_ids for c in done] == [c.token_ids for c in eager]
+
+
+# --- snapeval.generate where the decode step is captured (issue 44) -------------------------------------------------
+def _held_positions(output, layers: int = 2) -> list:
+    """Each layer's and KV head's held positions of one output's row, sorted (a padded batch's SnapKV row keeps a gap
+    where a longer row's kept prompt goes; the engine's row does not)."""
+    return [[sorted(p for p in head.tolist() if p >= 0) for head in output.slot_positions(layer)]
+            for layer in range(layers)]
+
+
+@pytest.fixture
+def engines_built(monkeypatch):
+    """Every engine ``snapeval.generate`` builds, as ``(capture, num_slots, keep_rows)`` (it still runs: eagerly)."""
+    import snapeval.engine
+
+    built, real_engine = [], snapeval.engine.Engine
+
+    def recording_engine(*args, capture=False, keep_rows=False, **kwargs):
+        built.append((capture, kwargs.get("num_slots"), keep_rows))
+        return real_engine(*args, capture=capture, keep_rows=keep_rows, **kwargs)
+
+    monkeypatch.setattr(snapeval.engine, "Engine", recording_engine)
+    return built
+
+
+@pytest.mark.parametrize("sampling", [{}, {"do_sample": True, "temperature": 1.3, "top_p": 0.9, "seed": 5}])
+@pytest.mark.parametrize("method", ["full", "snapkv", "snapstream", "streamingllm"])
+def test_generate_on_a_captured_device_decodes_on_the_engine_with_the_eager_result(method, sampling, tiny_tokenizer,
+                                                                                  engines_built, monkeypatch):
+    """Where the decode step is captured (CUDA, ``capture`` auto; here ``capture_on`` monkeypatched true) ``generate``
+    decodes every row on one engine built to capture, a slot per prompt; in float32 on the CPU its tokens (greedy,
+    and sampled from the same per-row streams), texts, decode steps, kv bytes and each row's held positions are the
+    eager padded batch's. On the CPU no engine is built."""
+    from snapeval.run_args import RunArgs
+
+    model = tiny_model("llama").to(torch.float32)
+    prompts = [random_prompt(n, seed=n) for n in LENGTHS[:5]]
+    eager = generate(model, tiny_tokenizer, prompts, config=CONFIGS[method], max_new_tokens=12, **sampling)
+    assert engines_built == []
+    monkeypatch.setattr(RunArgs, "capture_on", lambda self, device: True)
+    captured = generate(model, tiny_tokenizer, prompts, config=CONFIGS[method], max_new_tokens=12, **sampling)
+    assert engines_built == [(True, len(prompts), True)]
+    assert [o.token_ids for o in captured] == [o.token_ids for o in eager]
+    assert [o.text for o in captured] == [o.text for o in eager]
+    assert [o.prompt_tokens for o in captured] == [o.prompt_tokens for o in eager]
+    assert [o.kv_bytes for o in captured] == [o.kv_bytes for o in eager]
+    assert [_held_positions(o) for o in captured] == [_held_positions(o) for o in eager]
+    for field in ("batch_size", "prompt_tokens", "generated_tokens", "decode_steps"):
+        assert getattr(captured, field) == getattr(eager, field), field
+    assert captured.prefill_seconds > 0 and captured.decode_seconds > 0 and captured.compress_seconds >= 0
+
+
+def test_generate_keeps_the_eager_loop_when_capture_is_off_or_the_call_needs_it(tiny_tokenizer, engines_built,
+                                                                                monkeypatch):
+    from snapeval.run_args import RunArgs
+
+    model = tiny_model("llama")
+    prompts = [random_prompt(30, seed=1), random_prompt(12, seed=2)]
+    with pytest.raises(SnapevalError, match="capture='true' is invalid with device='cpu'"):
+        generate(model, tiny_tokenizer, prompts, config=20, capture=True)
+    monkeypatch.setattr(RunArgs, "capture_on", lambda self, device: True)
+    sizes = []
+    generate(model, tiny_tokenizer, prompts, config=20, max_new_tokens=3, on_step=lambda c: sizes.append(c.kv_bytes()))
+    generate(model, tiny_tokenizer, prompts, config=20, max_new_tokens=3, min_new_tokens=2)
+    assert engines_built == [] and len(sizes) == 3  # a per-step hook and a minimum length: the eager loop's
+    generate(model, tiny_tokenizer, prompts, config=20, max_new_tokens=3)
+    assert engines_built == [(True, 2, True)]
+
+
+def test_an_engine_that_keeps_its_rows_holds_request_i_in_row_i():
+    """``keep_rows``: row ``i`` holds request ``i`` when the call ends, a request finished at its first token
+    included: it keeps its prompt's row and, like a padded batch's finished row, goes on being stepped (its output
+    ignored), so every row holds what the eager padded batch's row holds."""
+    model, tiny_tokenizer, prompts, firsts = second_first_token_is_eos()
+    engine = Engine(model, tiny_tokenizer, 20, num_slots=3, keep_rows=True)
+    for _ in range(2):  # a second call starts from idle rows again
+        done = engine.generate(prompts, SamplingParams(max_new_tokens=4))
+        assert done[1].token_ids == [firsts[1]] and done[1].slot == -1
+        padded = generate(model, tiny_tokenizer, prompts, config=20, max_new_tokens=4)
+        assert [c.token_ids for c in done] == [o.token_ids for o in padded]
+        for layer in range(2):
+            assert torch.equal(engine.cache.slot_positions(layer), padded[0].cache.slot_positions(layer))
+    with pytest.raises(SnapevalError, match="4 requests for an engine of num_slots=3 that keeps its rows"):
+        engine.generate(prompts + prompts[:1], SamplingParams(max_new_tokens=2))

@@ -123,15 +123,16 @@ def test_engine_is_the_default_for_fixed_size_caches_and_gives_the_same_generati
 
 
 @pytest.mark.parametrize("method, engine, expected", [
-    ("snapstream", "auto", True), ("streamingllm", None, True), ("full", "auto", False), ("snapkv", "auto", False),
+    ("snapstream", "auto", True), ("streamingllm", "auto", True), ("full", "auto", False), ("snapkv", "auto", False),
     ("snapstream", "false", False), ("snapstream", True, True), ("streamingllm", "true", True),
     ("full", "true", True), ("snapkv", "true", True),  # appending caches run in rows sized for their requests
 ])
 def test_engine_choice(method, engine, expected):
+    """On the CPU (no decode step captured) ``auto`` is the engine exactly for the fixed-size caches."""
     from snapeval.cache import resolve_method
-    from snapeval.harness.lm_eval_model import use_engine
+    from snapeval.run_args import RunArgs
 
-    assert use_engine(engine, resolve_method(method, None if method == "full" else 64)) is expected
+    assert RunArgs(engine=engine).use_engine(resolve_method(method, None if method == "full" else 64), "cpu") is expected
 
 
 @pytest.mark.parametrize("method, engine, message", [
@@ -139,10 +140,43 @@ def test_engine_choice(method, engine, expected):
 ])
 def test_engine_choice_errors(method, engine, message):
     from snapeval.cache import resolve_method
-    from snapeval.harness.lm_eval_model import use_engine
+    from snapeval.run_args import RunArgs
 
     with pytest.raises(SnapevalError, match=re.escape(message)):
-        use_engine(engine, resolve_method(method, None if method == "full" else 64))
+        RunArgs(engine=engine).use_engine(resolve_method(method, None if method == "full" else 64), "cpu")
+
+
+@pytest.mark.parametrize("method, budget", [("full", None), ("snapkv", 64)])
+def test_on_a_captured_device_auto_decodes_full_and_snapkv_on_the_captured_engine(tiny_dir, task_dir, method, budget,
+                                                                                  monkeypatch):
+    """Where the decode step is captured (a CUDA device: here ``capture_on`` monkeypatched true), ``engine=auto``
+    puts the growing caches on the engine too, built to capture, with the padded batches' greedy texts (float32);
+    on the CPU ``auto`` keeps them in padded batches, as every committed result was produced."""
+    import snapeval.engine
+    from snapeval.run_args import RunArgs
+
+    args = dict(method=method, dtype="float32", **({"budget": budget} if budget else {}))
+    padded = _run(tiny_dir, task_dir, ["tiny_gen"], engine="false", **args)
+    on_cpu = _run(tiny_dir, task_dir, ["tiny_gen"], **args)
+    assert padded["snapeval"]["config"]["engine"] is None and on_cpu["snapeval"]["config"]["engine"] is None
+    assert [s["resps"] for s in _samples(on_cpu, "tiny_gen")] == [s["resps"] for s in _samples(padded, "tiny_gen")]
+
+    built = []
+    real_engine = snapeval.engine.Engine
+
+    def recording_engine(*engine_args, capture=False, **kwargs):
+        built.append(capture)
+        return real_engine(*engine_args, capture=capture, **kwargs)  # on the CPU it logs and decodes eagerly
+
+    monkeypatch.setattr(snapeval.engine, "Engine", recording_engine)
+    monkeypatch.setattr(RunArgs, "capture_on", lambda self, device: True)
+    captured = _run(tiny_dir, task_dir, ["tiny_gen"], **args)
+    assert captured["snapeval"]["config"]["engine"] == {"slots": 8}
+    assert built and set(built) == {True}
+    assert [s["resps"] for s in _samples(captured, "tiny_gen")] == [s["resps"] for s in _samples(padded, "tiny_gen")]
+    built.clear()
+    off = _run(tiny_dir, task_dir, ["tiny_gen"], engine="false", **args)  # the run's false still wins
+    assert off["snapeval"]["config"]["engine"] is None and not built
 
 
 def test_environment_info_is_collected_once_per_process_and_kept_in_every_run(tiny_dir, task_dir, full, monkeypatch):

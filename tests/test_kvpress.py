@@ -246,10 +246,12 @@ def test_press_rows_are_filled_from_a_branch_only():
     engine = Engine(tiny_model("llama"), TinyTokenizer(), config, num_slots=2)
     with pytest.raises(SnapevalError, match="static rows are loaded from a shared prefill's branch"):
         engine.generate([random_prompt(30, seed=1)], SamplingParams(max_new_tokens=3))
-    from snapeval.harness.lm_eval_model import use_engine
+    from snapeval.run_args import RunArgs
 
     with pytest.raises(SnapevalError, match="engine=true needs a method with a static-row layout"):
-        use_engine("true", config)  # the lm-eval model says so before anything loads
+        RunArgs(engine="true").use_engine(config, "cpu")  # the lm-eval model says so before anything loads
+    on_gpu = RunArgs(device="cuda")  # a captured step does not put a press on the engine: its rows come from a branch
+    assert on_gpu.use_engine(config, "cuda:0") == on_gpu.use_engine(config, "cpu")
 
 
 def test_a_set_of_presses_only_frees_each_captured_layer_once_compressed():

@@ -132,6 +132,25 @@ def test_capture_and_kernel_combinations_that_cannot_run_are_refused():
     assert not RunArgs(capture="false", device="cuda").capture_on("cuda")
 
 
+@pytest.mark.parametrize("method", ["full", "snapkv", "snapstream", "streamingllm"])
+def test_where_the_step_is_captured_auto_puts_every_static_row_method_on_the_engine(method):
+    """``engine=auto``: on a device where the decode step is captured (CUDA, capture auto or true) every method with
+    a static-row layout decodes on the engine; on the CPU, or with capture false, only the fixed-size caches do
+    (full and SnapKV keep the padded batches every committed result came from); false is never, true always."""
+    from snapeval.cache import method_info, resolve_method
+    from snapeval.engine import ENGINE_METHODS
+
+    config = resolve_method(method, None if method == "full" else 64)
+    fixed = method_info(config).fixed_size
+    assert method in ENGINE_METHODS  # a static-row layout
+    assert RunArgs(device="cuda").use_engine(config, "cuda:0") is True
+    assert RunArgs(device="cuda", capture="true").use_engine(config, "cuda") is True
+    assert RunArgs().use_engine(config, "cpu") is fixed
+    assert RunArgs(device="cuda", capture="false").use_engine(config, "cuda:0") is fixed
+    assert RunArgs(device="cuda", engine="false").use_engine(config, "cuda:0") is False
+    assert RunArgs(engine="true").use_engine(config, "cpu") is True
+
+
 # --- the decode kernel travels with the cache ------------------------------------------------------------------------
 def test_there_is_no_module_level_kernel_switch():
     from snapeval.cache import attention, kernels

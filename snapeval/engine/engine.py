@@ -137,11 +137,16 @@ class Engine:
         seed: base seed of requests whose :class:`SamplingParams` gives none.
         decode_kernel: the attention kernel of a decode step (the run's ``decode_kernel``, :mod:`snapeval.run_args`:
             ``auto`` or a kernel name), carried by the engine's caches to every layer's attention.
+        keep_rows: every request of a call decodes in the slot of its index and keeps its row when it finishes
+            (never parked, never refilled: row ``i`` of :attr:`cache` holds request ``i`` when the call ends, as
+            row ``i`` of a padded batch does, for :func:`snapeval.generate`'s introspection); a call then takes at
+            most ``num_slots`` requests. A finished row goes on decoding until the call ends (its output ignored),
+            as a padded batch's finished row does; rows sized for the call's largest request hold every such step.
     """
 
     def __init__(self, model, tokenizer, config: MethodConfig | int, method: str = "snapstream",
                  num_slots: int = 8, *, compile: bool | str = False, capture: bool = False, seed: int = 0,
-                 decode_kernel: str = "auto"):
+                 decode_kernel: str = "auto", keep_rows: bool = False):
         if is_int(config):
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
@@ -158,6 +163,7 @@ class Engine:
                                 "records the eager step as a CUDA graph, compile's reduce-overhead mode its own)")
         check_int("num_slots", num_slots, 1)
         self.model, self.tokenizer, self.config, self.num_slots, self.seed = model, tokenizer, config, num_slots, seed
+        self.keep_rows = bool(keep_rows)
         self.device = input_device(model)  # token ids, positions and logits; each layer's rows live on its device
         self.layer_devices = layer_devices(model)
         self.dtype = next(model.parameters()).dtype
@@ -249,6 +255,9 @@ class Engine:
 
     def _prepare(self, requests: list[Request]) -> None:
         """Rows sized for ``requests``, and the step of their kind (greedy, or sampling) recorded if it is not yet."""
+        if self.keep_rows and len(requests) > self.num_slots:
+            raise SnapevalError(f"prompts: {len(requests)} requests for an engine of num_slots={self.num_slots} that "
+                                f"keeps its rows; allowed: at most {self.num_slots} (one slot each)")
         self._size_rows(requests)
         self._sampling = any(r.params.do_sample for r in requests)
         if self.captured and self._sampling not in self._graphs:
@@ -294,10 +303,13 @@ class Engine:
         self.stats = stats = EngineStats(num_slots=self.num_slots, requests=len(requests),
                                          prompt_tokens=sum(len(r.prompt) for r in requests))
         queue, active, done = deque(requests), {}, {}
+        if self.keep_rows:  # the previous call's rows, kept, go idle
+            for slot in range(self.num_slots):
+                self._park(slot)
         start = time.perf_counter()
         while queue or active:
             while queue and len(active) < self.num_slots:  # admission: refill free slots, one batch-1 prefill each
-                slot = next(s for s in range(self.num_slots) if s not in active)
+                slot = queue[0].index if self.keep_rows else next(s for s in range(self.num_slots) if s not in active)
                 request = queue.popleft()
                 if self._admit(request, slot, start, prefill):
                     done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
@@ -339,9 +351,9 @@ class Engine:
         request.first_token_at = time.perf_counter() - start
         finished = request.check_stop(token, self.stops, self.tokenizer)
         request.kv_bytes = cache.row_kv_bytes(0) if cache is not None else self.cache.row_kv_bytes(slot)
+        if cache is not None and (not finished or self.keep_rows):
+            self.cache.load_row(slot, cache)
         if not finished:
-            if cache is not None:
-                self.cache.load_row(slot, cache)
             self.input_ids[slot, 0] = token
             self.sampler.assign(slot, request.params, request.stream)
             request.slot = slot
@@ -374,7 +386,8 @@ class Engine:
                 request.kv_bytes = self.cache.row_kv_bytes(slot)
                 done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
                 del active[slot]
-                self._park(slot)
+                if not self.keep_rows:
+                    self._park(slot)
 
     def _park(self, slot: int) -> None:
         """Idle ``slot`` (:meth:`~snapeval.cache.base.CompressedKVCache.park_row`) fed the pad token (later steps

@@ -8,8 +8,10 @@
 - ``generate_until``: the whole prompt is prefilled, compressed once, then decoded through the ring. With a
   fixed-size cache (snapstream, streamingllm) this runs on the continuous-batching engine by default
   (:mod:`snapeval.engine`: batch-1 prefill, static decode slots; ``engine=false`` for lm-eval's padded batches,
-  whose rows are compressed row by row); full and snapkv caches grow while decoding and use padded batches (or the
-  engine's static rows with ``engine=true``); a kvpress press prefills through its own hooks, one prompt at a time.
+  whose rows are compressed row by row); full and snapkv caches grow while decoding: on the CPU they use padded
+  batches (or the engine's static rows with ``engine=true``), and where the decode step is captured (CUDA, ``capture``
+  not false) the engine's captured rows (:meth:`snapeval.run_args.RunArgs.use_engine`, the one resolution); a kvpress
+  press prefills through its own hooks, one prompt at a time.
 - ``loglikelihood``/``loglikelihood_rolling``: the context (all but its last token) is prefilled and compressed;
   the last context token and the continuation are then run in a second forward pass *against the compressed cache*,
   so every continuation token, even a one-token answer, is scored under the budget (scoring it in the same pass as
@@ -184,23 +186,6 @@ def _hflm_arguments() -> set[str]:
     return {name for name in inspect.signature(HFLM.__init__).parameters if name not in ("self", "kwargs")}
 
 
-def use_engine(engine: str, config: MethodConfig) -> bool:
-    """Resolve the ``engine`` run argument (``auto | true | false``, :class:`snapeval.run_args.RunArgs`): ``auto`` is
-    the engine exactly for the fixed-size caches (full and SnapKV keep lm-eval's padded batches, the reference
-    path); ``true`` puts any method with a static-row layout on it."""
-    from snapeval.engine import ENGINE_METHODS
-
-    method = config.method
-    choice = RunArgs(engine="auto" if engine is None else engine).engine_choice()
-    if choice is None:
-        return method_info(config).fixed_size
-    info = method_info(config)
-    if choice and (not info.static_rows or info.prefill_hook):  # a press compresses in its own prefill hooks
-        raise SnapevalError(f"engine=true needs a method with a static-row layout; method={method!r} allowed: "
-                            f"{', '.join(ENGINE_METHODS)}")
-    return choice
-
-
 @register_model("snapeval")
 class SnapStreamLM(HFLM):
     """lm-eval model wrapping :func:`snapeval.load_model` + the snapeval KV caches.
@@ -255,7 +240,8 @@ class SnapStreamLM(HFLM):
             raise SnapevalError("config must be a method configuration given alone (no budget or settings)")
         if run_args is None:  # after the method: a bad method is named before lm-eval's own default device
             run_args = RunArgs.from_mapping(given_run, surface="model_args")
-        engine_on = use_engine(run_args.engine, config)  # checked before the model loads
+        device = usable_device(run_args.device)
+        engine_on = run_args.use_engine(config, device)  # checked before the model loads
         unknown = sorted(set(kwargs) - _hflm_arguments())
         if unknown:
             allowed = ", ".join(sorted({*METHOD_TABLE.setting_names(), *RunArgs.names("model_args"), "pretrained",
@@ -266,7 +252,6 @@ class SnapStreamLM(HFLM):
         self.method_config = config
         self.run_args = run_args
         self.pretrained_name = str(pretrained)
-        device = usable_device(run_args.device)
         if loaded is None:
             check_declared_architecture(self.pretrained_name, config)  # before minutes of loading
             loaded = load_model(self.pretrained_name, dtype=None if run_args.dtype == "auto" else run_args.dtype,
@@ -274,6 +259,7 @@ class SnapStreamLM(HFLM):
         model, tokenizer = loaded
         if run_args.device_map is not None:
             device = str(input_device(model))  # lm-eval puts its inputs there; accelerate's hooks do the rest
+            engine_on = run_args.use_engine(config, device)  # captured there or not, now that it is known
         self.dtype_name = str(model.dtype).replace("torch.", "")
         kwargs.pop("tokenizer", None)
         super().__init__(

@@ -345,11 +345,12 @@ def _check_engine(ctx: _Ctx, models, methods) -> None:
             continue
         for j, spec in enumerate(methods):
             for config in spec.points():
-                info = METHOD_TABLE.get(config.method)
-                if not info.static_rows or info.prefill_hook:
+                try:
+                    model.run_args.use_engine(config, "cpu")  # the run argument's own rule
+                except SnapevalError:
                     allowed = ", ".join(n for n in METHOD_TABLE.names() if METHOD_TABLE.get(n).static_rows)
                     raise ctx.fail(f"models[{i}].engine", f"engine='true' cannot run methods[{j}] "
-                                   f"({config.method!r}); allowed with engine true: {allowed}; or engine auto")
+                                   f"({config.method!r}); allowed with engine true: {allowed}; or engine auto") from None
                 break
 
 
