@@ -108,8 +108,8 @@ def run_batched(model, tokenizer, prompts, budget, batch, limits):
     for b in range(0, len(order), batch):
         rows = order[b : b + batch]
         t0 = time.perf_counter() - start
-        result = generate(model, tokenizer, [prompts[i] for i in rows], config=budget,
-                          max_new_tokens=max(limits[i] for i in rows))
+        result = generate(model, tokenizer, [prompts[i] for i in rows], config=budget,  # padded batches, eager
+                          max_new_tokens=max(limits[i] for i in rows), capture="false")
         steps.append(result.decode_steps + 1)
         for i, out in zip(rows, result):
             outs[i], ttft[i] = out.token_ids[: limits[i]], t0 + result.prefill_seconds
@@ -124,7 +124,7 @@ def run_single(model, tokenizer, prompts, budget, limits):
     start = time.perf_counter()
     for prompt, limit in zip(prompts, limits):
         t0 = time.perf_counter() - start
-        result = generate(model, tokenizer, [prompt], config=budget, max_new_tokens=limit)
+        result = generate(model, tokenizer, [prompt], config=budget, max_new_tokens=limit, capture="false")
         outs.append(result[0].token_ids)
         ttft.append(t0 + result.prefill_seconds)
     return outs, summarize("one_at_a_time", outs, ttft, time.perf_counter() - start)

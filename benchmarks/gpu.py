@@ -487,8 +487,10 @@ def bench_agreement(model, tokenizer, prompts, budget: int, new_tokens: int) -> 
             [c.token_ids for c in Engine(model, tokenizer, config, num_slots=len(prompts)).generate(prompts, params)],
             [Engine(model, tokenizer, config, num_slots=1).generate([p], params)[0].token_ids for p in prompts]),
         "generate_full": (
-            [o.token_ids for o in generate(model, tokenizer, prompts, config=None, max_new_tokens=new_tokens)],
-            [generate(model, tokenizer, [p], config=None, max_new_tokens=new_tokens)[0].token_ids for p in prompts]),
+            [o.token_ids for o in generate(model, tokenizer, prompts, config=None, max_new_tokens=new_tokens,
+                                           capture="false")],  # the padded batch's static rows, eager
+            [generate(model, tokenizer, [p], config=None, max_new_tokens=new_tokens, capture="false")[0].token_ids
+             for p in prompts]),
     }
     out = {"prompts": len(prompts), "prompt_tokens": [len(p) for p in prompts], "budget": budget,
            "new_tokens": new_tokens, "paths": {}}
