@@ -335,7 +335,7 @@ def generate(
     device = input_device(model)
     run_args = RunArgs(device=device.type, decode_kernel=decode_kernel, capture=capture)  # checked as a run's are
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    if (run_args.capture_on(device) and run_args.use_engine(config, device) and on_step is None
+    if (run_args.capture_on(device) and method_info(config).on_engine(run_args, device) and on_step is None
             and not min_new_tokens):
         run = generate_on_engine(model, tokenizer, input_ids, attention_mask, config, [params] * len(input_ids),
                                  seed=seed, decode_kernel=run_args.decode_kernel)

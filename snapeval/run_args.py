@@ -282,28 +282,6 @@ class RunArgs:
         """The device map as :func:`snapeval.load_model` takes it (a dict of pairs, a strategy name or None)."""
         return dict(self.device_map) if isinstance(self.device_map, tuple) else self.device_map
 
-    def use_engine(self, config, device) -> bool:
-        """Whether the generations of ``config`` (a method configuration) run on the continuous-batching engine
-        (:mod:`snapeval.engine`) on ``device`` (a torch device or its text): the one resolution of ``engine``.
-
-        ``true``: yes, for a method with a static-row layout (a one-line :class:`SnapevalError` for another, or for
-        one that compresses in its own prefill hooks: a kvpress press); ``false``: never; ``auto``: for the
-        fixed-size caches (snapstream, streamingllm) and, where the decode step is captured (:meth:`capture_on`:
-        CUDA, unless ``capture`` is false), for every method with a static-row layout: the full cache and SnapKV
-        then decode in the engine's captured rows too. Elsewhere (the CPU) they keep the padded batches, the
-        reference path every committed result was produced on."""
-        from snapeval.cache.methods import METHOD_TABLE, method_info
-
-        info = method_info(config)
-        in_rows = info.static_rows and not info.prefill_hook  # a press's rows come from a shared prefill's branch
-        if self.engine == "true" and not in_rows:
-            allowed = ", ".join(name for name in METHOD_TABLE.names() if METHOD_TABLE.get(name).static_rows)
-            raise SnapevalError(f"engine=true needs a method with a static-row layout; method={config.method!r} "
-                                f"allowed: {allowed}")
-        if self.engine != "auto":
-            return self.engine == "true"
-        return info.fixed_size or (in_rows and self.capture_on(device))
-
     def capture_on(self, device) -> bool:
         """Whether the engine's decode step is captured in CUDA graphs on ``device`` (a torch device or its text):
         ``auto`` captures on CUDA, never elsewhere."""

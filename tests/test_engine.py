@@ -121,14 +121,18 @@ def test_parked_slots_stay_finite_and_storage_never_moves(tiny_tokenizer):
     engine.generate(prompts, params)  # warm-up: lazily created Python/torch state
     gc.collect()
     tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
+    grown = []  # bytes of Python objects kept after two long runs, twice: a leak keeps them every time
     for _ in range(2):
-        done = engine.generate(prompts, params)
-        del done
-        gc.collect()
-    grown = tracemalloc.get_traced_memory()[0] - before
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(2):
+            done = engine.generate(prompts, params)
+            del done
+            gc.collect()
+        grown.append(tracemalloc.get_traced_memory()[0] - before)
     tracemalloc.stop()
-    assert grown < 64 * 1024, grown  # bytes of Python objects kept after two long runs
+    # after some orderings of the suite about 110 KB of objects made inside transformers' forward stay once, in the
+    # first pair (state grown lazily); a leak repeats in the second
+    assert min(grown) < 64 * 1024, grown
     assert [t.data_ptr() for t in engine.slot_tensors()] == storage
     with torch.inference_mode():
         assert torch.isfinite(engine._forward(engine.input_ids, engine.position_ids)).all()

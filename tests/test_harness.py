@@ -129,21 +129,22 @@ def test_engine_is_the_default_for_fixed_size_caches_and_gives_the_same_generati
 ])
 def test_engine_choice(method, engine, expected):
     """On the CPU (no decode step captured) ``auto`` is the engine exactly for the fixed-size caches."""
-    from snapeval.cache import resolve_method
+    from snapeval.cache import method_info, resolve_method
     from snapeval.run_args import RunArgs
 
-    assert RunArgs(engine=engine).use_engine(resolve_method(method, None if method == "full" else 64), "cpu") is expected
+    info = method_info(resolve_method(method, None if method == "full" else 64))
+    assert info.on_engine(RunArgs(engine=engine), "cpu") is expected
 
 
 @pytest.mark.parametrize("method, engine, message", [
     ("snapstream", "sometimes", "engine='sometimes' is invalid; allowed: auto, true, false"),
 ])
 def test_engine_choice_errors(method, engine, message):
-    from snapeval.cache import resolve_method
+    from snapeval.cache import method_info, resolve_method
     from snapeval.run_args import RunArgs
 
     with pytest.raises(SnapevalError, match=re.escape(message)):
-        RunArgs(engine=engine).use_engine(resolve_method(method, None if method == "full" else 64), "cpu")
+        method_info(resolve_method(method, None if method == "full" else 64)).on_engine(RunArgs(engine=engine), "cpu")
 
 
 @pytest.mark.parametrize("method, budget", [("full", None), ("snapkv", 64)])

@@ -11,7 +11,7 @@ import torch
 
 kvpress = pytest.importorskip("kvpress")
 
-from snapeval.cache import SnapKVConfig, make_cache, resolve_method  # noqa: E402
+from snapeval.cache import SnapKVConfig, make_cache, method_info, resolve_method  # noqa: E402
 from snapeval.engine import SamplingParams  # noqa: E402
 from snapeval.errors import SnapevalError  # noqa: E402
 from tests.conftest import TinyTokenizer, random_prompt, tiny_model  # noqa: E402
@@ -249,9 +249,9 @@ def test_press_rows_are_filled_from_a_branch_only():
     from snapeval.run_args import RunArgs
 
     with pytest.raises(SnapevalError, match="engine=true needs a method with a static-row layout"):
-        RunArgs(engine="true").use_engine(config, "cpu")  # the lm-eval model says so before anything loads
+        method_info(config).on_engine(RunArgs(engine="true"), "cpu")  # the lm-eval model says so before anything loads
     on_gpu = RunArgs(device="cuda")  # a captured step does not put a press on the engine: its rows come from a branch
-    assert on_gpu.use_engine(config, "cuda:0") == on_gpu.use_engine(config, "cpu")
+    assert method_info(config).on_engine(on_gpu, "cuda:0") == method_info(config).on_engine(on_gpu, "cpu")
 
 
 def test_a_set_of_presses_only_frees_each_captured_layer_once_compressed():

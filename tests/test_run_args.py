@@ -143,12 +143,12 @@ def test_where_the_step_is_captured_auto_puts_every_static_row_method_on_the_eng
     config = resolve_method(method, None if method == "full" else 64)
     fixed = method_info(config).fixed_size
     assert method in ENGINE_METHODS  # a static-row layout
-    assert RunArgs(device="cuda").use_engine(config, "cuda:0") is True
-    assert RunArgs(device="cuda", capture="true").use_engine(config, "cuda") is True
-    assert RunArgs().use_engine(config, "cpu") is fixed
-    assert RunArgs(device="cuda", capture="false").use_engine(config, "cuda:0") is fixed
-    assert RunArgs(device="cuda", engine="false").use_engine(config, "cuda:0") is False
-    assert RunArgs(engine="true").use_engine(config, "cpu") is True
+    assert method_info(config).on_engine(RunArgs(device="cuda"), "cuda:0") is True
+    assert method_info(config).on_engine(RunArgs(device="cuda", capture="true"), "cuda") is True
+    assert method_info(config).on_engine(RunArgs(), "cpu") is fixed
+    assert method_info(config).on_engine(RunArgs(device="cuda", capture="false"), "cuda:0") is fixed
+    assert method_info(config).on_engine(RunArgs(device="cuda", engine="false"), "cuda:0") is False
+    assert method_info(config).on_engine(RunArgs(engine="true"), "cpu") is True
 
 
 # --- the decode kernel travels with the cache ------------------------------------------------------------------------

@@ -94,6 +94,25 @@ class MethodInfo:
     def cache_class(self) -> type:
         return load_object(self.cache)
 
+    def on_engine(self, run_args: RunArgs, device) -> bool:
+        """Whether this method's generations run on the continuous-batching engine (:mod:`snapeval.engine`) under
+        ``run_args`` on ``device`` (a torch device or its text): the one resolution of the run argument ``engine``.
+
+        ``true``: yes, for a method with a static-row layout (a one-line :class:`SnapevalError` for another, or for
+        one that compresses in its own prefill hooks: a kvpress press); ``false``: never; ``auto``: for the
+        fixed-size caches (snapstream, streamingllm) and, where the decode step is captured
+        (:meth:`~snapeval.run_args.RunArgs.capture_on`: CUDA, unless ``capture`` is false), for every method with a
+        static-row layout: the full cache and SnapKV then decode in the engine's captured rows too. Elsewhere (the
+        CPU) they keep the padded batches, the reference path every committed result was produced on."""
+        in_rows = self.static_rows and not self.prefill_hook  # a press's rows come from a shared prefill's branch
+        if run_args.engine == "true" and not in_rows:
+            allowed = ", ".join(name for name in METHOD_TABLE.names() if METHOD_TABLE.get(name).static_rows)
+            raise SnapevalError(f"engine=true needs a method with a static-row layout; method={self.name!r} "
+                                f"allowed: {allowed}")
+        if run_args.engine != "auto":
+            return run_args.engine == "true"
+        return self.fixed_size or (in_rows and run_args.capture_on(device))
+
     def prefill_hook_class(self) -> type:
         """The class of :attr:`prefill_hook` (imported now; its module may need torch or an optional extra)."""
         if not self.prefill_hook:

@@ -9,9 +9,9 @@
   fixed-size cache (snapstream, streamingllm) this runs on the continuous-batching engine by default
   (:mod:`snapeval.engine`: batch-1 prefill, static decode slots; ``engine=false`` for lm-eval's padded batches,
   whose rows are compressed row by row); full and snapkv caches grow while decoding: on the CPU they use padded
-  batches (or the engine's static rows with ``engine=true``), and where the decode step is captured (CUDA, ``capture``
-  not false) the engine's captured rows (:meth:`snapeval.run_args.RunArgs.use_engine`, the one resolution); a kvpress
-  press prefills through its own hooks, one prompt at a time.
+  batches (or the engine's static rows with ``engine=true``), and where the decode step is captured (CUDA,
+  ``capture`` not false) the engine's captured rows (:meth:`snapeval.cache.methods.MethodInfo.on_engine`, the one
+  resolution); a kvpress press prefills through its own hooks, one prompt at a time.
 - ``loglikelihood``/``loglikelihood_rolling``: the context (all but its last token) is prefilled and compressed;
   the last context token and the continuation are then run in a second forward pass *against the compressed cache*,
   so every continuation token, even a one-token answer, is scored under the budget (scoring it in the same pass as
@@ -241,7 +241,7 @@ class SnapStreamLM(HFLM):
         if run_args is None:  # after the method: a bad method is named before lm-eval's own default device
             run_args = RunArgs.from_mapping(given_run, surface="model_args")
         device = usable_device(run_args.device)
-        engine_on = run_args.use_engine(config, device)  # checked before the model loads
+        engine_on = method_info(config).on_engine(run_args, device)  # checked before the model loads
         unknown = sorted(set(kwargs) - _hflm_arguments())
         if unknown:
             allowed = ", ".join(sorted({*METHOD_TABLE.setting_names(), *RunArgs.names("model_args"), "pretrained",
@@ -259,7 +259,7 @@ class SnapStreamLM(HFLM):
         model, tokenizer = loaded
         if run_args.device_map is not None:
             device = str(input_device(model))  # lm-eval puts its inputs there; accelerate's hooks do the rest
-            engine_on = run_args.use_engine(config, device)  # captured there or not, now that it is known
+            engine_on = method_info(config).on_engine(run_args, device)  # captured there or not, now that it is known
         self.dtype_name = str(model.dtype).replace("torch.", "")
         kwargs.pop("tokenizer", None)
         super().__init__(

@@ -346,7 +346,7 @@ def _check_engine(ctx: _Ctx, models, methods) -> None:
         for j, spec in enumerate(methods):
             for config in spec.points():
                 try:
-                    model.run_args.use_engine(config, "cpu")  # the run argument's own rule
+                    METHOD_TABLE.get(config.method).on_engine(model.run_args, "cpu")  # the run argument's own rule
                 except SnapevalError:
                     allowed = ", ".join(n for n in METHOD_TABLE.names() if METHOD_TABLE.get(n).static_rows)
                     raise ctx.fail(f"models[{i}].engine", f"engine='true' cannot run methods[{j}] "
