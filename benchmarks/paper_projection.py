@@ -30,6 +30,9 @@ greedy with no stop token (every request decodes its ``max_new`` tokens: random 
    term and the step's fixed time by the attention's size and depth). GPU-hours are wall hours times the model's
    GPUs (a model split layer by layer runs its layers one after another). ``--as-hardware h100`` restates a run
    made on another GPU with the simulator's hardware sheets (bandwidth for the step, peak FLOPs for prefill).
+   Held branches may wait in ``--host-gib`` of host memory per GPU where the plan takes it
+   (:mod:`snapeval.memory_plan`), their trip there and back priced at the host link's bandwidth (measured on the
+   GPU by :func:`measure_host_link`; from ``--rates-from``, :data:`snapeval.memory_plan.HOST_LINK_BYTES_PER_S`).
 
 ``--smoke`` runs all of it on the CPU at tiny shapes and lengths (the test suite runs it; its numbers mean nothing,
 but the predicted decode steps must still equal the counted ones). Writes ``results/bench/paper_projection.json``
