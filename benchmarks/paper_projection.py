@@ -270,7 +270,7 @@ def fit_rates(runs: list[dict], device: str, shape) -> Rates:
     rest_rows, rest_s = [], []
     for run in runs:
         for n, seconds in run["prefills"]:
-            prefill_rows.append([1.0, n, n * n])
+            prefill_rows.append([n, n * n])  # the FLOP terms; the constant is one forward's floor
             prefill_s.append(seconds)
         for entry in run["decode"].values():
             if entry["steps"]:
@@ -280,7 +280,7 @@ def fit_rates(runs: list[dict], device: str, shape) -> Rates:
         rest_s.append(max(run["rest_s"], 0.0))
     fixed, per_byte = robust_least_squares(step_rows, step_s)
     a = prefill_floor_s(fixed, per_byte, shape.weight_bytes)
-    b, c = robust_least_squares([row[1:] for row in prefill_rows], [s - a for s in prefill_s])
+    b, c = robust_least_squares(prefill_rows, [s - a for s in prefill_s])
     engine, per_token = least_squares(rest_rows, rest_s)  # one point per run: nothing to set aside
     rates = Rates(prefill=(a, b, c), step_fixed_s=fixed, bandwidth=1 / per_byte if per_byte > 0 else math.inf,
                   engine_s=engine, branch_per_token_s=per_token, device=device, shape=asdict(shape))
@@ -357,7 +357,7 @@ def rates_from_gpu_json(path: Path) -> Rates:
     prefill_rows, prefill_s, step_rows, step_s, firsts = [], [], [], [], []
     for length, point in result["lengths"].items():
         n, new = int(point["prompt_tokens"]), int(point["new_tokens"])
-        prefill_rows.append([1.0, n, n * n])
+        prefill_rows.append([n, n * n])  # the FLOP terms; the constant is one forward's floor
         prefill_s.append(point["full"]["prefill_s"])
         for path_name, config in (("full", resolve_method("full")),
                                   ("snapstream", resolve_method("snapstream", int(point["decode_budget"])))):
@@ -369,7 +369,7 @@ def rates_from_gpu_json(path: Path) -> Rates:
                     firsts.append(rate["first_step_s"])
     fixed, per_byte = least_squares(step_rows, step_s)
     a = prefill_floor_s(fixed, per_byte, shape.weight_bytes)
-    b, c = least_squares([row[1:] for row in prefill_rows], [s - a for s in prefill_s])
+    b, c = least_squares(prefill_rows, [s - a for s in prefill_s])
     per_token = least_squares([[n] for n in H100_COMPRESSION_SHARE],
                               [share * (a + b * n + c * n * n) for n, share in H100_COMPRESSION_SHARE.items()])[0]
     firsts.sort()
