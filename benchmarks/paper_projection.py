@@ -708,6 +708,8 @@ def main(argv=None) -> Path:
     defaults = (dict(calibration_lengths=[64, 128, 256], calibration_new=4, slice_new=6) if args.smoke else
                 dict(calibration_lengths=[8192, 32768, 131008], calibration_new=32, slice_new=128))
     fill_defaults(args, defaults)
+    if not args.host_gib >= 0:
+        parser.error(f"--host-gib {args.host_gib:g} is invalid; allowed: GiB of host memory per GPU, 0 or more")
     for pair in args.new_tokens:
         if "=" not in pair or not pair.split("=", 1)[1].isdigit():
             parser.error(f"--new-tokens {pair!r} is invalid; allowed: TASK=N with N a whole number")

@@ -233,3 +233,9 @@ def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch):
     committed = projection.rates_from_gpu_json(ROOT / "results" / "bench" / "gpu.json")
     assert committed.alone_measured and 0.85 < committed.alone_factor < 1.15  # the fit holds at batch 1 too
     assert committed.eager_measured and 2.5 < committed.eager_factor < 6
+
+def test_a_negative_host_memory_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        projection.main(["--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--host-gib", "-5"])
+    assert exit_info.value.code == 2
+    assert "--host-gib -5 is invalid; allowed: GiB of host memory per GPU, 0 or more" in capsys.readouterr().err
