@@ -54,7 +54,9 @@ def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int,
     out = branches.generate(prompts, [SamplingParams(max_new_tokens=max_new)] * len(prompts))
     sync(branches.device)
     wall = time.perf_counter() - start
-    plan, peak = branches.plans[-1], branches.peaks[-1]
+    # each chunk has its own plan on a GPU (longest prompts first): the measured peak is the call's largest plan's
+    plan = max((chunk_plan for _, chunk_plan in branches.chunk_plans[-1]), key=lambda p: p.peak_bytes)
+    peak = branches.peaks[-1]
     figures = {
         "wall_s": wall, "prefills": branches.stats.prefills, "prefill_s": branches.stats.prefill_seconds,
         "plan": plan.to_dict(), "plan_text": plan.render(), "peak": peak,

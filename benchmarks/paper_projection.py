@@ -183,34 +183,69 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
     return out
 
 
+def group_chunks(shape, configs, items, *, budget: int, chunk: int | None = None, host_budget: int | None = None,
+                 by_length: bool = True) -> list[tuple[list[tuple[int, int]], object]]:
+    """The chunks of a group as ``BranchSet.generate`` takes them on CUDA, each ``(its items, its plan)``: with
+    ``by_length`` (:func:`snapeval.memory_plan.longest_first`) longest prompt first, each chunk planned for the
+    items left; else in input order under one plan."""
+    from snapeval.memory_plan import Item, chunk_order
+
+    left = [items[i] for i in chunk_order([Item(p, m) for p, m in items], by_length)]
+    plan = group_plan(shape, configs, left, budget=budget, chunk=chunk, host_budget=host_budget)
+    parts = []
+    while left:
+        parts.append((left[:plan.chunk], plan))
+        left = left[plan.chunk:]
+        if by_length and left:
+            plan = group_plan(shape, configs, left, budget=budget, chunk=chunk, host_budget=host_budget)
+    return parts
+
+
+def chunks_schedule(shape, configs, parts) -> dict[str, list[tuple[int, int, bool]]]:
+    """:func:`decode_schedule` of every chunk ``(items, plan)`` of ``parts``, per configuration in chunk order."""
+    out: dict[str, list[tuple[int, int, bool]]] = {c.label: [] for c in configs}
+    for part, plan in parts:
+        for label, entries in decode_schedule(shape, configs, part, plan).items():
+            out[label] += entries
+    return out
+
+
 def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int | None = None,
-                  prefills: int = 1, host_budget: int | None = None) -> dict:
+                  prefills: int = 1, host_budget: int | None = None, by_length: bool = True) -> dict:
     """The predicted seconds of one group: ``items`` ``[(prompt tokens, new tokens)]`` under every configuration,
     ``prefills`` prefills per item (1: shared by every configuration; a two-pass task's second pass prefills each
-    configuration's own prompt: ``len(configs)``), within ``budget`` on the device and ``host_budget`` on the host.
-    Returns the parts, the plan's chunk and rows, and the steps."""
+    configuration's own prompt: ``len(configs)``), within ``budget`` on the device and ``host_budget`` on the host,
+    chunk by chunk (:func:`group_chunks`; ``by_length``: as on a GPU). Returns the parts, the first (largest) chunk's
+    plan, each configuration's rows over the chunks, and the steps."""
     from snapeval.memory_plan import branch_bytes
 
-    plan = group_plan(shape, configs, items, budget=budget, chunk=chunk, host_budget=host_budget)
-    schedule = decode_schedule(shape, configs, items, plan)
+    parts = group_chunks(shape, configs, items, budget=budget, chunk=chunk, host_budget=host_budget,
+                         by_length=by_length)
+    schedule = chunks_schedule(shape, configs, parts)
     prefill = prefills * sum(rates.prefill_s(p) for p, _ in items)
     engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
     branch = len(configs) * sum(rates.branch_per_token_s * p for p, _ in items) + engines * rates.engine_s
-    factor = rates.alone_factor if plan.alone_captured else rates.eager_factor
-    decode = {label: sum(steps * rates.step_s(moved) * (factor if alone else 1.0) for steps, moved, alone in entries)
-              for label, entries in schedule.items()}
+    decode = {label: 0.0 for label in schedule}
     host = 0.0
-    if plan.branches_on_host:  # each item's held branches go to the host and back
-        held = [c for c in configs if plan.decode_mode(c.label).decode == "rows"]
-        host = 2 * sum(branch_bytes(shape, c, p) for p, _ in items for c in held) / rates.host_bandwidth
+    for part, plan in parts:
+        factor = rates.alone_factor if plan.alone_captured else rates.eager_factor
+        for label, entries in decode_schedule(shape, configs, part, plan).items():
+            decode[label] += sum(steps * rates.step_s(moved) * (factor if alone else 1.0)
+                                 for steps, moved, alone in entries)
+        if plan.branches_on_host:  # each item's held branches go to the host and back
+            held = [c for c in configs if plan.decode_mode(c.label).decode == "rows"]
+            host += 2 * sum(branch_bytes(shape, c, p) for p, _ in part for c in held) / rates.host_bandwidth
     total = prefill + branch + host + sum(decode.values())
+    first = parts[0][1]
+    rows = {c.label: sorted({plan.decode_mode(c.label).rows for _, plan in parts}) for c in configs}
     return {"seconds": total, "prefill_s": prefill, "branch_s": branch, "host_s": host,
-            "decode_s": sum(decode.values()), "branches_on_host": plan.branches_on_host,
+            "decode_s": sum(decode.values()), "branches_on_host": first.branches_on_host,
             "decode_s_per_configuration": decode, "engines": engines,
             "steps": {label: sum(s for s, _, _ in entries) for label, entries in schedule.items()},
-            "chunk": plan.chunk, "rows": {c.label: plan.decode_mode(c.label).rows for c in configs},
-            "alone": [c.label for c in configs if plan.decode_mode(c.label).decode == "alone"],
-            "alone_captured": plan.alone_captured,
+            "chunk": first.chunk, "rows": {c.label: first.decode_mode(c.label).rows for c in configs},
+            "chunks": len(parts), "rows_range": {label: [r[0], r[-1]] for label, r in rows.items()},
+            "alone": [c.label for c in configs if any(plan.decode_mode(c.label).decode == "alone" for _, plan in parts)],
+            "alone_captured": first.alone_captured,
             "items": len(items), "prompt_tokens_mean": sum(p for p, _ in items) / len(items)}
 
 
@@ -309,9 +344,8 @@ def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, 
     sync(branches.device)
     wall = time.perf_counter() - start
     plan, shape = branches.plans[-1], branches.shape
-    items = [(len(p), max_new) for p in prompts]
-    schedule = decode_schedule(shape, configs, items, plan)
-    decode = {}
+    schedule = chunks_schedule(shape, configs, [([(len(prompts[i]), max_new) for i in part], chunk_plan)
+                                                for part, chunk_plan in branches.chunk_plans[-1]])
     decode, alone = {}, {}
     for config in configs:
         entries = schedule[config.label]
@@ -547,7 +581,7 @@ class WithoutEos:
 def run(args, save=lambda payload: None) -> dict:
     import torch
 
-    from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget
+    from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget, longest_first
     from snapeval.models.loading import packaged_tokenizer
 
     from benchmarks.gpu import benchmark_device, build_model, prompts_of_lengths, release
@@ -601,7 +635,8 @@ def run(args, save=lambda payload: None) -> dict:
     # the host's room as the group's plan sees it (BranchSet.plan on CUDA; none on the CPU)
     host_room = device_budget("cpu") - bytes_in_use("cpu") if device.type == "cuda" else None
     predicted = project_group(shape, configs, [(len(p), args.slice_new) for p in slice_prompts], rates,
-                              budget=group_budget, chunk=chunk, host_budget=host_room)
+                              budget=group_budget, chunk=chunk, host_budget=host_room,
+                              by_length=longest_first(str(device)))
     record(slice={"measured": measured, "predicted": predicted,
                   "predicted_over_measured": predicted["seconds"] / measured["wall_s"],
                   "steps_equal": all(d["steps"] == predicted["steps"][label]

@@ -47,8 +47,8 @@ from snapeval.cache.capture import PromptCapture
 from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_stream,
                                stop_token_ids)
 from snapeval.errors import check_int
-from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, captures_alone,
-                                  device_budget, is_out_of_memory, plan_group)
+from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, captures_alone, chunk_order,
+                                  device_budget, is_out_of_memory, longest_first, plan_group)
 from snapeval.models.devices import input_device
 from snapeval.run_args import RunArgs
 
@@ -182,6 +182,8 @@ class BranchSet:
         self.shares = any(self._branches)
         self.stats = BranchStats()
         self.plans: list[GroupPlan] = []  # the memory plan of every generate call, for the provenance
+        #: per generate call, each chunk's items (indices, in the order they ran) and the plan it ran with
+        self.chunk_plans: list[list[tuple[list[int], GroupPlan]]] = []
         self.peaks: list[dict] = []  # ... and its measured peak
         self._shape: ModelShape | None = None
 
@@ -327,13 +329,18 @@ class BranchSet:
              own: Sequence[int] = ()) -> list[list[Completion]]:
         """Every item under every configuration, chunk by chunk as the memory plan says (``own``: configurations
         that prefill themselves in this call); an out-of-memory error halves the chunk and redoes that chunk's items
-        (finished chunks are kept)."""
+        (finished chunks are kept). On a GPU the items go longest prompt first and each chunk is planned for the
+        items left (:func:`~snapeval.memory_plan.longest_first`): a chunk of shorter prompts holds more rows. Every
+        configuration decodes the same chunks, so items stay paired at the same batch composition."""
         from tqdm import tqdm
 
         sampling = [self._seeded(params, i) for i, params in enumerate(sampling)]
         out: list[list[Completion | None]] = [[None] * len(items) for _ in self.configs]
+        per_chunk = longest_first(str(self.device))
+        pending = chunk_order(items, per_chunk)
+        limit = None  # the chunk asked for: the run's batch, halved by an out-of-memory error
         plan = self.plan(items, own=own)
-        pending = list(range(len(items)))
+        chunks: list[tuple[list[int], GroupPlan]] = []
         bar = tqdm(total=len(items), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
         with PeakMeter(self.device) as meter:
             while pending:
@@ -343,21 +350,26 @@ class BranchSet:
                 except Exception as exc:  # noqa: BLE001 (anything but an allocation failure is re-raised)
                     if plan.chunk == 1 or not is_out_of_memory(exc):
                         raise
-                    halved = max(1, plan.chunk // 2)
-                    self.stats.chunk_halvings.append({"chunk": plan.chunk, "to": halved, "error": str(exc)[:200]})
+                    limit = max(1, plan.chunk // 2)
+                    self.stats.chunk_halvings.append({"chunk": plan.chunk, "to": limit, "error": str(exc)[:200]})
                 else:
                     for (c, i), completion in done.items():
                         out[c][i] = completion
+                    chunks.append((part, plan))
                     pending = pending[len(part):]
                     bar.update(len(part))
+                    if per_chunk and pending:
+                        plan = self.plan([items[i] for i in pending], chunk=limit, own=own)
                     continue
                 gc.collect()  # the failed chunk's tensors (the exception no longer holds its frames)
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()
-                plan = dataclasses.replace(self.plan(items, chunk=halved, own=own), reasons=(
-                    f"out of memory at chunk {halved * 2}: halved to {halved}",))
+                left = [items[i] for i in pending] if per_chunk else items
+                plan = dataclasses.replace(self.plan(left, chunk=limit, own=own), reasons=(
+                    f"out of memory at chunk {limit * 2}: halved to {limit}",))
         bar.close()
-        self.plans.append(plan)
+        self.plans.append(chunks[0][1] if per_chunk else plan)  # longest first: the first chunk's, the largest items
+        self.chunk_plans.append(chunks)
         self.peaks.append(meter.to_dict())
         return out
 
@@ -600,10 +612,13 @@ class SharedBranches:
         any out-of-memory halving (provenance)."""
         branches = self.branches
         stats = branches.stats
-        return {"configurations": len(branches.configs), "prefills": stats.prefills,
-                "prefill_tokens": stats.prefill_tokens, "prefill_seconds": round(stats.prefill_seconds, 3),
-                "memory_plans": [plan.to_dict() for plan in branches.plans], "measured_peaks": list(branches.peaks),
-                "chunk_halvings": list(stats.chunk_halvings)}
+        out = {"configurations": len(branches.configs), "prefills": stats.prefills,
+               "prefill_tokens": stats.prefill_tokens, "prefill_seconds": round(stats.prefill_seconds, 3),
+               "memory_plans": [plan.to_dict() for plan in branches.plans], "measured_peaks": list(branches.peaks),
+               "chunk_halvings": list(stats.chunk_halvings)}
+        if longest_first(str(branches.device)):  # each chunk planned for its own items: what each one ran
+            out["chunk_plans"] = [[plan.chunk_summary(part) for part, plan in call] for call in branches.chunk_plans]
+        return out
 
     def score(self, config: MethodConfig, contexts, continuations):
         key = ("loglikelihood", tuple(map(tuple, contexts)), tuple(map(tuple, continuations)))

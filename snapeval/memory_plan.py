@@ -38,6 +38,10 @@ so each configuration's engine has the whole room for its rows and the chunk is 
 where it leaves fewer bytes per decoded token, counting the branches' trip over the host link both ways
 (:data:`HOST_LINK_BYTES_PER_S`): LongBench-v2 at 120k tokens holds 11.8 GiB of branches per item, so the device holds
 2 items and each configuration decodes in rows of 2; from the host, in rows of up to the chunk.
+
+A plan is sized for the largest item it is given. On a GPU a group therefore takes its items longest prompt first
+and plans each chunk for the items left (:func:`longest_first`, :func:`chunk_order`): a chunk of shorter prompts
+decodes in more rows than one plan for the whole call would give it.
 """
 from __future__ import annotations
 
@@ -343,6 +347,13 @@ class GroupPlan:
         out["host_bytes"] = self.host_bytes
         return out
 
+    def chunk_summary(self, items: Sequence[int]) -> dict:
+        """What one chunk of ``items`` (indices) ran with under this plan, for the provenance: its items, the largest
+        prompt the plan is sized for, each configuration's rows (0: decoded alone), where the branches waited."""
+        return {"items": list(items), "prompt_tokens": self.prompt_tokens, "chunk": self.chunk,
+                "rows": {c.label: c.rows if c.decode == "rows" else 0 for c in self.configurations},
+                "branches_on_host": self.branches_on_host, "peak_gib": gib(self.peak_bytes)}
+
     def render(self) -> str:
         """A few lines for people: the chunk, where the memory goes, and whether it fits."""
         budget = "unbounded" if self.budget_bytes is None else f"{gib(self.budget_bytes)} GiB"
@@ -390,6 +401,21 @@ def engine_slots(shape: ModelShape, config: MethodConfig, prompt: int, max_new: 
                             f"{prompt}+{max_new} tokens ({gib(per_row)} GiB, {gib(in_use)} GiB in use); allowed: a "
                             "larger max_memory or a smaller budget")
     return int(slots)
+
+
+def longest_first(device: str) -> bool:
+    """Whether a group on ``device`` takes its items longest prompt first, each chunk planned for the items left
+    (:meth:`~snapeval.branching.BranchSet.generate`): on a GPU, where a chunk's rows are what fits the device at its
+    largest prompt, so a chunk of shorter prompts decodes in more rows (LongBench-v2: prompts of 4k to 128k tokens
+    in one group). Elsewhere the items go in input order under one plan (the CPU's rows are the run's batch)."""
+    return device.startswith("cuda")
+
+
+def chunk_order(items: Sequence[Item], by_length: bool) -> list[int]:
+    """The indices of ``items`` in the order a group takes them: longest prompt first when ``by_length`` (ties in
+    input order), else input order."""
+    order = list(range(len(items)))
+    return sorted(order, key=lambda i: -items[i].prompt) if by_length else order
 
 
 def captures_alone(config: MethodConfig, captured: bool) -> bool:

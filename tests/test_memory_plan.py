@@ -439,3 +439,50 @@ def test_on_cuda_a_group_plans_with_the_hosts_budget(monkeypatch):
     group.device = torch.device("cuda:0")
     group.plan([Item(100, 4)])
     assert seen[-1]["host_budget"] == 300 * 2**30 and seen[-1]["host_in_use"] == 7 and seen[-1]["in_use"] == 5
+
+
+def test_items_go_longest_first_only_on_a_gpu():
+    from snapeval.memory_plan import chunk_order, longest_first
+
+    items = [Item(40, 4), Item(120, 4), Item(70, 4), Item(120, 2), Item(55, 4)]
+    assert longest_first("cuda:0") and longest_first("cuda") and not longest_first("cpu")
+    assert chunk_order(items, True) == [1, 3, 2, 4, 0]  # ties keep input order
+    assert chunk_order(items, False) == [0, 1, 2, 3, 4]
+
+
+def test_longest_first_each_chunk_is_planned_for_its_own_items_and_decodes_the_same_tokens(monkeypatch):
+    """The GPU's order (forced on the CPU here): the group takes its items longest prompt first, plans each chunk for
+    the items left (so each chunk's plan is sized for its own largest prompt), records every chunk's plan, and
+    returns every configuration's completions in input order, token for token those of the input-order run
+    (float32: a row decodes the same tokens in any batch)."""
+    from snapeval.branching import SharedBranches
+
+    model = tiny_model("llama")
+    lengths = [40, 120, 70, 100, 55, 90]
+    prompts = [random_prompt(n, seed=i) for i, n in enumerate(lengths)]
+    params = [SamplingParams(max_new_tokens=5 - i % 2) for i in range(len(lengths))]
+    reference = BranchSet(model, TinyTokenizer(), CONFIGS, batch=2).generate(prompts, params)
+    asked = []
+    real_plan = BranchSet.plan
+
+    def spy(self, items, chunk=None, own=()):
+        asked.append([i.prompt for i in items])
+        return real_plan(self, items, chunk, own)
+
+    monkeypatch.setattr(BranchSet, "plan", spy)
+    monkeypatch.setattr("snapeval.branching.longest_first", lambda device: True)
+    group = BranchSet(model, TinyTokenizer(), CONFIGS, batch=2)
+    out = group.generate(prompts, params)
+    chunks = group.chunk_plans[-1]
+    assert [part for part, _ in chunks] == [[1, 3], [5, 2], [4, 0]]
+    assert [plan.prompt_tokens for _, plan in chunks] == [120, 90, 55]
+    assert asked[1:] == [[90, 70, 55, 40], [55, 40]]  # each re-plan sees the items left, longest first
+    assert group.plans[-1] is chunks[0][1]  # the call's plan: its largest items'
+    for c in range(len(CONFIGS)):
+        assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], CONFIGS[c].label
+        assert [d.index for d in out[c]] == list(range(len(lengths))), CONFIGS[c].label
+    described = SharedBranches(group).describe()["chunk_plans"][-1]
+    assert [entry["items"] for entry in described] == [[1, 3], [5, 2], [4, 0]]
+    assert described[0]["prompt_tokens"] == 120 and described[0]["rows"]["snapstream@16"] == 2
+    monkeypatch.setattr("snapeval.branching.longest_first", lambda device: False)
+    assert "chunk_plans" not in SharedBranches(group).describe()  # the CPU's provenance stays as it was

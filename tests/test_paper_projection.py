@@ -239,3 +239,25 @@ def test_a_negative_host_memory_is_refused_in_one_line(capsys):
         projection.main(["--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--host-gib", "-5"])
     assert exit_info.value.code == 2
     assert "--host-gib -5 is invalid; allowed: GiB of host memory per GPU, 0 or more" in capsys.readouterr().err
+
+
+def test_the_projection_takes_a_gpus_chunks_longest_first_each_planned_for_its_own_items():
+    """As ``BranchSet.generate`` on CUDA: items longest first, each chunk planned for the items left, so a chunk of
+    shorter prompts decodes in more rows; the projected decode is then no slower than one plan for every item."""
+    from snapeval.cache import FullConfig, SnapStreamConfig
+
+    configs = [FullConfig(), SnapStreamConfig.from_budget(4096)]
+    items = [(16384, 64)] * 6 + [(131008, 64)] * 2 + [(16384, 64)] * 6
+    budget = int(80e9 * 0.92)
+    parts = projection.group_chunks(SHAPE, configs, items, budget=budget, chunk=4)
+    prompts = [p for part, _ in parts for p, _ in part]
+    assert prompts == sorted(prompts, reverse=True) and len(prompts) == len(items)
+    assert all(plan.prompt_tokens == max(p for p, _ in part) for part, plan in parts)
+    assert parts[-1][1].decode_mode("full").rows > parts[0][1].decode_mode("full").rows
+    one = projection.group_chunks(SHAPE, configs, items, budget=budget, chunk=4, by_length=False)
+    assert len({id(plan) for _, plan in one}) == 1 and one[0][1].decode_mode("full").decode == "alone"
+    fast = projection.project_group(SHAPE, configs, items, unit_rates(), budget=budget, chunk=4)
+    slow = projection.project_group(SHAPE, configs, items, unit_rates(), budget=budget, chunk=4, by_length=False)
+    assert fast["chunks"] == len(parts) and fast["decode_s"] < slow["decode_s"]
+    assert fast["steps"] == {label: sum(s for s, _, _ in entries) for label, entries in
+                             projection.chunks_schedule(SHAPE, configs, parts).items()}
