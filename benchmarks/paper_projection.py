@@ -221,15 +221,16 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
 
     parts = group_chunks(shape, configs, items, budget=budget, chunk=chunk, host_budget=host_budget,
                          by_length=by_length)
-    schedule = chunks_schedule(shape, configs, parts)
+    schedules = [decode_schedule(shape, configs, part, plan) for part, plan in parts]
+    schedule = {c.label: [entry for one in schedules for entry in one[c.label]] for c in configs}
     prefill = prefills * sum(rates.prefill_s(p) for p, _ in items)
     engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
     branch = len(configs) * sum(rates.branch_per_token_s * p for p, _ in items) + engines * rates.engine_s
     decode = {label: 0.0 for label in schedule}
     host = 0.0
-    for part, plan in parts:
+    for (part, plan), one in zip(parts, schedules):
         factor = rates.alone_factor if plan.alone_captured else rates.eager_factor
-        for label, entries in decode_schedule(shape, configs, part, plan).items():
+        for label, entries in one.items():
             decode[label] += sum(steps * rates.step_s(moved) * (factor if alone else 1.0)
                                  for steps, moved, alone in entries)
         if plan.branches_on_host:  # each item's held branches go to the host and back
