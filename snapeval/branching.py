@@ -198,17 +198,26 @@ class BranchSet:
             self._shape = ModelShape.of(self.model)
         return self._shape
 
-    def plan(self, items: Sequence[Item], chunk: int | None = None, own: Sequence[int] = ()) -> GroupPlan:
+    def host_room(self) -> dict:
+        """On CUDA, what the plan needs to let held branches wait in host memory: the host's budget
+        (``max_host_memory``) and what the process holds there now; elsewhere nothing. A call reads it once, at its
+        start: each chunk's branches are gone before the next chunk, and host memory the allocator keeps after freeing
+        them would otherwise read as in use."""
+        if self.device.type != "cuda":
+            return {}
+        return {"host_budget": device_budget("cpu", self.max_host_memory), "host_in_use": bytes_in_use("cpu")}
+
+    def plan(self, items: Sequence[Item], chunk: int | None = None, own: Sequence[int] = (),
+             host: dict | None = None) -> GroupPlan:
         """The memory plan of these items (:func:`snapeval.memory_plan.plan_group`) on this model's device, within
         ``max_memory``, for at most ``chunk`` items in flight (default: ``batch``; on CUDA at most the items);
         ``own``: configurations (indices) that prefill themselves in this call besides those that never branch. On
-        CUDA the held branches may wait in host memory (``max_host_memory``)."""
+        CUDA the held branches may wait in host memory (``host``: :meth:`host_room`, read now when not given)."""
         alone = {c.label for i, (c, b) in enumerate(zip(self.configs, self._branches)) if not b or i in own}
         chunk = chunk or self.batch
-        host = {}
         if self.device.type == "cuda":  # rows beyond the call's items would only add work to every step
             chunk = min(chunk, len(items))
-            host = {"host_budget": device_budget("cpu", self.max_host_memory), "host_in_use": bytes_in_use("cpu")}
+        host = self.host_room() if host is None else host
         return plan_group(self.shape, self.configs, items, chunk=chunk, window=self.window,
                           budget=device_budget(self.device, self.max_memory), in_use=bytes_in_use(self.device),
                           device=str(self.device), alone=alone, captured=self.capture, **host)
@@ -339,7 +348,8 @@ class BranchSet:
         per_chunk = longest_first(str(self.device))
         pending = chunk_order(items, per_chunk)
         limit = None  # the chunk asked for: the run's batch, halved by an out-of-memory error
-        plan = self.plan(items, own=own)
+        host = self.host_room()  # as the call starts: every chunk's plan sees the host as the first one did
+        plan = self.plan(items, own=own, host=host)
         chunks: list[tuple[list[int], GroupPlan]] = []
         bar = tqdm(total=len(items), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
         with PeakMeter(self.device) as meter:
@@ -359,13 +369,13 @@ class BranchSet:
                     pending = pending[len(part):]
                     bar.update(len(part))
                     if per_chunk and pending:
-                        plan = self.plan([items[i] for i in pending], chunk=limit, own=own)
+                        plan = self.plan([items[i] for i in pending], chunk=limit, own=own, host=host)
                     continue
                 gc.collect()  # the failed chunk's tensors (the exception no longer holds its frames)
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()
                 left = [items[i] for i in pending] if per_chunk else items
-                plan = dataclasses.replace(self.plan(left, chunk=limit, own=own), reasons=(
+                plan = dataclasses.replace(self.plan(left, chunk=limit, own=own, host=host), reasons=(
                     f"out of memory at chunk {limit * 2}: halved to {limit}",))
         bar.close()
         self.plans.append(chunks[0][1] if per_chunk else plan)  # longest first: the first chunk's, the largest items

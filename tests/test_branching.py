@@ -212,8 +212,8 @@ def test_a_configuration_decoded_alone_is_captured_in_one_row_with_the_same_toke
               SamplingParams(max_new_tokens=7)]
     real_plan = BranchSet.plan
 
-    def full_alone(self, items, chunk=None, own=()):
-        plan = real_plan(self, items, chunk, own)
+    def full_alone(self, items, chunk=None, own=(), host=None):
+        plan = real_plan(self, items, chunk, own, host)
         return dataclasses.replace(plan, alone_captured=self.capture, configurations=tuple(
             ConfigurationPlan(c.label, "alone", 1, 0, c.decode_bytes) if c.label in ("full", "streamingllm@40") else c
             for c in plan.configurations))

@@ -255,7 +255,7 @@ def test_a_prefill_in_token_chunks_holds_the_prompt_of_one_forward(family):
     reference = branches.generate(prompts, params)
     plan = branches.plan([Item(len(p), s.max_new_tokens) for p, s in zip(prompts, params)])
     forced = dataclasses.replace(plan, prefill_tokens=16)
-    branches.plan = lambda items, chunk=None, own=(): forced
+    branches.plan = lambda items, chunk=None, own=(), host=None: forced
     out = branches.generate(prompts, params)
     assert branches.plans[-1].prefill_tokens == 16
     for c in range(len(CONFIGS)):
@@ -297,8 +297,8 @@ def test_a_group_builds_each_engine_with_its_plans_rows(monkeypatch):
     small = {c.label: (3 if c.FIXED_SIZE else 8) for c in CONFIGS}
     real_plan = BranchSet.plan
 
-    def plan_with_rows(self, items, chunk=None, own=()):
-        plan = real_plan(self, items, chunk, own)
+    def plan_with_rows(self, items, chunk=None, own=(), host=None):
+        plan = real_plan(self, items, chunk, own, host)
         return dataclasses.replace(plan, configurations=tuple(
             dataclasses.replace(c, rows=small[c.label]) if c.decode == "rows" else c for c in plan.configurations))
 
@@ -452,7 +452,8 @@ def test_items_go_longest_first_only_on_a_gpu():
 
 def test_longest_first_each_chunk_is_planned_for_its_own_items_and_decodes_the_same_tokens(monkeypatch):
     """The GPU's order (forced on the CPU here): the group takes its items longest prompt first, plans each chunk for
-    the items left (so each chunk's plan is sized for its own largest prompt), records every chunk's plan, and
+    the items left (so each chunk's plan is sized for its own largest prompt) with the host's room read once at the
+    call's start (freed branches the allocator keeps must not read as in use), records every chunk's plan, and
     returns every configuration's completions in input order, token for token those of the input-order run
     (float32: a row decodes the same tokens in any batch)."""
     from snapeval.branching import SharedBranches
@@ -465,11 +466,15 @@ def test_longest_first_each_chunk_is_planned_for_its_own_items_and_decodes_the_s
     asked = []
     real_plan = BranchSet.plan
 
-    def spy(self, items, chunk=None, own=()):
+    def spy(self, items, chunk=None, own=(), host=None):
         asked.append([i.prompt for i in items])
-        return real_plan(self, items, chunk, own)
+        hosts.append(host)
+        return real_plan(self, items, chunk, own, host)
 
+    hosts, rooms = [], []
+    real_room = BranchSet.host_room
     monkeypatch.setattr(BranchSet, "plan", spy)
+    monkeypatch.setattr(BranchSet, "host_room", lambda self: rooms.append(real_room(self)) or rooms[-1])
     monkeypatch.setattr("snapeval.branching.longest_first", lambda device: True)
     group = BranchSet(model, TinyTokenizer(), CONFIGS, batch=2)
     out = group.generate(prompts, params)
@@ -478,6 +483,8 @@ def test_longest_first_each_chunk_is_planned_for_its_own_items_and_decodes_the_s
     assert [plan.prompt_tokens for _, plan in chunks] == [120, 90, 55]
     assert asked[1:] == [[90, 70, 55, 40], [55, 40]]  # each re-plan sees the items left, longest first
     assert group.plans[-1] is chunks[0][1]  # the call's plan: its largest items'
+    # the host is read once, as the call starts: every chunk's plan sees it as the first did
+    assert len(rooms) == 1 and len(hosts) == 3 and all(h is rooms[0] for h in hosts)
     for c in range(len(CONFIGS)):
         assert [d.token_ids for d in out[c]] == [d.token_ids for d in reference[c]], CONFIGS[c].label
         assert [d.index for d in out[c]] == list(range(len(lengths))), CONFIGS[c].label
