@@ -618,8 +618,9 @@ class SharedBranches:
 
     def describe(self) -> dict:
         """What the group computed so far: its configurations, the prefills they shared, the memory plan and the
-        measured peak of each generation call in order (a two-pass task: the first pass's, then the second's) and
-        any out-of-memory halving (provenance)."""
+        measured peak of each generation call in order (a two-pass task: the first pass's, then the second's), any
+        out-of-memory halving and, on a GPU (chunks longest first, each planned for its own items), every chunk's
+        plan (provenance)."""
         branches = self.branches
         stats = branches.stats
         out = {"configurations": len(branches.configs), "prefills": stats.prefills,
