@@ -201,13 +201,14 @@ def group_chunks(shape, configs, items, *, budget: int, chunk: int | None = None
     return parts
 
 
+def merged_schedule(configs, schedules) -> dict[str, list[tuple[int, int, bool]]]:
+    """Per configuration, the entries of every chunk's :func:`decode_schedule` of ``schedules``, in chunk order."""
+    return {c.label: [entry for one in schedules for entry in one[c.label]] for c in configs}
+
+
 def chunks_schedule(shape, configs, parts) -> dict[str, list[tuple[int, int, bool]]]:
     """:func:`decode_schedule` of every chunk ``(items, plan)`` of ``parts``, per configuration in chunk order."""
-    out: dict[str, list[tuple[int, int, bool]]] = {c.label: [] for c in configs}
-    for part, plan in parts:
-        for label, entries in decode_schedule(shape, configs, part, plan).items():
-            out[label] += entries
-    return out
+    return merged_schedule(configs, [decode_schedule(shape, configs, part, plan) for part, plan in parts])
 
 
 def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int | None = None,
@@ -222,7 +223,7 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
     parts = group_chunks(shape, configs, items, budget=budget, chunk=chunk, host_budget=host_budget,
                          by_length=by_length)
     schedules = [decode_schedule(shape, configs, part, plan) for part, plan in parts]
-    schedule = {c.label: [entry for one in schedules for entry in one[c.label]] for c in configs}
+    schedule = merged_schedule(configs, schedules)  # each chunk's own too: its plan says how its alone ones step
     prefill = prefills * sum(rates.prefill_s(p) for p, _ in items)
     engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
     branch = len(configs) * sum(rates.branch_per_token_s * p for p, _ in items) + engines * rates.engine_s
