@@ -30,6 +30,7 @@ Shapes: prompts are token-id lists; logits ``[V]``; caches hold one row per prom
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import gc
@@ -48,7 +49,7 @@ from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_
                                stop_token_ids)
 from snapeval.errors import check_int
 from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, captures_alone, chunk_order,
-                                  device_budget, is_out_of_memory, longest_first, plan_group)
+                                  device_budget, is_out_of_memory, longest_first, plan_group, shares_documents)
 from snapeval.models.devices import input_device
 from snapeval.run_args import RunArgs
 
@@ -285,20 +286,49 @@ class BranchSet:
         return self.own_prefill(config, prompt)
 
     # --- generation -------------------------------------------------------------------------------------------
+    def shares_documents(self) -> bool:
+        """Whether :meth:`generate` prefills a document shared by several items once
+        (:func:`~snapeval.memory_plan.shares_documents`: on a GPU; not with a branching press, whose hooks read the
+        whole prompt's hidden states)."""
+        return shares_documents(str(self.device)) and not self.presses
+
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]) -> list[list[Completion]]:
-        """Every prompt under every configuration: ``out[c][i]`` is configuration ``c``'s completion of prompt ``i``."""
-        items = [Item(len(p), s.max_new_tokens) for p, s in zip(prompts, sampling)]
+        """Every prompt under every configuration: ``out[c][i]`` is configuration ``c``'s completion of prompt ``i``.
+
+        Where :meth:`shares_documents`, items that open with one document (:func:`document_families`) are taken
+        together: the document is prefilled once and each item computes only its own suffix on top of it
+        (:meth:`extend`), then branches as if it had prefilled its whole prompt."""
+        families, heads = document_families(prompts) if self.shares_documents() else ([None] * len(prompts),
+                                                                                       [0] * len(prompts))
+        items = [Item(len(p), s.max_new_tokens, prefix=h) for p, s, h in zip(prompts, sampling, heads)]
         shared = [c for c, b in enumerate(self._branches) if b]
         alone = [c for c, b in enumerate(self._branches) if not b]
+        left = {f: families.count(f) for f in set(families) if f is not None}  # members not yet extended
+        document: dict[int, Prefilled] = {}  # the open family's prefilled document (one at a time)
 
         def sources(i: int, plan: GroupPlan):
             if shared:
-                yield self.prefill(prompts[i], tokens=_tokens(plan, len(prompts[i])), store=_store(plan)), shared
+                family = families[i]
+                if family is None:
+                    document.clear()
+                    yield self.prefill(prompts[i], tokens=_tokens(plan, len(prompts[i])), store=_store(plan)), shared
+                else:
+                    if family not in document:
+                        document.clear()  # the previous family's document goes before this one is prefilled
+                        head = prompts[i][:heads[i]]
+                        document[family] = self.prefill(head, tokens=_tokens(plan, len(head)), store=_store(plan),
+                                                        presses=False)
+                    extended = self.extend(document[family], prompts[i][heads[i]:])
+                    left[family] -= 1
+                    if left[family] <= 0:
+                        document.clear()  # its last member: the continuation holds the whole prompt
+                    yield extended, shared  # (the caller frees its capture once its branches are built)
             if alone:
                 yield None, alone
 
-        return self._run(items, lambda c, i: list(prompts[i]), sampling, sources)
+        return self._run(items, lambda c, i: list(prompts[i]), sampling, sources, families=families,
+                         after_chunk=document.clear)
 
     @torch.inference_mode()
     def generate_each(self, prompts: Sequence[Sequence[Sequence[int]]], sampling: Sequence[SamplingParams]
@@ -335,18 +365,22 @@ class BranchSet:
         return self._run(items, lambda c, i: list(prompts[c][i]), sampling, sources, own)
 
     def _run(self, items: Sequence[Item], prompt_of, sampling: Sequence[SamplingParams], sources: Sources,
-             own: Sequence[int] = ()) -> list[list[Completion]]:
+             own: Sequence[int] = (), families: Sequence[int | None] | None = None,
+             after_chunk: Callable[[], None] | None = None) -> list[list[Completion]]:
         """Every item under every configuration, chunk by chunk as the memory plan says (``own``: configurations
         that prefill themselves in this call); an out-of-memory error halves the chunk and redoes that chunk's items
         (finished chunks are kept). On a GPU the items go longest prompt first and each chunk is planned for the
         items left (:func:`~snapeval.memory_plan.longest_first`): a chunk of shorter prompts holds more rows. Every
-        configuration decodes the same chunks, so items stay paired at the same batch composition."""
+        configuration decodes the same chunks, so items stay paired at the same batch composition. ``families``:
+        per item its document family or None; a family's members go together and a chunk ends before a family it
+        would split (unless the family alone is larger than the chunk). ``after_chunk``: called after each chunk's
+        items are done or failed (what ``sources`` holds across items goes)."""
         from tqdm import tqdm
 
         sampling = [self._seeded(params, i) for i, params in enumerate(sampling)]
         out: list[list[Completion | None]] = [[None] * len(items) for _ in self.configs]
         per_chunk = longest_first(str(self.device))
-        pending = chunk_order(items, per_chunk)
+        pending = chunk_order(items, per_chunk, families)
         limit = None  # the chunk asked for: the run's batch, halved by an out-of-memory error
         host = self.host_room()  # as the call starts: every chunk's plan sees the host as the first one did
         plan = self.plan(items, own=own, host=host)
@@ -354,9 +388,13 @@ class BranchSet:
         bar = tqdm(total=len(items), desc=f"One prefill per item, {len(self.configs)} configurations", unit="item")
         with PeakMeter(self.device) as meter:
             while pending:
-                part = pending[:plan.chunk]
+                part = whole_families(pending, plan.chunk, families)
                 try:
-                    done = self._chunk(part, plan, prompt_of, sampling, sources)
+                    try:
+                        done = self._chunk(part, plan, prompt_of, sampling, sources)
+                    finally:
+                        if after_chunk is not None:
+                            after_chunk()
                 except Exception as exc:  # noqa: BLE001 (anything but an allocation failure is re-raised)
                     if plan.chunk == 1 or not is_out_of_memory(exc):
                         raise
@@ -565,6 +603,73 @@ def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tu
     return out
 
 
+#: Prompts of one call that open with the same document share its prefill when they share at least this many tokens.
+MIN_SHARED_DOCUMENT = 1024
+
+
+def document_families(prompts: Sequence[Sequence[int]], minimum: int | None = None
+                      ) -> tuple[list[int | None], list[int]]:
+    """The items of one call that open with one document, each family's shared prefix to be prefilled once.
+
+    Prompts longer than ``minimum`` tokens (default :data:`MIN_SHARED_DOCUMENT`) are sorted; neighbours share a
+    prefix (:func:`shared_prefix`, so each keeps a suffix). A run of neighbours is one family with the shortest shared
+    prefix among them, or splits where that prefix is shortest into families with longer ones, whichever prefills
+    fewer tokens (a family of ``m`` members and prefix ``h`` saves ``(m - 1) h``); a family's prefix is at least
+    ``minimum`` tokens. So the answer and chain-of-thought prompts of one LongBench-v2 question share everything up
+    to the question's end, two questions on one document the document, and a preamble shared by every prompt is
+    not mistaken for a document. Returns per prompt its family (numbered by its first member; None: alone) and the
+    family's shared prefix (0 alone)."""
+    import numpy as np
+
+    minimum = MIN_SHARED_DOCUMENT if minimum is None else minimum
+    order = sorted((i for i, p in enumerate(prompts) if len(p) > minimum), key=lambda i: list(prompts[i]))
+    arrays = [np.asarray(prompts[i]) for i in order]
+
+    def common(a, b) -> int:
+        n = min(len(a), len(b))
+        differ = np.flatnonzero(a[:n] != b[:n])
+        return min(int(differ[0]) if differ.size else n, n - 1)
+
+    shared = [common(a, b) for a, b in zip(arrays, arrays[1:])]  # between sorted neighbours j and j + 1
+    best: dict[tuple[int, int], tuple[int, list]] = {}  # (first, last) sorted member -> (tokens saved, families)
+    stack = [(0, len(order) - 1, False)] if order else []
+    while stack:  # post-order over the splits at the shortest shared prefix (a Cartesian tree of ``shared``)
+        lo, hi, expanded = stack.pop()
+        if lo >= hi:
+            best[lo, hi] = (0, [])
+            continue
+        k = min(range(lo, hi), key=shared.__getitem__)
+        if not expanded:
+            stack += [(lo, hi, True), (lo, k, False), (k + 1, hi, False)]
+            continue
+        left, right = best.pop((lo, k)), best.pop((k + 1, hi))
+        whole = (hi - lo) * shared[k] if shared[k] >= minimum else 0
+        best[lo, hi] = ((whole, [(lo, hi, shared[k])]) if whole and whole >= left[0] + right[0]
+                        else (left[0] + right[0], left[1] + right[1]))
+    families: list[int | None] = [None] * len(prompts)
+    heads = [0] * len(prompts)
+    for lo, hi, head in (best[0, len(order) - 1][1] if order else []):
+        members = sorted(order[lo:hi + 1])
+        for i in members:
+            families[i], heads[i] = members[0], head
+    return families, heads
+
+
+def whole_families(pending: Sequence[int], chunk: int, families: Sequence[int | None] | None) -> list[int]:
+    """The next chunk of ``pending`` (item indices in the order they run): its first ``chunk`` items, ending before a
+    document family it would split when an earlier item starts the chunk (:func:`document_families`)."""
+    part = list(pending[:chunk])
+    if not families or len(part) == len(pending):
+        return part
+    last, following = families[part[-1]], families[pending[len(part)]]
+    if last is None or last != following:
+        return part
+    start = len(part) - 1
+    while start > 0 and families[part[start - 1]] == last:
+        start -= 1
+    return part[:start] if start > 0 else part
+
+
 def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     """Length of the longest common prefix of ``prompts`` (token ids), less one token when it covers the shortest
     prompt, so that every prompt keeps a suffix to compute (its last position's logits)."""
@@ -575,12 +680,22 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     return min(length, shortest - 1)
 
 
+class Previewed(Exception):
+    """Raised by a :class:`SharedBranches` that is :meth:`~SharedBranches.collecting` once a call's generation
+    requests are recorded: the call (an lm-eval run previewed for its requests) ends there, nothing computed."""
+
+
 class SharedBranches:
     """What every configuration's lm-eval model asks, answered from one shared computation.
 
     The models of one sweep group (one per configuration) receive the same requests; the first to ask computes the
     answers of all configurations (:class:`BranchSet`), the others read theirs. The answers of the last few request
     lists are kept (a task may send its single-pass and its two-pass requests as two lists).
+
+    Tasks whose prompts open with the same documents (LongBench-v2's answer and chain of thought) share one group on
+    a GPU (:meth:`shares_documents`): the sweep first previews the later tasks' calls (:meth:`collecting`), whose
+    generation requests are then *expected*; the first call that computes takes them along in the same
+    :meth:`BranchSet.generate`, each document prefilled once for all of them, and their own calls read the answers.
     """
 
     KEPT = 4
@@ -589,17 +704,64 @@ class SharedBranches:
         self.branches = branches
         self._index = {config: i for i, config in enumerate(branches.configs)}
         self._answers: dict = {}
+        self._expected: list[tuple[tuple, list, list]] = []  # (key, prompts, params) of previewed first passes
+        self._collecting = False
+
+    def shares_documents(self) -> bool:
+        """Whether one call's items that open with one document prefill it once (:meth:`BranchSet.shares_documents`),
+        so that previewing a companion task's requests pays."""
+        return self.branches.shares_documents()
+
+    @contextlib.contextmanager
+    def collecting(self):
+        """Within it, a generation call records its requests as expected (the first pass of a two-pass call) and
+        raises :class:`Previewed` instead of computing."""
+        self._collecting = True
+        try:
+            yield self
+        finally:
+            self._collecting = False
+
+    def _keep(self, key, answers) -> None:
+        if key not in self._answers and len(self._answers) >= self.KEPT:
+            del self._answers[next(iter(self._answers))]  # the oldest
+        self._answers[key] = answers
 
     def _answer(self, key, compute):
         if key not in self._answers:
-            if len(self._answers) >= self.KEPT:
-                del self._answers[next(iter(self._answers))]  # the oldest
-            self._answers[key] = compute()
+            self._keep(key, compute())
+        return self._answers[key]
+
+    @staticmethod
+    def _generate_key(prompts, params) -> tuple:
+        return ("generate_until", tuple(map(tuple, prompts)), tuple(params))
+
+    def _first_pass(self, prompts, params) -> list[list[Completion]]:
+        """Every configuration's completions of ``prompts``: kept answers, or one :meth:`BranchSet.generate` of these
+        and every expected request list (each list's answers kept under its own key)."""
+        key = self._generate_key(prompts, params)
+        if self._collecting:
+            if all(k != key for k, _, _ in self._expected):
+                self._expected.append((key, list(prompts), list(params)))
+            raise Previewed(f"{len(prompts)} requests expected")
+        if key in self._answers:
+            return self._answers[key]
+        lists = [(key, list(prompts), list(params))] + [e for e in self._expected if e[0] != key]
+        self._expected = []
+        out = self.branches.generate([p for _, ps, _ in lists for p in ps], [s for _, _, ss in lists for s in ss])
+        spans, start = [], 0
+        for k, ps, _ in lists:
+            spans.append((k, start, start + len(ps)))
+            start += len(ps)
+        for k, begin, end in spans[1:] + spans[:1]:  # the asked list kept last: the newest
+            for row in out:
+                for completion in row[begin:end]:
+                    completion.index -= begin  # its index in its own list
+            self._keep(k, [row[begin:end] for row in out])
         return self._answers[key]
 
     def generate(self, config: MethodConfig, prompts, params) -> list[Completion]:
-        key = ("generate_until", tuple(map(tuple, prompts)), tuple(params))
-        return self._answer(key, lambda: self.branches.generate(prompts, params))[self._index[config]]
+        return self._first_pass(prompts, params)[self._index[config]]
 
     def generate_two_pass(self, config: MethodConfig, prompts, params, second, key) -> list[tuple[Completion, Completion]]:
         """Both passes of two-pass requests (LongBench-v2's official chain of thought), for every configuration: the
@@ -608,7 +770,7 @@ class SharedBranches:
         (:meth:`BranchSet.generate_each`). ``key`` identifies how second prompts are built. Returns ``(first,
         second)`` completions of ``config``, one pair per request."""
         def compute():
-            first = self.branches.generate(prompts, params)
+            first = self._first_pass(prompts, params)
             built = [[second(i, done) for i, done in enumerate(row)] for row in first]
             answers = self.branches.generate_each([[ids for ids, _ in row] for row in built], [p for _, p in built[0]])
             return [list(zip(a, b)) for a, b in zip(first, answers)]

@@ -411,11 +411,38 @@ def longest_first(device: str) -> bool:
     return device.startswith("cuda")
 
 
-def chunk_order(items: Sequence[Item], by_length: bool) -> list[int]:
+def shares_documents(device: str) -> bool:
+    """Whether a group on ``device`` prefills once the document that several items of one call open with (the two
+    LongBench-v2 tasks run together: each question's answer and chain-of-thought prompts; questions on one document),
+    each item then computing only its own suffix (:meth:`~snapeval.branching.BranchSet.generate`,
+    :func:`~snapeval.branching.document_families`): on a GPU, where a 70k-token prefill is seconds. Elsewhere every
+    item is prefilled whole, the reference path (a continued prefill equals a whole one up to float rounding)."""
+    return device.startswith("cuda")
+
+
+def chunk_order(items: Sequence[Item], by_length: bool, families: Sequence[int | None] | None = None) -> list[int]:
     """The indices of ``items`` in the order a group takes them: longest prompt first when ``by_length`` (ties in
-    input order), else input order."""
+    input order), else input order. ``families``: per item, its document family (:func:`~snapeval.branching.
+    document_families`) or None; the members of a family go together, in input order, where its first member (by
+    length: its longest) would go."""
     order = list(range(len(items)))
-    return sorted(order, key=lambda i: -items[i].prompt) if by_length else order
+    if by_length:
+        order = sorted(order, key=lambda i: -items[i].prompt)
+    if not families or all(f is None for f in families):
+        return order
+    members: dict[int, list[int]] = {}
+    for i in range(len(items)):
+        if families[i] is not None:
+            members.setdefault(families[i], []).append(i)
+    out, placed = [], set()
+    for i in order:
+        family = families[i]
+        if family is None:
+            out.append(i)
+        elif family not in placed:
+            placed.add(family)
+            out += members[family]
+    return out
 
 
 def captures_alone(config: MethodConfig, captured: bool) -> bool:
