@@ -9,7 +9,12 @@ For each tokenizer (Llama-3.1-8B-Instruct's and the DeepSeek-R1-Distill-Qwen one
   (:func:`snapeval.tasks.longbench.official_limit` or the fallback) and adds the chat template's tokens;
   ``longbench_v2_cot_answer``: the chain of thought's second prompt without its reasoning
   (:func:`snapeval.tasks.longbench.build_cot_answer_prompt` with an empty one: no document), through the chat
-  template; the projection adds the first pass's generated tokens;
+  template; the projection adds the first pass's generated tokens; ``longbench_v2_documents``: per item, the first
+  item asked on its document (LongBench-v2 asks up to 6 questions of one document), and
+  ``longbench_v2_document_common`` / ``longbench_v2_cot_document_common``: the tokens its prompt shares from its
+  start with the other questions on its document, before the cut (0 alone): what one prefill of the document serves
+  on a GPU (:func:`snapeval.branching.document_families`). A question's answer and chain-of-thought prompts share
+  only their first few tokens: pred.py's two templates differ in their first sentence;
 - ``aime24``: every problem's prompt (:func:`snapeval.tasks.aime.build_prompt`) through the chat template;
 - ``livecodebench``: every problem of the paper configs' window (release_v5, 2024-08-01 .. 2025-02-01) in the style
   each config runs (``generic`` with its system message for Llama, ``deepseek_r1`` for the distills), through the
@@ -46,6 +51,15 @@ def chat_tokens(tokenizer, user: str, system: str | None = None) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False))
 
 
+def common_prefix(a, b) -> int:
+    """Leading tokens two token-id arrays share."""
+    import numpy as np
+
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
 def lengths_of(tokenizer, root: Path) -> dict:
     """Every task's prompt lengths in one tokenizer (see the module's docstring)."""
     from snapeval.tasks import aime, livecodebench, longbench
@@ -53,15 +67,34 @@ def lengths_of(tokenizer, root: Path) -> dict:
     from snapeval.tasks.longbench.hooks import template_tokens
     from snapeval.tasks.tokens import token_ids_with_specials
 
+    import numpy as np
+
     rows = longbench.load(root).rows
-    answer = [len(token_ids_with_specials(tokenizer, longbench.build_prompt(d))) for d in rows]
-    cot = [len(token_ids_with_specials(tokenizer, longbench.build_prompt(d, cot=True))) for d in rows]
+    first_of: dict[str, int] = {}
+    documents = [first_of.setdefault(d["context"], i) for i, d in enumerate(rows)]  # questions on one document
+    members: dict[int, list[int]] = {}
+    for i, document in enumerate(documents):
+        members.setdefault(document, []).append(i)
+    counted = {}
+    for name, cot in (("longbench_v2", False), ("longbench_v2_cot", True)):
+        ids = [np.asarray(token_ids_with_specials(tokenizer, longbench.build_prompt(d, cot=cot)), dtype=np.int64)
+               for d in rows]
+        common = [0] * len(rows)
+        for group in members.values():
+            if len(group) > 1:
+                shared = min(common_prefix(ids[group[0]], ids[j]) for j in group[1:])
+                for j in group:
+                    common[j] = shared
+        counted[name] = ([len(x) for x in ids], common)
+    (answer, answer_common), (cot, cot_common) = counted["longbench_v2"], counted["longbench_v2_cot"]
     cot_answer = [chat_tokens(tokenizer, longbench.build_cot_answer_prompt(d, "")) for d in rows]
     problems = livecodebench.load(root, **LIVECODEBENCH_WINDOW).rows
     return {
         "template_tokens": template_tokens(tokenizer),
         "chat_template": bool(getattr(tokenizer, "chat_template", None)),
         "longbench_v2": answer, "longbench_v2_cot": cot, "longbench_v2_cot_answer": cot_answer,
+        "longbench_v2_documents": documents, "longbench_v2_document_common": answer_common,
+        "longbench_v2_cot_document_common": cot_common,
         "aime24": [chat_tokens(tokenizer, aime.build_prompt(d)) for d in aime.load(root).rows],
         "livecodebench_generic": [chat_tokens(tokenizer, livecodebench.build_prompt(d, "generic"),
                                               SYSTEM_MESSAGE_GENERIC) for d in problems],

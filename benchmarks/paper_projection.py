@@ -144,6 +144,18 @@ def step_bytes(shape, config, rows: int, prompt: int, max_new: int) -> int:
     return shape.weight_bytes + engine_bytes(shape, config, rows, prompt, max_new)
 
 
+def engine_steps(lengths: list[int], rows: int) -> int:
+    """Decode steps of an engine of ``rows`` slots given requests of ``lengths`` steps each, in that order: each
+    request takes the slot that frees first (:class:`~snapeval.engine.Engine`'s continuous batching), and the engine
+    steps until the last one ends. Equal lengths ``m``: ``ceil(k / rows) m``."""
+    import heapq
+
+    slots = [0] * min(rows, len(lengths))
+    for length in lengths:
+        heapq.heappush(slots, heapq.heappop(slots) + length)
+    return max(slots, default=0)
+
+
 def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None, host_budget: int | None = None):
     """The memory plan of a group on CUDA (:func:`snapeval.memory_plan.plan_group`), as ``BranchSet.plan`` makes it
     there with ``budget`` bytes and the weights in use: at most ``chunk`` items in flight (default: the sweep's
@@ -153,7 +165,8 @@ def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None, 
     from snapeval.memory_plan import GPU_CHUNK, Item, plan_group
 
     chunk = min(chunk or GPU_CHUNK, len(items))
-    return plan_group(shape, configs, [Item(p, m) for p, m in items], chunk=chunk, window=capture_window(configs),
+    items = [entry if isinstance(entry, Item) else Item(*entry) for entry in items]  # (prompt, new[, shared prefix])
+    return plan_group(shape, configs, items, chunk=chunk, window=capture_window(configs),
                       budget=budget, in_use=shape.weight_bytes, device="cuda:0", captured=True,
                       host_budget=host_budget)
 
@@ -164,7 +177,8 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
     alone)``.
     An engine of ``r`` rows decodes ``k`` requests of ``m`` new tokens in ``ceil(k / r) (m - 1)`` steps (the first
     token comes from the prefill; continuous batching refills a slot as its request ends: with equal lengths, in
-    waves), every step moving :func:`step_bytes` at the chunk's largest prompt."""
+    waves; with mixed lengths, :func:`engine_steps`), every step moving :func:`step_bytes` at the chunk's largest
+    prompt."""
     from snapeval.memory_plan import alone_cache_bytes
 
     out: dict[str, list[tuple[int, int, bool]]] = {}
@@ -174,7 +188,7 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
             part = items[start:start + plan.chunk]
             if mode.decode == "rows":
                 prompt, new = max(p for p, _ in part), max(m for _, m in part)
-                steps = math.ceil(len(part) / mode.rows) * (new - 1)
+                steps = engine_steps([m - 1 for _, m in part], mode.rows)
                 entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new), False))
             else:
                 entries += [(m - 1, shape.weight_bytes + alone_cache_bytes(shape, config, p, m // 2), True)
@@ -184,21 +198,52 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
 
 
 def group_chunks(shape, configs, items, *, budget: int, chunk: int | None = None, host_budget: int | None = None,
-                 by_length: bool = True) -> list[tuple[list[tuple[int, int]], object]]:
+                 by_length: bool = True, documents: "Documents | None" = None
+                 ) -> list[tuple[list[tuple[int, int]], object]]:
     """The chunks of a group as ``BranchSet.generate`` takes them on CUDA, each ``(its items, its plan)``: with
     ``by_length`` (:func:`snapeval.memory_plan.longest_first`) longest prompt first, each chunk planned for the
-    items left; else in input order under one plan."""
+    items left; else in input order under one plan. ``documents``: the items' document families, each family's
+    members together and never split by a chunk (:func:`snapeval.branching.whole_families`), planned with their
+    shared prefix held."""
+    from snapeval.branching import whole_families
     from snapeval.memory_plan import Item, chunk_order
 
-    left = [items[i] for i in chunk_order([Item(p, m) for p, m in items], by_length)]
-    plan = group_plan(shape, configs, left, budget=budget, chunk=chunk, host_budget=host_budget)
+    families = documents.families if documents is not None else None
+    heads = documents.heads if documents is not None else [0] * len(items)
+    entries = [Item(p, m, h) for (p, m), h in zip(items, heads)]
+    pending = chunk_order(entries, by_length, families)
+    plan = group_plan(shape, configs, [entries[i] for i in pending], budget=budget, chunk=chunk,
+                      host_budget=host_budget)
     parts = []
-    while left:
-        parts.append((left[:plan.chunk], plan))
-        left = left[plan.chunk:]
-        if by_length and left:
-            plan = group_plan(shape, configs, left, budget=budget, chunk=chunk, host_budget=host_budget)
+    while pending:
+        part = whole_families(pending, plan.chunk, families)
+        parts.append(([items[i] for i in part], plan))
+        pending = pending[len(part):]
+        if by_length and pending:
+            plan = group_plan(shape, configs, [entries[i] for i in pending], budget=budget, chunk=chunk,
+                              host_budget=host_budget)
     return parts
+
+
+@dataclass(frozen=True)
+class Documents:
+    """The document families of a group's items (:func:`snapeval.branching.document_families`): per item its family
+    (None: alone) and the family's shared prefix in tokens, prefilled once per family; each member then computes its
+    own suffix on top of it."""
+
+    families: list
+    heads: list
+
+    def prefill_s(self, items, rates: "Rates") -> float:
+        """Seconds of the items' prefills: each family's prefix once (``prefill_s(h)``), each member's suffix as
+        the rest of its prompt's FLOPs (``prefill_s(n) - prefill_s(h)``) plus one forward's floor; an item alone
+        whole."""
+        floor = rates.prefill[0]
+        heads = {f: h for f, h in zip(self.families, self.heads) if f is not None}
+        out = sum(rates.prefill_s(h) for h in heads.values())
+        for (prompt, _), family, head in zip(items, self.families, self.heads):
+            out += rates.prefill_s(prompt) if family is None else rates.prefill_s(prompt) - rates.prefill_s(head) + floor
+        return out
 
 
 def merged_schedule(configs, schedules) -> dict[str, list[tuple[int, int, bool]]]:
@@ -212,19 +257,22 @@ def chunks_schedule(shape, configs, parts) -> dict[str, list[tuple[int, int, boo
 
 
 def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int | None = None,
-                  prefills: int = 1, host_budget: int | None = None, by_length: bool = True) -> dict:
+                  prefills: int = 1, host_budget: int | None = None, by_length: bool = True,
+                  documents: Documents | None = None) -> dict:
     """The predicted seconds of one group: ``items`` ``[(prompt tokens, new tokens)]`` under every configuration,
     ``prefills`` prefills per item (1: shared by every configuration; a two-pass task's second pass prefills each
     configuration's own prompt: ``len(configs)``), within ``budget`` on the device and ``host_budget`` on the host,
-    chunk by chunk (:func:`group_chunks`; ``by_length``: as on a GPU). Returns the parts, the first (largest) chunk's
-    plan, each configuration's rows over the chunks, and the steps."""
+    chunk by chunk (:func:`group_chunks`; ``by_length``: as on a GPU; ``documents``: items that share a document
+    prefill it once, :class:`Documents`). Returns the parts, the first (largest) chunk's plan, each configuration's
+    rows over the chunks, and the steps."""
     from snapeval.memory_plan import branch_bytes
 
     parts = group_chunks(shape, configs, items, budget=budget, chunk=chunk, host_budget=host_budget,
-                         by_length=by_length)
+                         by_length=by_length, documents=documents)
     schedules = [decode_schedule(shape, configs, part, plan) for part, plan in parts]
     schedule = merged_schedule(configs, schedules)  # each chunk's own too: its plan says how its alone ones step
-    prefill = prefills * sum(rates.prefill_s(p) for p, _ in items)
+    prefill = (prefills * sum(rates.prefill_s(p) for p, _ in items) if documents is None
+               else prefills * documents.prefill_s(items, rates))
     engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
     branch = len(configs) * sum(rates.branch_per_token_s * p for p, _ in items) + engines * rates.engine_s
     decode = {label: 0.0 for label in schedule}
@@ -453,6 +501,28 @@ def task_defaults(name: str) -> dict[str, int]:
     return {key: int(match.group(1)) for key, match in found.items() if match}
 
 
+def longbench_documents(prompts: list[int], documents: list[int], common: list[int], limit: int) -> Documents:
+    """LongBench-v2's questions on one document as ``BranchSet.generate`` takes them on a GPU
+    (:func:`snapeval.branching.document_families`): a family per document asked more than once, whose shared prefix
+    is what its prompts share from their start (``common``, before the cut) where none is cut, else at most the
+    first half the cut keeps (pred.py's middle cut keeps ``limit // 2`` tokens of the start); at least
+    :data:`~snapeval.branching.MIN_SHARED_DOCUMENT` tokens, and a suffix left to every member."""
+    from snapeval.branching import MIN_SHARED_DOCUMENT
+
+    members: dict[int, list[int]] = {}
+    for i, document in enumerate(documents):
+        members.setdefault(document, []).append(i)
+    families, heads = [None] * len(prompts), [0] * len(prompts)
+    for group in members.values():
+        cut = any(prompts[i] > limit for i in group)
+        head = min(common[group[0]], limit // 2) if cut else common[group[0]]
+        head = min(head, min(min(prompts[i], limit) for i in group) - 1)
+        if len(group) > 1 and head >= MIN_SHARED_DOCUMENT:
+            for i in group:
+                families[i], heads[i] = group[0], head
+    return Documents(families, heads)
+
+
 def task_items(task, preset: str, lengths: dict, new_tokens: dict[str, int]) -> list[dict]:
     """The passes of one task for one model: each ``{"items": [(prompt, new)], "prefills": per item}``. Prompt
     lengths come from ``lengths`` (``paper_lengths.json``) in the model's tokenizer family; a pass generates its
@@ -467,12 +537,15 @@ def task_items(task, preset: str, lengths: dict, new_tokens: dict[str, int]) -> 
     repeats = defaults.get("repeats", 1)
     if name in ("longbench_v2", "longbench_v2_cot"):
         limit = longbench_limit(preset, int(generation["max_gen_toks"]), template, metadata)
-        first = [(min(n, limit) + template, new) for n in family[name]]
+        first = {"items": [(min(n, limit) + template, new) for n in family[name]], "prefills": 1}
+        if f"{name}_document_common" in family:  # questions on one document: its prefill once, on a GPU
+            first["documents"] = longbench_documents(family[name], family["longbench_v2_documents"],
+                                                     family[f"{name}_document_common"], limit)
         if name == "longbench_v2":
-            return [{"items": first, "prefills": 1}]
+            return [first]
         answer = new_tokens.get("longbench_v2_cot_answer", 128)
         second = [(n + new, answer) for n in family["longbench_v2_cot_answer"]]
-        return [{"items": first, "prefills": 1}, {"items": second, "prefills": "each"}]
+        return [first, {"items": second, "prefills": "each"}]
     if name.startswith("aime24"):
         return [{"items": [(n, new) for n in family["aime24"] for _ in range(repeats)], "prefills": 1}]
     if name.startswith("livecodebench"):
@@ -509,7 +582,8 @@ def project_config(path: str, lengths: dict, rates: Rates, *, device_bytes: floa
         for stage in task_items(cells[0].task, preset, lengths, new_tokens):
             prefills = len(configs) if stage["prefills"] == "each" else 1
             parts.append(project_group(shape, configs, stage["items"], scaled, budget=budget, chunk=chunk,
-                                       prefills=prefills, host_budget=host_budget))
+                                       prefills=prefills, host_budget=host_budget,
+                                       documents=stage.get("documents")))
         seconds = sum(p["seconds"] for p in parts)
         entry = {"model": preset, "task": task_name, "seed": seed, "gpus": gpus, "configurations": len(configs),
                  "hours": seconds / 3600, "gpu_hours": gpus * seconds / 3600,
@@ -583,7 +657,8 @@ class WithoutEos:
 def run(args, save=lambda payload: None) -> dict:
     import torch
 
-    from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget, longest_first
+    from snapeval.branching import document_families
+    from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget, longest_first, shares_documents
     from snapeval.models.loading import packaged_tokenizer
 
     from benchmarks.gpu import benchmark_device, build_model, prompts_of_lengths, release
@@ -636,9 +711,11 @@ def run(args, save=lambda payload: None) -> dict:
     group_budget = budget if budget is not None else 2**62
     # the host's room as the group's plan sees it (BranchSet.plan on CUDA; none on the CPU)
     host_room = device_budget("cpu") - bytes_in_use("cpu") if device.type == "cuda" else None
+    # prompts that open with one document prefill it once where the group does so (a GPU)
+    documents = Documents(*document_families(slice_prompts)) if shares_documents(str(device)) else None
     predicted = project_group(shape, configs, [(len(p), args.slice_new) for p in slice_prompts], rates,
                               budget=group_budget, chunk=chunk, host_budget=host_room,
-                              by_length=longest_first(str(device)))
+                              by_length=longest_first(str(device)), documents=documents)
     record(slice={"measured": measured, "predicted": predicted,
                   "predicted_over_measured": predicted["seconds"] / measured["wall_s"],
                   "steps_equal": all(d["steps"] == predicted["steps"][label]

@@ -30,7 +30,6 @@ Shapes: prompts are token-id lists; logits ``[V]``; caches hold one row per prom
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import gc
@@ -108,6 +107,9 @@ class BranchStats:
     prefill_seconds: float = 0.0
     kv_bytes_per_row: dict[str, int] = field(default_factory=dict)  # largest one-row cache seen, per label
     chunk_halvings: list[dict] = field(default_factory=list)  # out-of-memory retries: the chunk before and after
+    #: documents prefilled once for several items of a call (:func:`document_families`), and those items
+    shared_documents: int = 0
+    document_members: int = 0
     #: per label, its engines' decode: rows (slots), steps, seconds, active slot-steps, whether captured
     decode: dict[str, dict] = field(default_factory=dict)
     #: per label decoded alone (:func:`snapeval.decoding.decode`, one row, eager): its steps and their seconds
@@ -319,7 +321,9 @@ class BranchSet:
                         head = prompts[i][:heads[i]]
                         document[family] = self.prefill(head, tokens=_tokens(plan, len(head)), store=_store(plan),
                                                         presses=False)
+                        self.stats.shared_documents += 1
                     extended = self.extend(document[family], prompts[i][heads[i]:])
+                    self.stats.document_members += 1
                     left[family] -= 1
                     if left[family] <= 0:
                         document.clear()  # its last member: the continuation holds the whole prompt
@@ -615,22 +619,27 @@ def document_families(prompts: Sequence[Sequence[int]], minimum: int | None = No
     prefix (:func:`shared_prefix`, so each keeps a suffix). A run of neighbours is one family with the shortest shared
     prefix among them, or splits where that prefix is shortest into families with longer ones, whichever prefills
     fewer tokens (a family of ``m`` members and prefix ``h`` saves ``(m - 1) h``); a family's prefix is at least
-    ``minimum`` tokens. So the answer and chain-of-thought prompts of one LongBench-v2 question share everything up
-    to the question's end, two questions on one document the document, and a preamble shared by every prompt is
-    not mistaken for a document. Returns per prompt its family (numbered by its first member; None: alone) and the
+    ``minimum`` tokens. So LongBench-v2's questions on one document share the document (the answer and
+    chain-of-thought prompts of one question do not: pred.py's templates differ in their first sentence), samples
+    of one long prompt all but its last token, and a preamble shared by every prompt is not mistaken for a
+    document. Returns per prompt its family (numbered by its first member; None: alone) and the
     family's shared prefix (0 alone)."""
     import numpy as np
 
     minimum = MIN_SHARED_DOCUMENT if minimum is None else minimum
-    order = sorted((i for i, p in enumerate(prompts) if len(p) > minimum), key=lambda i: list(prompts[i]))
-    arrays = [np.asarray(prompts[i]) for i in order]
+    rows = [p if isinstance(p, list) else list(p) for p in prompts]  # lists compare lazily: no copy of a prompt
+    order = sorted((i for i, p in enumerate(rows) if len(p) > minimum), key=rows.__getitem__)
 
-    def common(a, b) -> int:
+    def common(a: list, b: list) -> int:
+        """Tokens ``a`` and ``b`` share from their start, less one where that is the shorter whole; 0 under
+        ``minimum`` (no family has a boundary there)."""
+        if a[:minimum] != b[:minimum]:
+            return 0
         n = min(len(a), len(b))
-        differ = np.flatnonzero(a[:n] != b[:n])
+        differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
         return min(int(differ[0]) if differ.size else n, n - 1)
 
-    shared = [common(a, b) for a, b in zip(arrays, arrays[1:])]  # between sorted neighbours j and j + 1
+    shared = [common(rows[a], rows[b]) for a, b in zip(order, order[1:])]  # between sorted neighbours
     best: dict[tuple[int, int], tuple[int, list]] = {}  # (first, last) sorted member -> (tokens saved, families)
     stack = [(0, len(order) - 1, False)] if order else []
     while stack:  # post-order over the splits at the shortest shared prefix (a Cartesian tree of ``shared``)
@@ -680,22 +689,12 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     return min(length, shortest - 1)
 
 
-class Previewed(Exception):
-    """Raised by a :class:`SharedBranches` that is :meth:`~SharedBranches.collecting` once a call's generation
-    requests are recorded: the call (an lm-eval run previewed for its requests) ends there, nothing computed."""
-
-
 class SharedBranches:
     """What every configuration's lm-eval model asks, answered from one shared computation.
 
     The models of one sweep group (one per configuration) receive the same requests; the first to ask computes the
     answers of all configurations (:class:`BranchSet`), the others read theirs. The answers of the last few request
     lists are kept (a task may send its single-pass and its two-pass requests as two lists).
-
-    Tasks whose prompts open with the same documents (LongBench-v2's answer and chain of thought) share one group on
-    a GPU (:meth:`shares_documents`): the sweep first previews the later tasks' calls (:meth:`collecting`), whose
-    generation requests are then *expected*; the first call that computes takes them along in the same
-    :meth:`BranchSet.generate`, each document prefilled once for all of them, and their own calls read the answers.
     """
 
     KEPT = 4
@@ -704,64 +703,17 @@ class SharedBranches:
         self.branches = branches
         self._index = {config: i for i, config in enumerate(branches.configs)}
         self._answers: dict = {}
-        self._expected: list[tuple[tuple, list, list]] = []  # (key, prompts, params) of previewed first passes
-        self._collecting = False
-
-    def shares_documents(self) -> bool:
-        """Whether one call's items that open with one document prefill it once (:meth:`BranchSet.shares_documents`),
-        so that previewing a companion task's requests pays."""
-        return self.branches.shares_documents()
-
-    @contextlib.contextmanager
-    def collecting(self):
-        """Within it, a generation call records its requests as expected (the first pass of a two-pass call) and
-        raises :class:`Previewed` instead of computing."""
-        self._collecting = True
-        try:
-            yield self
-        finally:
-            self._collecting = False
-
-    def _keep(self, key, answers) -> None:
-        if key not in self._answers and len(self._answers) >= self.KEPT:
-            del self._answers[next(iter(self._answers))]  # the oldest
-        self._answers[key] = answers
 
     def _answer(self, key, compute):
         if key not in self._answers:
-            self._keep(key, compute())
-        return self._answers[key]
-
-    @staticmethod
-    def _generate_key(prompts, params) -> tuple:
-        return ("generate_until", tuple(map(tuple, prompts)), tuple(params))
-
-    def _first_pass(self, prompts, params) -> list[list[Completion]]:
-        """Every configuration's completions of ``prompts``: kept answers, or one :meth:`BranchSet.generate` of these
-        and every expected request list (each list's answers kept under its own key)."""
-        key = self._generate_key(prompts, params)
-        if self._collecting:
-            if all(k != key for k, _, _ in self._expected):
-                self._expected.append((key, list(prompts), list(params)))
-            raise Previewed(f"{len(prompts)} requests expected")
-        if key in self._answers:
-            return self._answers[key]
-        lists = [(key, list(prompts), list(params))] + [e for e in self._expected if e[0] != key]
-        self._expected = []
-        out = self.branches.generate([p for _, ps, _ in lists for p in ps], [s for _, _, ss in lists for s in ss])
-        spans, start = [], 0
-        for k, ps, _ in lists:
-            spans.append((k, start, start + len(ps)))
-            start += len(ps)
-        for k, begin, end in spans[1:] + spans[:1]:  # the asked list kept last: the newest
-            for row in out:
-                for completion in row[begin:end]:
-                    completion.index -= begin  # its index in its own list
-            self._keep(k, [row[begin:end] for row in out])
+            if len(self._answers) >= self.KEPT:
+                del self._answers[next(iter(self._answers))]  # the oldest
+            self._answers[key] = compute()
         return self._answers[key]
 
     def generate(self, config: MethodConfig, prompts, params) -> list[Completion]:
-        return self._first_pass(prompts, params)[self._index[config]]
+        key = ("generate_until", tuple(map(tuple, prompts)), tuple(params))
+        return self._answer(key, lambda: self.branches.generate(prompts, params))[self._index[config]]
 
     def generate_two_pass(self, config: MethodConfig, prompts, params, second, key) -> list[tuple[Completion, Completion]]:
         """Both passes of two-pass requests (LongBench-v2's official chain of thought), for every configuration: the
@@ -770,7 +722,7 @@ class SharedBranches:
         (:meth:`BranchSet.generate_each`). ``key`` identifies how second prompts are built. Returns ``(first,
         second)`` completions of ``config``, one pair per request."""
         def compute():
-            first = self._first_pass(prompts, params)
+            first = self.branches.generate(prompts, params)
             built = [[second(i, done) for i, done in enumerate(row)] for row in first]
             answers = self.branches.generate_each([[ids for ids, _ in row] for row in built], [p for _, p in built[0]])
             return [list(zip(a, b)) for a, b in zip(first, answers)]
@@ -782,7 +734,7 @@ class SharedBranches:
         """What the group computed so far: its configurations, the prefills they shared, the memory plan and the
         measured peak of each generation call in order (a two-pass task: the first pass's, then the second's), any
         out-of-memory halving and, on a GPU (chunks longest first, each planned for its own items), every chunk's
-        plan (provenance)."""
+        plan and the documents prefilled once for several items (provenance)."""
         branches = self.branches
         stats = branches.stats
         out = {"configurations": len(branches.configs), "prefills": stats.prefills,
@@ -791,6 +743,8 @@ class SharedBranches:
                "chunk_halvings": list(stats.chunk_halvings)}
         if longest_first(str(branches.device)):  # each chunk planned for its own items: what each one ran
             out["chunk_plans"] = [[plan.chunk_summary(part) for part, plan in call] for call in branches.chunk_plans]
+        if stats.shared_documents:  # documents prefilled once for several items (on a GPU)
+            out["shared_documents"] = {"documents": stats.shared_documents, "items": stats.document_members}
         return out
 
     def score(self, config: MethodConfig, contexts, continuations):

@@ -412,11 +412,11 @@ def longest_first(device: str) -> bool:
 
 
 def shares_documents(device: str) -> bool:
-    """Whether a group on ``device`` prefills once the document that several items of one call open with (the two
-    LongBench-v2 tasks run together: each question's answer and chain-of-thought prompts; questions on one document),
-    each item then computing only its own suffix (:meth:`~snapeval.branching.BranchSet.generate`,
-    :func:`~snapeval.branching.document_families`): on a GPU, where a 70k-token prefill is seconds. Elsewhere every
-    item is prefilled whole, the reference path (a continued prefill equals a whole one up to float rounding)."""
+    """Whether a group on ``device`` prefills once the document that several items of one call open with
+    (LongBench-v2's questions on one document; samples of one long prompt), each item then computing only its own
+    suffix (:meth:`~snapeval.branching.BranchSet.generate`, :func:`~snapeval.branching.document_families`): on a
+    GPU, where a 70k-token prefill takes seconds. Elsewhere every item is prefilled whole, the reference path (a
+    continued prefill equals a whole one up to float rounding)."""
     return device.startswith("cuda")
 
 

@@ -261,3 +261,54 @@ def test_the_projection_takes_a_gpus_chunks_longest_first_each_planned_for_its_o
     assert fast["chunks"] == len(parts) and fast["decode_s"] < slow["decode_s"]
     assert fast["steps"] == {label: sum(s for s, _, _ in entries) for label, entries in
                              projection.chunks_schedule(SHAPE, configs, parts).items()}
+
+
+def test_an_engine_refills_a_slot_as_its_request_ends():
+    """Continuous batching in request order: equal lengths go in waves; a short request's slot takes the next one."""
+    assert projection.engine_steps([4] * 10, 8) == 8 and projection.engine_steps([4] * 16, 8) == 8
+    # 4 slots end at 127, 1023, 127, 1023; the next four take the slot that frees first: 127 -> 254, 127 -> 1150,
+    # 254 -> 381, 381 -> 1404
+    assert projection.engine_steps([127, 1023] * 4, 4) == 1404
+    assert projection.engine_steps([127, 1023] * 4, 8) == 1023
+    assert projection.engine_steps([5, 1, 1, 1], 2) == 5 and projection.engine_steps([], 3) == 0
+
+
+def test_questions_on_one_document_are_projected_as_a_gpu_runs_them():
+    """LongBench-v2's questions on one document, as ``BranchSet.generate`` takes them on a GPU: the document's prefix
+    once (its kept first half where a prompt is cut), each question's suffix as the rest of its prompt's FLOPs plus
+    one forward's floor; every family in one chunk."""
+    from snapeval.cache import FullConfig, SnapStreamConfig
+
+    prompts = [40_000, 150_000, 40_020, 3_000, 149_000, 2_000, 1_500]
+    documents = [0, 1, 0, 3, 1, 5, 5]
+    common = [39_950, 148_000, 39_950, 0, 148_000, 1_000, 1_000]
+    found = projection.longbench_documents(prompts, documents, common, limit=120_000)
+    # document 1 is cut: its first 60,000 tokens are shared; document 5 shares under 1,024 tokens: alone
+    assert found.families == [0, 1, 0, None, 1, None, None]
+    assert found.heads == [39_950, 60_000, 39_950, 0, 60_000, 0, 0]
+    items = [(min(p, 120_000), 128) for p in prompts]
+    rates = unit_rates(prefill=(0.5, 1e-4, 1e-9))
+    whole = sum(rates.prefill_s(p) for p, _ in items)
+    shared = found.prefill_s(items, rates)
+    expected = sum(rates.prefill_s(h) for h in (39_950, 60_000)) + sum(
+        rates.prefill_s(p) - (rates.prefill_s(h) - 0.5 if h else 0) for (p, _), h in zip(items, found.heads))
+    assert shared == pytest.approx(expected) and shared < whole
+    configs = [FullConfig(), SnapStreamConfig.from_budget(4096)]
+    budget = int(80e9 * 0.92)
+    out = projection.project_group(SHAPE, configs, items, rates, budget=budget, chunk=2, documents=found)
+    assert out["prefill_s"] == pytest.approx(shared)
+    parts = projection.group_chunks(SHAPE, configs, items, budget=budget, chunk=2, documents=found)
+    assert [[p for p, _ in part] for part, _ in parts] == [[120_000, 120_000], [40_000, 40_020], [3_000, 2_000],
+                                                           [1_500]]
+
+
+def test_the_lengths_name_each_questions_document():
+    lengths = json.loads(projection.LENGTHS_FILE.read_text())
+    for tokenizer in lengths["tokenizers"].values():
+        documents = tokenizer["longbench_v2_documents"]
+        assert len(documents) == 395 and len(set(documents)) == 367  # 28 questions on a document asked before
+        for name in ("longbench_v2", "longbench_v2_cot"):
+            common = tokenizer[f"{name}_document_common"]
+            shared = [i for i, d in enumerate(documents) if documents.count(d) > 1]
+            assert all(common[i] == 0 for i in range(395) if i not in shared)
+            assert all(0.5 * tokenizer[name][i] < common[i] < tokenizer[name][i] for i in shared)

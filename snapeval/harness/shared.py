@@ -29,8 +29,7 @@ def load_once(pretrained: str, dtype: str | None = None, device: str = "cpu", de
 
 
 def group_models(cells) -> list:
-    """One :class:`~snapeval.harness.lm_eval_model.SnapStreamLM` per cell of a group (or of the groups of tasks that
-    share their documents, :class:`~snapeval.sweep.planning.WorkUnit`), sharing one prefill per item,
+    """One :class:`~snapeval.harness.lm_eval_model.SnapStreamLM` per cell of a group, sharing one prefill per item,
     within the model's ``max_memory`` on the device its inputs go to (the memory plan's budget) and, on a GPU, its
     ``max_memory`` for ``cpu`` on the host (where held branches may wait)."""
     from snapeval.branching import BranchSet, SharedBranches
@@ -46,8 +45,7 @@ def group_models(cells) -> list:
     # items in flight: on a GPU as many as the memory plan lets each configuration decode in rows; else the batch
     slots = max(spec.batch_size, GPU_CHUNK if device.type == "cuda" else 8)
     budget = spec.memory_for(device)
-    configs = list(dict.fromkeys(cell.config for cell in cells))  # a unit of several tasks: each configuration once
-    shared = SharedBranches(BranchSet(*loaded, configs, batch=slots, seed=cells[0].seed,
+    shared = SharedBranches(BranchSet(*loaded, [cell.config for cell in cells], batch=slots, seed=cells[0].seed,
                                       max_memory=budget, max_host_memory=spec.memory_for("cpu"),
                                       run_args=spec.run_args))
     common = {k: v for k, v in kwargs.items() if k != "config"}

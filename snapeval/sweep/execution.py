@@ -3,7 +3,6 @@ unit (:class:`CellRunner`), through the real harness (imported lazily: torch, lm
 from __future__ import annotations
 
 import datetime as _dt
-import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -57,31 +56,6 @@ class CellRunner:
                                             finished_at=finished)
         return from_lm_eval(cell.cell_id, cell.identity(), out, wall_s=round(wall, 3), finished_at=finished)
 
-    def preview(self, unit: WorkUnit, models: list) -> list[str]:
-        """A unit of several tasks that share their documents, on a device that shares them
-        (:meth:`~snapeval.branching.SharedBranches.shares_documents`): each task after the first is run through its
-        first cell with the shared branches :meth:`~snapeval.branching.SharedBranches.collecting`, which records its
-        generation requests and stops it (:class:`~snapeval.branching.Previewed`); the first task's first call then
-        computes them along with its own, each document prefilled once, and the later tasks' calls read their
-        answers. Returns the tasks previewed. A preview that fails otherwise only loses the sharing."""
-        from snapeval.branching import Previewed
-
-        shared = getattr(models[0], "shared", None) if models else None
-        if len(unit.tasks) < 2 or shared is None or not shared.shares_documents():
-            return []
-        previewed = []
-        for task in unit.tasks[1:]:
-            index = next(i for i, cell in enumerate(unit.cells) if cell.task.name == task)
-            try:
-                with shared.collecting():
-                    self.run_cell(unit.cells[index], models[index], unit.shard)
-            except Previewed:
-                previewed.append(task)
-            except Exception:  # noqa: BLE001 (the cell runs for real below and reports its own error)
-                print(f"snapeval: previewing {task} failed, its documents are prefilled again:\n"
-                      f"{traceback.format_exc()}", file=sys.stderr)
-        return previewed
-
     def __call__(self, unit: WorkUnit):
         models = [None] * len(unit.cells)
         if unit.shared and self.group_models is not None:
@@ -92,7 +66,6 @@ class CellRunner:
                 for cell in unit.cells:
                     yield cell, None, error
                 return
-            self.preview(unit, models)
         for cell, lm in zip(unit.cells, models):
             try:
                 result = self.run_cell(cell, lm, unit.shard)

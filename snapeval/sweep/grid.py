@@ -281,21 +281,6 @@ class Cell:
         return f"{self.model.name} | {self.task.name} | {self.config.label} | seed {self.seed}"
 
     @property
-    def document_group(self) -> str | None:
-        """Cells whose tasks' prompts open with the same documents (one task family that declares
-        :attr:`~snapeval.tasks.families.TaskFamily.shared_documents`) for one model and seed: their shared-prefill
-        groups run as one unit (:func:`snapeval.sweep.planning.work_units`). None for a cell of any other task, or one
-        that cannot share a prefill."""
-        from snapeval.tasks.families import task_family
-
-        family = task_family(self.task.name)
-        if family is None or not family.shared_documents or not self.shares_prefill:
-            return None
-        identity = self.identity()
-        return group_id_of({"snapeval": identity["snapeval"], "model": identity["model"], "family": family.name,
-                            "data": identity["task"]["data"], "seed": identity["seed"]})
-
-    @property
     def shares_prefill(self) -> bool:
         """Whether this cell can be one branch of a shared prefill (its method builds caches from a capture)."""
         from snapeval.cache import method_info

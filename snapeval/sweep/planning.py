@@ -18,25 +18,17 @@ from snapeval.sweep.shards import Shard
 @dataclass(frozen=True)
 class WorkUnit:
     """What an executor runs at once: the pending cells of one shared-prefill group, or one cell alone; with
-    ``shard``, only that item shard of them. The groups of tasks that share their documents
-    (:attr:`~snapeval.sweep.grid.Cell.document_group`) run as one unit, task after task."""
+    ``shard``, only that item shard of them."""
 
     cells: tuple[Cell, ...]
     shared: bool
     shard: Shard | None = None
 
     @property
-    def tasks(self) -> list[str]:
-        """Its tasks, in the order its cells run."""
-        return list(dict.fromkeys(cell.task.name for cell in self.cells))
-
-    @property
     def label(self) -> str:
         first = self.cells[0]
-        configurations = len({cell.config for cell in self.cells})
         label = first.label if not self.shared else (
-            f"{first.model.name} | {' + '.join(self.tasks)} | {configurations} configurations (one prefill) | "
-            f"seed {first.seed}")
+            f"{first.model.name} | {first.task.name} | {len(self.cells)} configurations (one prefill) | seed {first.seed}")
         return label if self.shard is None else f"{label} | shard {self.shard.name}"
 
 
@@ -66,33 +58,7 @@ def work_units(cells: list[Cell], shard_count: ShardCount | None = None, done: C
             todo = tuple(c for c in members if done is None or not done(c, shard))
             if todo:
                 units.append(WorkUnit(todo, shared=len(todo) > 1, shard=shard))
-    return _documents_together(units)
-
-
-def _documents_together(units: list[WorkUnit]) -> list[WorkUnit]:
-    """Shared units of tasks that share their documents (:attr:`~snapeval.sweep.grid.Cell.document_group`) with the
-    same item shard and the same configurations become one unit, in grid order (where the first of them was)."""
-    merged: dict[tuple, list[WorkUnit]] = {}
-    order: list[tuple | int] = []
-    for position, unit in enumerate(units):
-        group = unit.cells[0].document_group if unit.shared else None
-        if group is None:
-            order.append(position)
-            continue
-        key = (group, unit.shard, frozenset(cell.config for cell in unit.cells))
-        if key not in merged:
-            merged[key] = []
-            order.append(key)
-        merged[key].append(unit)
-    out = []
-    for entry in order:
-        if isinstance(entry, int):
-            out.append(units[entry])
-        else:
-            parts = merged[entry]
-            out.append(parts[0] if len(parts) == 1 else
-                       WorkUnit(tuple(c for part in parts for c in part.cells), shared=True, shard=parts[0].shard))
-    return out
+    return units
 
 
 class ShardPlanner:

@@ -43,10 +43,6 @@ class TaskFamily:
         cluster: the cluster key of a data row (rows with one key are not independent: questions on one document);
             None: every row is its own cluster. Its hooks label samples with it, and the report plans the items a
             decision needs with the design effect of this layout (:func:`layout_cluster_sizes`).
-        shared_documents: its tasks' prompts open with the same documents (LongBench-v2's answer and chain of
-            thought): a sweep runs their shared-prefill groups of one model, seed and configurations as one unit,
-            each document prefilled once for all of them where the device shares documents
-            (:func:`snapeval.memory_plan.shares_documents`).
     """
 
     name: str
@@ -55,7 +51,6 @@ class TaskFamily:
     hooks: str
     reference_reply: Callable[[dict], str] | None = None
     cluster: Callable[[dict], Any] | None = None
-    shared_documents: bool = False
 
     def __post_init__(self) -> None:
         if self.typical_lengths is not None and (len(self.typical_lengths) != 2 or min(self.typical_lengths) < 1):

@@ -32,8 +32,7 @@ SPEC = DatasetSpec("longbench_v2", "THUDM/LongBench-v2", "train", ("longbench_v2
 FAMILY = TaskFamily("longbench_v2", data=SPEC, typical_lengths=(84_762, 1_296),
                     hooks="snapeval.tasks.longbench.hooks",
                     reference_reply=lambda doc: f"The correct answer is ({doc['answer']})",
-                    cluster=lambda row: row["context"],  # questions on one document are one cluster
-                    shared_documents=True)  # the answer and chain-of-thought prompts of a question open alike
+                    cluster=lambda row: row["context"])  # questions on one document are one cluster
 
 DIFFICULTIES = ("easy", "hard")
 LENGTHS = ("short", "medium", "long")
