@@ -51,15 +51,6 @@ def chat_tokens(tokenizer, user: str, system: str | None = None) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False))
 
 
-def common_prefix(a, b) -> int:
-    """Leading tokens two token-id arrays share."""
-    import numpy as np
-
-    n = min(len(a), len(b))
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if differ.size else n
-
-
 def lengths_of(tokenizer, root: Path) -> dict:
     """Every task's prompt lengths in one tokenizer (see the module's docstring)."""
     from snapeval.tasks import aime, livecodebench, longbench
@@ -68,6 +59,8 @@ def lengths_of(tokenizer, root: Path) -> dict:
     from snapeval.tasks.tokens import token_ids_with_specials
 
     import numpy as np
+
+    from snapeval.branching import common_prefix
 
     rows = longbench.load(root).rows
     first_of: dict[str, int] = {}

@@ -38,6 +38,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -624,22 +625,12 @@ def document_families(prompts: Sequence[Sequence[int]], minimum: int | None = No
     of one long prompt all but its last token, and a preamble shared by every prompt is not mistaken for a
     document. Returns per prompt its family (numbered by its first member; None: alone) and the
     family's shared prefix (0 alone)."""
-    import numpy as np
-
     minimum = MIN_SHARED_DOCUMENT if minimum is None else minimum
     rows = [p if isinstance(p, list) else list(p) for p in prompts]  # lists compare lazily: no copy of a prompt
     order = sorted((i for i, p in enumerate(rows) if len(p) > minimum), key=rows.__getitem__)
-
-    def common(a: list, b: list) -> int:
-        """Tokens ``a`` and ``b`` share from their start, less one where that is the shorter whole; 0 under
-        ``minimum`` (no family has a boundary there)."""
-        if a[:minimum] != b[:minimum]:
-            return 0
-        n = min(len(a), len(b))
-        differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-        return min(int(differ[0]) if differ.size else n, n - 1)
-
-    shared = [common(rows[a], rows[b]) for a, b in zip(order, order[1:])]  # between sorted neighbours
+    # between sorted neighbours; 0 where their first ``minimum`` tokens differ (no family has a border there)
+    shared = [shared_prefix([rows[a], rows[b]]) if rows[a][:minimum] == rows[b][:minimum] else 0
+              for a, b in zip(order, order[1:])]
     best: dict[tuple[int, int], tuple[int, list]] = {}  # (first, last) sorted member -> (tokens saved, families)
     stack = [(0, len(order) - 1, False)] if order else []
     while stack:  # post-order over the splits at the shortest shared prefix (a Cartesian tree of ``shared``)
@@ -679,13 +670,18 @@ def whole_families(pending: Sequence[int], chunk: int, families: Sequence[int | 
     return part[:start] if start > 0 else part
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Leading tokens ``a`` and ``b`` (token ids) share (compared as arrays: documents of 100k tokens)."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(differ[0]) if differ.size else n
+
+
 def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
     """Length of the longest common prefix of ``prompts`` (token ids), less one token when it covers the shortest
     prompt, so that every prompt keeps a suffix to compute (its last position's logits)."""
     shortest = min(len(p) for p in prompts)
-    length = 0
-    while length < shortest and all(p[length] == prompts[0][length] for p in prompts):
-        length += 1
+    length = min((common_prefix(prompts[0], p) for p in prompts[1:]), default=shortest)
     return min(length, shortest - 1)
 
 
