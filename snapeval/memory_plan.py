@@ -286,6 +286,9 @@ class GroupPlan:
             back into an engine row on admission); the device holds none of them.
         host_budget_bytes, host_in_use_bytes: the host's budget for the group (in use included; None: not
             considered) and what the process held there when the group started.
+        shared_step: the configurations decoded in rows share one engine (:class:`~snapeval.engine.segmented.
+            SegmentedEngine`): one step decodes every one of their rows, each in its own segment, the weights read
+            once for all of them; each has ``rows`` rows and the engines' rows are held together.
     """
 
     device: str
@@ -308,6 +311,7 @@ class GroupPlan:
     branches_on_host: bool = False
     host_budget_bytes: int | None = None
     host_in_use_bytes: int = 0
+    shared_step: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -367,6 +371,8 @@ class GroupPlan:
                  "  phases: " + ", ".join(f"{k} {gib(v)} GiB" for k, v in self.phases.items())]
         if alone:
             lines.append(f"  decoded alone from the capture: {', '.join(alone)}")
+        if self.shared_step:
+            lines.append("  one decode step for every configuration decoded in rows")
         lines += [f"  {r}" for r in self.reasons]
         return "\n".join(lines)
 
@@ -454,20 +460,28 @@ def captures_alone(config: MethodConfig, captured: bool) -> bool:
 
 def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chunk: int, prompt: int,
                          max_new: int, alone: set[str], room: int | None = None,
-                         batch_whole: bool = False, captured: bool = False) -> tuple[ConfigurationPlan, ...]:
+                         batch_whole: bool = False, captured: bool = False,
+                         shared: bool = False) -> tuple[ConfigurationPlan, ...]:
     """Each configuration's decode: in rows, as many as fit ``room`` (the bytes left for one engine once the chunk's
     branches are held; None: unbounded) at its own :func:`row_bytes`, at most ``chunk`` and at least 1; or alone.
     ``batch_whole``: a cache of the whole prompt decodes in rows too (a GPU, where a captured batched step pays at
     any length: the issue's 128k full cache ran 112 tok/s at batch 3 against 67 alone); otherwise only while its
     rows hold fewer bytes than the weights. ``captured``: a configuration decoded alone does so in an engine of one
-    row (:func:`captures_alone`), its branch built into that row."""
+    row (:func:`captures_alone`), its branch built into that row. ``shared``: the configurations in rows share one
+    engine (:attr:`GroupPlan.shared_step`): each the same rows, as many as fit ``room`` with one row of each."""
+    def rows_of(config: MethodConfig) -> bool:
+        if config.label in alone or not _static_rows(config):
+            return False
+        if not batch_whole and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):
+            return engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes  # pays below them
+        return True
+
+    together = sum(row_bytes(shape, c, prompt, max_new) for c in configs if rows_of(c)) if shared else 0
     plans = []
     for config in configs:
-        in_rows = config.label not in alone and _static_rows(config)
-        if in_rows and not batch_whole and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):
-            in_rows = engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes  # pays below them
-        if in_rows:
-            rows = chunk if room is None else max(1, min(chunk, room // row_bytes(shape, config, prompt, max_new)))
+        if rows_of(config):
+            per_row = together or row_bytes(shape, config, prompt, max_new)
+            rows = chunk if room is None else max(1, min(chunk, room // per_row))
             plans.append(ConfigurationPlan(config.label, "rows", rows, branch_bytes(shape, config, prompt),
                                            engine_bytes(shape, config, rows, prompt, max_new)))
         elif captures_alone(config, captured):
@@ -480,10 +494,12 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
 
 def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[ConfigurationPlan, ...], chunk: int,
             item: Item, prefill_tokens: int, window: int, alone: set[str], on_host: bool,
-            flight: int | None = None, captured: bool = False, held_on_host: bool = False) -> dict[str, int]:
+            flight: int | None = None, captured: bool = False, held_on_host: bool = False,
+            shared: bool = False) -> dict[str, int]:
     """The group's growth at the top of each phase of a chunk of the largest items (see the module's docstring);
     ``flight``: the items a chunk actually holds (fewer than ``chunk`` rows when the call has fewer items);
-    ``held_on_host``: the held branches wait in host memory (one layer of them on the device while it is built)."""
+    ``held_on_host``: the held branches wait in host memory (one layer of them on the device while it is built);
+    ``shared``: the configurations in rows decode in one engine, their rows held together."""
     by_label = {p.label: p for p in plans}
     held_one = sum(p.branch_bytes for p in plans)
     held_device = 0 if held_on_host else held_one  # what one item's held branches keep on the device
@@ -520,7 +536,10 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
         phases["alone"] = (flight * held_device + prefix + alone_built + growth + shape.decode_step_bytes(1)
                            + (shape.activation_bytes(prefill_tokens, item.prompt) if alone else 0))
     in_rows = [p for p in plans if p.decode == "rows"]
-    if in_rows:
+    if in_rows and shared:
+        phases["decode"] = (flight * held_device + sum(p.decode_bytes for p in in_rows)
+                            + shape.decode_step_bytes(sum(p.rows for p in in_rows)))
+    elif in_rows:
         phases["decode"] = flight * held_device + max(p.decode_bytes + shape.decode_step_bytes(p.rows) for p in in_rows)
     return phases
 
@@ -528,13 +547,17 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
 def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequence[Item], *, chunk: int,
                window: int, budget: int | None = None, in_use: int = 0, device: str = "cpu",
                prefill_tokens: int | None = None, alone: set[str] = frozenset(), captured: bool = False,
-               host_budget: int | None = None, host_in_use: int = 0) -> GroupPlan:
+               host_budget: int | None = None, host_in_use: int = 0, one_step: bool = False) -> GroupPlan:
     """:func:`_plan_group`; in a ``captured`` run on a GPU, of the plans whose configurations decoded alone run in a
     captured engine of one row (beside their branch) or in the eager loop (in place), the one that fits with the
     fewest :func:`bytes_per_token` (the eager loop weighted by :data:`EAGER_STEP_FACTOR`). ``host_budget``: on a
-    GPU, the bytes the host may hold (``host_in_use`` of them in use), so that held branches may wait there."""
+    GPU, the bytes the host may hold (``host_in_use`` of them in use), so that held branches may wait there.
+    ``one_step``: the run's decode kernel attends over several configurations' rows in one launch, in place
+    (:data:`snapeval.cache.kernels.RAGGED_IN_PLACE`), so that on a GPU the configurations in rows may share one
+    step (:attr:`GroupPlan.shared_step`)."""
     kwargs = dict(chunk=chunk, window=window, budget=budget, in_use=in_use, device=device,
-                  prefill_tokens=prefill_tokens, alone=alone, host_budget=host_budget, host_in_use=host_in_use)
+                  prefill_tokens=prefill_tokens, alone=alone, host_budget=host_budget, host_in_use=host_in_use,
+                  one_step=one_step)
     if not (captured and device.startswith("cuda")):
         return _plan_group(shape, configs, items, captured=False, **kwargs)
     plans = []
@@ -553,7 +576,7 @@ def plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequen
 def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Sequence[Item], *, chunk: int,
                 window: int, budget: int | None = None, in_use: int = 0, device: str = "cpu",
                 prefill_tokens: int | None = None, alone: set[str] = frozenset(), captured: bool = False,
-                host_budget: int | None = None, host_in_use: int = 0) -> GroupPlan:
+                host_budget: int | None = None, host_in_use: int = 0, one_step: bool = False) -> GroupPlan:
     """The plan of a group: the largest chunk, at most ``chunk``, whose peak fits ``budget``; if one item does not
     fit, prompts are prefilled in token chunks (never below :data:`MIN_PREFILL_TOKENS`) and, on a GPU, the capture
     is kept in host memory. Raises a one-line :class:`SnapevalError` when nothing fits. ``prefill_tokens`` forces
@@ -570,16 +593,17 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
     asked = chunk  # rows per engine: as asked even for fewer items (the decode batch, so its numerics, stays the same)
     whole = largest.prompt
 
-    def build(n: int, tokens: int, on_host: bool, held_on_host: bool = False) -> GroupPlan:
+    def build(n: int, tokens: int, on_host: bool, held_on_host: bool = False, shared: bool = False) -> GroupPlan:
         plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, None, batch_whole,
-                                     captured)
+                                     captured, shared)
         if budget is not None:  # rows: as many as fit what one engine may take once the chunk's branches are held
             held = 0 if held_on_host else min(n, len(items)) * sum(p.branch_bytes for p in plans)
             room = max(0, budget - in_use - held)
             plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, room, batch_whole,
-                                         captured)
+                                         captured, shared)
+        shared = shared and sum(1 for p in plans if p.decode == "rows") > 1  # one engine of one: not shared
         phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items),
-                         captured=captured, held_on_host=held_on_host)
+                         captured=captured, held_on_host=held_on_host, shared=shared)
         return GroupPlan(device=device, budget_bytes=budget, in_use_bytes=in_use, weights_bytes=shape.weight_bytes,
                          chunk=n, prefill_tokens=tokens, capture_on_host=on_host, prompt_tokens=largest.prompt,
                          max_new_tokens=largest.max_new, capture_bytes=shape.capture_bytes(largest.prompt, window),
@@ -587,7 +611,7 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
                          window_bytes=shape.window_transient_bytes(largest.prompt, window), configurations=plans,
                          phases=phases, peak_bytes=max(phases.values()), reasons=tuple(reasons),
                          branches_on_host=held_on_host, host_budget_bytes=host_budget if held_on_host else None,
-                         host_in_use_bytes=host_in_use if held_on_host else 0)
+                         host_in_use_bytes=host_in_use if held_on_host else 0, shared_step=shared)
 
     tokens = whole if prefill_tokens is None else min(prefill_tokens, whole)
 
@@ -618,16 +642,21 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
                 held_one = build(1, tokens, False, True).held_bytes
                 if held_one:
                     sizes.append(max(1, min(asked, (host_budget - host_in_use) // held_one)))
+        # The configurations in rows may also share one engine (one step reads the weights once for all their rows)
+        # at fewer rows each: that too is weighed by bytes per decoded token.
         fitting = []
         for n in sorted(set(sizes), reverse=True):
             for held_on_host in hosts:
                 for batch_whole in (True, False):
-                    candidate = build(n, tokens, False, held_on_host)
-                    if candidate.fits:
-                        fitting.append((bytes_per_token(shape, dataclasses.replace(candidate, alone_captured=captured),
-                                                        captured=True), -n, held_on_host, not batch_whole, candidate))
+                    for shared in (False, True) if one_step else (False,):
+                        candidate = build(n, tokens, False, held_on_host, shared)
+                        if candidate.fits and candidate.shared_step == shared:
+                            fitting.append((bytes_per_token(shape, dataclasses.replace(candidate,
+                                                                                       alone_captured=captured),
+                                                            captured=True), -n, held_on_host, not batch_whole,
+                                            shared, candidate))
         if fitting:
-            _, _, _, alone_whole, plan = min(fitting, key=lambda entry: entry[:4])
+            _, _, _, alone_whole, _, plan = min(fitting, key=lambda entry: entry[:5])
             chunk, batch_whole = plan.chunk, not alone_whole
             if alone_whole and any(not c.FIXED_SIZE and holds_whole_prompt(c, whole) for c in configs):
                 reasons.append("a cache of the whole prompt decodes alone: batched, its held branches would leave "
@@ -638,6 +667,9 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
             if plan.branches_on_host:
                 reasons.append(f"held branches in host memory ({gib(plan.host_bytes)} GiB): every engine has the "
                                "device's room for its rows")
+            if plan.shared_step:
+                reasons.append("one decode step for the configurations in rows: the weights read once for all their "
+                               "rows leave fewer bytes per decoded token than an engine each")
             plan = dataclasses.replace(plan, reasons=tuple(reasons))
         else:
             batch_whole = False
@@ -689,8 +721,10 @@ def bytes_per_token(shape: ModelShape, plan: GroupPlan, captured: bool = False) 
     weights and its cache for each token (a decode step is bound by these bytes: ``docs/engine.md``), plus each
     step's fixed time (:data:`STEP_FIXED_BYTES`) shared by its rows. In a
     ``captured`` run a configuration the plan decodes alone in the eager loop counts :data:`EAGER_STEP_FACTOR` times
-    (its step pays the host's launches, the others' do not). Branches held in host memory add their trip there and
-    back at :data:`HOST_LINK_BYTES_PER_S`, counted as the device bytes moved in that time."""
+    (its step pays the host's launches, the others' do not). A ``shared_step`` plan's configurations in rows count
+    one step for all of them: the fixed time and the weights once, every engine's rows. Branches held in host memory
+    add their trip there and back at :data:`HOST_LINK_BYTES_PER_S`, counted as the device bytes moved in that
+    time."""
     def weight(c: ConfigurationPlan) -> float:
         return EAGER_STEP_FACTOR if captured and c.decode == "alone" and not plan.alone_captured else 1.0
 
@@ -699,8 +733,14 @@ def bytes_per_token(shape: ModelShape, plan: GroupPlan, captured: bool = False) 
         ``ceil(chunk / rows)`` waves, each step moving every row's bytes (a partly filled last wave too)."""
         return plan.chunk / math.ceil(plan.chunk / c.rows) if c.decode == "rows" else 1.0
 
-    moved = sum(weight(c) * (STEP_FIXED_BYTES + shape.weight_bytes + c.decode_bytes) / tokens_per_step(c)
-                for c in plan.configurations)
+    def step(together: list[ConfigurationPlan]) -> float:
+        """One step of these configurations' rows: its fixed time, the weights, and every row's bytes."""
+        return STEP_FIXED_BYTES + shape.weight_bytes + sum(c.decode_bytes for c in together)
+
+    shared = [c for c in plan.configurations if c.decode == "rows"] if plan.shared_step else []
+    moved = sum(weight(c) * step([c]) / tokens_per_step(c) for c in plan.configurations if c not in shared)
+    if shared:  # one step for every row of them: its fixed time and the weights paid once
+        moved += step(shared) / tokens_per_step(shared[0])
     if plan.branches_on_host:  # an item's branches go to the host and back, as device bytes of the same time
         moved += (2 * sum(c.branch_bytes for c in plan.configurations) * DEVICE_BYTES_PER_S / HOST_LINK_BYTES_PER_S
                   / max(1, plan.max_new_tokens))

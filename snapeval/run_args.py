@@ -122,15 +122,15 @@ class RunArg:
 
     def _parse_switch(self, value: Any) -> Any:
         if isinstance(value, bool):
-            return "true" if value else "false"
+            value = "true" if value else "false"
         if not isinstance(value, str):
             return _INVALID
         lowered = value.strip().lower()
         if lowered in _TRUE:
-            return "true"
-        if lowered in _FALSE:
-            return "false"
-        return lowered if lowered in self.choices else _INVALID
+            lowered = "true"
+        elif lowered in _FALSE:
+            lowered = "false"
+        return lowered if lowered in self.choices else _INVALID  # a switch without "true" refuses it
 
     def _parse_int(self, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
@@ -200,6 +200,11 @@ class RunArgs:
                                  choices=("auto", *DECODE_KERNELS))
     capture: str = run_arg("auto", "record the engine's decode step once as a CUDA graph and replay it (auto: on "
                            "CUDA, never on the CPU; true needs CUDA)", "switch", choices=("auto", "true", "false"))
+    shared_step: str = run_arg("auto", "decode a shared group's configurations in rows in one step, the weights read "
+                               "once for all their rows (auto: where the memory plan finds it moves fewer bytes per "
+                               "token, on CUDA with a decode kernel that attends over every configuration's rows in "
+                               "one launch, triton; false: an engine each)", "switch", choices=("auto", "false"),
+                               surfaces=("sweep",), identity=False)
     specprefill_draft: str | None = run_arg(None, "draft model that compresses generation prompts (enables "
                                             "speculative prefill)", "text", default_text="off")
     specprefill_keep: float | None = run_arg(None, "fraction of prompt tokens speculative prefill keeps", "fraction",
@@ -322,6 +327,7 @@ def run_args_reference() -> str:
     for d in RunArgs.declarations():
         yes = {s: ("yes" if s in d.surfaces else "-") for s in SURFACES}
         default = d.default_text or d.default
-        rows.append(f"| `{d.name}` | `{d.flag}` | {yes['sweep']} | {yes['model_args']} | {d.allowed()} | "
+        flag = f"`{d.flag}`" if "run" in d.surfaces else "-"
+        rows.append(f"| `{d.name}` | {flag} | {yes['sweep']} | {yes['model_args']} | {d.allowed()} | "
                     f"{default} | {d.help} |")
     return "\n".join(rows)

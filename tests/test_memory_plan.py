@@ -493,3 +493,26 @@ def test_longest_first_each_chunk_is_planned_for_its_own_items_and_decodes_the_s
     assert described[0]["prompt_tokens"] == 120 and described[0]["rows"]["snapstream@16"] == 2
     monkeypatch.setattr("snapeval.branching.longest_first", lambda device: False)
     assert "chunk_plans" not in SharedBranches(group).describe()  # the CPU's provenance stays as it was
+
+
+def test_the_configurations_in_rows_share_one_step_where_the_kernel_allows_it():
+    """On a GPU whose decode kernel attends over every configuration's rows in one launch (``one_step``), the plan
+    weighs one step for all the configurations in rows (the weights and a step's fixed time once) against an
+    engine each, by bytes per decoded token; never on the CPU, never without ``one_step``, and never for one
+    configuration in rows."""
+    from snapeval.memory_plan import plan_group
+
+    shape = ModelShape.of_preset("llama-3.1-8b-instruct")
+    configs = [SnapStreamConfig.from_budget(1024), StreamingLLMConfig.from_budget(2048), SnapKVConfig.from_budget(1024)]
+    items = [Item(4000, 64)] * 8
+    kwargs = dict(chunk=8, window=64, budget=80 * 2**30, in_use=shape.weight_bytes, captured=True)
+    shared = plan_group(shape, configs, items, device="cuda:0", one_step=True, **kwargs)
+    apart = plan_group(shape, configs, items, device="cuda:0", one_step=False, **kwargs)
+    assert shared.shared_step and not apart.shared_step
+    assert any("one decode step" in reason for reason in shared.reasons)
+    assert bytes_per_token(shape, shared, captured=True) < bytes_per_token(shape, apart, captured=True)
+    assert not plan_group(shape, configs, items, device="cpu", one_step=True, **kwargs).shared_step
+    assert not plan_group(shape, configs[:1], items, device="cuda:0", one_step=True, **kwargs).shared_step
+    # the rows held together: every configuration's engine and one step's activations for all of them
+    rows = [shared.decode_mode(c.label) for c in configs]
+    assert shared.phases["decode"] >= sum(r.decode_bytes for r in rows)

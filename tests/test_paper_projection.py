@@ -27,7 +27,7 @@ def test_decode_steps_follow_the_chunks_and_rows_of_the_plan():
     chunk by chunk in input order: 10 items in chunks of 8 and 2, rows as the plan gives them."""
     configs = [resolve_method("snapstream", 1024), resolve_method("streamingllm", 2048)]
     items = [(4000, 5)] * 10
-    out = projection.project_group(SHAPE, configs, items, unit_rates(), budget=80 * 2**30, chunk=8)
+    out = projection.project_group(SHAPE, configs, items, unit_rates(), budget=80 * 2**30, chunk=8, one_step=False)
     assert out["chunk"] == 8 and set(out["rows"]) == {c.label for c in configs}
     assert all(1 <= rows <= 8 for rows in out["rows"].values())
     for label, rows in out["rows"].items():
@@ -36,7 +36,7 @@ def test_decode_steps_follow_the_chunks_and_rows_of_the_plan():
     assert out["engines"] == 2 * len(configs)
     # a tighter budget gives fewer rows, so more waves of steps
     tight = projection.project_group(SHAPE, configs, items, unit_rates(), budget=SHAPE.weight_bytes + 2**30 * 3,
-                                     chunk=8)
+                                     chunk=8, one_step=False)
     assert sum(tight["steps"].values()) > sum(out["steps"].values())
 
 
@@ -66,10 +66,10 @@ def test_the_fit_recovers_known_rates_from_groups_timed_with_them():
         schedule = projection.decode_schedule(SHAPE, configs, items, plan)
         decode = {}
         for label, entries in schedule.items():
-            steps = sum(s for s, _, _ in entries)
-            moved = sum(s * b for s, b, _ in entries) / steps
+            steps = sum(s for s, *_ in entries)
+            moved = sum(s * b for s, b, *_ in entries) / steps
             decode[label] = {"steps": steps, "step_s": true.step_s(moved), "bytes_per_step": moved}
-        engines = sum(1 for v in schedule.values() for _, _, alone in v if not alone)
+        engines = projection.engine_count(schedule)
         runs.append({"prefills": [(n, true.prefill_s(n)) for n, _ in items], "decode": decode, "engines": engines,
                      "configurations": len(configs),
                      "rest_s": engines * true.engine_s + len(configs) * true.branch_per_token_s * length * count})
@@ -210,16 +210,17 @@ def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch):
     for captured in (True, False):
         monkeypatch.setattr(projection, "group_plan", lambda *a, captured=captured, **k: dataclasses.replace(
             real_plan(*a, **k), alone_captured=captured))
-        plain = projection.project_group(SHAPE, configs, items, unit_rates(), budget=int(80e9 * 0.92))
+        plain = projection.project_group(SHAPE, configs, items, unit_rates(), budget=int(80e9 * 0.92),
+                                         one_step=False)
         assert plain["alone"] == [FullConfig().label] and plain["alone_captured"] is captured
         slower = projection.project_group(SHAPE, configs, items, unit_rates(alone_factor=2.0, eager_factor=3.0),
-                                          budget=int(80e9 * 0.92))
+                                          budget=int(80e9 * 0.92), one_step=False)
         alone_steps = plain["steps"][FullConfig().label]
         base = unit_rates()  # alone_factor 1, eager_factor memory_plan.EAGER_STEP_FACTOR
         expected = ((2.0 - base.alone_factor) if captured else (3.0 - base.eager_factor)) * alone_steps
         assert slower["seconds"] - plain["seconds"] == pytest.approx(expected)
     monkeypatch.undo()
-    assert real_plan(SHAPE, configs, items, budget=int(80e9 * 0.92)).alone_captured  # the sweep's own plan
+    assert real_plan(SHAPE, configs, items, budget=int(80e9 * 0.92), one_step=False).alone_captured  # the sweep's
 
     def run(captured, step_s):
         return {"prefills": [(1000, 1.0)], "decode": {"a": {"steps": 10, "step_s": 0.01, "bytes_per_step": 1e9}},
@@ -249,17 +250,18 @@ def test_the_projection_takes_a_gpus_chunks_longest_first_each_planned_for_its_o
     configs = [FullConfig(), SnapStreamConfig.from_budget(4096)]
     items = [(16384, 64)] * 6 + [(131008, 64)] * 2 + [(16384, 64)] * 6
     budget = int(80e9 * 0.92)
-    parts = projection.group_chunks(SHAPE, configs, items, budget=budget, chunk=4)
+    parts = projection.group_chunks(SHAPE, configs, items, budget=budget, chunk=4, one_step=False)
     prompts = [p for part, _ in parts for p, _ in part]
     assert prompts == sorted(prompts, reverse=True) and len(prompts) == len(items)
     assert all(plan.prompt_tokens == max(p for p, _ in part) for part, plan in parts)
     assert parts[-1][1].decode_mode("full").rows > parts[0][1].decode_mode("full").rows
-    one = projection.group_chunks(SHAPE, configs, items, budget=budget, chunk=4, by_length=False)
+    one = projection.group_chunks(SHAPE, configs, items, budget=budget, chunk=4, by_length=False, one_step=False)
     assert len({id(plan) for _, plan in one}) == 1 and one[0][1].decode_mode("full").decode == "alone"
-    fast = projection.project_group(SHAPE, configs, items, unit_rates(), budget=budget, chunk=4)
-    slow = projection.project_group(SHAPE, configs, items, unit_rates(), budget=budget, chunk=4, by_length=False)
+    fast = projection.project_group(SHAPE, configs, items, unit_rates(), budget=budget, chunk=4, one_step=False)
+    slow = projection.project_group(SHAPE, configs, items, unit_rates(), budget=budget, chunk=4, by_length=False,
+                                    one_step=False)
     assert fast["chunks"] == len(parts) and fast["decode_s"] < slow["decode_s"]
-    assert fast["steps"] == {label: sum(s for s, _, _ in entries) for label, entries in
+    assert fast["steps"] == {label: sum(s for s, *_ in entries) for label, entries in
                              projection.chunks_schedule(SHAPE, configs, parts).items()}
 
 
@@ -312,3 +314,26 @@ def test_the_lengths_name_each_questions_document():
             shared = [i for i, d in enumerate(documents) if documents.count(d) > 1]
             assert all(common[i] == 0 for i in range(395) if i not in shared)
             assert all(0.5 * tokenizer[name][i] < common[i] < tokenizer[name][i] for i in shared)
+
+
+def test_one_step_for_the_configurations_in_rows_is_priced_once():
+    """A shared step (the plan's ``shared_step``) moves every configuration's rows and the weights once, and its time
+    is counted once, each configuration holding an equal share: at one second per step, three configurations in 8
+    rows over 8 items of 5 new tokens take the 4 steps of one engine, where an engine each takes 12."""
+    configs = [resolve_method("snapstream", 1024), resolve_method("streamingllm", 2048), resolve_method("snapkv", 1024)]
+    items = [(4000, 5)] * 8
+    shared = projection.project_group(SHAPE, configs, items, unit_rates(), budget=80 * 2**30, chunk=8)
+    apart = projection.project_group(SHAPE, configs, items, unit_rates(), budget=80 * 2**30, chunk=8, one_step=False)
+    assert shared["shared_step_chunks"] == shared["chunks"] == 1 and apart["shared_step_chunks"] == 0
+    assert set(shared["rows"].values()) == set(apart["rows"].values()) == {8}
+    assert shared["steps"] == apart["steps"] == {c.label: 4 for c in configs}  # each configuration's own steps
+    assert apart["seconds"] == pytest.approx(12) and shared["seconds"] == pytest.approx(4)
+    assert shared["engines"] == 1 and apart["engines"] == 3
+    # bytes: the shared step's entry moves the weights once and every configuration's rows
+    from snapeval.memory_plan import engine_bytes
+
+    parts = projection.group_chunks(SHAPE, configs, items, budget=80 * 2**30, chunk=8)
+    (_, plan), = parts
+    entries = projection.decode_schedule(SHAPE, configs, items, plan)
+    moved = SHAPE.weight_bytes + sum(engine_bytes(SHAPE, c, 8, 4000, 5) for c in configs)
+    assert all(entries[c.label] == [(4, moved, False, 1 / 3)] for c in configs)

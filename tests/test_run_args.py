@@ -18,12 +18,12 @@ NON_DEFAULT = {"dtype": "bfloat16", "device": "cpu", "device_map": "balanced", "
                "max_gen_toks": "32", "max_length": "2048", "engine": "true", "engine_slots": "16",
                "decode_kernel": "split", "capture": "false", "specprefill_draft": "smollm2-135m-instruct",
                "specprefill_keep": "0.5", "specprefill_chunk": "8", "specprefill_lookahead": "4",
-               "specprefill_pool_kernel": "3"}
+               "specprefill_pool_kernel": "3", "shared_step": "false"}
 #: ... and one the declaration refuses (None: any text is a value; a blank one reads as "not given").
 BAD = {"dtype": "fp8", "device": "tpu", "device_map": "everywhere", "batch_size": "0", "max_gen_toks": "-3",
        "max_length": "zero", "engine": "sometimes", "engine_slots": "0", "decode_kernel": "flash",
        "capture": "maybe", "specprefill_draft": None, "specprefill_keep": "1.5", "specprefill_chunk": "0",
-       "specprefill_lookahead": "x", "specprefill_pool_kernel": "-1"}
+       "specprefill_lookahead": "x", "specprefill_pool_kernel": "-1", "shared_step": "always"}
 
 
 def run_parser() -> argparse.ArgumentParser:
@@ -58,7 +58,8 @@ def test_three_surfaces_parse_the_same_values_to_the_same_run_arguments():
 
     from snapeval.sweep.parse import parse_config
 
-    names = [n for n in RunArgs.names("sweep") if n != "device_map"]  # a device map needs a model to name layers
+    # every argument of all three surfaces (a device map needs a model to name layers; shared_step is a sweep's own)
+    names = [n for n in RunArgs.names("sweep") if n != "device_map" and n in RunArgs.names("run")]
     flags = run_parser().parse_args(["run", "--tasks", "t", *[x for n in names for x in
                                                               (RunArgs.declarations()[RunArgs.names().index(n)].flag,
                                                                NON_DEFAULT[n])]])

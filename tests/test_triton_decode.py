@@ -21,7 +21,7 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 # argument fails (int() of a 1-element array), and its tl.dot multiplies bfloat16's raw 16-bit patterns; bfloat16 is
 # widened to float32 exactly (as the GPU's tensor cores do before accumulating in float32).
 INTERPRETER_SCRIPT = r'''
-import json, sys
+import dataclasses, json, sys
 import numpy as np
 import torch
 import triton.language as tl
@@ -63,6 +63,22 @@ for name, (batch, heads, kv_heads, slots, dim, dtype, mask) in json.loads(sys.ar
                     "splits": kernels.decode_splits(slots, batch * kv_heads, 132, 64),
                     "diff_vs_sdpa": float((out.float() - ref.float()).abs().max()),
                     "diff_vs_float64": float((out.double() - ref64).abs().max())})
+# ragged pools (several configurations' rows of different slot counts): one launch against the padded reference
+for name, (slots, heads, kv_heads, dim, dtype) in json.loads(sys.argv[2]).items():
+    dtype = getattr(torch, dtype)
+    base = torch.cumsum(torch.tensor([0] + slots[:-1]), 0) * kv_heads
+    vectors = sum(slots) * kv_heads
+    positions = torch.arange(vectors)
+    positions[torch.rand(vectors) < 0.3] = -1  # holes
+    rows = kernels.RaggedRows(torch.randn(vectors, dim, dtype=dtype) * 2, torch.randn(vectors, dim, dtype=dtype),
+                              positions, base, torch.tensor(slots), kv_heads, max(slots), sum(slots))
+    query = torch.randn(len(slots), heads, 1, dim, dtype=dtype)
+    out = kernels.ragged_decode_attention(query, rows, 0.125, kernel="triton")
+    ref = kernels.ragged_decode_attention(query.double(), dataclasses.replace(
+        rows, keys=rows.keys.double(), values=rows.values.double()), 0.125, kernel="sdpa")
+    results.append({"name": name, "shape": list(out.shape), "dtype": str(out.dtype),
+                    "finite": bool(torch.isfinite(out).all()),
+                    "diff_vs_float64": float((out.double() - ref).abs().max())})
 # a compiled step calls the kernel as the opaque operator snapeval::triton_decode_attention (fullgraph: no break)
 step = torch.compile(lambda q, k, v, m: kernels.decode_attention(q, k, v, m, 0.25, kernel="triton"),
                      backend="aot_eager", fullgraph=True)
@@ -86,6 +102,11 @@ CASES = {  # name: (B, Hq, Hkv, S, D, dtype, mask)
     "gqa2_d128_bf16_5_tiles": (25, 16, 8, 640, 128, "bfloat16", "masked_slices"),
     "gqa2_d64_2_tiles": (25, 8, 4, 640, 64, "float32", "masked_slices"),
 }
+RAGGED_CASES = {  # name: (each row's slots, Hq, Hkv, D, dtype)
+    # rows shorter than one slice, one of a single slot, one many slices long (2,100: 33 slices of 64)
+    "ragged_gqa4_d64": ([70, 300, 130], 8, 2, 64, "float32"),
+    "ragged_gqa2_d128_bf16": ([640, 64, 1, 2100], 16, 8, 128, "bfloat16"),
+}
 TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
 
 
@@ -93,13 +114,18 @@ TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
                                            "installs have none)")
 def test_triton_kernel_matches_sdpa_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", INTERPRETER_SCRIPT, json.dumps(CASES)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", INTERPRETER_SCRIPT, json.dumps(CASES), json.dumps(RAGGED_CASES)],
+                          env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(results, indent=1))
-    assert [r["name"] for r in results] == list(CASES) + ["compiled"]
+    assert [r["name"] for r in results] == list(CASES) + list(RAGGED_CASES) + ["compiled"]
     assert results.pop()["diff_vs_sdpa"] < TOLERANCE["float32"]
+    for result in results[len(CASES):]:
+        slots, heads, _, dim, dtype = RAGGED_CASES[result["name"]]
+        assert result["shape"] == [len(slots), 1, heads, dim] and result["finite"], result
+        assert result["diff_vs_float64"] < TOLERANCE[dtype], result
+    results = results[:len(CASES)]
     for result in results:
         batch, heads, _, _, dim, dtype, _ = CASES[result["name"]]
         assert result["shape"] == [batch, 1, heads, dim]
@@ -214,3 +240,19 @@ def test_triton_kernel_on_cuda_matches_sdpa_and_is_captured_by_a_cuda_graph():
     torch.cuda.synchronize()
     ref = kernels.decode_attention(query.float(), key.float(), value.float(), valid, None, kernel="sdpa")
     assert float((out.float() - ref).abs().max()) < TOLERANCE["bfloat16"]
+
+
+def test_ragged_splits_share_the_pool_s_work_evenly():
+    """A pool's slices are of equal work (slot-heads over 3 waves of the SMs), so a long row among short ones is split
+    and short rows are not split finer than a tile: a 128k full-cache row beside 255 rows of 4k slots, 8 KV heads."""
+    most, total = 131072, 131072 + 255 * 4096
+    splits, width = kernels.ragged_splits(most, total, 8, 132, 64)
+    assert width % 64 == 0 and (splits - 1) * width < most <= splits * width
+    per_program = -(-total * 8 // (3 * 132))  # the pool's slot-heads over 396 programs
+    assert width == 64 * -(-per_program // 64) == 23808
+    assert splits == 6  # the long row in 6 slices; a 4k row in one
+    # a pool whose rows are all short: no slice below a tile, none beyond the longest row
+    assert kernels.ragged_splits(100, 100 * 300, 8, 132, 64) == (1, 128)
+    assert kernels.ragged_splits(64, 64, 1, 132, 64) == (1, 64)
+    with pytest.raises(SnapevalError, match="ragged_splits"):
+        kernels.ragged_splits(100, 50, 8, 132, 64)

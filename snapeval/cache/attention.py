@@ -24,7 +24,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from snapeval.cache.kernels import decode_attention, grouped_decode_attention
+from snapeval.cache.kernels import RaggedRows, decode_attention, grouped_decode_attention, ragged_decode_attention
 from snapeval.errors import SnapevalError
 
 ATTN_IMPLEMENTATION = "snapstream"
@@ -45,6 +45,9 @@ class PendingAttention:
     after: Callable[[torch.Tensor, torch.Tensor | None, float], None] | None = None  # prefill compression
     replace_mask: bool = True  # False in prefill: keep Hugging Face's causal/padding mask
     kernel: str = "sdpa"  # the decode kernel of the cache that handed this off (snapeval.cache.kernels)
+    #: rows of several caches decoded in one step (:class:`~snapeval.cache.segments.SegmentedCache`): each row
+    #: attends over its own slots of one flat pool, through ``kernel``
+    ragged: RaggedRows | None = None
 
 
 _local = threading.local()
@@ -75,6 +78,8 @@ def snapstream_attention(module, query, key, value, attention_mask, dropout=0.0,
     if pending is None or pending.layer_idx != getattr(module, "layer_idx", None):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
     _local.pending = None
+    if pending.ragged is not None:  # every row over its own slots of the pool, in one call
+        return ragged_decode_attention(query, pending.ragged, scaling, kernel=pending.kernel), None
     if pending.replace_mask and query.shape[2] == 1:
         kernel = pending.kernel
         if kernel != "sdpa":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -87,6 +88,16 @@ class LayerPrompt:
         return self._window_sums[window]
 
 
+class SlotRule(NamedTuple):
+    """Where a static row's decoded token goes (:meth:`CompressedLayer.slot_rule`): ``appends``: the row's next free
+    slot (its ``fill``, the last slot once full), ``fill`` then counting it; otherwise slot ``position`` below ``sink``,
+    else ring slot ``sink + (position + 1 - sink) mod recent`` (:func:`snapeval.cache.snapstream.ring_slot`)."""
+
+    appends: bool
+    sink: int = 0
+    recent: int = 1
+
+
 #: The tensors of a layer's rows that a decode step writes in place (:meth:`CompressedLayer.update`).
 ROW_TENSORS = ("keys", "values", "positions", "next_position", "fill")
 
@@ -154,6 +165,12 @@ class CompressedLayer(CacheLayerMixin):
         self.keys.index_put_(where, key[:, :, 0])
         self.values.index_put_(where, value[:, :, 0])
         self.positions.index_put_(where, position[:, None].expand(-1, key.shape[1]))
+
+    def slot_rule(self) -> SlotRule:
+        """Where :meth:`write` puts a decoded token, as data: one write can then serve the rows of several
+        configurations (:class:`~snapeval.cache.segments.SegmentedCache`; ``tests/test_segments.py`` checks that it
+        writes what :meth:`write` writes, for every method with static rows)."""
+        raise NotImplementedError(f"{type(self).__name__} does not state its slot rule")
 
     def slot_visible(self, query_positions: torch.Tensor) -> torch.Tensor:
         """``[B, T, S]``: may a new query at ``query_positions [B, T]`` see each cached slot?"""
@@ -363,19 +380,39 @@ class CompressedKVCache(Cache):
         model split over devices keeps each layer's rows on that layer's device,
         :func:`snapeval.models.devices.layer_devices`)."""
         slots = self.config.budget if slots is None else slots
+        devices = self.row_devices(device)
+        self.adopt_rows([(torch.empty(num_rows, num_kv_heads, slots, head_dim, dtype=dtype, device=device),
+                          torch.empty(num_rows, num_kv_heads, slots, head_dim, dtype=dtype, device=device),
+                          torch.empty(num_rows, num_kv_heads, slots, dtype=torch.long, device=device),
+                          torch.empty(num_rows, dtype=torch.long, device=device),
+                          torch.empty(num_rows, dtype=torch.long, device=device)) for device in devices],
+                        dtype, devices, always_mask=always_mask)
+
+    def row_devices(self, device) -> list:
+        """One device per layer: ``device`` for every layer, or a list of one per layer."""
         devices = list(device) if isinstance(device, (list, tuple)) else [device] * len(self.layers)
         if len(devices) != len(self.layers):
             raise ValueError(f"{len(devices)} devices for a cache of {len(self.layers)} layers")
-        for layer, device in zip(self.layers, devices):
-            layer.dtype, layer.device, layer.is_initialized = dtype, device, True
-            layer.kernel = resolve_decode_kernel(layer.kernel_choice, device)
-            layer.static, layer.always_mask, layer.seen = True, always_mask, 0
-            layer.keys = torch.zeros(num_rows, num_kv_heads, slots, head_dim, dtype=dtype, device=device)
-            layer.values = torch.zeros_like(layer.keys)
-            layer.positions = torch.full((num_rows, num_kv_heads, slots), -1, dtype=torch.long, device=device)
-            layer.next_position = torch.zeros(num_rows, dtype=torch.long, device=device)
-            layer.fill = torch.zeros(num_rows, dtype=torch.long, device=device)
-            mark_static(layer)
+        return devices
+
+    def adopt_rows(self, tensors, dtype, devices, *, always_mask: bool = False) -> None:
+        """Decode in ``tensors``, per layer ``(keys, values, positions, next_position, fill)`` shaped as
+        :meth:`allocate_rows` allocates them (its own, or views of a pool several caches decode in,
+        :class:`~snapeval.cache.segments.SegmentedCache`), emptied here; their storage never changes afterwards."""
+        for index, (rows, device) in enumerate(zip(tensors, devices, strict=True)):
+            self.adopt_layer_rows(index, rows, dtype, device, always_mask=always_mask)
+
+    def adopt_layer_rows(self, index: int, rows, dtype, device, *, always_mask: bool = False) -> None:
+        """:meth:`adopt_rows` for layer ``index`` alone."""
+        layer = self.layers[index]
+        layer.dtype, layer.device, layer.is_initialized = dtype, device, True
+        layer.kernel = resolve_decode_kernel(layer.kernel_choice, device)
+        layer.static, layer.always_mask, layer.seen = True, always_mask, 0
+        layer.keys, layer.values, layer.positions, layer.next_position, layer.fill = rows
+        for tensor in (layer.keys, layer.values, layer.next_position, layer.fill):
+            tensor.zero_()
+        layer.positions.fill_(-1)
+        mark_static(layer)
 
     def row_tensors(self) -> list[torch.Tensor]:
         """Every tensor the rows live in (introspection: after :meth:`allocate_rows` their storage never changes)."""

@@ -44,3 +44,19 @@ def decode_splits(slots: int, rows: int, multiprocessors: int, block: int) -> tu
     want = max(1, min(tiles, -(-TRITON_WAVES * multiprocessors // rows)))
     slice_len = (tiles // want) * block  # at least ``want`` slices, fewer than twice as many
     return -(-slots // slice_len), slice_len
+
+
+def ragged_splits(most_slots: int, total_slots: int, num_kv: int, multiprocessors: int, block: int
+                  ) -> tuple[int, int]:
+    """``(splits, slice_len)`` of the ``triton`` kernel over a ragged pool (rows of different slot counts, the longest
+    ``most_slots``, ``total_slots`` summed over rows, each with ``num_kv`` KV heads): slices of equal *work*, the
+    pool's slot-heads over :data:`TRITON_WAVES` times ``multiprocessors`` programs (a multiple of ``block``, at most
+    the longest row), so that a long row (a full cache among compressed ones) is split where the short rows are not
+    and no program streams a whole long row alone. A short row's slices past its slots load nothing."""
+    if most_slots < 1 or total_slots < most_slots or num_kv < 1 or multiprocessors < 1 or block < 1:
+        raise SnapevalError(f"ragged_splits needs 1 <= most_slots <= total_slots and positive heads, "
+                            f"multiprocessors and block; got {most_slots}, {total_slots}, {num_kv}, "
+                            f"{multiprocessors}, {block}")
+    per_program = -(-total_slots * num_kv // (TRITON_WAVES * multiprocessors))
+    slice_len = min(-(-per_program // block), -(-most_slots // block)) * block
+    return -(-most_slots // slice_len), slice_len

@@ -6,16 +6,17 @@ device once (:func:`resolve_decode_kernel`) and handed to attention with every d
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from snapeval.cache.kernel_shapes import SPLIT_PRODUCTS, TRITON_WAVES, decode_splits, split_chunks
+from snapeval.cache.kernel_shapes import SPLIT_PRODUCTS, TRITON_WAVES, decode_splits, ragged_splits, split_chunks
 from snapeval.errors import SnapevalError
 from snapeval.run_args import DECODE_KERNELS as RUN_ARG_KERNELS
 
 __all__ = ["DECODE_KERNELS", "SPLIT_PRODUCTS", "TRITON_WAVES", "decode_attention", "decode_splits",
-           "check_decode_kernel", "flex_decode_attention", "grouped_decode_attention", "resolve_decode_kernel", "runnable_decode_kernels",
+           "check_decode_kernel", "flex_decode_attention", "RAGGED_IN_PLACE", "RaggedRows", "ragged_decode_attention", "ragged_splits", "grouped_decode_attention", "resolve_decode_kernel", "runnable_decode_kernels",
            "split_chunks", "split_decode_attention", "triton_decode_attention"]
 
 
@@ -123,12 +124,63 @@ def decode_attention(query, key, value, valid=None, scaling=None, *, kernel: str
 def triton_decode_attention(query, key, value, valid=None, scaling=None) -> torch.Tensor:
     """The ``triton`` kernel (:data:`DECODE_KERNELS`): shapes as :func:`decode_attention`. Raises a one-line
     :class:`SnapevalError` where the ``triton`` package is not installed."""
+    return _triton_module().triton_decode_attention(query, key, value, valid, scaling)
+
+
+def _triton_module():
+    """:mod:`snapeval.cache.triton_decode`, or a one-line :class:`SnapevalError` where ``triton`` does not import."""
     try:
         from snapeval.cache import triton_decode
     except ImportError as exc:
         raise SnapevalError(f"decode kernel 'triton' needs the triton package, which is not importable here ({exc}); "
                             f"allowed without it: {', '.join(k for k in DECODE_KERNELS if k != 'triton')}") from None
-    return triton_decode.triton_decode_attention(query, key, value, valid, scaling)
+    return triton_decode
+
+
+#: The kernels that attend over a :class:`RaggedRows` pool in one launch, in place; the others gather it into a
+#: padded batch (a copy of every row at the longest row's slots), so a shared step pays only with these.
+RAGGED_IN_PLACE = ("triton",)
+
+
+@dataclass(frozen=True)
+class RaggedRows:
+    """Rows of different slot counts in one flat pool per layer (several configurations' rows decoded in one step,
+    :class:`snapeval.cache.segments.SegmentedCache`): row ``r``'s KV head ``h`` holds ``slots[r]`` consecutive
+    vectors from ``base[r] + h * slots[r]`` of ``keys``/``values`` ``[N, D]``, their positions at the same indices
+    of ``positions`` ``[N]`` (-1: empty, masked; the same validity for every head, so head 0's is read).
+    ``num_kv_heads``, ``most_slots`` (the largest of ``slots``) and ``total_slots`` (their sum) are Python ints: the
+    shapes a launch is planned for, known without reading the device (a captured step never synchronises)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    base: torch.Tensor  # [R] int64
+    slots: torch.Tensor  # [R] int64
+    num_kv_heads: int
+    most_slots: int
+    total_slots: int
+
+    def padded(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``keys``/``values`` ``[R, Hkv, S, D]`` and ``valid`` ``[R, S]`` (``S`` = :attr:`most_slots`; a row's slots
+        past its own count masked): the rows as one padded batch, gathered (a copy; the reference the ``triton``
+        kernel is checked against, and the path of the other kernels)."""
+        num_kv = self.num_kv_heads
+        offsets = torch.arange(self.most_slots, device=self.base.device)
+        inside = offsets[None, :] < self.slots[:, None]  # [R, S]
+        start = self.base[:, None] + torch.arange(num_kv, device=self.base.device)[None, :] * self.slots[:, None]
+        index = start[:, :, None] + torch.where(inside, offsets, 0)[:, None, :]  # [R, Hkv, S]
+        valid = inside & (self.positions[index[:, 0]] >= 0)
+        return self.keys[index], self.values[index], valid
+
+
+def ragged_decode_attention(query, rows: RaggedRows, scaling=None, *, kernel: str = "sdpa") -> torch.Tensor:
+    """Single-token attention of ``query [R, Hq, 1, D]`` over each row's own slots of a :class:`RaggedRows` pool;
+    returns ``[R, 1, Hq, D]``. ``triton``: one launch over every row in place (no copy, whatever the rows' slot
+    counts); another kernel: :meth:`RaggedRows.padded`, then :func:`decode_attention` with it."""
+    if kernel == "triton":
+        return _triton_module().ragged_decode_attention(query, rows, scaling)
+    keys, values, valid = rows.padded()
+    return decode_attention(query, keys, values, valid, scaling, kernel=kernel)
 
 
 _bmm_float32_ok: bool | None = None

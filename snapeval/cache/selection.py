@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from snapeval.cache.base import CompressedLayer, LayerPrompt
+from snapeval.cache.base import CompressedLayer, LayerPrompt, SlotRule
 
 
 def top_indices(scores: torch.Tensor, candidate: torch.Tensor, k: int) -> torch.Tensor:
@@ -94,6 +94,9 @@ class ScoredSelectionLayer(CompressedLayer):
         index = top_indices(scores, prompt.key_valid, min(self.config.budget, length))
         used = int((index >= 0).sum(dim=-1).max()) if index.numel() else 0
         return index[..., :used] if used < index.shape[-1] else index
+
+    def slot_rule(self) -> SlotRule:
+        return SlotRule(appends=True)
 
     def write(self, key, value, position):
         if self.static:  # rows allocated once: the next free slot of each row (a parked row rewrites its last slot)

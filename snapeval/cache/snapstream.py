@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from snapeval.cache.base import CompressedKVCache
+from snapeval.cache.base import CompressedKVCache, SlotRule
 from snapeval.cache.config import SnapStreamConfig
 from snapeval.cache.scoring import observation_scores
 from snapeval.cache.selection import ScoredSelectionLayer, edge_tokens, top_indices
@@ -77,6 +77,9 @@ class SnapStreamLayer(ScoredSelectionLayer):
 
     def write(self, key, value, position):
         self.write_slot(ring_slot(position, self.config.sink, self.config.recent), key, value, position)
+
+    def slot_rule(self) -> SlotRule:
+        return SlotRule(appends=False, sink=self.config.sink, recent=self.config.recent)
 
     def _in_ring(self, positions: torch.Tensor, query_positions: torch.Tensor) -> torch.Tensor:
         """``[B, T, N]``: is a non-sink token at ``positions [B, N]`` still among the last ``recent`` at each query?"""

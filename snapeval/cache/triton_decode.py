@@ -7,6 +7,11 @@ with an online softmax (running maximum and sum), the slots whose ``valid`` is F
 maximum, sum and weighted values. The second has a program per (row x KV head, query head of the group) and combines
 the slices. No host synchronisation and no data-dependent shape (CUDA graphs capture both launches).
 
+The same launches serve a ragged pool (:class:`snapeval.cache.kernels.RaggedRows`: several configurations' rows of
+different slot counts, decoded in one step): each program reads its row's first vector and slot count; the slices are
+of equal work over the whole pool (:func:`~snapeval.cache.kernel_shapes.ragged_splits`), so a long row is split
+where short ones are not, and a slice past a shorter row's slots loads nothing.
+
 Imported only where the kernel is asked for (:func:`snapeval.cache.kernels.decode_attention`): ``triton`` is
 absent from CPU installs. Triton's interpreter (``TRITON_INTERPRET=1``) runs it on CPU tensors (the tests do).
 """
@@ -16,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from snapeval.cache.kernel_shapes import decode_splits
+from snapeval.cache.kernel_shapes import decode_splits, ragged_splits
 
 #: Slots per tile (a slice of the slots is a multiple of it).
 BLOCK_N = 64
@@ -36,14 +41,14 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 @triton.jit
-def _split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, m_ptr, l_ptr, acc_ptr,
+def _split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, base_ptr, row_slots_ptr, m_ptr, l_ptr, acc_ptr,
                   stride_qb, stride_qh, stride_qd,
                   stride_kb, stride_kh, stride_ks, stride_kd,
                   stride_vb, stride_vh, stride_vs, stride_vd,
                   stride_valid_b, stride_valid_s,
                   num_kv, slots, slice_len, num_splits, scaling,
                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr,
-                  BLOCK: tl.constexpr, HAS_VALID: tl.constexpr, IEEE: tl.constexpr):
+                  BLOCK: tl.constexpr, HAS_VALID: tl.constexpr, IEEE: tl.constexpr, RAGGED: tl.constexpr):
     row = tl.program_id(0)  # batch row x KV head
     split = tl.program_id(1)
     b = (row // num_kv).to(tl.int64)  # b x a row's stride can pass 2**31 elements
@@ -55,15 +60,26 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, m_ptr, l_ptr, acc_ptr,
     d_ok = offs_d < HEAD_DIM
     q = tl.load(q_ptr + b * stride_qb + (h * GROUP + offs_g)[:, None] * stride_qh + offs_d[None, :] * stride_qd,
                 mask=g_ok[:, None] & d_ok[None, :], other=0.0)
-    k_base = k_ptr + b * stride_kb + h * stride_kh
-    v_base = v_ptr + b * stride_vb + h * stride_vh
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
     lo = split * slice_len
-    for start in range(0, slice_len, BLOCK):  # the last slice's tiles past the slots are masked (no load)
+    if RAGGED:  # row b's head h: its own slot count, from its own first vector of the flat pool
+        first = tl.load(base_ptr + b)
+        limit = tl.load(row_slots_ptr + b)
+        k_base = k_ptr + (first + h * limit) * stride_ks
+        v_base = v_ptr + (first + h * limit) * stride_vs
+        valid_base = valid_ptr + first * stride_valid_s  # head 0's positions: the same validity for every head
+        span = tl.maximum(tl.minimum(slice_len, limit - lo), 0)  # a slice past a short row's slots: no tile
+    else:
+        limit = slots
+        k_base = k_ptr + b * stride_kb + h * stride_kh
+        v_base = v_ptr + b * stride_vb + h * stride_vh
+        valid_base = valid_ptr + b * stride_valid_b
+        span = slice_len
+    for start in range(0, span, BLOCK):  # the last slice's tiles past the slots are masked (no load)
         n = lo + start + offs_n
-        n_ok = n < slots
+        n_ok = n < limit
         k = tl.load(k_base + n[:, None] * stride_ks + offs_d[None, :] * stride_kd,
                     mask=n_ok[:, None] & d_ok[None, :], other=0.0)
         if IEEE:
@@ -72,8 +88,10 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, m_ptr, l_ptr, acc_ptr,
             s = tl.dot(q, tl.trans(k))
         s = s * scaling  # [BLOCK_G, BLOCK] float32
         keep = n_ok
-        if HAS_VALID:
-            keep = keep & (tl.load(valid_ptr + b * stride_valid_b + n * stride_valid_s, mask=n_ok, other=0) != 0)
+        if HAS_VALID and RAGGED:  # a position, -1 for an empty slot
+            keep = keep & (tl.load(valid_base + n * stride_valid_s, mask=n_ok, other=-1) >= 0)
+        elif HAS_VALID:
+            keep = keep & (tl.load(valid_base + n * stride_valid_s, mask=n_ok, other=0) != 0)
         s = tl.where(keep[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # every slot so far masked: no inf - inf
@@ -127,31 +145,51 @@ def triton_decode_attention(query, key, value, valid=None, scaling=None) -> torc
     """The ``triton`` kernel (:data:`snapeval.cache.kernels.DECODE_KERNELS`): shapes as
     :func:`snapeval.cache.kernels.decode_attention` (``query [B, Hq, 1, D]``, ``key``/``value`` ``[B, Hkv, S, D]``,
     ``valid`` bool ``[B, S]`` or None; returns ``[B, 1, Hq, D]``)."""
-    batch, num_heads, _, head_dim = query.shape
-    num_kv, slots = key.shape[1], key.shape[2]
-    group = num_heads // num_kv
-    scaling = head_dim**-0.5 if scaling is None else float(scaling)
-    rows = batch * num_kv
-    num_splits, slice_len = decode_splits(slots, rows, _multiprocessors(query.device), BLOCK_N)
-    parts = query.new_empty(rows, num_splits, group, dtype=torch.float32)
-    m, l = parts, torch.empty_like(parts)
-    acc = query.new_empty(rows, num_splits, group, head_dim, dtype=torch.float32)
-    out = query.new_empty(batch, 1, num_heads, head_dim)
-    block_d = triton.next_power_of_2(head_dim)
     if valid is None:
         valid_arg, valid_strides = key, (0, 0)  # never read (HAS_VALID False)
     else:
         valid_arg = valid.view(torch.uint8) if valid.dtype == torch.bool else valid
         valid_strides = (valid_arg.stride(0), valid_arg.stride(1))
+    return _launch(query, key, value, key.stride(), value.stride(), valid_arg, valid_strides, key.shape[1],
+                   key.shape[2], scaling, has_valid=valid is not None)
+
+
+def ragged_decode_attention(query, rows, scaling=None) -> torch.Tensor:
+    """The ``triton`` kernel over a :class:`snapeval.cache.kernels.RaggedRows` pool, in place: ``query [R, Hq, 1,
+    D]``, each row over its own ``slots[r]`` slots (slices of equal work over the pool, :func:`ragged_splits`; a
+    shorter row's slices past its slots load nothing); returns ``[R, 1, Hq, D]``."""
+    keys, values, positions = rows.keys, rows.values, rows.positions
+    splits = ragged_splits(rows.most_slots, rows.total_slots, rows.num_kv_heads, _multiprocessors(query.device),
+                           BLOCK_N)
+    return _launch(query, keys, values, (0, 0, keys.stride(0), keys.stride(1)),
+                   (0, 0, values.stride(0), values.stride(1)), positions, (0, positions.stride(0)), rows.num_kv_heads,
+                   rows.most_slots, scaling, has_valid=True, ragged=(rows.base, rows.slots), splits=splits)
+
+
+def _launch(query, key, value, key_strides, value_strides, valid_arg, valid_strides, num_kv: int, slots: int,
+            scaling, *, has_valid: bool, ragged=None, splits: tuple[int, int] | None = None) -> torch.Tensor:
+    """The two launches, for ``num_kv`` KV heads of (at most) ``slots`` slots per row: ``key_strides``/
+    ``value_strides`` (batch, head, slot, dim); ``ragged``: the rows' ``(base, slots)`` of a flat pool, whose
+    ``valid_arg`` is its positions; ``splits``: ``(splits, slice_len)`` (default :func:`decode_splits`)."""
+    batch, num_heads, _, head_dim = query.shape
+    group = num_heads // num_kv
+    scaling = head_dim**-0.5 if scaling is None else float(scaling)
+    rows = batch * num_kv
+    num_splits, slice_len = splits or decode_splits(slots, rows, _multiprocessors(query.device), BLOCK_N)
+    parts = query.new_empty(rows, num_splits, group, dtype=torch.float32)
+    m, l = parts, torch.empty_like(parts)
+    acc = query.new_empty(rows, num_splits, group, head_dim, dtype=torch.float32)
+    out = query.new_empty(batch, 1, num_heads, head_dim)
+    block_d = triton.next_power_of_2(head_dim)
+    base, row_slots = ragged if ragged is not None else (query, query)  # never read unless ragged
     _split_kernel[(rows, num_splits)](
-        query, key, value, valid_arg, m, l, acc,
+        query, key, value, valid_arg, base, row_slots, m, l, acc,
         query.stride(0), query.stride(1), query.stride(3),
-        key.stride(0), key.stride(1), key.stride(2), key.stride(3),
-        value.stride(0), value.stride(1), value.stride(2), value.stride(3),
+        *key_strides, *value_strides,
         valid_strides[0], valid_strides[1],
         num_kv, slots, slice_len, num_splits, scaling,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_G=max(GROUP_ROWS, triton.next_power_of_2(group)),
-        BLOCK=BLOCK_N, HAS_VALID=valid is not None, IEEE=query.dtype == torch.float32,
+        BLOCK=BLOCK_N, HAS_VALID=has_valid, IEEE=query.dtype == torch.float32, RAGGED=ragged is not None,
         num_warps=4, num_stages=2,
     )
     _combine_kernel[(rows, group)](

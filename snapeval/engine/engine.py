@@ -309,8 +309,10 @@ class Engine:
         start = time.perf_counter()
         while queue or active:
             while queue and len(active) < self.num_slots:  # admission: refill free slots, one batch-1 prefill each
-                slot = queue[0].index if self.keep_rows else next(s for s in range(self.num_slots) if s not in active)
-                request = queue.popleft()
+                admitted = self._next_admission(queue, active)
+                if admitted is None:
+                    break
+                request, slot = admitted
                 if self._admit(request, slot, start, prefill):
                     done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
                 else:
@@ -324,6 +326,12 @@ class Engine:
         stats.generated_tokens = sum(c.generated_tokens for c in done.values())
         stats.prefill_seconds = sum(c.prefill_seconds for c in done.values())
         return [done[i] for i in range(len(requests))]
+
+    def _next_admission(self, queue: deque, active: dict[int, Request]) -> tuple[Request, int] | None:
+        """The request to admit next, taken off ``queue``, and its slot: the queue's head in the first free slot (in
+        the slot of its index when the engine keeps its rows); None: no request can be admitted now."""
+        slot = queue[0].index if self.keep_rows else next(s for s in range(self.num_slots) if s not in active)
+        return queue.popleft(), slot
 
     def _requests(self, prompts, sampling) -> list[Request]:
         if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
