@@ -15,8 +15,9 @@ from snapeval.cache.kernel_shapes import SPLIT_PRODUCTS, TRITON_WAVES, decode_sp
 from snapeval.errors import SnapevalError
 from snapeval.run_args import DECODE_KERNELS as RUN_ARG_KERNELS
 
-__all__ = ["DECODE_KERNELS", "SPLIT_PRODUCTS", "TRITON_WAVES", "decode_attention", "decode_splits",
-           "check_decode_kernel", "flex_decode_attention", "RAGGED_IN_PLACE", "RaggedRows", "ragged_decode_attention", "ragged_splits", "grouped_decode_attention", "resolve_decode_kernel", "runnable_decode_kernels",
+__all__ = ["DECODE_KERNELS", "RAGGED_IN_PLACE", "SPLIT_PRODUCTS", "TRITON_WAVES", "RaggedRows", "check_decode_kernel",
+           "decode_attention", "decode_splits", "flex_decode_attention", "grouped_decode_attention",
+           "ragged_decode_attention", "ragged_splits", "resolve_decode_kernel", "runnable_decode_kernels",
            "split_chunks", "split_decode_attention", "triton_decode_attention"]
 
 

@@ -24,7 +24,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from snapeval.cache.attention import PendingAttention, hand_off
-from snapeval.cache.base import CompressedKVCache, mark_static
+from snapeval.cache.base import ROW_TENSORS, CompressedKVCache, mark_static
 from snapeval.cache.kernels import RaggedRows, resolve_decode_kernel
 from snapeval.cache.snapstream import ring_slot
 from snapeval.errors import SnapevalError
@@ -172,8 +172,7 @@ class SegmentedCache(Cache):
         return self.caches[segment].row_kv_bytes(local)
 
     def row_tensors(self) -> list[torch.Tensor]:
-        return [getattr(layer, name) for layer in self.layers
-                for name in ("keys", "values", "positions", "next_position", "fill")]
+        return [getattr(layer, name) for layer in self.layers for name in ROW_TENSORS]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(repr(c.config) for c in self.caches)})"
