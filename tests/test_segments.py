@@ -209,3 +209,21 @@ def test_a_segmented_step_dispatches_what_one_configuration_s_step_does(monkeypa
     counts = [step_operations(SegmentedEngine(model, tiny_tokenizer, configs[:k], [2] * k, decode_kernel="split"))
               for k in (2, 3, 6)]
     assert len(set(counts)) == 1 and counts[0] == step_operations(one) + 4
+
+
+def test_the_run_argument_and_the_kernel_decide_whether_a_group_may_share_a_step(monkeypatch, tiny_tokenizer):
+    """``BranchSet.one_step``: the run's ``shared_step`` allows it and its decode kernel runs a ragged pool in one
+    launch (``triton``, resolved here by a stand-in: the CPU resolves ``sdpa``); a sweep entry's key reaches it."""
+    from snapeval.run_args import RunArgs
+    from snapeval.sweep.parse import parse_config
+
+    model = tiny_model("llama")
+    configs = [SnapStreamConfig.from_budget(16), StreamingLLMConfig.from_budget(24)]
+    assert not BranchSet(model, tiny_tokenizer, configs).one_step()  # sdpa on the CPU
+    monkeypatch.setattr("snapeval.branching.resolve_decode_kernel", lambda choice, device: "triton")
+    assert BranchSet(model, tiny_tokenizer, configs).one_step()
+    entry = {"pretrained": "smollm2-135m-instruct", "shared_step": False}
+    run_args = parse_config({"models": [entry], "tasks": ["kv_needle"], "methods": ["snapstream"],
+                             "budgets": [64]}).models[0].run_args
+    assert run_args == RunArgs(shared_step="false")
+    assert not BranchSet(model, tiny_tokenizer, configs, run_args=run_args).one_step()
