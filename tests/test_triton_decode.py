@@ -256,3 +256,32 @@ def test_ragged_splits_share_the_pool_s_work_evenly():
     assert kernels.ragged_splits(64, 64, 1, 132, 64) == (1, 64)
     with pytest.raises(SnapevalError, match="ragged_splits"):
         kernels.ragged_splits(100, 50, 8, 132, 64)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the kernel needs the triton package; CPU "
+                                           "installs have none)")
+@pytest.mark.parametrize("ragged", [False, True])
+def test_the_kernel_compiles_for_an_h100_without_one(ragged):
+    """Triton's real compiler (not its interpreter) takes both forms of the split launch to an sm_90 cubin, bfloat16:
+    no GPU needed, so a type the interpreter lets through cannot first fail on a lent machine."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from snapeval.cache import triton_decode
+
+    pointers = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "valid_ptr": "*i64" if ragged else "*u8",
+                "base_ptr": "*i64" if ragged else "*bf16", "row_slots_ptr": "*i64" if ragged else "*bf16",
+                "m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32"}
+    scalars = ["stride_qb", "stride_qh", "stride_qd", "stride_kb", "stride_kh", "stride_ks", "stride_kd",
+               "stride_vb", "stride_vh", "stride_vs", "stride_vd", "stride_valid_b", "stride_valid_s",
+               "num_kv", "slots", "slice_len", "num_splits"]
+    constants = {"GROUP": 4, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_G": 16, "BLOCK": 64, "HAS_VALID": True,
+                 "IEEE": False, "RAGGED": ragged}
+    signature = {**pointers, **{name: "i32" for name in scalars}, "scaling": "fp32",
+                 **{name: "constexpr" for name in constants}}
+    names = list(signature)
+    source = ASTSource(fn=triton_decode._split_kernel, signature=signature,
+                       constexprs={(names.index(k),): v for k, v in constants.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+    assert compiled.asm["cubin"] and ".entry" in compiled.asm["ptx"]
