@@ -285,3 +285,52 @@ def test_the_kernel_compiles_for_an_h100_without_one(ragged):
                        constexprs={(names.index(k),): v for k, v in constants.items()})
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
     assert compiled.asm["cubin"] and ".entry" in compiled.asm["ptx"]
+
+
+SEGMENTED_SCRIPT = r'''
+import json
+import snapeval.cache.segments as segments
+from snapeval.cache import FullConfig, SnapKVConfig, SnapStreamConfig, StreamingLLMConfig, triton_decode
+from snapeval.engine import Engine, SamplingParams
+from snapeval.engine.segmented import SegmentedEngine
+from tests.conftest import TinyTokenizer, random_prompt, tiny_model
+
+calls = []
+launch = triton_decode.ragged_decode_attention
+triton_decode.ragged_decode_attention = lambda *args: calls.append(1) or launch(*args)
+model, tokenizer = tiny_model("llama"), TinyTokenizer()
+configs = [SnapStreamConfig(sink=2, recent=10, topk=8, observation=6), StreamingLLMConfig(sink=2, recent=16),
+           SnapKVConfig(budget=20, observation=6), FullConfig()]
+prompts = [random_prompt(n, seed=n) for n in (70, 23, 45, 8)]
+params = [SamplingParams(max_new_tokens=k) for k in (12, 5, 9, 7)]
+rows = [2, 1, 2, 1]
+own = [Engine(model, tokenizer, c, num_slots=r) for c, r in zip(configs, rows)]
+expected = [engine.generate(prompts, params) for engine in own]
+requests = [(c, i) for i in range(len(prompts)) for c in range(len(configs))]
+# every pool the engine allocates (it grows its appending segments per call) attends with "triton" on CPU tensors,
+# which no CPU run resolves to
+segments.resolve_decode_kernel = lambda choice, device: "triton"
+engine = SegmentedEngine(model, tokenizer, configs, rows)
+done = engine.generate([prompts[i] for _, i in requests], [params[i] for _, i in requests],
+                       segments=[c for c, _ in requests], prefill=lambda j, p: own[requests[j][0]].prefill(j, p))
+print(json.dumps({"same": [d.token_ids == expected[c][i].token_ids for d, (c, i) in zip(done, requests)],
+                  "ragged_calls": len(calls), "steps": engine.stats.decode_steps,
+                  "layers": len(engine.cache.layers)}))
+'''
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the kernel needs the triton package; CPU "
+                                           "installs have none)")
+def test_a_segmented_engine_decodes_through_the_ragged_launch_in_the_interpreter():
+    """The whole path on the ragged launch (Hugging Face's strided queries, the pool's write, every configuration's
+    rows in one call), in Triton's interpreter: every request decodes the tokens of its configuration's own engine
+    (float32)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", SEGMENTED_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(out["same"]) == 16 and all(out["same"]), out
+    assert out["ragged_calls"] == out["steps"] * out["layers"] > 0  # one ragged launch per layer and step
