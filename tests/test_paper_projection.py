@@ -115,7 +115,9 @@ def test_the_smoke_projection_predicts_the_steps_the_group_counts(tmp_path, data
     """The whole projection on the CPU at tiny shapes: calibration, the slice (its predicted decode steps equal the
     engines' counted steps, configuration by configuration), and both grids projected."""
     monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    out = projection.main(["--smoke", "--out", str(tmp_path / "p.json")])
+    # the grids with an engine per configuration: the shared step's grids take minutes to plan (a chunk of one or
+    # two items, each re-planned), and are priced by test_one_step_for_the_configurations_in_rows_is_priced_once
+    out = projection.main(["--smoke", "--shared-step", "false", "--out", str(tmp_path / "p.json")])
     payload = json.loads(out.read_text())
     assert payload["smoke"] and len(payload["configurations"]) == 16 and len(payload["calibration"]) == 3
     measured, predicted = payload["slice"]["measured"], payload["slice"]["predicted"]
@@ -189,8 +191,8 @@ def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
     floor = rates.step_s(SHAPE.weight_bytes)
     assert rates.prefill[0] == pytest.approx(floor)
     assert floor + 2 * SHAPE.weight_bytes / 2 * 1255 / 989e12 <= rates.prefill_s(1255) < 0.1
-    out = projection.main(["--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--out",
-                           str(tmp_path / "p.json")])
+    out = projection.main(["--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--shared-step", "false",
+                           "--out", str(tmp_path / "p.json")])
     payload = json.loads(out.read_text())
     assert payload["slice"] is None and payload["paper_llama_longbench_pair_gpu_hours"] > 0
 
