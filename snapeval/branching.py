@@ -120,8 +120,8 @@ class BranchStats:
     def count_decode(self, label: str, engine, segment: int | None = None) -> None:
         """Add one engine's :class:`~snapeval.engine.EngineStats` to ``label``'s decode totals; ``segment``: the
         label's segment of a :class:`~snapeval.engine.segmented.SegmentedEngine` (its rows and active rows, every
-        step, and an even share of the steps' seconds; ``step_seconds``: the whole steps' seconds; ``shared``: how many
-        configurations shared them, ``shared_with``: their labels)."""
+        step, and an even share of the steps' seconds; ``step_seconds``: the whole steps' seconds; ``shared_with``:
+        the labels of the configurations that shared them)."""
         if segment is None:
             rows, seconds, active = engine.num_slots, engine.stats.decode_seconds, engine.stats.active_slot_steps
         else:
@@ -135,7 +135,6 @@ class BranchStats:
         totals["step_seconds"] += engine.stats.decode_seconds  # whole steps, shared or not: their mean is a step's
         totals["active_slot_steps"] += active
         if segment is not None:
-            totals["shared"] = max(totals.get("shared", 1), len(engine.rows))
             totals["shared_with"] = sorted(set(totals.get("shared_with", ())) | {c.label for c in engine.configs})
 
     def count_alone(self, label: str, steps: int, seconds: float) -> None:
@@ -507,22 +506,30 @@ class BranchSet:
             waiting = held.pop(c)
             if not waiting:
                 continue
-            seconds = {i: waiting[i][2] for i in part}
+            seconds = {(c, i): waiting[i][2] for i in part}
             engine = Engine(self.model, self.tokenizer, self.configs[c],
                             num_slots=plan.decode_mode(self.configs[c].label).rows, seed=self.seed,
                             capture=self.capture, decode_kernel=self.decode_kernel)
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
             self.stats.count_decode(self.configs[c].label, engine)
-            engine.release()
-            del engine
-            gc.collect()  # whatever the decode left in reference cycles goes before the next rows are allocated
-            for j, i in enumerate(part):
-                completions[j].index = i
-                completions[j].prefill_seconds = seconds[i]
-                self._count_kv(self.configs[c], completions[j])
-                done[c, i] = completions[j]
+            self._store_decoded(engine, [(c, i) for i in part], completions, seconds, done)
         return done
+
+    def _store_decoded(self, engine, requests: list[tuple[int, int]], completions: list[Completion],
+                       prefill_seconds: dict, done: dict) -> None:
+        """The tail of a decode in rows, once ``engine``'s decode is counted: release the engine (and whatever its
+        decode left in reference cycles, before the next rows are allocated), then store each completion of
+        ``requests`` (configuration ``c``, item ``i``) in ``done[c, i]`` with its item index, its prefill's seconds
+        (``prefill_seconds[c, i]``) and its KV bytes."""
+        engine.release()
+        del engine
+        gc.collect()
+        for (c, i), completion in zip(requests, completions):
+            completion.index = i
+            completion.prefill_seconds = prefill_seconds[c, i]
+            self._count_kv(self.configs[c], completion)
+            done[c, i] = completion
 
     def _decode_in_one_step(self, members: list[int], part: list[int], plan: GroupPlan, held: dict, prompt_of,
                             sampling, done: dict) -> None:
@@ -545,14 +552,7 @@ class BranchSet:
         for segment, c in enumerate(members):
             self.stats.count_decode(self.configs[c].label, engine, segment)
             held.pop(c)
-        engine.release()
-        del engine
-        gc.collect()
-        for (c, i), completion in zip(requests, completions):
-            completion.index = i
-            completion.prefill_seconds = seconds[c, i]
-            self._count_kv(self.configs[c], completion)
-            done[c, i] = completion
+        self._store_decoded(engine, requests, completions, seconds, done)
 
     def _empty_branch(self, c: int, prefilled: Prefilled, in_rows: bool):
         """Configuration ``c``'s one-row cache for an item, to be filled from the capture (a press's comes whole
