@@ -46,6 +46,7 @@ decodes in more rows than one plan for the whole call would give it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -182,6 +183,14 @@ class ModelShape:
 # what each configuration holds
 
 
+#: The per-configuration sizes below are pure functions of frozen values (a :class:`ModelShape`, a frozen
+#: :class:`~snapeval.cache.config.MethodConfig`, token counts), and a plan's search asks for the same ones hundreds of
+#: times (every chunk size, host placement and shared step it weighs; a projection re-plans every chunk): each is
+#: remembered.
+_remembered = functools.lru_cache(maxsize=1 << 14)
+
+
+@_remembered
 def _is_press(config: MethodConfig) -> bool:
     """It compresses in its own prefill hooks (a kvpress press), holding the cache its hook built besides its rows:
     its entry names them (:attr:`~snapeval.cache.methods.MethodInfo.prefill_hook`)."""
@@ -190,12 +199,14 @@ def _is_press(config: MethodConfig) -> bool:
     return bool(method_info(config).prefill_hook)
 
 
+@_remembered
 def _static_rows(config: MethodConfig) -> bool:
     from snapeval.cache.methods import method_info
 
     return method_info(config).static_rows
 
 
+@_remembered
 def branch_bytes(shape: ModelShape, config: MethodConfig, prompt: int) -> int:
     """One item's one-row branch of ``config`` as held until its rows decode: the engine's layout cut to its kept
     prompt (:meth:`~snapeval.cache.config.MethodConfig.kept_tokens`: a prompt shorter than a fixed-size budget fills
@@ -212,17 +223,20 @@ def branch_bytes(shape: ModelShape, config: MethodConfig, prompt: int) -> int:
     return held
 
 
+@_remembered
 def row_slots(config: MethodConfig, prompt: int, max_new: int) -> int:
     """Slots of one engine row for a request (:meth:`~snapeval.cache.config.MethodConfig.cache_slots`)."""
     return config.cache_slots(prompt, max_new)
 
 
+@_remembered
 def engine_bytes(shape: ModelShape, config: MethodConfig, rows: int, prompt: int, max_new: int) -> int:
     """An engine of ``rows`` rows for requests of up to ``prompt`` tokens and ``max_new`` new ones: its cache rows,
     its token and position ids ``[R, 1]`` int64."""
     return shape.rows_cache_bytes(row_slots(config, prompt, max_new), rows) + 2 * rows * INT64
 
 
+@_remembered
 def alone_cache_bytes(shape: ModelShape, config: MethodConfig, prompt: int, generated: int = 0) -> int:
     """The cache of a configuration decoded alone after its prefill and ``generated`` fed-back tokens (a decode of
     ``n`` new tokens feeds back ``n - 1``): a ``DynamicCache`` of the kept tokens for the full cache and for presses,
@@ -232,6 +246,7 @@ def alone_cache_bytes(shape: ModelShape, config: MethodConfig, prompt: int, gene
     return shape.rows_cache_bytes(config.cache_slots(prompt, generated))
 
 
+@_remembered
 def holds_whole_prompt(config: MethodConfig, prompt: int) -> bool:
     """Whether ``config`` keeps every prompt token (the full cache, or a budget of at least the prompt)."""
     return config.kept_tokens(prompt, 0) >= prompt
@@ -387,6 +402,7 @@ class Item:
     prefix: int = 0
 
 
+@_remembered
 def row_bytes(shape: ModelShape, config: MethodConfig, prompt: int, max_new: int) -> int:
     """What one more decode row of ``config`` costs: its engine row (:func:`engine_bytes`) and one row of a decode
     step's activations and logits (:meth:`ModelShape.decode_step_bytes`)."""
@@ -476,10 +492,11 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
             return engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes  # pays below them
         return True
 
-    together = sum(row_bytes(shape, c, prompt, max_new) for c in configs if rows_of(c)) if shared else 0
+    decoded_in_rows = [rows_of(c) for c in configs]
+    together = sum(row_bytes(shape, c, prompt, max_new) for c, r in zip(configs, decoded_in_rows) if r) if shared else 0
     plans = []
-    for config in configs:
-        if rows_of(config):
+    for config, in_rows in zip(configs, decoded_in_rows):
+        if in_rows:
             per_row = together or row_bytes(shape, config, prompt, max_new)
             rows = chunk if room is None else max(1, min(chunk, room // per_row))
             plans.append(ConfigurationPlan(config.label, "rows", rows, branch_bytes(shape, config, prompt),
