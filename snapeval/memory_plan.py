@@ -474,6 +474,16 @@ def captures_alone(config: MethodConfig, captured: bool) -> bool:
     return captured and _static_rows(config) and not _is_press(config)
 
 
+def _decodes_in_rows(shape: ModelShape, config: MethodConfig, chunk: int, prompt: int, max_new: int,
+                     alone: set[str], batch_whole: bool) -> bool:
+    """Whether :func:`_configuration_plans` decodes ``config`` in rows (see there)."""
+    if config.label in alone or not _static_rows(config):
+        return False
+    if not batch_whole and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):
+        return engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes  # pays below them
+    return True
+
+
 def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chunk: int, prompt: int,
                          max_new: int, alone: set[str], room: int | None = None,
                          batch_whole: bool = False, captured: bool = False,
@@ -485,14 +495,7 @@ def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chu
     rows hold fewer bytes than the weights. ``captured``: a configuration decoded alone does so in an engine of one
     row (:func:`captures_alone`), its branch built into that row. ``shared``: the configurations in rows share one
     engine (:attr:`GroupPlan.shared_step`): each the same rows, as many as fit ``room`` with one row of each."""
-    def rows_of(config: MethodConfig) -> bool:
-        if config.label in alone or not _static_rows(config):
-            return False
-        if not batch_whole and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):
-            return engine_bytes(shape, config, chunk, prompt, max_new) <= shape.weight_bytes  # pays below them
-        return True
-
-    decoded_in_rows = [rows_of(c) for c in configs]
+    decoded_in_rows = [_decodes_in_rows(shape, c, chunk, prompt, max_new, alone, batch_whole) for c in configs]
     together = sum(row_bytes(shape, c, prompt, max_new) for c, r in zip(configs, decoded_in_rows) if r) if shared else 0
     plans = []
     for config, in_rows in zip(configs, decoded_in_rows):
@@ -517,7 +520,7 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
     ``flight``: the items a chunk actually holds (fewer than ``chunk`` rows when the call has fewer items);
     ``held_on_host``: the held branches wait in host memory (one layer of them on the device while it is built);
     ``shared``: the configurations in rows decode in one engine, their rows held together."""
-    by_label = {p.label: p for p in plans}
+    pairs = list(zip(configs, plans))  # each configuration with its plan (both in the group's order)
     held_one = sum(p.branch_bytes for p in plans)
     held_device = 0 if held_on_host else held_one  # what one item's held branches keep on the device
     flight = chunk if flight is None else min(chunk, flight)
@@ -528,28 +531,26 @@ def _phases(shape: ModelShape, configs: Sequence[MethodConfig], plans: tuple[Con
     prefix = shape.capture_bytes(item.prefix, window) if item.prefix else 0
     presses = sum(shape.dynamic_cache_bytes(c.kept_tokens(item.prompt, 0)) for c in configs
                   if _is_press(c) and c.label not in alone)
-    shared_alone = [c for c in configs if by_label[c.label].decode == "alone" and c.label not in alone]
-    alone_built = sum(alone_cache_bytes(shape, c, item.prompt) for c in shared_alone)
+    # decoded alone from the shared prefill (not a press that prefills itself): each built from the capture
+    shared_alone = [(c, p) for c, p in pairs if p.decode == "alone" and c.label not in alone]
+    alone_built = sum(alone_cache_bytes(shape, c, item.prompt) for c, _ in shared_alone)
     # each held layer leaves for the host once built, when the branches wait there
     built = (held_one // shape.layers if held_on_host else held_one) + alone_built
     # a captured one-row engine's row is allocated whole before the capture's layers move into the branches
-    one_rows = sum(by_label[c.label].decode_bytes for c in shared_alone if captures_alone(c, captured))
+    one_rows = sum(p.decode_bytes for c, p in shared_alone if captures_alone(c, captured))
     # a held branch's layer is built at the whole layout before it is cut to its kept prompt
-    whole = held_one + alone_built + sum(shape.rows_cache_bytes(c.cache_slots(item.prompt, 0))
-                                         - by_label[c.label].branch_bytes
-                                         for c in configs if by_label[c.label].decode == "rows" and not _is_press(c))
+    whole = held_one + alone_built + sum(shape.rows_cache_bytes(c.cache_slots(item.prompt, 0)) - p.branch_bytes
+                                         for c, p in pairs if p.decode == "rows" and not _is_press(c))
     phases = {"prefill": earlier + prefix + on_device + presses + shape.activation_bytes(prefill_tokens, item.prompt),
               # the capture's layers move into the branches one by one: the larger of the two, plus a layer of each
               "branch": earlier + prefix + presses + max(on_device, built - one_rows) + one_rows + layer
               + whole // shape.layers
               + shape.window_transient_bytes(item.prompt, window)}
-    decoded_alone = [c for c in configs if by_label[c.label].decode == "alone"]
-    if decoded_alone:
+    if any(p.decode == "alone" for p in plans):
         # the eager loop grows its branch in place; a captured engine's row is made first and the branch is built
         # into it layer by layer: either way the decode's cache takes the branch's place
-        growth = max(by_label[c.label].decode_bytes - (alone_cache_bytes(shape, c, item.prompt)
-                                                        if c in shared_alone else 0)
-                     + by_label[c.label].decode_bytes // shape.layers for c in decoded_alone)
+        growth = max(p.decode_bytes - (alone_cache_bytes(shape, c, item.prompt) if c.label not in alone else 0)
+                     + p.decode_bytes // shape.layers for c, p in pairs if p.decode == "alone")
         phases["alone"] = (flight * held_device + prefix + alone_built + growth + shape.decode_step_bytes(1)
                            + (shape.activation_bytes(prefill_tokens, item.prompt) if alone else 0))
     in_rows = [p for p in plans if p.decode == "rows"]
@@ -611,13 +612,14 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
     whole = largest.prompt
 
     def build(n: int, tokens: int, on_host: bool, held_on_host: bool = False, shared: bool = False) -> GroupPlan:
-        plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, None, batch_whole,
-                                     captured, shared)
+        room = None
         if budget is not None:  # rows: as many as fit what one engine may take once the chunk's branches are held
-            held = 0 if held_on_host else min(n, len(items)) * sum(p.branch_bytes for p in plans)
+            held_one = sum(branch_bytes(shape, c, largest.prompt) for c in configs
+                           if _decodes_in_rows(shape, c, n, largest.prompt, largest.max_new, alone, batch_whole))
+            held = 0 if held_on_host else min(n, len(items)) * held_one
             room = max(0, budget - in_use - held)
-            plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, room, batch_whole,
-                                         captured, shared)
+        plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, room, batch_whole,
+                                     captured, shared)
         shared = shared and sum(1 for p in plans if p.decode == "rows") > 1  # one engine of one: not shared
         phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items),
                          captured=captured, held_on_host=held_on_host, shared=shared)
