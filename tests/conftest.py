@@ -13,9 +13,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 # Under pytest-xdist (the README's test command runs 2 workers, one per core of the 2-core reference machine) each
-# worker gets one torch thread, so the workers do not oversubscribe the cores they share.
+# worker gets one torch thread, and so does every process a test starts (a documented command, an lm-eval run), so
+# the workers do not oversubscribe the cores they share: a `snapeval run` beside a busy core took 56 s with two
+# threads and 35 s with one.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("SNAPEVAL_DATA_DIR", REPO.parent / "shared" / "data"))
