@@ -513,17 +513,17 @@ class BranchSet:
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
             self.stats.count_decode(self.configs[c].label, engine)
-            self._store_decoded(engine, [(c, i) for i in part], completions, seconds, done)
+            engine.release()
+            del engine  # its rows go with it, before the next configuration's engine allocates its own
+            self._store_decoded([(c, i) for i in part], completions, seconds, done)
         return done
 
-    def _store_decoded(self, engine, requests: list[tuple[int, int]], completions: list[Completion],
-                       prefill_seconds: dict, done: dict) -> None:
-        """The tail of a decode in rows, once ``engine``'s decode is counted: release the engine (and whatever its
-        decode left in reference cycles, before the next rows are allocated), then store each completion of
-        ``requests`` (configuration ``c``, item ``i``) in ``done[c, i]`` with its item index, its prefill's seconds
-        (``prefill_seconds[c, i]``) and its KV bytes."""
-        engine.release()
-        del engine
+    def _store_decoded(self, requests: list[tuple[int, int]], completions: list[Completion], prefill_seconds: dict,
+                       done: dict) -> None:
+        """The tail of a decode in rows, once its engine is counted, released and dropped by the caller (the rows go
+        with the engine): collect whatever the decode left in reference cycles before the next rows are allocated,
+        then store each completion of ``requests`` (configuration ``c``, item ``i``) in ``done[c, i]`` with its item
+        index, its prefill's seconds (``prefill_seconds[c, i]``) and its KV bytes."""
         gc.collect()
         for (c, i), completion in zip(requests, completions):
             completion.index = i
@@ -552,7 +552,9 @@ class BranchSet:
         for segment, c in enumerate(members):
             self.stats.count_decode(self.configs[c].label, engine, segment)
             held.pop(c)
-        self._store_decoded(engine, requests, completions, seconds, done)
+        engine.release()
+        del engine
+        self._store_decoded(requests, completions, seconds, done)
 
     def _empty_branch(self, c: int, prefilled: Prefilled, in_rows: bool):
         """Configuration ``c``'s one-row cache for an item, to be filled from the capture (a press's comes whole
