@@ -487,15 +487,18 @@ def _decodes_in_rows(shape: ModelShape, config: MethodConfig, chunk: int, prompt
 def _configuration_plans(shape: ModelShape, configs: Sequence[MethodConfig], chunk: int, prompt: int,
                          max_new: int, alone: set[str], room: int | None = None,
                          batch_whole: bool = False, captured: bool = False,
-                         shared: bool = False) -> tuple[ConfigurationPlan, ...]:
+                         shared: bool = False, decoded_in_rows: Sequence[bool] | None = None
+                         ) -> tuple[ConfigurationPlan, ...]:
     """Each configuration's decode: in rows, as many as fit ``room`` (the bytes left for one engine once the chunk's
     branches are held; None: unbounded) at its own :func:`row_bytes`, at most ``chunk`` and at least 1; or alone.
     ``batch_whole``: a cache of the whole prompt decodes in rows too (a GPU, where a captured batched step pays at
     any length: the issue's 128k full cache ran 112 tok/s at batch 3 against 67 alone); otherwise only while its
     rows hold fewer bytes than the weights. ``captured``: a configuration decoded alone does so in an engine of one
     row (:func:`captures_alone`), its branch built into that row. ``shared``: the configurations in rows share one
-    engine (:attr:`GroupPlan.shared_step`): each the same rows, as many as fit ``room`` with one row of each."""
-    decoded_in_rows = [_decodes_in_rows(shape, c, chunk, prompt, max_new, alone, batch_whole) for c in configs]
+    engine (:attr:`GroupPlan.shared_step`): each the same rows, as many as fit ``room`` with one row of each.
+    ``decoded_in_rows``: per configuration, :func:`_decodes_in_rows` where the caller has it already."""
+    if decoded_in_rows is None:
+        decoded_in_rows = [_decodes_in_rows(shape, c, chunk, prompt, max_new, alone, batch_whole) for c in configs]
     together = sum(row_bytes(shape, c, prompt, max_new) for c, r in zip(configs, decoded_in_rows) if r) if shared else 0
     plans = []
     for config, in_rows in zip(configs, decoded_in_rows):
@@ -612,14 +615,14 @@ def _plan_group(shape: ModelShape, configs: Sequence[MethodConfig], items: Seque
     whole = largest.prompt
 
     def build(n: int, tokens: int, on_host: bool, held_on_host: bool = False, shared: bool = False) -> GroupPlan:
+        in_rows = [_decodes_in_rows(shape, c, n, largest.prompt, largest.max_new, alone, batch_whole) for c in configs]
         room = None
         if budget is not None:  # rows: as many as fit what one engine may take once the chunk's branches are held
-            held_one = sum(branch_bytes(shape, c, largest.prompt) for c in configs
-                           if _decodes_in_rows(shape, c, n, largest.prompt, largest.max_new, alone, batch_whole))
+            held_one = sum(branch_bytes(shape, c, largest.prompt) for c, r in zip(configs, in_rows) if r)
             held = 0 if held_on_host else min(n, len(items)) * held_one
             room = max(0, budget - in_use - held)
         plans = _configuration_plans(shape, configs, n, largest.prompt, largest.max_new, alone, room, batch_whole,
-                                     captured, shared)
+                                     captured, shared, in_rows)
         shared = shared and sum(1 for p in plans if p.decode == "rows") > 1  # one engine of one: not shared
         phases = _phases(shape, configs, plans, n, largest, tokens, window, alone, on_host, flight=len(items),
                          captured=captured, held_on_host=held_on_host, shared=shared)
