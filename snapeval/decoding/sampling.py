@@ -59,36 +59,89 @@ def uniform_noise(seeds: torch.Tensor, drawn: torch.Tensor, count: int = 1) -> t
     return (_shift_right(z, 11).double() + 0.5) / 2.0**53
 
 
-def filter_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+#: The most likely tokens a draw is read from when they hold everything top-k / top-p keeps (a partial top-k of the
+#: vocabulary instead of a sort of all of it: :func:`choose`); a draw whose kept set does not fit sorts the whole row.
+CANDIDATES = 1024
+
+
+def _descending(scaled: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``count`` largest of each row of ``scaled`` ``[R, V]`` and their tokens, most likely first, equal values in
+    token order (a stable order: the same on every device and for every ``count``)."""
+    if count >= scaled.shape[-1]:
+        return torch.sort(scaled, dim=-1, descending=True, stable=True)
+    values, order = torch.topk(scaled, count, dim=-1)
+    order, by_token = order.sort(dim=-1)
+    values, by_value = values.gather(1, by_token).sort(dim=-1, descending=True, stable=True)
+    return values, order.gather(1, by_value)
+
+
+def filter_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                candidates: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of ``logits`` ``[R, V]`` scaled by their ``temperature`` ``[R]``, then top-k (``top_k`` ``[R]``; 0: off)
     keeping every token at least as likely as the k-th, then top-p (``top_p`` ``[R]``; 1: off) keeping the smallest
     set of most likely tokens whose probability reaches it (the most likely always survives), as Hugging Face's
-    ``TopKLogitsWarper`` and ``TopPLogitsWarper`` do. Returns the rows sorted in descending order, with the dropped
-    tokens at -inf, and the order (``[R, V]`` each): ``sorted[r, i]`` is token ``order[r, i]``."""
+    ``TopKLogitsWarper`` and ``TopPLogitsWarper`` do. Returns the rows in descending order (equal values in token
+    order), the dropped tokens at -inf, and the order: ``sorted[r, i]`` is token ``order[r, i]``; ``[R, V]``, or
+    ``[R, candidates]`` for the ``candidates`` most likely tokens only (probabilities still over the whole row:
+    the same kept tokens wherever they all lie among the candidates, :func:`filter_candidates`)."""
+    filtered, order, _ = filter_candidates(logits, temperature, top_k, top_p, candidates)
+    return filtered, order
+
+
+def filter_candidates(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                      candidates: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`filter_rows` and ``fits`` ``[R]``: whether the candidates hold every token the whole row keeps (its
+    last candidate dropped, and the kept tokens strictly more likely than it, so that no token outside the
+    candidates, at most as likely, can be kept). Always True over the whole vocabulary."""
     scaled = logits.float() / temperature[:, None]
-    ordered, order = torch.sort(scaled, dim=-1, descending=True)
     vocab = scaled.shape[-1]
+    count = vocab if candidates is None else min(candidates, vocab)
+    raw, order = _descending(scaled, count)
     k = torch.where((top_k > 0) & (top_k < vocab), top_k, torch.full_like(top_k, vocab))
-    kth = ordered.gather(1, (k - 1)[:, None])
-    ordered = ordered.masked_fill(ordered < kth, float("-inf"))
-    probs = ordered.softmax(-1)
+    kth = torch.where(k < vocab, raw.gather(1, (k.clamp(max=count) - 1)[:, None]).squeeze(1),
+                      torch.full_like(raw[:, 0], float("-inf")))[:, None]
+    ordered = raw.masked_fill(raw < kth, float("-inf"))
+    if count == vocab:
+        probs = ordered.softmax(-1)
+    else:  # normalised over every token top-k keeps, not only the candidates
+        probs = (ordered - scaled.masked_fill(scaled < kth, float("-inf")).logsumexp(-1, keepdim=True)).exp()
     drop = (probs.cumsum(-1) - probs >= top_p[:, None]) & (top_p[:, None] < 1.0)  # mass before it already enough
-    return ordered.masked_fill(drop, float("-inf")), order
+    filtered = ordered.masked_fill(drop, float("-inf"))
+    if count == vocab:
+        return filtered, order, torch.ones(raw.shape[0], dtype=torch.bool, device=raw.device)
+    last_kept = (~torch.isinf(filtered)).sum(-1, keepdim=True) - 1
+    fits = (last_kept[:, 0] < count - 1) & (raw.gather(1, last_kept)[:, 0] > raw[:, -1])
+    return filtered, order, fits
 
 
 def sample_rows(logits: torch.Tensor, do_sample: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                top_p: torch.Tensor, seeds: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+                top_p: torch.Tensor, seeds: torch.Tensor, drawn: torch.Tensor, candidates: int | None = None
+                ) -> torch.Tensor:
     """The next token ``[R]`` of every row of ``logits`` ``[R, V]``: the argmax where ``do_sample`` ``[R]`` is False,
     else the inverse-transform draw from the row's filtered softmax (:func:`filter_rows`; the dropped tokens are a
     suffix of the sorted row, with no probability) at the uniform of its ``seeds`` and ``drawn``
-    (:func:`uniform_noise`). Pure tensor operations (no host synchronisation): a captured step runs it."""
+    (:func:`uniform_noise`). Pure tensor operations (no host synchronisation): a captured step runs it.
+    ``candidates``: read the draw from that many most likely tokens (exact only where :func:`filter_candidates`
+    says the row fits)."""
     greedy = logits.argmax(-1)
-    ordered, order = filter_rows(logits, temperature, top_k, top_p)
+    ordered, order = filter_rows(logits, temperature, top_k, top_p, candidates)
+    return torch.where(do_sample, _draw(ordered, order, seeds, drawn), greedy)
+
+
+def _draw(ordered: torch.Tensor, order: torch.Tensor, seeds: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
     cumulative = ordered.softmax(-1).double().cumsum(-1)
     target = uniform_noise(seeds, drawn) * cumulative[:, -1:]
-    pick = torch.searchsorted(cumulative, target, right=True).clamp(max=logits.shape[-1] - 1)
-    return torch.where(do_sample, order.gather(1, pick)[:, 0], greedy)
+    pick = torch.searchsorted(cumulative, target, right=True).clamp(max=ordered.shape[-1] - 1)
+    return order.gather(1, pick)[:, 0]
+
+
+def sampling_bytes_per_row(vocab: int, candidates: int | None = None) -> int:
+    """Bytes a sampled row's step allocates at its peak beside the logits (:func:`sample_rows` over ``candidates``
+    or the whole vocabulary): the scaled row and its float copies (4 bytes a token each), the order (8) and the
+    float64 cumulative (8), live together in :func:`filter_rows` and :func:`_draw` (``tests/test_sampling.py``
+    measures the peak of every tensor the step allocates and holds this to it)."""
+    count = vocab if candidates is None else min(candidates, vocab)
+    return 4 * vocab * 2 + count * (4 * 4 + 8 * 2 + 8 * 2 + 1)
 
 
 def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -106,14 +159,21 @@ def _row_settings(params: SamplingParams, device) -> tuple[torch.Tensor, ...]:
 
 def choose(logits: torch.Tensor, params: SamplingParams, stream: SampleStream | None) -> int:
     """The next token of one request from its ``[V]`` logits (its stream advances by one draw when it samples):
-    :func:`sample_rows` of one row, so a request draws the same token alone as in any batch."""
+    :func:`sample_rows` of one row, so a request draws the same token alone as in any batch. A draw that top-k or
+    top-p confines to the :data:`CANDIDATES` most likely tokens reads only those (a partial top-k, no sort of the
+    vocabulary); one that needs more sorts the whole row, with the same result."""
     if not params.do_sample:
         return int(logits.argmax())
     device = logits.device
+    settings = _row_settings(params, device)
     seeds = torch.tensor([stream.seed], device=device)
     drawn = torch.tensor([stream.drawn], device=device)
     stream.drawn += 1
-    return int(sample_rows(logits[None], *_row_settings(params, device), seeds, drawn)[0])
+    if params.top_k or params.top_p < 1.0:
+        ordered, order, fits = filter_candidates(logits[None], *settings[1:4], candidates=CANDIDATES)
+        if bool(fits[0]):
+            return int(_draw(ordered, order, seeds, drawn)[0])
+    return int(sample_rows(logits[None], *settings, seeds, drawn)[0])
 
 
 class SlotSampler:

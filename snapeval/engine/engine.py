@@ -39,6 +39,7 @@ from snapeval.cache.attention import install
 from snapeval.decoding.graphs import CapturedDecodeStep
 from snapeval.decoding import (Completion, Request, SamplingParams, SlotSampler, choose, decode_step, pad_token_id,
                                request_stream, stop_token_ids)
+from snapeval.decoding.prompts import encode_prompt
 from snapeval.decoding.step import prefill as prefill_prompt
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device, layer_devices
@@ -343,7 +344,7 @@ class Engine:
             raise SnapevalError(f"sampling must be one SamplingParams or a list of {len(prompts)} (one per prompt)")
         requests = []
         for i, (prompt, params) in enumerate(zip(prompts, sampling)):
-            ids = self.tokenizer(prompt, add_special_tokens=False).input_ids if isinstance(prompt, str) else list(prompt)
+            ids = encode_prompt(self.tokenizer, prompt) if isinstance(prompt, str) else list(prompt)
             if not ids:
                 raise SnapevalError(f"prompts[{i}] is empty; allowed: at least one token")
             requests.append(Request(index=i, prompt=[int(t) for t in ids], params=params,

