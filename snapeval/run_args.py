@@ -246,11 +246,16 @@ class RunArgs:
 
     # --- building one ------------------------------------------------------------------------------------------
     @classmethod
-    def from_mapping(cls, raw: dict, *, surface: str = "model_args", where: str = "") -> "RunArgs":
+    def from_mapping(cls, raw: dict, *, surface: str = "model_args", where: str = "",
+                     device: str | None = None) -> "RunArgs":
         """A :class:`RunArgs` from the run arguments of ``raw`` (other keys are ignored: the caller owns them), each
-        parsed as declared; ``where`` prefixes every error (``models[0].``)."""
+        parsed as declared; ``where`` prefixes every error (``models[0].``). ``device``: where the caller places the
+        model when its surface does not name it (a sweep entry's ``resources``: ``cuda`` with ``num_gpus >= 1``),
+        so the arguments are resolved, and refused, with the device they run on."""
         declared = {d.name: d for d in cls.declarations(surface)}
         values = {name: declared[name].parse(raw[name], where) for name in declared if name in raw}
+        if device is not None and "device" not in values:
+            values["device"] = device
         try:
             return cls(**values)
         except SnapevalError as exc:
@@ -286,6 +291,21 @@ class RunArgs:
     def device_map_value(self) -> str | dict | None:
         """The device map as :func:`snapeval.load_model` takes it (a dict of pairs, a strategy name or None)."""
         return dict(self.device_map) if isinstance(self.device_map, tuple) else self.device_map
+
+    def check_machine(self) -> str:
+        """The device this run gets on this machine (:func:`snapeval.models.devices.usable_device`: a bare ``cuda``
+        without a GPU falls back to the CPU), or a one-line error where an argument needs CUDA there: ``capture``
+        ``true`` or ``decode_kernel`` ``triton`` on a machine without a GPU. Called before anything loads."""
+        from snapeval.models.devices import usable_device
+
+        device = usable_device(self.device) if self.device_map is None else self.device
+        if self.device_map is None and device == "cpu":
+            for name, needs in (("capture", "true"), ("decode_kernel", "triton")):
+                if getattr(self, name) == needs:
+                    allowed = "auto, false" if name == "capture" else "auto, sdpa, split, flex"
+                    raise SnapevalError(f"{name}={needs!r} needs a CUDA device and this machine has none "
+                                        f"(device={self.device!r} runs on the CPU here); allowed here: {allowed}")
+        return device
 
     def capture_on(self, device) -> bool:
         """Whether the engine's decode step is captured in CUDA graphs on ``device`` (a torch device or its text):

@@ -222,3 +222,27 @@ def test_the_docs_table_is_the_declaration():
     text = (Path(__file__).resolve().parents[1] / "docs" / "run-arguments.md").read_text()
     table = text.split("-->\n", 1)[1].split("\n<!-- run-args:end", 1)[0].strip()
     assert table == run_args_reference()
+
+
+def test_capture_true_on_a_gpu_entry_is_resolved_with_its_device_and_refused_on_a_machine_without_one(tmp_path):
+    """A sweep entry with ``resources: {num_gpus: 1}`` and ``capture: true`` parses (its run arguments are resolved
+    with the device its resources give it); on a machine without CUDA, running it is one line before anything
+    loads or is written; without GPU resources it is refused at parse as on the command line."""
+    from snapeval.models.devices import gpu_count
+    from snapeval.sweep import parse_config, run_sweep
+
+    entry = {"pretrained": "smollm2-135m-instruct", "capture": True, "resources": {"num_gpus": 1}}
+    config = parse_config({"name": "gpu", "models": [entry], "tasks": ["snapeval_passkey"], "methods": ["full"]})
+    run_args = config.models[0].run_args
+    assert (run_args.device, run_args.capture) == ("cuda", "true")
+    with pytest.raises(SnapevalError, match="models\\[0\\]: capture='true' is invalid with device='cpu'"):
+        parse_config({"name": "cpu", "models": [{**entry, "resources": {"num_gpus": 0}}], "tasks": ["snapeval_passkey"],
+                      "methods": ["full"]})
+    if gpu_count():
+        pytest.skip("this machine has a GPU: the run would go ahead")
+    with pytest.raises(SnapevalError, match=r"^capture='true' needs a CUDA device and this machine has none"):
+        run_sweep(config, tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    with pytest.raises(SnapevalError, match=r"^decode_kernel='triton' needs a CUDA device"):
+        RunArgs(device="cuda", decode_kernel="triton").check_machine()
+    assert RunArgs(device="cuda").check_machine() == "cpu"  # a bare cuda falls back, as lm-eval's model does

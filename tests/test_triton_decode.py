@@ -17,13 +17,11 @@ from snapeval.errors import SnapevalError
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
-# Two workarounds for Triton 3.6's interpreter (not the kernel): with numpy >= 2.3 a loop bound read from a scalar
+# Two workarounds for Triton 3.6's interpreter (not the kernel), run before every interpreter script: with numpy >= 2.3 a loop bound read from a scalar
 # argument fails (int() of a 1-element array), and its tl.dot multiplies bfloat16's raw 16-bit patterns; bfloat16 is
 # widened to float32 exactly (as the GPU's tensor cores do before accumulating in float32).
-INTERPRETER_SCRIPT = r'''
-import dataclasses, json, sys
+INTERPRETER_WORKAROUNDS = r'''
 import numpy as np
-import torch
 import triton.language as tl
 import triton.runtime.interpreter as ti
 
@@ -38,6 +36,10 @@ def _widen(h):
         return ti.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
     return h
 ti.InterpreterBuilder.create_dot = lambda self, a, b, d, p, m: _dot(self, _widen(a), _widen(b), d, p, m)
+'''
+INTERPRETER_SCRIPT = INTERPRETER_WORKAROUNDS + r'''
+import dataclasses, json, sys
+import torch
 
 from snapeval.cache import kernels
 
@@ -110,8 +112,8 @@ RAGGED_CASES = {  # name: (each row's slots, Hq, Hkv, D, dtype)
 TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
 
 
-@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the kernel needs the triton package; CPU "
-                                           "installs have none)")
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the test extra installs it: "
+                                           "pip install -e '.[test]')")
 def test_triton_kernel_matches_sdpa_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", INTERPRETER_SCRIPT, json.dumps(CASES), json.dumps(RAGGED_CASES)],
@@ -258,8 +260,8 @@ def test_ragged_splits_share_the_pool_s_work_evenly():
         kernels.ragged_splits(100, 50, 8, 132, 64)
 
 
-@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the kernel needs the triton package; CPU "
-                                           "installs have none)")
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the test extra installs it: "
+                                           "pip install -e '.[test]')")
 @pytest.mark.parametrize("ragged", [False, True])
 def test_the_kernel_compiles_for_an_h100_without_one(ragged):
     """Triton's real compiler (not its interpreter) takes both forms of the split launch to an sm_90 cubin, bfloat16:
@@ -287,7 +289,7 @@ def test_the_kernel_compiles_for_an_h100_without_one(ragged):
     assert compiled.asm["cubin"] and ".entry" in compiled.asm["ptx"]
 
 
-SEGMENTED_SCRIPT = r'''
+SEGMENTED_SCRIPT = INTERPRETER_WORKAROUNDS + r'''
 import json
 import snapeval.cache.segments as segments
 from snapeval.cache import FullConfig, SnapKVConfig, SnapStreamConfig, StreamingLLMConfig, triton_decode
@@ -319,8 +321,8 @@ print(json.dumps({"same": [d.token_ids == expected[c][i].token_ids for d, (c, i)
 '''
 
 
-@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the kernel needs the triton package; CPU "
-                                           "installs have none)")
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not importable (the test extra installs it: "
+                                           "pip install -e '.[test]')")
 def test_a_segmented_engine_decodes_through_the_ragged_launch_in_the_interpreter():
     """The whole path on the ragged launch (Hugging Face's strided queries, the pool's write, every configuration's
     rows in one call), in Triton's interpreter: every request decodes the tokens of its configuration's own engine

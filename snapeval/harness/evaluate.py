@@ -57,6 +57,7 @@ def evaluate(
         # then used unchanged by the model, its engine and its caches
         run_args = model_args.get("run_args") or RunArgs.from_mapping(model_args, surface="model_args")
         rest = {k: v for k, v in model_args.items() if k not in (*RunArgs.names("model_args"), "run_args")}
+        run_args.check_machine()  # capture true or the triton kernel without a GPU: one line, nothing loaded
         loaded = load_once(rest.get("pretrained", "smollm2-135m-instruct"), run_args.dtype, run_args.device,
                            run_args.device_map_value)
         lm = SnapStreamLM(**rest, run_args=run_args, loaded=loaded)

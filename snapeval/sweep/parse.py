@@ -184,15 +184,16 @@ def _parse_model(ctx: _Ctx, raw: Any, path: str, resources: Resources) -> ModelS
                 declaration.parse(raw[declaration.name])
             except SnapevalError as exc:
                 raise ctx.fail(f"{path}.{declaration.name}", str(exc)) from None
-    try:
-        run_args = RunArgs.from_mapping(raw, surface="sweep")
+    model_resources = _parse_resources(ctx, raw.get("resources"), f"{path}.resources", resources)
+    try:  # resolved with the device its resources give it (capture true needs one with a GPU)
+        run_args = RunArgs.from_mapping(raw, surface="sweep", device="cuda" if model_resources.num_gpus >= 1 else "cpu")
     except SnapevalError as exc:  # a combination of arguments (capture on the CPU, ...)
         raise ctx.fail(path, str(exc)) from None
     return ModelSpec(
         pretrained=ctx.string(raw["pretrained"], f"{path}.pretrained"),
         run_args=run_args,
         simulate_as=(ctx.string(raw["simulate_as"], f"{path}.simulate_as") if raw.get("simulate_as") else None),
-        resources=_parse_resources(ctx, raw.get("resources"), f"{path}.resources", resources),
+        resources=model_resources,
         share_prefill=_parse_bool(ctx, raw.get("share_prefill", True), f"{path}.share_prefill"),
         max_memory=_parse_max_memory(ctx, raw.get("max_memory"), f"{path}.max_memory"),
     )

@@ -50,6 +50,9 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
     :class:`~snapeval.report.search.SearchSettings` runs the sequential budget search instead of every cell on every
     item (``--until-decided``; its account is written to ``search.md``).
     """
+    if evaluate is None and (executor is None or isinstance(executor, InProcessExecutor)):
+        for model in config.models:  # this machine runs them: what needs CUDA here is refused before anything
+            model.run_args.check_machine()
     out_dir = resolve_out(config, out)
     with ResultsStore(out_dir).lock():
         return _run_sweep(config, out_dir, executor=executor, evaluate=evaluate, stream=stream, simulate=simulate,
