@@ -237,3 +237,60 @@ def test_a_scaled_down_paper_sweep_scores_every_cell(config, tmp_path, data_dir,
     assert len(cells) == 2 * len(tasks)  # one cell per task and method, each finished
     for cell in cells:
         assert cell["metrics"] and all(m["n"] >= 1 for m in cell["metrics"]) and cell["samples"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MISSION)
+def test_snapeval_run_and_snapeval_lm_eval_score_a_folder_alike(name, tmp_path, data_dir):
+    """``snapeval run`` and ``snapeval-lm-eval`` (its own process, ``--apply_chat_template``) on a mission model's hub
+    folder: both finish with LongBench-v2 scored, the same score and the same sampled reply (T=0.1: each request
+    draws from its own seeded stream, whichever path runs it)."""
+    import os
+    import subprocess
+    import sys
+
+    from snapeval.cli import main as cli
+
+    path = str(preset_folder(name))
+    meta = json.dumps({"max_input_tokens": 512})
+    out = tmp_path / "run.json"
+    assert cli(["run", "--model", path, "--tasks", "longbench_v2", "--limit", "1", "--method", "snapkv",
+                "--budget", "256", "--metadata", meta, "--output", str(out)]) == 0
+    ours = json.loads(out.read_text())
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([str(Path(sys.executable).with_name("snapeval-lm-eval")), "--model", "snapeval",
+                           "--model_args", f"pretrained={path},method=snapkv,budget=256", "--include_path",
+                           str(REPO / "tasks"), "--tasks", "longbench_v2", "--limit", "1", "--metadata", meta,
+                           "--apply_chat_template", "--device", "cpu", "--log_samples",
+                           "--output_path", str(tmp_path / "lm_eval")],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(next((tmp_path / "lm_eval").rglob("results_*.json")).read_text())
+    mine = ours["results"]["longbench_v2"]
+    assert json.dumps(mine, sort_keys=True) == json.dumps({k: theirs["results"]["longbench_v2"][k] for k in mine},
+                                                          sort_keys=True)  # NaN for categories with no item
+    samples = [json.loads(line) for line in next((tmp_path / "lm_eval").rglob("samples_*.jsonl")).open()]
+    assert [s["resps"] for s in samples] == [s["resps"] for s in ours["samples"]["longbench_v2"]]
+
+
+def test_every_configuration_of_an_item_draws_the_same_numbers(loaded, task_dir):
+    """Common random numbers: a sampled request draws from a stream seeded by its item (task, document, request,
+    repeat) and the run's seed, never by its configuration or its batch, so a configuration whose logits equal the
+    full cache's (a budget holding every prompt; float64, so the logits are equal) samples the full cache's very text, on
+    lm-eval's padded path as on
+    the engine and the shared branches; another run seed draws other text."""
+    from snapeval.harness import evaluate
+
+    path = str(preset_folder("llama-3.1-8b-instruct"))
+    sampled = {"do_sample": True, "temperature": 1.0, "max_gen_toks": 6}
+
+    def texts(seed=0, **model_args):
+        run = evaluate({"pretrained": path, "batch_size": 2, "dtype": "float64", **model_args}, ["tiny_gen"],
+                       include_path=task_dir,
+                       gen_kwargs=sampled, seed=seed)
+        return [s["resps"] for s in sorted(run["samples"]["tiny_gen"], key=lambda s: s["doc_id"])]
+
+    full = texts(method="full")
+    assert texts(method="snapkv", budget=4096) == full
+    assert texts(method="full", batch_size=1) == full  # another batch, the same draws
+    assert texts(seed=1, method="full") != full

@@ -30,8 +30,8 @@ def evaluate(
     Returns lm-eval's results dict plus ``out["snapeval"]``: the model's full configuration (``config``), the
     measured KV-cache bytes and prefill/decode speed of this run, and the data files read (path, sha256, rows).
     ``chat`` applies the tokenizer's chat template (default: when the tokenizer has one). The task metadata gets
-    ``pretrained`` and, for reasoning presets (R1 distills), ``reasoning=True`` so answers are extracted after the
-    thinking section. ``max_gen_toks_cap`` lowers every task's own generation budget to at most that many tokens
+    ``pretrained``, from which the tasks tell a reasoning model (an R1 distill, by preset or by its own files:
+    :func:`snapeval.tasks.hooks.reasoning`) whose answers are read after the thinking section. ``max_gen_toks_cap`` lowers every task's own generation budget to at most that many tokens
     (``snapeval run --max-gen-toks``; None: each task's own). ``lm`` reuses an already loaded model (its configuration must match ``model_args``).
 
     ``shard=(k, S)`` evaluates only the documents ``i`` with ``i % S == k`` among those ``limit`` selects (lm-eval's
@@ -63,8 +63,9 @@ def evaluate(
         lm = SnapStreamLM(**rest, run_args=run_args, loaded=loaded)
     lm.seed = seed  # the base of every request's sampling seed
     lm.gen_toks_cap = max_gen_toks_cap  # `snapeval run --max-gen-toks`: a task's own budget lowered to it
-    meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, "reasoning": _is_reasoning(lm.pretrained_name, lm.tokenizer),
-            **(metadata or {})}
+    # the tasks read whether the model reasons from its name (snapeval.tasks.hooks.reasoning), as they do under
+    # snapeval-lm-eval, whose metadata holds the same pretrained
+    meta = {"pretrained": lm.pretrained_name, "max_length": lm.max_length, **(metadata or {})}
     if chat is None:
         chat = bool(getattr(lm.tokenizer, "chat_template", None))
     # The repository's own task folder indexes in milliseconds; lm-eval's built-in tasks take seconds, so they are
@@ -170,15 +171,3 @@ def _reference(fn) -> str | None:
     except (ImportError, AttributeError):
         return None
     return f"{module}:{name}" if target is fn else None
-
-
-def _is_reasoning(name: str, tokenizer=None) -> bool:
-    """A reasoning model: a preset that says so, or a model folder whose tokenizer holds the ``</think>`` that ends
-    its thinking section (the R1 distills' own files, a fine-tune of them), so a local download of a preset is read
-    as the preset is."""
-    from snapeval.models.presets import get_preset, list_presets
-
-    if name in list_presets():
-        return get_preset(name).reasoning
-    vocab = tokenizer.get_vocab() if tokenizer is not None and hasattr(tokenizer, "get_vocab") else {}
-    return "</think>" in vocab

@@ -384,12 +384,7 @@ class SnapStreamLM(HFLM):
             return self._finish_generations(requests, self.shared.generate(self.method_config, prompts, params))
         if self.use_engine:
             return self._generate_with_engine(requests, seeds)
-        from lm_eval.models.utils import normalize_gen_kwargs
-
-        for request in requests:  # lm-eval's padded batches would cut an over-long prompt from the left
-            max_new = normalize_gen_kwargs(dict(request.args[1]), self.max_gen_toks)["max_gen_toks"]
-            self._check_fits(request, len(self.tok_encode(request.args[0])), max_new)
-        return super().generate_until(requests, disable_tqdm=disable_tqdm)
+        return self._generate_padded(requests, seeds)
 
     def _check_fits(self, request, prompt_tokens: int, max_new: int) -> None:
         """Nothing truncates a prompt here (a task's own rule does, e.g. LongBench-v2's middle cut): a request whose
@@ -513,26 +508,30 @@ class SnapStreamLM(HFLM):
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         return cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 2 * self.model.dtype.itemsize
 
-    def _model_generate(self, context, max_length, stop, **generation_kwargs):
-        """lm-eval's padded batch (``context`` ``[B, L]``, left-padded) through snapeval's one decode loop
-        (:func:`snapeval.generation.generate_ids`); returns the sequences ``[B, L + new]`` (finished rows padded),
-        as ``model.generate`` does. A sampled row draws from its own stream, seeded from torch's generator."""
-        attention_mask = generation_kwargs.pop("attention_mask", None)
-        if attention_mask is None:
-            attention_mask = torch.ones_like(context)
-        eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
-        params = self._sampling_params(generation_kwargs, stop, max_length - context.shape[1], None, eos)
-        run = generate_ids(self.model, self.tokenizer, context, attention_mask, self.method_config, params,
-                           decode_kernel=self.run_args.decode_kernel)
+    def _generate_padded(self, requests, seeds: list[int]) -> list[str]:
+        """Requests in left-padded batches of ``batch_size``, in their order, through snapeval's one decode loop
+        (:func:`snapeval.generation.generate_ids`: ``model.generate``'s greedy tokens): each sampled row draws from
+        its request's own seeded stream, as on the engine and the shared branches, so a sampled answer is the same
+        on every path and every configuration of an item draws the same numbers (common random numbers)."""
+        prompts, params = self._engine_inputs(requests, seeds)  # each prompt checked to fit: nothing cut it
         pad = pad_token_id(self.tokenizer)
-        new = torch.full((context.shape[0], max(map(len, run.token_ids))), pad, dtype=context.dtype,
-                         device=context.device)
-        for row, ids in enumerate(run.token_ids):
-            new[row, :len(ids)] = torch.tensor(ids, dtype=context.dtype)
-        self._record(context.shape[0], int(attention_mask.sum()), sum(map(len, run.token_ids)), run.prefill_seconds,
-                     run.cache.compress_seconds, run.decode_seconds, run.decode_steps * context.shape[0],
-                     run.cache.kv_bytes_per_row())
-        return torch.cat([context, new], dim=1)
+        size = max(1, int(self.run_args.batch_size))
+        texts: list[str] = []
+        for start in range(0, len(prompts), size):
+            rows, row_params = prompts[start:start + size], params[start:start + size]
+            width = max(map(len, rows))
+            context = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=input_device(self.model))
+            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=context.device)
+            run = generate_ids(self.model, self.tokenizer, context, mask, self.method_config, row_params,
+                               decode_kernel=self.run_args.decode_kernel)
+            done = [request.completion(self.tokenizer, 0.0).text for request in run.requests]
+            for request, text in zip(requests[start:start + size], done):
+                self.cache_hook.add_partial("generate_until", request.args, text)
+            texts += done
+            self._record(len(rows), int(mask.sum()), sum(map(len, run.token_ids)), run.prefill_seconds,
+                         run.cache.compress_seconds, run.decode_seconds, run.decode_steps * len(rows),
+                         run.cache.kv_bytes_per_row())
+        return texts
 
     def _record(self, requests, prompt_tokens, generated, prefill_s, compress_s, decode_s, decode_steps, kv_bytes):
         s = self.stats

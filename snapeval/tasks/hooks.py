@@ -36,6 +36,26 @@ def flag(md: dict, key: str) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
+def reasoning(md: dict) -> bool:
+    """Whether the evaluated model writes a thinking section: ``reasoning`` where the metadata says it, else what
+    the model says of itself (a preset's ``reasoning``, or a model folder whose tokenizer holds the ``</think>`` that
+    ends the section: the R1 distills' own files), so ``snapeval run``, a sweep and ``snapeval-lm-eval`` (whose
+    metadata holds ``pretrained`` from its model_args) read a model alike."""
+    if "reasoning" in md:
+        return flag(md, "reasoning")
+    name = tokenizer_name(md)
+    if not name:
+        return False
+    from snapeval.models.presets import get_preset, list_presets
+
+    if name in list_presets():
+        return get_preset(name).reasoning
+    try:
+        return "</think>" in get_tokenizer(name).get_vocab()
+    except Exception:  # noqa: BLE001 - no tokenizer to ask: not a reasoning model
+        return False
+
+
 def int_value(md: dict, key: str, default: int | None) -> int | None:
     value = md.get(key)
     if value is None or value == "":

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from snapeval.tasks import aime
-from snapeval.tasks.hooks import as_dataset, cluster_of, flag, provenance, samples_of
+from snapeval.tasks.hooks import as_dataset, cluster_of, provenance, reasoning, samples_of
 
 
 def aime24_dataset(**md: Any) -> dict[str, Any]:
     data = aime.load(md.get("data_dir"))
-    extra = {"reasoning": flag(md, "reasoning"), **provenance(data)}
+    extra = {"reasoning": reasoning(md), **provenance(data)}
     # one record per problem holds all its samples: the problem is the cluster
     return as_dataset([{**row, "Answer": str(row["Answer"]), **extra, "cluster": cluster_of("aime24", str(row["ID"]))}
                         for row in data.rows])

@@ -8,7 +8,7 @@ from snapeval.errors import SnapevalError
 from snapeval.tasks import longbench
 from snapeval.tasks.followup import read_two_pass
 from snapeval.tasks.hooks import (NO_LIMIT, as_dataset, cluster_of, flag, get_tokenizer, int_value, provenance,
-                                  tokenizer_name)
+                                  reasoning, tokenizer_name)
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def _longbench(md: dict, cot: bool) -> dict[str, Any]:
     if limit is None:
         log.warning("longbench_v2: no tokenizer or context length in metadata; prompts are not truncated")
     extra = {"cot": cot, "max_input_tokens": limit or 0, "tokenizer_name": name or "",
-             "reasoning": flag(md, "reasoning"), "strip_thinking": flag(md, "strip_thinking"), **provenance(data)}
+             "reasoning": reasoning(md), "strip_thinking": flag(md, "strip_thinking"), **provenance(data)}
     # questions on one document are one cluster (38 of the 395 local questions share 10 documents)
     return as_dataset([{**row, **extra, "cluster": cluster_of("longbench_v2", longbench.FAMILY.cluster(row))} for row in data.rows])
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from snapeval.errors import SnapevalError
 from snapeval.tasks import synthetic
-from snapeval.tasks.hooks import as_dataset, cluster_of, flag, get_tokenizer, int_value, tokenizer_name
+from snapeval.tasks.hooks import as_dataset, cluster_of, get_tokenizer, int_value, reasoning, tokenizer_name
 
 DEFAULT_SYNTHETIC_LENGTHS = (1024, 2048, 4096)
 DEFAULT_SYNTHETIC_SAMPLES = 20
@@ -29,10 +29,10 @@ def _synthetic(task: str, md: dict) -> dict[str, Any]:
                             "integers (a list, or comma-separated)") from None
     samples = synthetic.generate(task, get_tokenizer(name), lengths,
                                  int_value(md, "num_samples", DEFAULT_SYNTHETIC_SAMPLES), seed=int_value(md, "seed", 0))
-    reasoning = flag(md, "reasoning")
+    thinks = reasoning(md)
     docs = [s.to_doc() for s in samples]
     # every generated haystack carries one question: each doc is its own cluster (the haystack's identity)
-    return as_dataset([{**d, "reasoning": reasoning, "tokenizer_name": name,
+    return as_dataset([{**d, "reasoning": thinks, "tokenizer_name": name,
                          "cluster": cluster_of(task, d["length"], d["seed"], d["index"])} for d in docs])
 
 
