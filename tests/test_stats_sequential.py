@@ -82,29 +82,41 @@ def _fake(truth: dict, calls: list):
     return evaluate
 
 
-def test_the_walk_goes_down_from_the_largest_budget_and_stops_at_the_first_that_is_not_non_inferior():
+@pytest.mark.parametrize("design", ["group-sequential", "e-process"])
+def test_the_walk_goes_down_from_the_largest_budget_and_stops_at_the_first_that_is_not_non_inferior(design):
+    """Both designs walk the same way; under --monotone the budgets below a settled failure are run on the first
+    batch: where they score no better than the failed budget they are not non-inferior by monotonicity (a's 128,
+    broken worse than its 256), where they score better (b's 512 after a dip at 1024) they keep no claim and the
+    result warns (issue #61)."""
     clusters = {i: [i] for i in range(400)}
-    fine, broken = (lambda i: 1.0), (lambda i: 0.0 if i % 2 else 1.0)
-    truth = {("a", 1024): fine, ("a", 512): fine, ("a", 256): broken, ("a", 128): fine, ("b", 1024): broken,
+    fine, broken, worst = (lambda i: 1.0), (lambda i: 0.0 if i % 2 else 1.0), (lambda i: 0.0)
+    truth = {("a", 1024): fine, ("a", 512): fine, ("a", 256): broken, ("a", 128): worst, ("b", 1024): broken,
              ("b", 512): fine}
     for monotone in (False, True):
         calls = []
         result = search(clusters, list(truth), _fake(truth, calls), rule=DecisionRule(margin=0.05),
-                        settings=SearchSettings(batch=20, seed=1, monotone=monotone))
+                        settings=SearchSettings(batch=20, seed=1, monotone=monotone, design=design))
         cells = result.cells
         assert cells[("a", 1024)].label == cells[("a", 512)].label == NON_INFERIOR
         assert cells[("a", 256)].label == NOT_NON_INFERIOR and cells[("a", 256)].items < 400
         assert cells[("b", 1024)].label == NOT_NON_INFERIOR
-        lower = (cells[("a", 128)].label, cells[("a", 128)].how, cells[("b", 512)].label)
-        assert lower == ((NOT_NON_INFERIOR, IMPLIED, NOT_NON_INFERIOR) if monotone else
-                         (NOT_REACHED, "", NOT_REACHED))
-        assert cells[("a", 128)].items == cells[("b", 512)].items == 0
+        lower = (cells[("a", 128)].label, cells[("a", 128)].how, cells[("b", 512)].label, cells[("b", 512)].how)
+        first = len(calls[0][0])
+        if monotone:
+            assert lower == (NOT_NON_INFERIOR, IMPLIED, NOT_REACHED, "monotonicity contradicted")
+            assert cells[("a", 128)].items == cells[("b", 512)].items == first
+            assert len(result.warnings) == 1 and result.warnings[0].startswith(
+                f"b: not monotone at the first look: budget 512 scored +{sum(i % 2 for i in calls[0][0])} (summed "
+                f"over {first} items) "
+                "against the failed budget 1024 on the same items (one-sided paired p = ")
+        else:
+            assert lower == (NOT_REACHED, "", NOT_REACHED, "") and result.warnings == []
+            assert cells[("a", 128)].items == cells[("b", 512)].items == 0
         assert result.method_decisions() == {"a": (NON_INFERIOR, 512), "b": (NOT_NON_INFERIOR, None)}
         # the reference is asked for once per batch, with every cell that needs that batch (one shared prefill)
         asked = [items for items, cells_ in calls if None in cells_]
         assert len(asked) == len(set(asked)) and sum(map(len, asked)) == result.reference_items
-        first = calls[0][1]
-        assert set(first) == {None, ("a", 1024), ("b", 1024)}
+        assert set(calls[0][1]) == {None, ("a", 1024), ("b", 1024)}
         assert result.evaluations < result.full_grid_evaluations / 2
 
 
@@ -146,10 +158,10 @@ def test_the_quickstart_replayed_reaches_the_full_grids_answers_with_a_quarter_o
 
 
 def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decided(tmp_path, monkeypatch, capsys):
-    """`snapeval sweep --until-decided` on the test harness (200 items, batches of 20): each batch of open cells is
-    one shared unit with the full cache, cells stopped early leave their batches as shards and no result file, a
-    cell that used every batch is merged into its result, and search.md gives the decisions and the items each
-    used."""
+    """`snapeval sweep --until-decided` on the test harness (200 items, the default 4 looks of 50): each look of open
+    cells is one shared unit with the full cache, cells stopped early leave their batches as shards and no result
+    file, and search.md gives the decisions, the look that settled each cell and the items each used; --monotone
+    runs the budget below a settled failure on the first look's items."""
     import io
 
     from fixtures import sweep_fakes
@@ -169,10 +181,11 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
 
     out = tmp_path / "s"
     summary = run_sweep(parse_config(raw), out, evaluate=counted, simulate=fake_simulate, stream=io.StringIO(),
-                        report=False, search=SearchSettings(batch=20, monotone=True))
+                        report=False, search=SearchSettings(monotone=True))
     account = (out / "search.md").read_text()
-    assert "| streamingllm | 1024 | not non-inferior | tested |" in account
-    assert "| streamingllm | 64 | not non-inferior | by monotonicity | 0 of 200 |" in account
+    assert "| streamingllm | 1024 | not non-inferior | look 2 of 4 | 100 of 200 |" in account
+    assert "| streamingllm | 64 | not non-inferior | by monotonicity | 50 of 200 |" in account
+    assert "Cells stopped early: 4 of the 4 the walk ran." in account
     assert "Answers: snapstream non-inferior at" in account
     rows = {label: (status, text) for label, status, text in summary.rows}
     assert rows["llama-3.1-8b-instruct | snapeval_passkey | streamingllm@64 | seed 0"][0] == "search"
@@ -183,4 +196,4 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
     store = ResultsStore(out)
     finished = {r.identity["policy"].get("budget") for r in store.finished()
                 if r.identity["policy"]["method"] != "full"}
-    assert len(finished) < 5 and evaluated < 5 * 10  # not every cell ran every batch
+    assert len(finished) < 5 and evaluated < 5 * 4  # not every cell ran every look
