@@ -134,27 +134,41 @@ def test_batches_are_whole_clusters_in_a_fixed_random_order():
 
 @pytest.mark.parametrize("raw, message", [({"batch": 0}, "search.batch=0 is invalid; allowed: an integer >= 1"),
                                           ({"seed": -1}, "search.seed=-1 is invalid"),
-                                          ({"monotone": "yes"}, "search.monotone='yes' is invalid; allowed: true or")])
+                                          ({"monotone": "yes"}, "search.monotone='yes' is invalid; allowed: true or"),
+                                          ({"design": "bisection"}, "search.design='bisection' is invalid; allowed: "
+                                                                    "group-sequential, e-process"),
+                                          ({"looks": 0}, "search.looks=0 is invalid; allowed: an integer in 1..10"),
+                                          ({"futility": 0.7}, "search.futility=0.7 is invalid; allowed: a number in")])
 def test_search_settings_refuse_bad_input_in_one_line(raw, message):
     with pytest.raises(SnapevalError, match=message):
         SearchSettings(**raw)
 
 
-def test_the_quickstart_replayed_reaches_the_full_grids_answers_with_a_quarter_of_the_item_evaluations():
+def test_the_quickstart_replayed_reaches_the_full_grids_answers_and_says_how_many_cells_stopped_early():
     """results/quickstart's committed per-item results through the search (no model): at the sweep's 2-point
-    margin every method's answer is the full grid's (inconclusive at 40 items everywhere, as the report says) with
-    at most half of the grid's item-evaluations."""
+    margin every method's answer is the full grid's (inconclusive at 40 items everywhere, as the report says);
+    non-inferiority is out of reach at 40 items (145 needed), so every cell the walks run stops at its first look,
+    and the account says how many stopped early (docs/running-sweeps.md quotes it)."""
     from snapeval.report import tables
     from snapeval.report.results_table import load_table
+    from snapeval.report.search import render
 
-    groups = replay(REPO / "results" / "quickstart", settings=SearchSettings(batch=8, seed=0))
+    settings = SearchSettings(seed=0)
+    groups = replay(REPO / "results" / "quickstart", settings=settings)
     grid = {(r.task, r.method): r.decision for r in tables.decisions(tables.paired(load_table(
         REPO / "results" / "quickstart"))).itertuples()}
     answers = {(g.task, m): a for g in groups for m, (a, _) in g.result.method_decisions().items()}
     assert answers == grid
+    run = sum(g.result.cells_run for g in groups)
+    early = sum(g.result.stopped_early for g in groups)
+    assert all(not g.reach[0] for g in groups) and early == run == 9
+    assert all(c.why == "out of reach" and c.batches == 1 for g in groups for c in g.result.cells.values()
+               if c.items)
     used = sum(g.result.evaluations for g in groups)
     full = sum(g.result.full_grid_evaluations for g in groups)
-    assert full == 1344 and used <= full / 2
+    assert full == 1344 and used <= full / 4
+    assert render(groups, DecisionRule(), settings)[-1].startswith(
+        f"All groups: {early} of the {run} cells run stopped early; {used} of {full} item-evaluations")
 
 
 def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decided(tmp_path, monkeypatch, capsys):
@@ -197,3 +211,26 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
     finished = {r.identity["policy"].get("budget") for r in store.finished()
                 if r.identity["policy"]["method"] != "full"}
     assert len(finished) < 5 and evaluated < 5 * 4  # not every cell ran every look
+
+
+def test_dry_run_says_where_non_inferiority_is_out_of_reach(tmp_path, capsys):
+    """`snapeval sweep CONFIG --dry-run [--until-decided]` prints, per group, whether non-inferiority at the sweep's
+    margin is reachable at the task's items even if every item ties (issue #61): 40 items at 2 points are not (133
+    for the fixed grid, 145 for four looks), 400 are."""
+    import yaml
+
+    from snapeval.cli import main as cli
+
+    raw = {"name": "reach", "models": ["smollm2-135m-instruct"], "methods": ["full", {"method": "snapkv", "budgets":
+                                                                                      [64]}],
+           "tasks": [{"name": "snapeval_passkey", "limit": 40}, {"name": "snapeval_kv_needle", "limit": 400}]}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run", "--until-decided"]) == 0
+    plan = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  plan  ")]
+    assert plan == [
+        "  plan  smollm2-135m-instruct | snapeval_passkey | seed 0: non-inferiority at margin 0.02 with 40 items: fixed "
+        "grid: OUT OF REACH (needs 133 items even if every item ties); search: OUT OF REACH (needs 145 items even if "
+        "every item ties)",
+        "  plan  smollm2-135m-instruct | snapeval_kv_needle | seed 0: non-inferiority at margin 0.02 with 400 items: "
+        "fixed grid: reachable (from 133 items); search: reachable (from 145 items)"]
