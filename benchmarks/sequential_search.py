@@ -217,6 +217,57 @@ def gs_summary(rows: list[dict]) -> dict:
     return out
 
 
+def monotone_dips(rng, datasets: int = 400) -> list[dict]:
+    """``--monotone`` on a curve that breaks it (issue #61): budgets 1024 and 256 unchanged (each item flipped with
+    probability ``churn`` against a reference solving half of them), 512 dips by 3 margins, independent items. The share of data sets where the fine 256 is
+    labelled not non-inferior by monotonicity, with the first-look check (now) and without it (before issue #61: every
+    budget below a settled failure), and where the search warns."""
+    from snapeval.report.search import IMPLIED, SearchSettings, search
+    from snapeval.stats import DecisionRule
+
+    out = []
+    for items, margin, churn in ((40, 0.10, 0.0), (400, 0.05, 0.05), (400, 0.10, 0.10), (1000, 0.02, 0.01)):
+        clusters = {i: [i] for i in range(items)}
+        labelled = warned = reached = monotone_failed = monotone_labelled = 0
+        for _ in range(datasets):
+            reference = (rng.random(items) < 0.5).astype(float)
+            flip = rng.random((3, items)) < churn  # symmetric churn: no true difference
+            fine = np.where(flip, 1.0 - reference, reference)
+            dipped = np.where(rng.random(items) < 6 * margin, 0.0, fine[1])  # half the items solved: a drop of 3 margins
+            below = np.where(rng.random(items) < 9 * margin, 0.0, fine[2])  # a monotone curve: 256 drops further
+            scores = {None: reference, ("m", 1024): fine[0], ("m", 512): dipped, ("m", 256): fine[2]}
+            control = {**scores, ("m", 256): below}
+
+            def evaluate(batch, cells, scores=scores):
+                return {c: {i: float(scores[c][i]) for i in batch} for c in cells}
+
+            result = search(clusters, [k for k in scores if k is not None], evaluate,
+                            rule=DecisionRule(margin=margin),
+                            settings=SearchSettings(monotone=True, seed=int(rng.integers(1 << 30))))
+            failed = result.cells[("m", 512)].label == "not non-inferior"
+            reached += failed
+            labelled += failed and result.cells[("m", 256)].how == IMPLIED
+            warned += bool(result.warnings)
+            kept = search(clusters, [k for k in control if k is not None],
+                          lambda batch, cells, control=control: {c: {i: float(control[c][i]) for i in batch}
+                                                                 for c in cells},
+                          rule=DecisionRule(margin=margin), settings=SearchSettings(monotone=True, seed=1))
+            monotone_failed += kept.cells[("m", 512)].label == "not non-inferior"
+            monotone_labelled += kept.cells[("m", 256)].how == IMPLIED
+        out.append({"items": items, "margin": margin, "churn": churn, "dip": 3 * margin, "datasets": datasets,
+                    "dip_settled_not_non_inferior": reached / datasets,
+                    "fine_budget_labelled_by_monotonicity_with_check": labelled / datasets,
+                    "fine_budget_labelled_by_monotonicity_before": reached / datasets,
+                    "warned": warned / datasets,
+                    "monotone_control_512_failed": monotone_failed / datasets,
+                    "monotone_control_256_labelled": monotone_labelled / datasets})
+        print(f"monotone dip: {items} items, margin {margin}: 512 failed in {reached / datasets:.3f}; the fine 256 "
+              f"labelled by monotonicity {labelled / datasets:.3f} (before: {reached / datasets:.3f}); warned "
+              f"{warned / datasets:.3f}; a monotone curve (256 dropping 4.5 margins): 256 labelled "
+              f"{monotone_labelled / datasets:.3f} of {monotone_failed / datasets:.3f}", flush=True)
+    return out
+
+
 def replayed() -> dict:
     """The search over results/quickstart against the full grid's report, at the sweep's margin and at 0.1."""
     import pandas as pd
@@ -281,6 +332,7 @@ def main() -> None:
     gs_start = time.process_time()
     group_rows = gs_rows(np.random.default_rng(SEED + 61))
     gs_cpu = time.process_time() - gs_start
+    dips = monotone_dips(np.random.default_rng(SEED + 62))
     replay_results = replayed()
     payload = {
         "benchmark": "sequential_search", "seed": SEED, "datasets_per_row": f"{DATASETS} ({DATASETS // 2} for the "
@@ -304,6 +356,10 @@ def main() -> None:
             "candidates": [f"{s}, futility {f:g}" for s, f in CANDIDATES], "chosen": f"{CANDIDATES[0][0]}, futility "
             f"{CANDIDATES[0][1]:g}", "summary": gs_summary(group_rows), "rows": group_rows,
             "cpu_seconds": gs_cpu},
+        "monotone_check": {"what": "budgets 1024 and 256 unchanged (each item flipped with probability 'churn' "
+                                   "against a reference solving half), 512 dips by 3 margins; --monotone with the "
+                                   "first-look check",
+                           "rows": dips},
         "quickstart_replay": replay_results,
         "simulation_cpu_seconds": simulation_cpu,
         "load_average_before": load_before, "load_average_after": os.getloadavg(),

@@ -18,7 +18,7 @@ line naming the cell, the field and what it should be:
   report (a generated text rescored 0 -> 1 is named); log-likelihood items (no text) are not compared;
 - **provenance**: each cell's id is the hash of its identity (an edited seed or setting is named), its manifest view
   agrees with its identity (task, seed), every cell of one task in a folder has one task-source hash, and every
-  cell of a folder was written by one code (``versions``: snapeval, lm-eval, torch, transformers); a current cell with
+  cell of a folder was written by one code (``versions`` of snapeval and lm-eval); a current cell with
   no baseline cell (an extra seed or configuration) is refused by ``regress`` itself (nothing would guard it).
 """
 from __future__ import annotations
@@ -152,14 +152,14 @@ def folder_problems(entries, role: str) -> list[tuple[Any, str]]:
     out = [(e, line) for e in entries for line in cell_problems(e)]
     versions: dict[str, list] = {}
     for e in entries:
-        versions.setdefault(repr(sorted((e.result.versions or {}).items())), []).append(e)
+        versions.setdefault(repr(_code(e)), []).append(e)
     if len(versions) > 1:
         common = max(versions.values(), key=len)
         for group in versions.values():
             if group is not common:
                 for e in group:
-                    out.append((e, f"written by other code than the rest of {role} (versions {e.result.versions} vs "
-                                   f"{common[0].result.versions}); allowed: one run's cells"))
+                    out.append((e, f"written by other code than the rest of {role} (versions {_code(e)} vs "
+                                   f"{_code(common[0])}); allowed: one run's cells"))
     by_task: dict[Any, list] = {}
     for e in entries:
         by_task.setdefault(e.view.get("task"), []).append(e)
@@ -175,6 +175,14 @@ def folder_problems(entries, role: str) -> list[tuple[Any, str]]:
         for line in text_score_problems(records):
             out.append((members[0], line))
     return out
+
+
+#: The packages whose versions name the code that ran and scored a cell (a torch build may differ between workers).
+CODE = ("snapeval", "lm_eval")
+
+
+def _code(entry) -> dict[str, Any]:
+    return {k: v for k, v in sorted((entry.result.versions or {}).items()) if k in CODE}
 
 
 def pair_problems(base, cur) -> list[str]:
