@@ -2,19 +2,24 @@
 
 A full sweep evaluates every budget on every item, though most cells are settled, clearly fine or clearly broken,
 after a fraction of them, and a deployer needs one answer per method. The search evaluates a group's items in
-batches of whole clusters in a fixed random order (:func:`batches`). Each method walks its budgets from the largest
-down, the report's fixed-sequence order (each budget at alpha, the family-wise error per method at most alpha): its
-current budget is tested after every batch with the anytime-valid paired test of :mod:`snapeval.stats.sequential`
-(valid at any look, each side one-sided at alpha) and stops as soon as it is settled; non-inferior opens the next
-smaller budget, not non-inferior ends the walk, and a budget unsettled when the items run out is inconclusive and
-ends it too. The full-cache reference runs each batch once; the open cells of every method that need one batch are
-evaluated in one call, so the shared prefill (:mod:`snapeval.branching`) still serves each of them.
+batches of whole clusters in a fixed random order; each batch ends a look. Each method walks its budgets from the
+largest down, the report's fixed-sequence order (each budget at alpha, the family-wise error per method at most
+alpha): its current budget is tested at each look and stops as soon as it is settled; non-inferior opens the next
+smaller budget, not non-inferior ends the walk, and a budget unsettled when the items run out, or stopped because
+non-inferiority is out of reach, is inconclusive and ends it too. Two designs (``SearchSettings.design``):
+``group-sequential`` (default: a few planned looks, :func:`look_batches`, with Lan-DeMets boundaries on the fixed
+rule's statistic, :mod:`snapeval.stats.groupseq`) and ``e-process`` (a look after every batch, :func:`batches`, with
+the anytime-valid test of :mod:`snapeval.stats.sequential`). The full-cache reference runs each batch once; the open
+cells of every method that need one batch are evaluated in one call, so the shared prefill
+(:mod:`snapeval.branching`) still serves each of them.
 
 **Monotonicity** (``monotone=True``, an assumption the user accepts, never a default): a method's accuracy does not
-fall when its budget grows. Budgets below a settled failure are then not non-inferior "by monotonicity" instead of
-"not reached" (no claim). A walk from the largest budget never leaves a budget above a settled success unsettled. A
-bisection over the budgets would run fewer cells, but it tests several budgets that may all be truly not
-non-inferior, each at alpha, and so loses the walk's error bound: it is not offered.
+fall when its budget grows. It is checked, not assumed: the budgets below a settled failure are run on the failed
+budget's first batch, and each is not non-inferior "by monotonicity" only where it scored no better than the failed
+budget there; elsewhere it keeps no claim and :attr:`SearchResult.warnings` says so. A walk from the largest budget
+never leaves a budget above a settled success unsettled. A bisection over the budgets would run fewer cells, but it
+tests several budgets that may all be truly not non-inferior, each at alpha, and so loses the walk's error bound: it
+is not offered.
 
 :func:`search` is the engine (the caller says how a batch is evaluated); :func:`replay` runs it over the per-item
 results a full sweep already wrote (no model: what the search would have evaluated and decided; the time saved is
