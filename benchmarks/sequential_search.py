@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from benchmarks.common import REPO, write_json
+from snapeval.stats.groupseq import simulate_design
 from snapeval.stats.sequential import sides
 
 SEED = 20261128
@@ -97,6 +98,176 @@ def row(rng, name, sizes, icc, margin, scenario, p_better, datasets: int = DATAS
             "settled_not_non_inferior_at_3_margins": float(ever(bad3).mean())}
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# 3. The group-sequential design against the fixed-sample grid (issue #61)
+
+GS_DATASETS = 2000
+GS_MARGINS = (0.02, 0.05, 0.10)
+GS_ICC = 0.3
+#: Candidate designs: (spending function, futility threshold on conditional power); the first is the default.
+CANDIDATES = (("obrien-fleming", 0.0), ("obrien-fleming", 0.05), ("obrien-fleming", 0.10), ("hsd-2", 0.0),
+              ("pocock", 0.0))
+
+
+def gs_layouts() -> dict[str, np.ndarray]:
+    """The layouts shipped: independent items (400), LongBench-v2's documents (its local 395 questions), AIME's 30
+    problems x 8 samples (``aime24_snapeval_sampled``: cons@8)."""
+    from snapeval.tasks.families import layout_cluster_sizes
+
+    longbench = layout_cluster_sizes("longbench_v2")
+    if longbench is None:
+        raise SystemExit("benchmark: LongBench-v2's local data is needed for its real layout (set SNAPEVAL_DATA_DIR)")
+    return {"independent 400": np.ones(400, dtype=np.int64),
+            f"LongBench-v2's own {sum(longbench)} ({len(longbench)} documents)": np.array(longbench, dtype=np.int64),
+            "AIME 30 problems x 8 samples": np.full(30, 8, dtype=np.int64)}
+
+
+def counts(rng, sizes: np.ndarray, icc: float | None, p_worse: float, p_better: float, datasets: int):
+    """``(worse, better, m)`` per cluster (columns, in a random order per data set)."""
+    order = np.argsort(rng.random((datasets, sizes.size)), axis=1)
+    m = sizes[order]
+    pw = _beta(rng, p_worse, icc, m.shape)
+    pb = np.minimum(_beta(rng, p_better, icc, m.shape), 1 - pw)
+    worse = rng.binomial(m, pw)
+    better = rng.binomial(m - worse, np.where(pw < 1, pb / np.maximum(1 - pw, 1e-12), 0.0))
+    return worse.astype(np.float64), better.astype(np.float64), m.astype(np.float64)
+
+
+def gs_rows(rng) -> list[dict]:
+    out = []
+    for name, sizes in gs_layouts().items():
+        icc = None if (sizes == 1).all() else GS_ICC
+        for margin in GS_MARGINS:
+            for scenario, p_better in SCENARIOS.items():
+                data = {}
+                for truth_name, drop in (("at the margin", margin), ("no change", 0.0), ("3 margins", 3 * margin)):
+                    data[truth_name] = (counts(rng, sizes, icc, p_better + drop, p_better, GS_DATASETS), -drop)
+                for spending, futility in CANDIDATES:
+                    r = {"layout": name, "items": int(sizes.sum()), "clusters": int(sizes.size), "icc": icc,
+                         "margin": margin, "scenario": scenario, "spending": spending, "futility": futility,
+                         "datasets": GS_DATASETS}
+                    for truth_name, ((w, b, m), truth) in data.items():
+                        label, used, covered, fixed, fixed_cov = simulate_design(
+                            w, b, m, margin, truth, looks=4, alpha=ALPHA, spending=spending, futility=futility)
+                        key = truth_name.replace(" ", "_")
+                        r[f"{key}: non_inferior"] = float((label == 1).mean())
+                        r[f"{key}: non_inferior_fixed"] = float((fixed == 1).mean())
+                        r[f"{key}: not_non_inferior"] = float((label == -1).mean())
+                        r[f"{key}: not_non_inferior_fixed"] = float((fixed == -1).mean())
+                        r[f"{key}: mean_items_share"] = float(used.mean())
+                        r[f"{key}: coverage"] = float(covered.mean())
+                        r[f"{key}: coverage_fixed"] = float(fixed_cov.mean())
+                        r[f"{key}: agreement"] = float((label == fixed).mean())
+                        r[f"{key}: agreement_non_inferior"] = float(((label == 1) == (fixed == 1)).mean())
+                    fixed_power = r["no_change: non_inferior_fixed"]
+                    r["power_ratio"] = r["no_change: non_inferior"] / fixed_power if fixed_power > 0 else None
+                    out.append(r)
+                    if (spending, futility) == CANDIDATES[0]:
+                        print(f"GS {name:<40} margin {margin:.2f} {scenario:<17} false NI "
+                              f"{r['at_the_margin: non_inferior']:.4f} (fixed {r['at_the_margin: non_inferior_fixed']:.4f})"
+                              f" cov {r['at_the_margin: coverage']:.3f}/{r['no_change: coverage']:.3f} power "
+                              f"{r['no_change: non_inferior']:.3f} vs {fixed_power:.3f} items@0 "
+                              f"{r['no_change: mean_items_share']:.2f} items@3m {r['3_margins: mean_items_share']:.2f} "
+                              f"agree {r['no_change: agreement']:.2f}/{r['3_margins: agreement']:.2f}", flush=True)
+    return out
+
+
+def gs_summary(rows: list[dict]) -> dict:
+    """Per candidate design and layout: the worst false non-inferior rate and coverage, the smallest power ratio
+    where the fixed test's power is at least 0.5 (below it the ratio is of two small numbers; those rows are listed
+    with their powers), and the largest mean share of items used where the effect is clear (no change, the fixed test's
+    power at least 0.9; a drop of 3 margins, the fixed test shows it with at least 0.9)."""
+    out = {}
+    for spending, futility in CANDIDATES:
+        name = f"{spending}, futility {futility:g}"
+        per = {}
+        for layout in dict.fromkeys(r["layout"] for r in rows):
+            mine = [r for r in rows if r["layout"] == layout and (r["spending"], r["futility"]) == (spending, futility)]
+            powered = [r for r in mine if r["no_change: non_inferior_fixed"] >= 0.5]
+            clear0 = [r for r in mine if r["no_change: non_inferior_fixed"] >= 0.9]
+            clear3 = [r for r in mine if r["3_margins: not_non_inferior_fixed"] >= 0.9]
+            per[layout] = {
+                "rows": len(mine),
+                "worst_false_non_inferior": max(r["at_the_margin: non_inferior"] for r in mine),
+                "worst_false_non_inferior_fixed": max(r["at_the_margin: non_inferior_fixed"] for r in mine),
+                "worst_coverage": min(min(r["at_the_margin: coverage"], r["no_change: coverage"],
+                                          r["3_margins: coverage"]) for r in mine),
+                "worst_coverage_fixed": min(min(r["at_the_margin: coverage_fixed"], r["no_change: coverage_fixed"],
+                                                r["3_margins: coverage_fixed"]) for r in mine),
+                "smallest_power_ratio_where_fixed_power_at_least_0.5": min(
+                    (r["power_ratio"] for r in powered), default=None),
+                "rows_with_fixed_power_at_least_0.5": len(powered),
+                "low_power_rows": [[r["margin"], r["scenario"], r["no_change: non_inferior"],
+                                    r["no_change: non_inferior_fixed"]] for r in mine
+                                   if 0 < r["no_change: non_inferior_fixed"] < 0.5],
+                "largest_items_share_no_change_clear": max((r["no_change: mean_items_share"] for r in clear0),
+                                                           default=None),
+                "rows_clear_no_change": len(clear0),
+                "largest_items_share_3_margins_clear": max((r["3_margins: mean_items_share"] for r in clear3),
+                                                           default=None),
+                "rows_clear_3_margins": len(clear3),
+                "mean_items_share_no_change_all_rows": float(np.mean([r["no_change: mean_items_share"] for r in mine])),
+                "agreement_with_fixed_grid": {
+                    t: [min(r[f"{t}: agreement"] for r in mine), max(r[f"{t}: agreement"] for r in mine)]
+                    for t in ("at_the_margin", "no_change", "3_margins")},
+                "agreement_on_non_inferior": [min(min(r[f"{t}: agreement_non_inferior"] for r in mine)
+                                                  for t in ("at_the_margin", "no_change", "3_margins")), 1.0],
+            }
+        out[name] = per
+    return out
+
+
+def monotone_dips(rng, datasets: int = 400) -> list[dict]:
+    """``--monotone`` on a curve that breaks it (issue #61): budgets 1024 and 256 unchanged (each item flipped with
+    probability ``churn`` against a reference solving half of them), 512 dips by 3 margins, independent items. The share of data sets where the fine 256 is
+    labelled not non-inferior by monotonicity, with the first-look check (now) and without it (before issue #61: every
+    budget below a settled failure), and where the search warns."""
+    from snapeval.report.search import IMPLIED, SearchSettings, search
+    from snapeval.stats import DecisionRule
+
+    out = []
+    for items, margin, churn in ((40, 0.10, 0.0), (400, 0.05, 0.05), (400, 0.10, 0.10), (1000, 0.02, 0.01)):
+        clusters = {i: [i] for i in range(items)}
+        labelled = warned = reached = monotone_failed = monotone_labelled = 0
+        for _ in range(datasets):
+            reference = (rng.random(items) < 0.5).astype(float)
+            flip = rng.random((3, items)) < churn  # symmetric churn: no true difference
+            fine = np.where(flip, 1.0 - reference, reference)
+            dipped = np.where(rng.random(items) < 6 * margin, 0.0, fine[1])  # half the items solved: a drop of 3 margins
+            below = np.where(rng.random(items) < 9 * margin, 0.0, fine[2])  # a monotone curve: 256 drops further
+            scores = {None: reference, ("m", 1024): fine[0], ("m", 512): dipped, ("m", 256): fine[2]}
+            control = {**scores, ("m", 256): below}
+
+            def evaluate(batch, cells, scores=scores):
+                return {c: {i: float(scores[c][i]) for i in batch} for c in cells}
+
+            result = search(clusters, [k for k in scores if k is not None], evaluate,
+                            rule=DecisionRule(margin=margin),
+                            settings=SearchSettings(monotone=True, seed=int(rng.integers(1 << 30))))
+            failed = result.cells[("m", 512)].label == "not non-inferior"
+            reached += failed
+            labelled += failed and result.cells[("m", 256)].how == IMPLIED
+            warned += bool(result.warnings)
+            kept = search(clusters, [k for k in control if k is not None],
+                          lambda batch, cells, control=control: {c: {i: float(control[c][i]) for i in batch}
+                                                                 for c in cells},
+                          rule=DecisionRule(margin=margin), settings=SearchSettings(monotone=True, seed=1))
+            monotone_failed += kept.cells[("m", 512)].label == "not non-inferior"
+            monotone_labelled += kept.cells[("m", 256)].how == IMPLIED
+        out.append({"items": items, "margin": margin, "churn": churn, "dip": 3 * margin, "datasets": datasets,
+                    "dip_settled_not_non_inferior": reached / datasets,
+                    "fine_budget_labelled_by_monotonicity_with_check": labelled / datasets,
+                    "fine_budget_labelled_by_monotonicity_before": reached / datasets,
+                    "warned": warned / datasets,
+                    "monotone_control_512_failed": monotone_failed / datasets,
+                    "monotone_control_256_labelled": monotone_labelled / datasets})
+        print(f"monotone dip: {items} items, margin {margin}: 512 failed in {reached / datasets:.3f}; the fine 256 "
+              f"labelled by monotonicity {labelled / datasets:.3f} (before: {reached / datasets:.3f}); warned "
+              f"{warned / datasets:.3f}; a monotone curve (256 dropping 4.5 margins): 256 labelled "
+              f"{monotone_labelled / datasets:.3f} of {monotone_failed / datasets:.3f}", flush=True)
+    return out
+
+
 def replayed() -> dict:
     """The search over results/quickstart against the full grid's report, at the sweep's margin and at 0.1."""
     import pandas as pd
@@ -113,22 +284,25 @@ def replayed() -> dict:
                                                             decision=rule)))
         full = {(r.task, r.method): (r.decision, None if pd.isna(r.smallest_ni_budget) else int(r.smallest_ni_budget))
                 for r in grid.itertuples()}
-        for monotone in (False, True):
-            settings = SearchSettings(batch=8, seed=0, monotone=monotone)
+        for design, monotone in (("group-sequential", False), ("group-sequential", True), ("e-process", False)):
+            settings = SearchSettings(batch=8, seed=0, monotone=monotone, design=design)
             groups = replay(REPO / "results" / "quickstart", rule=rule, settings=settings)
             answers, cells = {}, []
             for g in groups:
                 for method, answer in g.result.method_decisions().items():
                     answers[(g.task, method)] = answer
                 cells += [{"task": g.task, "method": m, "budget": b, "label": c.label, "how": c.how, "items": c.items,
-                           "of": g.result.total_items} for (m, b), c in g.result.cells.items()]
+                           "why": c.why, "of": g.result.total_items} for (m, b), c in g.result.cells.items()]
             used = sum(g.result.evaluations for g in groups)
             grid_evaluations = sum(g.result.full_grid_evaluations for g in groups)
             reference = sum(g.result.reference_items for g in groups)
             items = sum(g.result.total_items for g in groups)
             same = {f"{t} / {m}": {"search": list(answers[(t, m)]), "full grid": list(full[(t, m)]),
                                    "same": answers[(t, m)] == full[(t, m)]} for (t, m) in full}
-            out[f"margin {margin:g}, monotone {monotone}"] = {
+            out[f"margin {margin:g}, {design}, monotone {monotone}"] = {
+                "cells_run": sum(g.result.cells_run for g in groups),
+                "cells_stopped_early": sum(g.result.stopped_early for g in groups),
+                "monotone_warnings": [w for g in groups for w in g.result.warnings],
                 "item_evaluations": used, "full_grid_item_evaluations": grid_evaluations,
                 "fraction": used / grid_evaluations, "full_cache_items": reference, "items": items,
                 "same_answers": sum(v["same"] for v in same.values()), "answers": len(same), "by_method": same,
@@ -155,6 +329,10 @@ def main() -> None:
                           f"{r['coverage_at_zero']:.4f} power@0 {r['power_at_zero']:.3f} "
                           f"broken settled {r['settled_not_non_inferior_at_3_margins']:.3f}", flush=True)
     simulation_cpu = time.process_time() - start
+    gs_start = time.process_time()
+    group_rows = gs_rows(np.random.default_rng(SEED + 61))
+    gs_cpu = time.process_time() - gs_start
+    dips = monotone_dips(np.random.default_rng(SEED + 62))
     replay_results = replayed()
     payload = {
         "benchmark": "sequential_search", "seed": SEED, "datasets_per_row": f"{DATASETS} ({DATASETS // 2} for the "
@@ -165,7 +343,24 @@ def main() -> None:
         "worst_false_non_inferior": max(r["false_non_inferior"] for r in rows),
         "worst_coverage_at_margin": min(r["coverage_at_margin"] for r in rows),
         "worst_coverage_at_zero": min(r["coverage_at_zero"] for r in rows),
-        "nominal_coverage": 1 - 2 * ALPHA, "rows": rows, "quickstart_replay": replay_results,
+        "nominal_coverage": 1 - 2 * ALPHA, "rows": rows,
+        "group_sequential": {
+            "design": "4 looks at 25/50/75/100% of the items (whole clusters, realised shares rounded to 0.01), "
+                      "Lan-DeMets boundaries on Tango's statistic at -margin on worst-case design-effect counts (each "
+                      "side one-sided at alpha), out-of-reach futility (non-inferiority unreachable even if every "
+                      "item left ties, and 'not non-inferior' with conditional power < 0.10), optional futility on "
+                      "conditional power; the fixed-sample rule on the same data at the last look",
+            "datasets_per_row": GS_DATASETS, "icc_clustered": GS_ICC,
+            "truths": "at the margin: P(worse) = P(better) + margin; no change: P(worse) = P(better) (worse only: "
+                      "no discordance at all); 3 margins: P(worse) = P(better) + 3 margins",
+            "candidates": [f"{s}, futility {f:g}" for s, f in CANDIDATES], "chosen": f"{CANDIDATES[0][0]}, futility "
+            f"{CANDIDATES[0][1]:g}", "summary": gs_summary(group_rows), "rows": group_rows,
+            "cpu_seconds": gs_cpu},
+        "monotone_check": {"what": "budgets 1024 and 256 unchanged (each item flipped with probability 'churn' "
+                                   "against a reference solving half), 512 dips by 3 margins; --monotone with the "
+                                   "first-look check",
+                           "rows": dips},
+        "quickstart_replay": replay_results,
         "simulation_cpu_seconds": simulation_cpu,
         "load_average_before": load_before, "load_average_after": os.getloadavg(),
     }
@@ -174,7 +369,8 @@ def main() -> None:
           f"{payload['worst_coverage_at_margin']:.4f} (margin) / {payload['worst_coverage_at_zero']:.4f} (zero); "
           f"{len(rows)} rows in {simulation_cpu:.0f} s of CPU")
     for key, value in replay_results.items():
-        print(f"quickstart replay, {key}: {value['item_evaluations']} of {value['full_grid_item_evaluations']} "
+        print(f"quickstart replay, {key}: {value['cells_stopped_early']} of {value['cells_run']} cells run stopped "
+              f"early; {value['item_evaluations']} of {value['full_grid_item_evaluations']} "
               f"item-evaluations ({value['fraction']:.0%}); same answers {value['same_answers']} of {value['answers']}")
     print(f"wrote {path}")
 

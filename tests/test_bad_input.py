@@ -273,16 +273,20 @@ def test_write_baseline_into_a_missing_directory(swept, capsys):
 
 def _cell_dir(tmp_path, name, docs, solved, greedy):
     """A results directory with one cell over items ``docs``, the first ``solved`` of them correct."""
+    import hashlib
+
     from snapeval.results import CellResult, MetricValue, ResultsStore, SampleRecord
+    from snapeval.sweep.grid import ID_LENGTH, canonical_json
 
     samples = [SampleRecord("t", d, str(d), (f"answer {d}" if i < solved else "no",),
                             {"acc,none": 1.0 if i < solved else 0.0}, greedy) for i, d in enumerate(docs)]
     value = solved / len(docs)
     se = (value * (1 - value) / (len(docs) - 1)) ** 0.5
     identity = {"model": {}, "seed": 0, "task": {"limit": None, "generation": {}, "metadata": {}, "data": {}}}
+    cell_id = hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:ID_LENGTH]  # regress checks it
     store = ResultsStore(tmp_path / name)
-    store.write_manifest(name, [{"cell_id": "c", "model": "m", "task": "t", "method": "full", "seed": 0}], {})
-    store.write(CellResult("c", identity, [MetricValue("t", "acc", "none", value, se, len(docs))], samples))
+    store.write_manifest(name, [{"cell_id": cell_id, "model": "m", "task": "t", "method": "full", "seed": 0}], {})
+    store.write(CellResult(cell_id, identity, [MetricValue("t", "acc", "none", value, se, len(docs))], samples))
     return store.root
 
 

@@ -103,6 +103,8 @@ def test_paired_test_catches_a_drop_the_unpaired_rule_misses(tmp_path, capsys, m
         for m in cell["metrics"]:
             scores = [s["scores"][f"{m['metric']},{m['filter']}"] for s in cell["samples"]]
             m["value"] = sum(scores) / len(scores)
+            if m["stderr"] is not None:  # lm-eval's mean_stderr of the edited items: a consistent plant
+                m["stderr"] = float(np.std(scores, ddof=1) / len(scores) ** 0.5)
         path.write_text(json.dumps(cell))
     drops = [(b.result.metrics[0].value - c.result.metrics[0].value, b.result.metrics[0].stderr)
              for b, c in zip(load_entries(base)[1], load_entries(current)[1])]
@@ -144,8 +146,8 @@ def test_false_alarm_rate_on_pure_noise_is_small():
 
 def _entry(value, stderr, higher=True, key_model="m"):
     metric = MetricValue("t", "err", "none", value, stderr, 100, higher)
-    result = CellResult("c", {"task": {"limit": 10, "generation": {}, "metadata": {}, "data": {}}, "model": {}},
-                        [metric], [])
+    identity = {"task": {"limit": 10, "generation": {}, "metadata": {}, "data": {}}, "model": {}}
+    result = CellResult(_hashed(identity), identity, [metric], [])
     return Entry({"model": key_model, "task": "t", "method": "full", "seed": 0}, result)
 
 
@@ -235,20 +237,26 @@ def _greedy_entries(n, solved, *, greedy=True, seed=0):
     value = solved / n
     metric = MetricValue("t", "acc", "none", value, (value * (1 - value) / max(1, n - 1)) ** 0.5, n)
     identity = {"task": {"limit": None, "generation": {}, "metadata": {}, "data": {}}, "model": {}, "seed": seed}
-    result = CellResult(f"c{seed}", identity, [metric], samples)
-    return Entry({"cell_id": f"c{seed}", "model": "m", "task": "t", "method": "full", "seed": seed}, result)
+    result = CellResult(_hashed(identity), identity, [metric], samples)
+    return Entry({"cell_id": result.cell_id, "model": "m", "task": "t", "method": "full", "seed": seed}, result)
+
+
+def _hashed(identity) -> str:
+    """The cell id `snapeval sweep` gives ``identity`` (regress checks it)."""
+    import hashlib
+
+    from snapeval.sweep.grid import ID_LENGTH, canonical_json
+
+    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:ID_LENGTH]
 
 
 def _plant(entry, broken):
-    """The same cell with the first ``broken`` solved items now wrong (texts unchanged: a scoring change)."""
-    import copy
-
-    result = copy.deepcopy(entry.result)
-    for s in result.samples[:broken]:
-        s.scores["acc,none"] = 0.0
-    value = sum(s.scores["acc,none"] for s in result.samples) / len(result.samples)
-    result.metrics = [dataclasses.replace(result.metrics[0], value=value)]
-    return Entry(entry.view, result)
+    """The same cell with the first ``broken`` solved items now wrong (their texts too, as a real run's), its
+    aggregate and stderr what its items give (a consistent folder)."""
+    result = dataclasses.replace(entry.result, samples=[
+        dataclasses.replace(s, scores={**s.scores, "acc,none": 0.0}, generations=(" no.",)) if i < broken else s
+        for i, s in enumerate(entry.result.samples)])
+    return _resolve(Entry(entry.view, result))
 
 
 def test_the_config_claims_what_ci_runs():
@@ -336,7 +344,8 @@ def test_the_committed_baseline_guards_at_the_ci_size(tmp_path, capsys):
 
 def _failing_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.split(" ", 1)[0] in ("REGRESSION", "CHANGED", "MISSING",
-                                                                             "UNPAIRED", "MISMATCH")]
+                                                                             "UNPAIRED", "MISMATCH", "INCONSISTENT",
+                                                                             "UNGUARDED")]
 
 
 def _with(entry, **changes):
@@ -414,8 +423,8 @@ def _sampled_pair(rng, cells: int = 8):
         template = _greedy_entries(64, 0, greedy=False, seed=i)
         for out in (base, current):
             solved = rng.random(64) < p
-            samples = [dataclasses.replace(s, scores={"acc,none": float(solved[s.doc_id])})
-                       for s in template.result.samples]
+            samples = [dataclasses.replace(s, scores={"acc,none": float(solved[s.doc_id])}, generations=(
+                f" The answer is {s.doc_id}." if solved[s.doc_id] else " no.",)) for s in template.result.samples]
             out.append(_resolve(_with(template, samples=samples)))
     return base, current
 
@@ -495,6 +504,134 @@ def test_two_cells_with_one_key_are_refused_at_load(tmp_path, capsys):
     code, out, err = regress(capsys, baseline, _results_dir(tmp_path, "cur", [twin, base]))
     assert code == 2 and out == ""
     assert err.strip().splitlines()[-1].endswith("two cells with one key (m | t | full | seed 0): cell ids c0b and "
-                                                 "c0; allowed: one cell per (model, task, method settings, seed)")
+                                                 f"{base.result.cell_id}; allowed: one cell per (model, task, method "
+                                                 "settings, seed)")
     with pytest.raises(Exception, match="two cells with one key"):
         load_entries(_results_dir(tmp_path, "base2", [base, twin]))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #61: a folder's own consistency, checked before comparing (each walk-around passed on 5ff38e2)
+
+
+def _two_metrics(n: int, solved: int, *, greedy: bool = False):
+    """A sampled cell with a second metric (``f1``, equal to ``acc`` on every item) beside the headline ``acc``."""
+    entry = _greedy_entries(n, solved, greedy=greedy)
+    samples = [dataclasses.replace(s, scores={**s.scores, "f1,none": s.scores["acc,none"]})
+               for s in entry.result.samples]
+    head = entry.result.metrics[0]
+    return _resolve2(_with(entry, samples=samples, metrics=[head, dataclasses.replace(head, metric="f1")]))
+
+
+def _resolve2(entry):
+    """Every aggregate and stderr recomputed from the items (lm-eval's mean and mean_stderr)."""
+    metrics = []
+    for m in entry.result.metrics:
+        values = [s.scores[m.key] for s in entry.result.samples if m.key in s.scores]
+        metrics.append(dataclasses.replace(m, value=float(np.mean(values)), n=len(values),
+                                           stderr=float(np.std(values, ddof=1) / len(values) ** 0.5)))
+    return _with(entry, metrics=metrics)
+
+
+def _consistency_walk_arounds():
+    """The walk-arounds of issue #61, as (name, baseline entries, current entries, tag, the one failing line)."""
+    import hashlib
+
+    from snapeval.sweep.grid import ID_LENGTH, canonical_json
+
+    sampled = _greedy_entries(64, 40, greedy=False)
+    label = "m | t | full | seed 0"
+    # 1. 20 solved items broken, one other item scored 21.0: the mean is unchanged
+    out_of_range = _resolve(_with(sampled, samples=[
+        dataclasses.replace(s, scores={"acc,none": 0.0}, generations=(" no.",)) if s.doc_id < 20 else
+        dataclasses.replace(s, scores={"acc,none": 21.0}, generations=(" 21",)) if s.doc_id == 63 else s
+        for s in sampled.result.samples]))
+    # 2. the baseline's headline aggregate lowered 0.625 -> 0.3 with its items untouched
+    lowered = _with(sampled, metrics=[dataclasses.replace(sampled.result.metrics[0], value=0.3)])
+    # 3. 5 items broken and 5 identical failing texts rescored 0 -> 1: the mean is unchanged
+    rescored = _resolve(_with(sampled, samples=[
+        dataclasses.replace(s, scores={"acc,none": 0.0}, generations=(" no.",)) if s.doc_id < 5 else
+        dataclasses.replace(s, scores={"acc,none": 1.0}) if 40 <= s.doc_id < 45 else s
+        for s in sampled.result.samples]))
+    # 4. a non-headline metric drops 47 points (30 items), the headline untouched
+    two = _two_metrics(64, 60)
+    f1_drop = _resolve2(_with(two, samples=[
+        dataclasses.replace(s, scores={**s.scores, "f1,none": 0.0}, generations=(f" The answer is {s.doc_id}!",))
+        if s.doc_id < 30 else s for s in two.result.samples]))
+    # 5. the current run's stderr hand-set to 0.5
+    loose = _with(sampled, metrics=[dataclasses.replace(sampled.result.metrics[0], stderr=0.5)])
+    # 6. CI's greedy baseline copied in as seed 0, the regressed cell renamed seed 1 (its id recomputed)
+    _, ci = load_entries(REPO / "results" / "regression" / "baseline.json")
+    target = ci[1]
+    broken = copy_cell = dataclasses.replace(target.result, identity={**target.result.identity, "seed": 1},
+                                             samples=[dataclasses.replace(s, scores={k: 0.0 for k in s.scores},
+                                                                          generations=(" no.",))
+                                                      for s in target.result.samples])
+    broken.cell_id = hashlib.sha256(canonical_json(copy_cell.identity).encode()).hexdigest()[:ID_LENGTH]
+    renamed = Entry({**target.view, "seed": 1, "cell_id": broken.cell_id}, broken)
+    # 7. provenance: a cell whose identity's seed was edited (its id no longer its hash); one written by other code
+    edited = _with(sampled, identity={**sampled.result.identity, "seed": 0, "edited": True})
+    other_code = _with(sampled, versions={"snapeval": "0.2.9"})
+    others = [_greedy_entries(64, 40, greedy=False, seed=i) for i in (1, 2)]
+    return [
+        ("score out of range", [sampled], [out_of_range], "INCONSISTENT", label, "the current run: t/acc,none: "
+         "per-item score 21.0 of doc 63 is outside [0, 1]; allowed: scores in the metric's range"),
+        ("aggregate not its items'", [lowered], [sampled], "INCONSISTENT", label, "the baseline: t/acc,none: aggregate "
+         "0.3 but the mean of its 64 per-item scores is 0.625; allowed: the aggregate its items give"),
+        ("same text rescored", [sampled], [rescored], "INCONSISTENT", label, "doc 40 (t): the same generated text "
+         "scored acc,none 0 in the baseline but 1 in the current run (and 4 more items); allowed: one score per text "
+         "and metric (the scorer is deterministic)"),
+        ("non-headline metric", [two], [f1_drop], "REGRESSION", label, None),
+        ("stderr set by hand", [sampled], [loose], "INCONSISTENT", label, "the current run: t/acc,none: stderr 0.5 in "
+         "the file but 0.0609938 from its 64 items (lm-eval's mean_stderr); allowed: the stderr its items give "
+         "(regress recomputes it)"),
+        ("extra seed unguarded", ci, ci + [renamed], "UNGUARDED", renamed.label, "a current cell with no baseline cell "
+         "(an extra seed or configuration): nothing guards it; allowed: the baseline's cells only (write the "
+         "baseline again with --write-baseline to guard it)"),
+        ("identity edited", [sampled], [edited], "INCONSISTENT", label, f"the current run: cell_id="
+         f"{sampled.result.cell_id} is not the hash of its identity ("
+         f"{hashlib.sha256(canonical_json(edited.result.identity).encode()).hexdigest()[:ID_LENGTH]}): the identity "
+         "(a seed, a setting) was edited after the run; allowed: a cell as `snapeval sweep` wrote it"),
+        ("other code", [sampled, *others], [other_code, *others], "INCONSISTENT", label, "the current run: "
+         "written by other code than the rest of the current run (versions {'snapeval': '0.2.9'} vs {}); allowed: "
+         "one run's cells"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(8), ids=[w[0] for w in _consistency_walk_arounds()])
+def test_each_consistency_walk_around_fails_with_one_line(case, tmp_path, capsys):
+    name, base, current, tag, label, line = _consistency_walk_arounds()[case]
+    baseline = _results_dir(tmp_path, "base", [b for b in base if "aggregate" not in name] or current)
+    if "aggregate" not in name:
+        assert regress(capsys, baseline, _results_dir(tmp_path, "same", base))[0] == 0  # a consistent rerun passes
+    baseline = _results_dir(tmp_path, "base2", base)
+    code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "cur", current))
+    failing = _failing_lines(text)
+    assert code == 1 and len(failing) == 1 and failing[0].startswith(f"{tag:<11} {label}: "), text
+    if line is not None:
+        assert failing[0] == f"{tag:<11} {label}: {line}", text
+    else:  # the non-headline metric: its own paired test names it
+        assert failing[0].startswith(f"{tag:<11} {label}: f1,none: 0.9375 -> 0.4688"), text
+
+
+def test_the_same_text_in_two_cells_of_one_folder_carries_one_score():
+    """Two cells of one task in one folder: an item with the same text (full cache and a budget that kept its
+    answer) must score the same in both."""
+    from snapeval.stats.consistency import folder_problems
+
+    a = _greedy_entries(8, 8, greedy=False)
+    b = Entry({**a.view, "method": "snapkv", "budget": 64},
+              dataclasses.replace(a.result, samples=[dataclasses.replace(s, scores={"acc,none": 0.0}) if s.doc_id == 3
+                                                     else s for s in a.result.samples]))
+    lines = [line for _, line in folder_problems([a, b], "the current run") if "same generated text" in line]
+    assert lines == ["doc 3 (t): the same generated text scored acc,none 1 in m | t | full | seed 0 (the current run) "
+                     "but 0 in m | t | snapkv@64 | seed 0 (the current run); allowed: one score per text and metric "
+                     "(the scorer is deterministic)"]
+
+
+def test_the_committed_baseline_is_consistent():
+    """CI's baseline passes every consistency check (its aggregates, stderrs, ranges, ids and provenance)."""
+    from snapeval.stats.consistency import folder_problems
+
+    _, entries = load_entries(REPO / "results" / "regression" / "baseline.json")
+    assert folder_problems(entries, "the baseline") == []

@@ -82,29 +82,41 @@ def _fake(truth: dict, calls: list):
     return evaluate
 
 
-def test_the_walk_goes_down_from_the_largest_budget_and_stops_at_the_first_that_is_not_non_inferior():
+@pytest.mark.parametrize("design", ["group-sequential", "e-process"])
+def test_the_walk_goes_down_from_the_largest_budget_and_stops_at_the_first_that_is_not_non_inferior(design):
+    """Both designs walk the same way; under --monotone the budgets below a settled failure are run on the first
+    batch: where they score no better than the failed budget they are not non-inferior by monotonicity (a's 128,
+    broken worse than its 256), where they score better (b's 512 after a dip at 1024) they keep no claim and the
+    result warns (issue #61)."""
     clusters = {i: [i] for i in range(400)}
-    fine, broken = (lambda i: 1.0), (lambda i: 0.0 if i % 2 else 1.0)
-    truth = {("a", 1024): fine, ("a", 512): fine, ("a", 256): broken, ("a", 128): fine, ("b", 1024): broken,
+    fine, broken, worst = (lambda i: 1.0), (lambda i: 0.0 if i % 2 else 1.0), (lambda i: 0.0)
+    truth = {("a", 1024): fine, ("a", 512): fine, ("a", 256): broken, ("a", 128): worst, ("b", 1024): broken,
              ("b", 512): fine}
     for monotone in (False, True):
         calls = []
         result = search(clusters, list(truth), _fake(truth, calls), rule=DecisionRule(margin=0.05),
-                        settings=SearchSettings(batch=20, seed=1, monotone=monotone))
+                        settings=SearchSettings(batch=20, seed=1, monotone=monotone, design=design))
         cells = result.cells
         assert cells[("a", 1024)].label == cells[("a", 512)].label == NON_INFERIOR
         assert cells[("a", 256)].label == NOT_NON_INFERIOR and cells[("a", 256)].items < 400
         assert cells[("b", 1024)].label == NOT_NON_INFERIOR
-        lower = (cells[("a", 128)].label, cells[("a", 128)].how, cells[("b", 512)].label)
-        assert lower == ((NOT_NON_INFERIOR, IMPLIED, NOT_NON_INFERIOR) if monotone else
-                         (NOT_REACHED, "", NOT_REACHED))
-        assert cells[("a", 128)].items == cells[("b", 512)].items == 0
+        lower = (cells[("a", 128)].label, cells[("a", 128)].how, cells[("b", 512)].label, cells[("b", 512)].how)
+        first = len(calls[0][0])
+        if monotone:
+            assert lower == (NOT_NON_INFERIOR, IMPLIED, NOT_REACHED, "monotonicity contradicted")
+            assert cells[("a", 128)].items == cells[("b", 512)].items == first
+            assert len(result.warnings) == 1 and result.warnings[0].startswith(
+                f"b: not monotone at the first look: budget 512 scored +{sum(i % 2 for i in calls[0][0])} (summed "
+                f"over {first} items) "
+                "against the failed budget 1024 on the same items (one-sided paired p = ")
+        else:
+            assert lower == (NOT_REACHED, "", NOT_REACHED, "") and result.warnings == []
+            assert cells[("a", 128)].items == cells[("b", 512)].items == 0
         assert result.method_decisions() == {"a": (NON_INFERIOR, 512), "b": (NOT_NON_INFERIOR, None)}
         # the reference is asked for once per batch, with every cell that needs that batch (one shared prefill)
         asked = [items for items, cells_ in calls if None in cells_]
         assert len(asked) == len(set(asked)) and sum(map(len, asked)) == result.reference_items
-        first = calls[0][1]
-        assert set(first) == {None, ("a", 1024), ("b", 1024)}
+        assert set(calls[0][1]) == {None, ("a", 1024), ("b", 1024)}
         assert result.evaluations < result.full_grid_evaluations / 2
 
 
@@ -122,34 +134,48 @@ def test_batches_are_whole_clusters_in_a_fixed_random_order():
 
 @pytest.mark.parametrize("raw, message", [({"batch": 0}, "search.batch=0 is invalid; allowed: an integer >= 1"),
                                           ({"seed": -1}, "search.seed=-1 is invalid"),
-                                          ({"monotone": "yes"}, "search.monotone='yes' is invalid; allowed: true or")])
+                                          ({"monotone": "yes"}, "search.monotone='yes' is invalid; allowed: true or"),
+                                          ({"design": "bisection"}, "search.design='bisection' is invalid; allowed: "
+                                                                    "group-sequential, e-process"),
+                                          ({"looks": 0}, "search.looks=0 is invalid; allowed: an integer in 1..10"),
+                                          ({"futility": 0.7}, "search.futility=0.7 is invalid; allowed: a number in")])
 def test_search_settings_refuse_bad_input_in_one_line(raw, message):
     with pytest.raises(SnapevalError, match=message):
         SearchSettings(**raw)
 
 
-def test_the_quickstart_replayed_reaches_the_full_grids_answers_with_a_quarter_of_the_item_evaluations():
+def test_the_quickstart_replayed_reaches_the_full_grids_answers_and_says_how_many_cells_stopped_early():
     """results/quickstart's committed per-item results through the search (no model): at the sweep's 2-point
-    margin every method's answer is the full grid's (inconclusive at 40 items everywhere, as the report says) with
-    at most half of the grid's item-evaluations."""
+    margin every method's answer is the full grid's (inconclusive at 40 items everywhere, as the report says);
+    non-inferiority is out of reach at 40 items (145 needed), so every cell the walks run stops at its first look,
+    and the account says how many stopped early (docs/running-sweeps.md quotes it)."""
     from snapeval.report import tables
     from snapeval.report.results_table import load_table
+    from snapeval.report.search import render
 
-    groups = replay(REPO / "results" / "quickstart", settings=SearchSettings(batch=8, seed=0))
+    settings = SearchSettings(seed=0)
+    groups = replay(REPO / "results" / "quickstart", settings=settings)
     grid = {(r.task, r.method): r.decision for r in tables.decisions(tables.paired(load_table(
         REPO / "results" / "quickstart"))).itertuples()}
     answers = {(g.task, m): a for g in groups for m, (a, _) in g.result.method_decisions().items()}
     assert answers == grid
+    run = sum(g.result.cells_run for g in groups)
+    early = sum(g.result.stopped_early for g in groups)
+    assert all(not g.reach[0] for g in groups) and early == run == 9
+    assert all(c.why == "out of reach" and c.batches == 1 for g in groups for c in g.result.cells.values()
+               if c.items)
     used = sum(g.result.evaluations for g in groups)
     full = sum(g.result.full_grid_evaluations for g in groups)
-    assert full == 1344 and used <= full / 2
+    assert full == 1344 and used <= full / 4
+    assert render(groups, DecisionRule(), settings)[-1].startswith(
+        f"All groups: {early} of the {run} cells run stopped early; {used} of {full} item-evaluations")
 
 
 def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decided(tmp_path, monkeypatch, capsys):
-    """`snapeval sweep --until-decided` on the test harness (200 items, batches of 20): each batch of open cells is
-    one shared unit with the full cache, cells stopped early leave their batches as shards and no result file, a
-    cell that used every batch is merged into its result, and search.md gives the decisions and the items each
-    used."""
+    """`snapeval sweep --until-decided` on the test harness (200 items, the default 4 looks of 50): each look of open
+    cells is one shared unit with the full cache, cells stopped early leave their batches as shards and no result
+    file, and search.md gives the decisions, the look that settled each cell and the items each used; --monotone
+    runs the budget below a settled failure on the first look's items."""
     import io
 
     from fixtures import sweep_fakes
@@ -169,10 +195,11 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
 
     out = tmp_path / "s"
     summary = run_sweep(parse_config(raw), out, evaluate=counted, simulate=fake_simulate, stream=io.StringIO(),
-                        report=False, search=SearchSettings(batch=20, monotone=True))
+                        report=False, search=SearchSettings(monotone=True))
     account = (out / "search.md").read_text()
-    assert "| streamingllm | 1024 | not non-inferior | tested |" in account
-    assert "| streamingllm | 64 | not non-inferior | by monotonicity | 0 of 200 |" in account
+    assert "| streamingllm | 1024 | not non-inferior | look 2 of 4 | 100 of 200 |" in account
+    assert "| streamingllm | 64 | not non-inferior | by monotonicity | 50 of 200 |" in account
+    assert "Cells stopped early: 4 of the 4 the walk ran." in account
     assert "Answers: snapstream non-inferior at" in account
     rows = {label: (status, text) for label, status, text in summary.rows}
     assert rows["llama-3.1-8b-instruct | snapeval_passkey | streamingllm@64 | seed 0"][0] == "search"
@@ -183,4 +210,27 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
     store = ResultsStore(out)
     finished = {r.identity["policy"].get("budget") for r in store.finished()
                 if r.identity["policy"]["method"] != "full"}
-    assert len(finished) < 5 and evaluated < 5 * 10  # not every cell ran every batch
+    assert len(finished) < 5 and evaluated < 5 * 4  # not every cell ran every look
+
+
+def test_dry_run_says_where_non_inferiority_is_out_of_reach(tmp_path, capsys):
+    """`snapeval sweep CONFIG --dry-run [--until-decided]` prints, per group, whether non-inferiority at the sweep's
+    margin is reachable at the task's items even if every item ties (issue #61): 40 items at 2 points are not (133
+    for the fixed grid, 145 for four looks), 400 are."""
+    import yaml
+
+    from snapeval.cli import main as cli
+
+    raw = {"name": "reach", "models": ["smollm2-135m-instruct"], "methods": ["full", {"method": "snapkv", "budgets":
+                                                                                      [64]}],
+           "tasks": [{"name": "snapeval_passkey", "limit": 40}, {"name": "snapeval_kv_needle", "limit": 400}]}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run", "--until-decided"]) == 0
+    plan = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  plan  ")]
+    assert plan == [
+        "  plan  smollm2-135m-instruct | snapeval_passkey | seed 0: non-inferiority at margin 0.02 with 40 items: fixed "
+        "grid: OUT OF REACH (needs 133 items even if every item ties); search: OUT OF REACH (needs 145 items even if "
+        "every item ties)",
+        "  plan  smollm2-135m-instruct | snapeval_kv_needle | seed 0: non-inferiority at margin 0.02 with 400 items: "
+        "fixed grid: reachable (from 133 items); search: reachable (from 145 items)"]

@@ -24,11 +24,17 @@ def register(subparsers) -> None:
                    help="also write search.md: what the sequential budget search (anytime-valid, budgets walked "
                         "from the largest down) decides on this sweep's own per-item results, the items each cell "
                         "used and the item-evaluations and time against the full grid (no model runs)")
-    p.add_argument("--batch", type=int, default=8, help="--search-replay: items per batch (default 8)")
+    p.add_argument("--design", default="group-sequential", choices=("group-sequential", "e-process"),
+                   help="--search-replay: planned looks with Lan-DeMets boundaries (default) or the anytime-valid "
+                        "e-process looked at after every --batch")
+    p.add_argument("--looks", type=int, default=4,
+                   help="--search-replay, group-sequential: planned looks at equal shares of the items (default 4)")
+    p.add_argument("--batch", type=int, default=8, help="--search-replay, e-process: items per batch (default 8)")
     p.add_argument("--seed", type=int, default=0, help="--search-replay: seed of the batches' random order (default 0)")
     p.add_argument("--monotone", action="store_true",
                    help="--search-replay: accept that accuracy does not fall as a budget grows (budgets below a "
-                        "settled failure are then not non-inferior without running)")
+                        "settled failure are run on the first look's items only, and labelled not non-inferior where "
+                        "those agree; search.md warns where they do not)")
     p.set_defaults(func=main)
 
 
@@ -54,7 +60,8 @@ def main(args: argparse.Namespace) -> int:
         from snapeval.report.search import SearchSettings
 
         try:
-            settings = SearchSettings(batch=args.batch, seed=args.seed, monotone=args.monotone)
+            settings = SearchSettings(batch=args.batch, seed=args.seed, monotone=args.monotone, design=args.design,
+                                      looks=args.looks)
         except SnapevalError as exc:
             raise SnapevalError(str(exc).replace("search.", "--", 1)) from None
     paths = build_report(args.results_dir, args.out, decision=decision)
@@ -73,5 +80,5 @@ def main(args: argparse.Namespace) -> int:
         lines += render(replay(args.results_dir, rule=rule, settings=settings), rule, settings)
         path = paths.markdown.parent / "search.md"
         atomic_write_text(path, "\n".join(lines) + "\n")
-        print(f"  {path}")
+        print(f"  {path}: {lines[-1].split(' (each item')[0]}")
     return 0

@@ -11,7 +11,10 @@ One module per concern, each naming its textbook source:
 - :mod:`.decision`: :class:`DecisionRule` (margin, alpha) of the non-inferiority decision;
 - :mod:`.headline`: a cell's headline metric (what the decision, the report and ``regress`` lead with);
 - :mod:`.paired`: :func:`compare_cells` (everything above, for two cells of one group) and :func:`drop_check`;
-- :mod:`.sequential`: the anytime-valid paired decision (betting e-processes over clusters) of the budget search;
+- :mod:`.groupseq`: the group-sequential design of the budget search (Lan-DeMets boundaries on Tango's statistic,
+  non-binding futility, reach at plan time);
+- :mod:`.sequential`: the anytime-valid paired decision (betting e-processes over clusters), the search's other design;
+- :mod:`.consistency`: a results folder's own consistency, checked by ``regress`` before it compares;
 - :mod:`.regress`: the ``snapeval regress`` command.
 
 ``docs/statistics.md`` gives the levels, the simulations that chose the clustered method, and the decisions.

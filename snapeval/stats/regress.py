@@ -193,9 +193,10 @@ class Finding:
     text: str
 
 
-FAILING = ("regression", "changed", "missing", "unpaired", "mismatch")
-TAGS = {"regression": "REGRESSION", "changed": "CHANGED", "missing": "MISSING", "unpaired": "UNPAIRED",
-        "mismatch": "MISMATCH", "note": "note", "improved": "improved", "ok": "ok"}
+FAILING = ("inconsistent", "unguarded", "regression", "changed", "missing", "unpaired", "mismatch")
+TAGS = {"inconsistent": "INCONSISTENT", "unguarded": "UNGUARDED", "regression": "REGRESSION", "changed": "CHANGED",
+        "missing": "MISSING", "unpaired": "UNPAIRED", "mismatch": "MISMATCH", "note": "note", "improved": "improved",
+        "ok": "ok"}
 
 
 @dataclass
@@ -394,20 +395,64 @@ class _SampledTest:
     p: float
 
 
-def _tolerance_finding(base: Entry, bm, cm, rule: DecisionRule, z: float, why: str) -> Finding:
+def _stderrs(base: Entry, cur: Entry, bm) -> tuple[float | None, float | None]:
+    """Both cells' standard errors of ``bm``'s mean recomputed from their items (never read from a file; None
+    without items, which the tolerance then counts as 0: the margin alone)."""
+    from snapeval.stats.consistency import item_stderr
+
+    return item_stderr(base.result, bm.subtask, bm.key), item_stderr(cur.result, bm.subtask, bm.key)
+
+
+def _tolerance_finding(base: Entry, cur: Entry, bm, cm, rule: DecisionRule, z: float, why: str) -> Finding:
     drop = (bm.value - cm.value) if bm.higher_is_better else (cm.value - bm.value)
-    tol = tolerance(bm.stderr, cm.stderr, z, rule.margin)
+    tol = tolerance(*_stderrs(base, cur, bm), z, rule.margin)
     kind = "regression" if drop > tol else "improved" if -drop > tol else "ok"
     return Finding(kind, base.label, f"{_metric_name(base, bm)}: {bm.value:.4f} -> {cm.value:.4f} ({-drop:+.4f}; "
                                      f"tolerance {tol:.4f}; {why})")
 
 
-def _sampled_test(base: Entry, cur: Entry, rule: DecisionRule, z: float) -> _SampledTest | Finding | None:
-    """The headline metric's paired test of a drop (None: no headline value to guard); a tolerance-rule
+def _sampled_tests(base: Entry, cur: Entry, rule: DecisionRule, z: float) -> list[_SampledTest | Finding]:
+    """The paired test of a drop of the headline metric and of every other metric with a value and per-item scores
+    in both cells (a metric whose per-item scores equal the headline's on both sides is the same test and is not
+    repeated; one where no item differs cannot reject and does not enter the family, Tarone 1990); a tolerance-rule
     :class:`Finding` where nothing can be paired (only reached with ``--allow-unpaired``)."""
+    head = _headline(base)
+    if head is None or head.value is None:
+        return []
+    out = []
+    first = _sampled_test(base, cur, head, rule, z)
+    if first is not None:
+        out.append(first)
+    signature = {_item_signature(base, cur, head)}
+    for bm in base.result.metrics:
+        if bm is head or bm.value is None or not any(bm.key in s.scores for s in cur.result.samples
+                                                     if s.subtask == bm.subtask):
+            continue
+        sig = _item_signature(base, cur, bm)
+        if sig in signature or len(set(sig[0]) | set(sig[1])) == 0:
+            continue
+        signature.add(sig)
+        if sig[0] == sig[1]:  # no item differs: the test cannot reject (p = 1)
+            continue
+        test = _sampled_test(base, cur, bm, rule, z)
+        if isinstance(test, _SampledTest):
+            out.append(test)
+    return out
+
+
+def _item_signature(base: Entry, cur: Entry, metric) -> tuple[tuple, tuple]:
+    """A metric's per-item scores in both cells, in item order (equal signatures: the same paired test)."""
+    def scores(result):
+        return tuple(sorted(((s.doc_id, s.scores[metric.key]) for s in result.samples
+                             if s.subtask == metric.subtask and metric.key in s.scores)))
+    return scores(base.result), scores(cur.result)
+
+
+def _sampled_test(base: Entry, cur: Entry, bm, rule: DecisionRule, z: float) -> _SampledTest | Finding | None:
+    """``bm``'s paired test of a drop (None: no value to guard); a tolerance-rule :class:`Finding` where nothing can
+    be paired (only reached with ``--allow-unpaired``)."""
     from snapeval.stats.paired import drop_check
 
-    bm = _headline(base)
     if bm is None or bm.value is None:
         return None
     cm = next((m for m in cur.result.metrics if (m.subtask, m.key) == (bm.subtask, bm.key)), None)
@@ -418,7 +463,7 @@ def _sampled_test(base: Entry, cur: Entry, rule: DecisionRule, z: float) -> _Sam
         if cm is None or cm.value is None:
             return Finding("note", base.label, f"{_metric_name(base, bm)}: nothing to compare (no shared item, no "
                                                "aggregate)")
-        return _tolerance_finding(base, bm, cm, rule, z, "unpaired: --allow-unpaired")
+        return _tolerance_finding(base, cur, bm, cm, rule, z, "unpaired: --allow-unpaired")
     return _SampledTest(base, cur, bm, check.p_value)
 
 
@@ -428,6 +473,7 @@ def _sampled_findings(tests: list[_SampledTest], rule: DecisionRule, z: float, d
     from snapeval.stats.paired import drop_check
 
     m = len(tests)
+    cells = len({id(t.base) for t in tests})
     level = rule.alpha / max(1, m)
     out = []
     for t, adjusted in zip(tests, holm([t.p for t in tests])):
@@ -439,13 +485,14 @@ def _sampled_findings(tests: list[_SampledTest], rule: DecisionRule, z: float, d
         shown = "none" if cur_value is None else f"{cur_value:.4f}"
         text = (f"{_metric_name(base, bm)}: {bm.value:.4f} -> {shown} (paired over {check.n} items in "
                 f"{check.clusters} clusters: {check.mean_diff:+.4f}, {check.worse} worse, {check.better} better; "
-                f"{check.test} p={check.p_value:.3g}, Holm p={adjusted:.3g} over {m} sampled cells; power "
+                f"{check.test} p={check.p_value:.3g}, Holm p={adjusted:.3g} over {m} sampled "
+                f"{'cells' if m == cells else 'tests'}; power "
                 f"{check.power:.0%} against a {drop * 100:g}-point drop at {check.churn:.0%} churn, level "
                 f"{level:.3g})")
         kind = "regression" if adjusted < rule.alpha else "ok"
         if kind == "ok" and check.smallest_p >= level and cur_value is not None:
             observed = (bm.value - cur_value) if bm.higher_is_better else (cur_value - bm.value)
-            tol = tolerance(bm.stderr, cm.stderr, z, rule.margin)
+            tol = tolerance(*_stderrs(base, cur, bm), z, rule.margin)
             text += (f"; the paired test cannot reject at n={check.n} (smallest possible p {check.smallest_p:.3g} >= "
                      f"level {level:.3g}), so the tolerance rule applies too: drop {observed:+.4f} vs tolerance "
                      f"{tol:.4f}")
@@ -465,7 +512,20 @@ def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule =
         raise UnusableInput("the baseline has no cells")
     if not any(b.key in cur_by_key for b in baseline):
         raise UnusableInput("no cell of the baseline is in the current results (different models, tasks or budgets?)")
+    from snapeval.stats.consistency import folder_problems, pair_problems
+
     out = Comparison(cells=len(baseline), allow_unpaired=allow_unpaired)
+    inconsistent: dict[tuple, list[str]] = {}
+    for role, entries in (("the baseline", baseline), ("the current run", current)):
+        for entry, line in folder_problems(entries, role):
+            inconsistent.setdefault(entry.key, []).append(f"{role}: {line}")
+    base_keys = {b.key for b in baseline}
+    for cur in current:
+        if cur.key not in base_keys:
+            out.findings.append(Finding(
+                "note" if allow_unpaired else "unguarded", cur.label,
+                "a current cell with no baseline cell (an extra seed or configuration): nothing guards it; allowed: "
+                "the baseline's cells only (write the baseline again with --write-baseline to guard it)"))
     sampled: list[_SampledTest] = []
     for base in baseline:
         cur = cur_by_key.get(base.key)
@@ -478,6 +538,10 @@ def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule =
         problems = pairing_problems(base, cur)
         out.findings += [Finding(kind, base.label, line) for kind, line in problems if kind == "note"]
         problems = [(kind, line) for kind, line in problems if kind != "note"]
+        if not problems:  # a cell that pairs: its folder's consistency, and the same text scored the same on both
+            own = inconsistent.get(base.key, []) + ([] if base.result.deterministic and cur.result.deterministic
+                                                    else pair_problems(base, cur))
+            out.findings += [Finding("inconsistent", base.label, line) for line in own]
         if problems and not allow_unpaired:
             out.findings += [Finding(kind, base.label, line) for kind, line in problems]
             continue
@@ -486,11 +550,11 @@ def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule =
         if base.result.deterministic and cur.result.deterministic:
             out.findings += _greedy_findings(base, cur)
             continue
-        test = _sampled_test(base, cur, rule, z)
-        if isinstance(test, Finding):
-            out.findings.append(test)
-        elif test is not None:
-            sampled.append(test)
+        for test in _sampled_tests(base, cur, rule, z):
+            if isinstance(test, Finding):
+                out.findings.append(test)
+            else:
+                sampled.append(test)
     out.sampled_tests = len(sampled)
     out.findings += _sampled_findings(sampled, rule, z, drop)
     return out

@@ -35,12 +35,18 @@ def register(subparsers) -> None:
                    help="sequential budget search: items in batches in a fixed random order, each method's budgets "
                         "walked from the largest down, a cell stopped as soon as an anytime-valid paired test settles "
                         "it (non-inferior or not at the sweep's decision margin); writes search.md")
-    p.add_argument("--batch", type=int, default=8, help="--until-decided: items per batch (default 8)")
+    p.add_argument("--design", default="group-sequential", choices=("group-sequential", "e-process"),
+                   help="--until-decided: planned looks with Lan-DeMets O'Brien-Fleming-like boundaries (default), or "
+                        "the anytime-valid e-process looked at after every --batch")
+    p.add_argument("--looks", type=int, default=4,
+                   help="--until-decided, group-sequential: planned looks at equal shares of the items (default 4)")
+    p.add_argument("--batch", type=int, default=8, help="--until-decided, e-process: items per batch (default 8)")
     p.add_argument("--search-seed", type=int, default=0,
                    help="--until-decided: seed of the batches' random order (default 0)")
     p.add_argument("--monotone", action="store_true",
                    help="--until-decided: accept that accuracy does not fall as a budget grows (budgets below a "
-                        "settled failure are then not non-inferior without running)")
+                        "settled failure are run on the first look's items only, and labelled not non-inferior where "
+                        "those agree; search.md warns where they do not)")
     p.set_defaults(func=main)
 
 
@@ -55,7 +61,8 @@ def main(args: argparse.Namespace) -> int:
         from snapeval.report.search import SearchSettings
 
         try:
-            search = SearchSettings(batch=args.batch, seed=args.search_seed, monotone=args.monotone)
+            search = SearchSettings(batch=args.batch, seed=args.search_seed, monotone=args.monotone,
+                                    design=args.design, looks=args.looks)
         except SnapevalError as exc:
             raise SnapevalError(str(exc).replace("search.seed", "--search-seed").replace("search.", "--", 1)) from None
     config = load_config(args.config).with_limit(args.limit)
@@ -70,6 +77,10 @@ def main(args: argparse.Namespace) -> int:
               f"{len(cells) - done} to run" + (f" ({stale} stale: --rerun-stale)" if stale else ""))
         for (cell, state), label in zip(cells, distinct_labels([cell for cell, _ in cells])):
             print(f"  {state:5}  {cell.cell_id}  {label}")
+        from snapeval.sweep.search import plan_lines
+
+        for line in plan_lines([cell for cell, _ in cells], config.decision, search):
+            print(line)
         return 0
     executor = make_executor(args.executor, ray_address=args.ray_address)
     summary = run_sweep(config, args.out, executor=executor, report=not args.no_report, rerun_stale=args.rerun_stale,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from snapeval.errors import SnapevalError
-from snapeval.report.search import GroupReplay, SearchSettings, render, steps
+from snapeval.report.search import GROUP_SEQUENTIAL, GroupReplay, SearchSettings, reach, render, steps
 from snapeval.stats.decision import DecisionRule
 
 
@@ -51,13 +51,14 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
         if reference is None or not todo:
             continue
         n = items_of(reference)
-        count = max(1, math.ceil(n / settings.batch))
+        count = min(n, settings.looks) if settings.design == GROUP_SEQUENTIAL else max(1, math.ceil(n / settings.batch))
         family = task_family(reference.task.name)
         if count > 1 and family is not None and family.cluster is not None:
             raise SnapevalError(f"--until-decided: task {reference.task.name}'s items share clusters (documents), "
-                                f"which {count} item shards of {settings.batch} would split; allowed: tasks whose "
-                                f"items are independent, or a batch of at least its {n} items (or run the full sweep "
-                                "and `snapeval report DIR --search-replay`)")
+                                f"which {count} item shards (looks) would split; allowed: tasks whose items are "
+                                f"independent, or one look (--looks 1, or --design e-process with a --batch of at "
+                                f"least its {n} items), or run the full sweep and `snapeval report DIR "
+                                "--search-replay`")
         order = [int(k) for k in np.random.default_rng(settings.seed).permutation(count)]
         plan = [[(i, i) for i in range(k, n, count)] for k in order]
         plan = [b for b in plan if b]
@@ -103,7 +104,41 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
                 break
         outcomes.append(GroupReplay(reference.model.name, reference.task.name, reference.seed, outcome,
                                     spent_seconds=seconds,
-                                    cell_ids={key: c.cell_id for key, c in by_key.items()}))
+                                    cell_ids={key: c.cell_id for key, c in by_key.items()},
+                                    reach=reach(n, None, rule, settings)))
+
+
+def plan_lines(cells: list, rule: DecisionRule, settings: SearchSettings | None) -> list[str]:
+    """``--dry-run``'s decision plan, one line per (model, task, seed) group with a full-cache and a compressed cell:
+    whether non-inferiority at the sweep's margin is reachable at the task's items at all (every item tied, the
+    task's cluster layout's worst-case design effect), under the fixed grid and, with ``--until-decided``, under the
+    search's design, and the items each needs."""
+    from snapeval.cache.methods import METHOD_TABLE
+    from snapeval.tasks.families import layout_cluster_sizes
+
+    out, seen = [], set()
+    for cell in cells:
+        if cell.group_id in seen or METHOD_TABLE.is_reference(cell.config.method):
+            continue
+        group = [c for c in cells if c.group_id == cell.group_id]
+        if not any(METHOD_TABLE.is_reference(c.config.method) for c in group):
+            continue
+        seen.add(cell.group_id)
+        where = f"{cell.model.name} | {cell.task.name} | seed {cell.seed}"
+        try:
+            n = items_of(cell)
+        except SnapevalError:
+            out.append(f"  plan  {where}: item count unknown (no limit or num_samples): reach not computed")
+            continue
+        layout = layout_cluster_sizes(cell.task.name)
+        parts = []
+        for name, design in (("fixed grid", SearchSettings(design=GROUP_SEQUENTIAL, looks=1)),
+                             *((("search", settings),) if settings is not None else ())):
+            ok, needed = reach(n, layout, rule, design)
+            parts.append(f"{name}: " + (f"reachable (from {needed} items)" if ok else
+                                        f"OUT OF REACH (needs {needed} items even if every item ties)"))
+        out.append(f"  plan  {where}: non-inferiority at margin {rule.margin:g} with {n} items: " + "; ".join(parts))
+    return out
 
 
 def write_account(path, groups: list[GroupReplay], rule: DecisionRule, settings: SearchSettings) -> None:
