@@ -227,3 +227,25 @@ def test_the_run_argument_and_the_kernel_decide_whether_a_group_may_share_a_step
                              "budgets": [64]}).models[0].run_args
     assert run_args == RunArgs(shared_step="false")
     assert not BranchSet(model, tiny_tokenizer, configs, run_args=run_args).one_step()
+
+
+def test_a_dropped_segmented_engine_frees_its_rows_at_once(tiny_tokenizer):
+    """No reference cycle: a segmented engine and its pool go as soon as the last reference does, without waiting for
+    the cyclic collector (a group drops each engine before the next allocates, and collects nothing between)."""
+    import gc
+    import weakref
+
+    model = tiny_model("llama")
+    prompts = [random_prompt(n, seed=n) for n in LENGTHS[:2]]
+    engine = SegmentedEngine(model, tiny_tokenizer, CONFIGS[:2], [1, 1])
+    engine.generate(prompts, [SamplingParams(max_new_tokens=3)] * 2, segments=[0, 1],
+                    prefill=lambda j, prompt: Engine(model, tiny_tokenizer, CONFIGS[j], num_slots=1).prefill(j, prompt))
+    engine_ref, rows_ref = weakref.ref(engine), weakref.ref(engine.slot_tensors()[0])
+    gc.collect()
+    gc.disable()
+    try:
+        engine.release()
+        del engine
+        assert engine_ref() is None and rows_ref() is None
+    finally:
+        gc.enable()

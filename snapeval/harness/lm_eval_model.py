@@ -509,9 +509,9 @@ class SnapStreamLM(HFLM):
                      max(len(done.token_ids) - 1, 0), done.kv_bytes)
 
     def _kv_bytes_per_slot(self) -> int:
-        cfg = self.model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 2 * self.model.dtype.itemsize
+        from snapeval.memory_plan import ModelShape
+
+        return ModelShape.from_config(self.model.config, self.model.dtype.itemsize, 0).kv_token_bytes
 
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         """lm-eval's padded batch (``context`` ``[B, L]``, left-padded) through snapeval's one decode loop

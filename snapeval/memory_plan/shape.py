@@ -6,6 +6,12 @@ from dataclasses import dataclass
 
 from snapeval.memory_plan.units import INT64
 
+
+def head_dim(cfg) -> int:
+    """A decoder's attention head size from its Hugging Face configuration: ``head_dim`` where it is given (Qwen3,
+    Gemma), else the hidden size over the attention heads (Llama, Qwen2). The one place snapeval derives it."""
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
 @dataclass(frozen=True)
 class ModelShape:
     """What the plan needs to know of a decoder (Llama, Qwen2): sizes, the cache dtype and the weights' bytes."""
@@ -29,9 +35,8 @@ class ModelShape:
 
     @classmethod
     def from_config(cls, cfg, dtype_bytes: int, weight_bytes: int) -> "ModelShape":
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         return cls(layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads, q_heads=cfg.num_attention_heads,
-                   head_dim=head_dim, hidden=cfg.hidden_size, intermediate=cfg.intermediate_size,
+                   head_dim=head_dim(cfg), hidden=cfg.hidden_size, intermediate=cfg.intermediate_size,
                    vocab=cfg.vocab_size, dtype_bytes=dtype_bytes, weight_bytes=weight_bytes)
 
     @classmethod
