@@ -44,8 +44,8 @@ from snapeval.decoding import (Completion, Request, SamplingParams, SlotSampler,
                                request_stream, stop_token_ids)
 from snapeval.decoding.step import prefill as prefill_prompt
 from snapeval.errors import SnapevalError, check_int, is_int
-from snapeval.memory_plan.shape import head_dim
 from snapeval.models.devices import input_device, layer_devices
+from snapeval.models.presets import head_dim
 
 logger = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ decodes in more rows than one plan for the whole call would give it.
 
 The package, one module per concern: ``units`` (bytes, the plan's constants), ``shape`` (:class:`ModelShape`: the
 model's sizes and the bytes of each tensor the plan counts), ``sizes`` (what each configuration holds), ``records``
-(:class:`GroupPlan`, :class:`ConfigurationPlan`, :class:`Item`), ``chunk`` (one chunk in bytes: each
+(:class:`GroupPlan`, :class:`ConfigurationPlan` with its route, :data:`ROUTES`, :class:`Item`), ``chunk`` (one chunk in bytes: each
 configuration's decode and the phases), ``cost`` (bytes per decoded token at the rates of the device's hardware
 sheet), ``search`` (:func:`plan_group`), ``order`` (the order a group takes its items), ``device`` (the device's
 budget and the measured peak) and ``paper`` (the paper-scale prediction). Import from the package.
@@ -55,9 +55,11 @@ from __future__ import annotations
 from snapeval.memory_plan.cost import (EAGER_STEP_FACTOR, HOST_LINK_BYTES_PER_S, CostModel, bytes_per_token,
                                        cost_model)
 from snapeval.memory_plan.device import PeakMeter, bytes_in_use, device_budget, is_out_of_memory
-from snapeval.memory_plan.order import chunk_order, longest_first, shares_documents
+from snapeval.memory_plan.order import (MIN_SHARED_DOCUMENT, chunk_order, common_prefix, document_families,
+                                        longest_first, shared_prefix, shares_documents, whole_families)
 from snapeval.memory_plan.paper import PAPER_BUDGETS, PAPER_NEW, PAPER_PROMPT, predict_paper_scale
-from snapeval.memory_plan.records import ConfigurationPlan, GroupPlan, Item
+from snapeval.memory_plan.records import (BRANCH_LOOP, ENGINE_ROWS, IN_ROWS, ONE_ROW_ENGINE, OWN_PREFILL, ROUTES,
+                                          SHARED_STEP_ROWS, ConfigurationPlan, GroupPlan, Item)
 from snapeval.memory_plan.search import plan_group
 from snapeval.memory_plan.shape import ModelShape
 from snapeval.memory_plan.sizes import (alone_cache_bytes, branch_bytes, captures_alone, engine_bytes, engine_slots,
@@ -66,8 +68,10 @@ from snapeval.memory_plan.units import (GIB, GPU_CHUNK, INT64, MARGIN_BYTES, MAR
                                         gib, parse_bytes)
 
 __all__ = [
+    "BRANCH_LOOP", "ENGINE_ROWS", "IN_ROWS", "ONE_ROW_ENGINE", "OWN_PREFILL", "ROUTES", "SHARED_STEP_ROWS",
     "EAGER_STEP_FACTOR", "GIB", "GPU_CHUNK", "HOST_LINK_BYTES_PER_S", "INT64", "MARGIN_BYTES", "MARGIN_FRACTION",
-    "MIN_PREFILL_TOKENS", "PAPER_BUDGETS", "PAPER_NEW", "PAPER_PROMPT", "ConfigurationPlan", "CostModel",
+    "MIN_PREFILL_TOKENS", "MIN_SHARED_DOCUMENT", "common_prefix", "document_families", "shared_prefix",
+    "whole_families", "PAPER_BUDGETS", "PAPER_NEW", "PAPER_PROMPT", "ConfigurationPlan", "CostModel",
     "GroupPlan", "Item", "ModelShape", "PeakMeter", "alone_cache_bytes", "branch_bytes", "bytes_in_use",
     "bytes_per_token", "captures_alone", "chunk_order", "cost_model", "device_budget", "engine_bytes",
     "engine_slots", "gib", "holds_whole_prompt", "is_out_of_memory", "longest_first", "parse_bytes",

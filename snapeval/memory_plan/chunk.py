@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from snapeval.cache.config import MethodConfig
-from snapeval.memory_plan.records import ConfigurationPlan, Item
+from snapeval.memory_plan.records import (BRANCH_LOOP, ENGINE_ROWS, IN_ROWS, ONE_ROW_ENGINE, OWN_PREFILL,
+                                          SHARED_STEP_ROWS, ConfigurationPlan, Item)
 from snapeval.memory_plan.shape import ModelShape
 from snapeval.memory_plan.sizes import (alone_cache_bytes, branch_bytes, captures_alone, engine_bytes,
                                         holds_whole_prompt, is_press, row_bytes, static_rows)
@@ -99,29 +100,35 @@ def configuration_plans(ask: Ask, candidate: Candidate, in_rows: Sequence[bool],
     against 67 alone); otherwise only while its rows hold fewer bytes than the weights. In a ``captured`` run a
     configuration decoded alone does so in an engine of one row (:func:`captures_alone`), its branch built into
     that row. ``shared``: the configurations in rows share one engine (:attr:`GroupPlan.shared_step`): each the
-    same rows, as many as fit ``room`` with one row of each."""
+    same rows, as many as fit ``room`` with one row of each. Each configuration's route (:data:`~snapeval.memory_plan.
+    records.ROUTES`) is decided here and nowhere else."""
     shape, prompt, max_new, chunk = ask.shape, ask.largest.prompt, ask.largest.max_new, candidate.chunk
     together = (sum(row_bytes(shape, c, prompt, max_new) for c, r in zip(ask.configs, in_rows) if r)
                 if candidate.shared else 0)
+    in_rows_route = SHARED_STEP_ROWS if candidate.shared and sum(in_rows) > 1 else ENGINE_ROWS  # one engine of one
     plans = []
     for config, rows_of_it in zip(ask.configs, in_rows):
         if rows_of_it:
             per_row = together or row_bytes(shape, config, prompt, max_new)
             rows = chunk if room is None else max(1, min(chunk, room // per_row))
             plans.append(ConfigurationPlan(config.label, "rows", rows, branch_bytes(shape, config, prompt),
-                                           engine_bytes(shape, config, rows, prompt, max_new)))
-        elif captures_alone(config, ask.captured):
-            plans.append(ConfigurationPlan(config.label, "alone", 1, 0, engine_bytes(shape, config, 1, prompt, max_new)))
+                                           engine_bytes(shape, config, rows, prompt, max_new), in_rows_route))
+            continue
+        route = (OWN_PREFILL if config.label in ask.alone
+                 else ONE_ROW_ENGINE if captures_alone(config, ask.captured) else BRANCH_LOOP)
+        if captures_alone(config, ask.captured):  # its bytes: an engine of one row (a method prefilled alone too)
+            plans.append(ConfigurationPlan(config.label, "alone", 1, 0, engine_bytes(shape, config, 1, prompt, max_new),
+                                           route))
         else:
             plans.append(ConfigurationPlan(config.label, "alone", 1, 0,
-                                           alone_cache_bytes(shape, config, prompt, max(max_new - 1, 0))))
+                                           alone_cache_bytes(shape, config, prompt, max(max_new - 1, 0)), route))
     return tuple(plans)
 
 
 def _alone_built(ask: Ask, pairs) -> tuple[list, int]:
     """The configurations decoded alone from the shared prefill (not a press that prefills itself), each built
     from the capture, and the bytes of their caches as built."""
-    shared_alone = [(c, p) for c, p in pairs if p.decode == "alone" and c.label not in ask.alone]
+    shared_alone = [(c, p) for c, p in pairs if p.route in (BRANCH_LOOP, ONE_ROW_ENGINE)]
     return shared_alone, sum(alone_cache_bytes(ask.shape, c, ask.largest.prompt) for c, _ in shared_alone)
 
 
@@ -137,19 +144,20 @@ def _branch_phase(ask: Ask, candidate: Candidate, pairs, earlier: int, prefix: i
     # each held layer leaves for the host once built, when the branches wait there
     built = (held_one // shape.layers if candidate.held_on_host else held_one) + alone_built
     # a captured one-row engine's row is allocated whole before the capture's layers move into the branches
-    one_rows = sum(p.decode_bytes for c, p in shared_alone if captures_alone(c, ask.captured))
+    one_rows = sum(p.decode_bytes for _, p in shared_alone if p.route == ONE_ROW_ENGINE)
     # a held branch's layer is built at the whole layout before it is cut to its kept prompt
     whole = held_one + alone_built + sum(shape.rows_cache_bytes(c.cache_slots(prompt, 0)) - p.branch_bytes
-                                         for c, p in pairs if p.decode == "rows" and not is_press(c))
+                                         for c, p in pairs if p.route in IN_ROWS and not is_press(c))
     return (earlier + prefix + presses + max(on_device, built - one_rows) + one_rows + layer
             + whole // shape.layers + shape.window_transient_bytes(prompt, ask.window))
 
 
-def phases(ask: Ask, candidate: Candidate, plans: tuple[ConfigurationPlan, ...], shared: bool) -> dict[str, int]:
+def phases(ask: Ask, candidate: Candidate, plans: tuple[ConfigurationPlan, ...]) -> dict[str, int]:
     """The group's growth at the top of each phase of a chunk of the largest items (see the package's docstring);
     a chunk holds at most the call's items (fewer than ``chunk`` rows when the call has fewer items); with
     ``held_on_host`` the held branches wait in host memory (one layer of them on the device while it is built);
-    ``shared``: the configurations in rows decode in one engine, their rows held together."""
+    each configuration's bytes follow its route (:data:`~snapeval.memory_plan.records.ROUTES`): the shared step's
+    rows are held together, an engine's rows one engine at a time."""
     shape, item = ask.shape, ask.largest
     pairs = list(zip(ask.configs, plans))  # each configuration with its plan (both in the group's order)
     held_device = 0 if candidate.held_on_host else sum(p.branch_bytes for p in plans)  # one item's, on the device
@@ -163,17 +171,18 @@ def phases(ask: Ask, candidate: Candidate, plans: tuple[ConfigurationPlan, ...],
     activations = shape.activation_bytes(candidate.tokens, item.prompt)
     out = {"prefill": earlier + prefix + on_device + presses + activations,
            "branch": _branch_phase(ask, candidate, pairs, earlier, prefix, presses)}
-    if any(p.decode == "alone" for p in plans):
+    if any(p.route not in IN_ROWS for p in plans):
         # the eager loop grows its branch in place; a captured engine's row is made first and the branch is built
         # into it layer by layer: either way the decode's cache takes the branch's place
-        growth = max(p.decode_bytes - (alone_cache_bytes(shape, c, item.prompt) if c.label not in ask.alone else 0)
-                     + p.decode_bytes // shape.layers for c, p in pairs if p.decode == "alone")
+        growth = max(p.decode_bytes - (alone_cache_bytes(shape, c, item.prompt) if p.route != OWN_PREFILL else 0)
+                     + p.decode_bytes // shape.layers for c, p in pairs if p.route not in IN_ROWS)
         out["alone"] = (flight * held_device + prefix + _alone_built(ask, pairs)[1] + growth
                         + shape.decode_step_bytes(1) + (activations if ask.alone else 0))
-    in_rows = [p for p in plans if p.decode == "rows"]
-    if in_rows and shared:
-        out["decode"] = (flight * held_device + sum(p.decode_bytes for p in in_rows)
-                         + shape.decode_step_bytes(sum(p.rows for p in in_rows)))
-    elif in_rows:
-        out["decode"] = flight * held_device + max(p.decode_bytes + shape.decode_step_bytes(p.rows) for p in in_rows)
+    shared = [p for p in plans if p.route == SHARED_STEP_ROWS]
+    own = [p for p in plans if p.route == ENGINE_ROWS]
+    if shared:
+        out["decode"] = (flight * held_device + sum(p.decode_bytes for p in shared)
+                         + shape.decode_step_bytes(sum(p.rows for p in shared)))
+    elif own:
+        out["decode"] = flight * held_device + max(p.decode_bytes + shape.decode_step_bytes(p.rows) for p in own)
     return out

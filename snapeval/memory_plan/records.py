@@ -7,6 +7,19 @@ from typing import Sequence
 
 from snapeval.memory_plan.units import gib
 
+#: The routes a configuration's decode takes through a chunk, a closed set: the plan decides one per configuration
+#: (:func:`~snapeval.memory_plan.chunk.configuration_plans`, the one place), :class:`~snapeval.branching.BranchSet`
+#: runs it, and the chunk's bytes (:func:`~snapeval.memory_plan.chunk.phases`) and the projection's time schedule
+#: read it. Held branches wait on the device or, where the plan says (``GroupPlan.branches_on_host``), in host memory.
+OWN_PREFILL = "own_prefill"  #: prefills itself (a method that cannot branch), then decodes alone in the eager loop
+BRANCH_LOOP = "branch_loop"  #: branched from the shared prefill, decodes the item alone in the eager loop
+ONE_ROW_ENGINE = "one_row_engine"  #: branched into the row of a captured engine of one row, decoded there alone
+ENGINE_ROWS = "engine_rows"  #: branched and held; the chunk's items decode in the rows of its own engine
+SHARED_STEP_ROWS = "shared_step_rows"  #: branched and held; decoded in its segment of one engine, one shared step
+ROUTES = (OWN_PREFILL, BRANCH_LOOP, ONE_ROW_ENGINE, ENGINE_ROWS, SHARED_STEP_ROWS)
+IN_ROWS = (ENGINE_ROWS, SHARED_STEP_ROWS)
+
+
 @dataclass(frozen=True)
 class ConfigurationPlan:
     """How one configuration of the group decodes and what it holds.
@@ -18,6 +31,7 @@ class ConfigurationPlan:
         rows: decode rows (the engine's slots; 1 alone).
         branch_bytes: one item's held branch (rows only; 0 alone).
         decode_bytes: the engine's rows, or the cache decoded alone at its largest.
+        route: which of :data:`ROUTES` it takes (default: an engine of its own in rows, the eager loop alone).
     """
 
     label: str
@@ -25,6 +39,21 @@ class ConfigurationPlan:
     rows: int
     branch_bytes: int
     decode_bytes: int
+    route: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.route:
+            object.__setattr__(self, "route", ENGINE_ROWS if self.decode == "rows" else BRANCH_LOOP)
+        if self.route not in ROUTES or (self.route in IN_ROWS) != (self.decode == "rows"):
+            raise ValueError(f"ConfigurationPlan.route={self.route!r} is invalid for decode={self.decode!r}; "
+                             f"allowed: {', '.join(r for r in ROUTES if (r in IN_ROWS) == (self.decode == 'rows'))}")
+
+    def to_dict(self) -> dict:
+        """The provenance's record, without the route: a cell's provenance keeps the keys of the committed cells (the
+        route follows there from ``decode`` and the plan's ``alone_captured`` and ``shared_step``)."""
+        out = asdict(self)
+        del out["route"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -101,6 +130,10 @@ class GroupPlan:
     def decode_mode(self, label: str) -> ConfigurationPlan:
         return next(c for c in self.configurations if c.label == label)
 
+    def routes(self) -> dict[str, str]:
+        """Each configuration's route through a chunk under this plan (:data:`ROUTES`)."""
+        return {c.label: c.route for c in self.configurations}
+
     @property
     def held_bytes(self) -> int:
         """Every configuration's branches of a full chunk, held until its rows decode."""
@@ -108,7 +141,7 @@ class GroupPlan:
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out["configurations"] = [asdict(c) for c in self.configurations]
+        out["configurations"] = [c.to_dict() for c in self.configurations]
         out["total_bytes"] = self.total_bytes
         out["fits"] = self.fits
         out["total_gib"] = gib(self.total_bytes)

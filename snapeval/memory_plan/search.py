@@ -12,7 +12,7 @@ from snapeval.errors import SnapevalError, check_int
 from snapeval.memory_plan.chunk import (Ask, Candidate, batch_whole_matters, configuration_plans, decodes_in_rows,
                                         phases)
 from snapeval.memory_plan.cost import CostModel, bytes_per_token, cost_model
-from snapeval.memory_plan.records import GroupPlan, Item
+from snapeval.memory_plan.records import SHARED_STEP_ROWS, GroupPlan, Item
 from snapeval.memory_plan.shape import ModelShape
 from snapeval.memory_plan.sizes import branch_bytes, holds_whole_prompt
 from snapeval.memory_plan.units import MIN_PREFILL_TOKENS, gib
@@ -78,8 +78,7 @@ def build(ask: Ask, candidate: Candidate, reasons: Sequence[str] = ()) -> GroupP
         held = 0 if candidate.held_on_host else min(candidate.chunk, ask.flight) * held_one
         room = max(0, ask.budget - ask.in_use - held)
     plans = configuration_plans(ask, candidate, in_rows, room)
-    shared = candidate.shared and sum(1 for p in plans if p.decode == "rows") > 1  # one engine of one: not shared
-    grown = phases(ask, candidate, plans, shared)
+    grown = phases(ask, candidate, plans)
     held_on_host = candidate.held_on_host
     return GroupPlan(device=ask.device, budget_bytes=ask.budget, in_use_bytes=ask.in_use,
                      weights_bytes=shape.weight_bytes, chunk=candidate.chunk, prefill_tokens=candidate.tokens,
@@ -89,7 +88,8 @@ def build(ask: Ask, candidate: Candidate, reasons: Sequence[str] = ()) -> GroupP
                      window_bytes=shape.window_transient_bytes(largest.prompt, ask.window), configurations=plans,
                      phases=grown, peak_bytes=max(grown.values()), reasons=tuple(reasons),
                      branches_on_host=held_on_host, host_budget_bytes=ask.host_budget if held_on_host else None,
-                     host_in_use_bytes=ask.host_in_use if held_on_host else 0, shared_step=shared)
+                     host_in_use_bytes=ask.host_in_use if held_on_host else 0,
+                     shared_step=any(p.route == SHARED_STEP_ROWS for p in plans))
 
 
 def _largest_chunk(ask: Ask, tokens: int) -> GroupPlan:

@@ -5,12 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from snapeval.memory_plan.units import INT64
+from snapeval.models.presets import head_dim
 
-
-def head_dim(cfg) -> int:
-    """A decoder's attention head size from its Hugging Face configuration: ``head_dim`` where it is given (Qwen3,
-    Gemma), else the hidden size over the attention heads (Llama, Qwen2). The one place snapeval derives it."""
-    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 @dataclass(frozen=True)
 class ModelShape:
