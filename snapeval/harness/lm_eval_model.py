@@ -508,11 +508,6 @@ class SnapStreamLM(HFLM):
         self._record(1, done.prompt_tokens, len(done.token_ids), done.prefill_seconds, 0.0, decode_s,
                      max(len(done.token_ids) - 1, 0), done.kv_bytes)
 
-    def _kv_bytes_per_slot(self) -> int:
-        from snapeval.memory_plan import ModelShape
-
-        return ModelShape.from_config(self.model.config, self.model.dtype.itemsize, 0).kv_token_bytes
-
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         """lm-eval's padded batch (``context`` ``[B, L]``, left-padded) through snapeval's one decode loop
         (:func:`snapeval.generation.generate_ids`); returns the sequences ``[B, L + new]`` (finished rows padded),
