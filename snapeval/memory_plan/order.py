@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
 from snapeval.memory_plan.records import Item
 
 def longest_first(device: str) -> bool:
@@ -114,6 +112,8 @@ def whole_families(pending: Sequence[int], chunk: int, families: Sequence[int | 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Leading tokens ``a`` and ``b`` (token ids) share (compared as arrays: documents of 100k tokens)."""
+    import numpy as np  # not at import: a sweep's parse reads byte sizes from this package
+
     n = min(len(a), len(b))
     differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
     return int(differ[0]) if differ.size else n
