@@ -13,7 +13,7 @@ For each tokenizer (Llama-3.1-8B-Instruct's and the DeepSeek-R1-Distill-Qwen one
   item asked on its document (LongBench-v2 asks up to 6 questions of one document), and
   ``longbench_v2_document_common`` / ``longbench_v2_cot_document_common``: the tokens its prompt shares from its
   start with the other questions on its document, before the cut (0 alone): what one prefill of the document serves
-  on a GPU (:func:`snapeval.branching.document_families`). A question's answer and chain-of-thought prompts share
+  on a GPU (:func:`snapeval.memory_plan.document_families`). A question's answer and chain-of-thought prompts share
   only their first few tokens: pred.py's two templates differ in their first sentence;
 - ``aime24``: every problem's prompt (:func:`snapeval.tasks.aime.build_prompt`) through the chat template;
 - ``livecodebench``: every problem of the paper configs' window (release_v5, 2024-08-01 .. 2025-02-01) in the style
@@ -60,7 +60,7 @@ def lengths_of(tokenizer, root: Path) -> dict:
 
     import numpy as np
 
-    from snapeval.branching import common_prefix
+    from snapeval.memory_plan import common_prefix
 
     rows = longbench.load(root).rows
     first_of: dict[str, int] = {}

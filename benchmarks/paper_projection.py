@@ -81,7 +81,7 @@ class Rates:
     - ``engine_s`` per engine (its rows, its captured step) and ``branch_per_token_s x n`` per item and configuration
       (the configuration's cache built from an ``n``-token capture);
     - a configuration decoded alone: ``alone_factor x step_s(bytes)`` in a captured engine of one row,
-      ``eager_factor x step_s(bytes)`` in the eager loop (the plan's ``alone_captured``);
+      ``eager_factor x step_s(bytes)`` in the eager loop (its route in the plan);
     - branches held in host memory: their bytes twice (there and back) over ``host_bandwidth``.
     """
 
@@ -173,34 +173,35 @@ def group_plan(shape, configs, items, *, budget: int, chunk: int | None = None, 
                       host_budget=host_budget, one_step=one_step)
 
 
-def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int, bool, float]]]:
-    """Per configuration, its decode as the group runs it: one entry per engine (configurations in rows: one per
-    chunk of ``plan.chunk`` items in input order) or per item decoded alone, each ``(steps, bytes per step,
-    alone, share)``: the configuration's share of those steps' time (1; an engine shared by ``k`` configurations,
-    the plan's ``shared_step``: ``1 / k`` each, every step moving all their rows).
+def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, int, str, float]]]:
+    """Per configuration, its decode as the group runs it, read from its route in ``plan`` (the route
+    :class:`~snapeval.branching.BranchSet` runs, :data:`snapeval.memory_plan.ROUTES`): one entry per engine
+    (configurations in rows: one per chunk of ``plan.chunk`` items in input order) or per item decoded alone, each
+    ``(steps, bytes per step, route, share)``: the configuration's share of those steps' time (1; the shared step's
+    ``k`` configurations: ``1 / k`` each, every step moving all their rows).
     An engine of ``r`` rows decodes ``k`` requests of ``m`` new tokens in ``ceil(k / r) (m - 1)`` steps (the first
     token comes from the prefill; continuous batching refills a slot as its request ends: with equal lengths, in
     waves; with mixed lengths, :func:`engine_steps`), every step moving :func:`step_bytes` at the chunk's largest
     prompt."""
-    from snapeval.memory_plan import alone_cache_bytes, engine_bytes
+    from snapeval.memory_plan import IN_ROWS, SHARED_STEP_ROWS, alone_cache_bytes, engine_bytes
 
-    in_rows = [c for c in configs if plan.decode_mode(c.label).decode == "rows"]
-    out: dict[str, list[tuple[int, int, bool, float]]] = {}
+    shared = [c for c in configs if plan.decode_mode(c.label).route == SHARED_STEP_ROWS]
+    out: dict[str, list[tuple[int, int, str, float]]] = {}
     for config in configs:
         mode, entries = plan.decode_mode(config.label), []
         for start in range(0, len(items), plan.chunk):
             part = items[start:start + plan.chunk]
-            if mode.decode == "rows":
+            if mode.route in IN_ROWS:
                 prompt, new = max(p for p, _ in part), max(m for _, m in part)
                 steps = engine_steps([m - 1 for _, m in part], mode.rows)
-                if plan.shared_step:
+                if mode.route == SHARED_STEP_ROWS:
                     moved = shape.weight_bytes + sum(engine_bytes(shape, c, plan.decode_mode(c.label).rows, prompt,
-                                                                  new) for c in in_rows)
-                    entries.append((steps, moved, False, 1 / len(in_rows)))
+                                                                  new) for c in shared)
+                    entries.append((steps, moved, mode.route, 1 / len(shared)))
                 else:
-                    entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new), False, 1.0))
+                    entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new), mode.route, 1.0))
             else:
-                entries += [(m - 1, shape.weight_bytes + alone_cache_bytes(shape, config, p, m // 2), True, 1.0)
+                entries += [(m - 1, shape.weight_bytes + alone_cache_bytes(shape, config, p, m // 2), mode.route, 1.0)
                             for p, m in part]
         out[config.label] = entries
     return out
@@ -212,9 +213,9 @@ def group_chunks(shape, configs, items, *, budget: int, chunk: int | None = None
     """The chunks of a group as ``BranchSet.generate`` takes them on CUDA, each ``(its items, its plan)``: with
     ``by_length`` (:func:`snapeval.memory_plan.longest_first`) longest prompt first, each chunk planned for the
     items left; else in input order under one plan. ``documents``: the items' document families, each family's
-    members together and never split by a chunk (:func:`snapeval.branching.whole_families`), planned with their
+    members together and never split by a chunk (:func:`snapeval.memory_plan.whole_families`), planned with their
     shared prefix held."""
-    from snapeval.branching import whole_families
+    from snapeval.memory_plan import whole_families
     from snapeval.memory_plan import Item, chunk_order
 
     families = documents.families if documents is not None else None
@@ -236,7 +237,7 @@ def group_chunks(shape, configs, items, *, budget: int, chunk: int | None = None
 
 @dataclass(frozen=True)
 class Documents:
-    """The document families of a group's items (:func:`snapeval.branching.document_families`): per item its family
+    """The document families of a group's items (:func:`snapeval.memory_plan.document_families`): per item its family
     (None: alone) and the family's shared prefix in tokens, prefilled once per family; each member then computes its
     own suffix on top of it."""
 
@@ -255,19 +256,21 @@ class Documents:
         return out
 
 
-def merged_schedule(configs, schedules) -> dict[str, list[tuple[int, int, bool, float]]]:
+def merged_schedule(configs, schedules) -> dict[str, list[tuple[int, int, str, float]]]:
     """Per configuration, the entries of every chunk's :func:`decode_schedule` of ``schedules``, in chunk order."""
     return {c.label: [entry for one in schedules for entry in one[c.label]] for c in configs}
 
 
-def chunks_schedule(shape, configs, parts) -> dict[str, list[tuple[int, int, bool, float]]]:
+def chunks_schedule(shape, configs, parts) -> dict[str, list[tuple[int, int, str, float]]]:
     """:func:`decode_schedule` of every chunk ``(items, plan)`` of ``parts``, per configuration in chunk order."""
     return merged_schedule(configs, [decode_schedule(shape, configs, part, plan) for part, plan in parts])
 
 
 def engine_count(schedule) -> int:
-    """The engines of a :func:`decode_schedule`: an engine shared by ``k`` configurations counts once."""
-    return round(sum(share for entries in schedule.values() for _, _, alone, share in entries if not alone))
+    """The engines of a :func:`decode_schedule` in rows: an engine shared by ``k`` configurations counts once."""
+    from snapeval.memory_plan import IN_ROWS
+
+    return round(sum(share for entries in schedule.values() for _, _, route, share in entries if route in IN_ROWS))
 
 
 def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: int | None = None,
@@ -279,7 +282,7 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
     chunk by chunk (:func:`group_chunks`; ``by_length``: as on a GPU; ``documents``: items that share a document
     prefill it once, :class:`Documents`). Returns the parts, the first (largest) chunk's plan, each configuration's
     rows over the chunks, and the steps."""
-    from snapeval.memory_plan import branch_bytes
+    from snapeval.memory_plan import IN_ROWS, ONE_ROW_ENGINE, branch_bytes
 
     parts = group_chunks(shape, configs, items, budget=budget, chunk=chunk, host_budget=host_budget,
                          by_length=by_length, documents=documents, one_step=one_step)
@@ -292,12 +295,14 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
     decode = {label: 0.0 for label in schedule}
     host = 0.0
     for (part, plan), one in zip(parts, schedules):
-        factor = rates.alone_factor if plan.alone_captured else rates.eager_factor
+        # a route decoded alone steps at its measured factor: a captured engine of one row, or the eager loop
+        factor = {ONE_ROW_ENGINE: rates.alone_factor}
         for label, entries in one.items():
-            decode[label] += sum(share * steps * rates.step_s(moved) * (factor if alone else 1.0)
-                                 for steps, moved, alone, share in entries)
+            decode[label] += sum(share * steps * rates.step_s(moved)
+                                 * (1.0 if route in IN_ROWS else factor.get(route, rates.eager_factor))
+                                 for steps, moved, route, share in entries)
         if plan.branches_on_host:  # each item's held branches go to the host and back
-            held = [c for c in configs if plan.decode_mode(c.label).decode == "rows"]
+            held = [c for c in configs if plan.decode_mode(c.label).route in IN_ROWS]
             host += 2 * sum(branch_bytes(shape, c, p) for p, _ in part for c in held) / rates.host_bandwidth
     total = prefill + branch + host + sum(decode.values())
     first = parts[0][1]
@@ -523,11 +528,11 @@ def task_defaults(name: str) -> dict[str, int]:
 
 def longbench_documents(prompts: list[int], documents: list[int], common: list[int], limit: int) -> Documents:
     """LongBench-v2's questions on one document as ``BranchSet.generate`` takes them on a GPU
-    (:func:`snapeval.branching.document_families`): a family per document asked more than once, whose shared prefix
+    (:func:`snapeval.memory_plan.document_families`): a family per document asked more than once, whose shared prefix
     is what its prompts share from their start (``common``, before the cut) where none is cut, else at most the
     first half the cut keeps (pred.py's middle cut keeps ``limit // 2`` tokens of the start); at least
-    :data:`~snapeval.branching.MIN_SHARED_DOCUMENT` tokens, and a suffix left to every member."""
-    from snapeval.branching import MIN_SHARED_DOCUMENT
+    :data:`~snapeval.memory_plan.MIN_SHARED_DOCUMENT` tokens, and a suffix left to every member."""
+    from snapeval.memory_plan import MIN_SHARED_DOCUMENT
 
     members: dict[int, list[int]] = {}
     for i, document in enumerate(documents):
@@ -678,7 +683,7 @@ class WithoutEos:
 def run(args, save=lambda payload: None) -> dict:
     import torch
 
-    from snapeval.branching import document_families
+    from snapeval.memory_plan import document_families
     from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget, longest_first, shares_documents
     from snapeval.models.loading import packaged_tokenizer
 

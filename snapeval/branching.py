@@ -38,7 +38,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -49,8 +48,10 @@ from snapeval.cache.kernels import RAGGED_IN_PLACE, resolve_decode_kernel
 from snapeval.decoding import (Completion, Request, SamplingParams, decode, pad_token_id, request_stream,
                                stop_token_ids)
 from snapeval.errors import check_int
-from snapeval.memory_plan import (GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, captures_alone, chunk_order,
-                                  device_budget, is_out_of_memory, longest_first, plan_group, shares_documents)
+from snapeval.memory_plan import (BRANCH_LOOP, ENGINE_ROWS, IN_ROWS, ONE_ROW_ENGINE, OWN_PREFILL, SHARED_STEP_ROWS,
+                                  GroupPlan, Item, ModelShape, PeakMeter, bytes_in_use, chunk_order, device_budget,
+                                  is_out_of_memory, longest_first, plan_group, shares_documents)
+from snapeval.memory_plan import document_families, shared_prefix, whole_families
 from snapeval.models.devices import input_device
 from snapeval.run_args import RunArgs
 
@@ -201,6 +202,8 @@ class BranchSet:
         #: per generate call, each chunk's items (indices, in the order they ran) and the plan it ran with
         self.chunk_plans: list[list[tuple[list[int], GroupPlan]]] = []
         self.peaks: list[dict] = []  # ... and its measured peak
+        #: per chunk run, each configuration's route as it ran (the plan's: :data:`~snapeval.memory_plan.ROUTES`)
+        self.routes_ran: list[dict[str, str]] = []
         self._shape: ModelShape | None = None
 
     def branches(self, config: MethodConfig) -> bool:
@@ -452,19 +455,25 @@ class BranchSet:
         from snapeval.engine import Engine
 
         done: dict[tuple[int, int], Completion] = {}
-        rows = {c for c, config in enumerate(self.configs) if plan.decode_mode(config.label).decode == "rows"}
+        route = [plan.decode_mode(config.label).route for config in self.configs]  # the plan's, run as it says
+        ran: dict[str, str] = {}  # each configuration's route as run, for :attr:`routes_ran`
+        rows = {c for c, r in enumerate(route) if r in IN_ROWS}
         held: dict[int, dict[int, tuple]] = {c: {} for c in rows}
         for i in part:
             for prefilled, members in sources(i, plan):
                 if prefilled is None:  # configurations that prefill through their own hooks, decoded alone
                     for c in members:
+                        if route[c] != OWN_PREFILL:
+                            raise ValueError(f"{self.configs[c].label} prefills itself here; its plan's route is "
+                                             f"{route[c]!r}; allowed: {OWN_PREFILL!r}")
+                        ran[self.configs[c].label] = OWN_PREFILL
                         logits, cache = self.own_prefill(self.configs[c], prompt_of(c, i))
                         done[c, i] = self._decode_alone(self.configs[c], logits, cache, prompt_of(c, i), sampling[i], i)
                     continue
                 # decoded alone in a captured engine of one row: its row is made (and its step recorded) first, and
                 # its branch is built into it layer by layer, so the branch never stands whole beside the row
                 one_row = {c: self._one_row_engine(self.configs[c], prompt_of(c, i), sampling[i]) for c in members
-                           if c not in rows and captures_alone(self.configs[c], plan.alone_captured)}
+                           if route[c] == ONE_ROW_ENGINE}
                 caches = {c: self._empty_branch(c, prefilled, c in rows or c in one_row) for c in members}
                 built = [c for c in members if self.configs[c] not in prefilled.presses]
                 into_row = {id(caches[c]): one_row[c] for c in one_row}
@@ -490,6 +499,7 @@ class BranchSet:
                                 caches[c].move_layer(index, "cpu")
                         held[c][i] = (prefilled.logits, caches.pop(c), prefilled.seconds)
                 for c in [c for c in members if c not in rows]:
+                    ran[self.configs[c].label] = ONE_ROW_ENGINE if c in one_row else BRANCH_LOOP
                     if c in one_row:
                         caches.pop(c)
                         done[c, i] = self._decode_in_one_row(self.configs[c], one_row.pop(c), prefilled.logits,
@@ -499,10 +509,11 @@ class BranchSet:
                                                         prompt_of(c, i), sampling[i], i, prefilled.seconds)
                 into_row.clear()  # the one-row engines (and their rows) go once decoded
                 del prefilled, caches
-        if plan.shared_step and len(rows) > 1:  # one engine, one step for every configuration's rows
-            self._decode_in_one_step(sorted(rows), part, plan, held, prompt_of, sampling, done)
-            rows = set()
-        for c in sorted(rows):
+        shared = [c for c in sorted(rows) if route[c] == SHARED_STEP_ROWS]
+        if shared:  # one engine, one step for every configuration's rows
+            self._decode_in_one_step(shared, part, plan, held, prompt_of, sampling, done)
+        ran.update({self.configs[c].label: route[c] for c in rows})
+        for c in [c for c in sorted(rows) if route[c] == ENGINE_ROWS]:
             waiting = held.pop(c)
             if not waiting:
                 continue
@@ -516,15 +527,16 @@ class BranchSet:
             engine.release()
             del engine  # its rows go with it, before the next configuration's engine allocates its own
             self._store_decoded([(c, i) for i in part], completions, seconds, done)
+        self.routes_ran.append(ran)
         return done
 
     def _store_decoded(self, requests: list[tuple[int, int]], completions: list[Completion], prefill_seconds: dict,
                        done: dict) -> None:
         """The tail of a decode in rows, once its engine is counted, released and dropped by the caller (the rows go
-        with the engine): collect whatever the decode left in reference cycles before the next rows are allocated,
-        then store each completion of ``requests`` (configuration ``c``, item ``i``) in ``done[c, i]`` with its item
-        index, its prefill's seconds (``prefill_seconds[c, i]``) and its KV bytes."""
-        gc.collect()
+        with the engine: an engine holds no reference cycle, so nothing waits for the cyclic collector,
+        ``tests/test_engine.py``, ``tests/test_segments.py``): store each completion of ``requests`` (configuration
+        ``c``, item ``i``) in ``done[c, i]`` with its item index, its prefill's seconds (``prefill_seconds[c, i]``)
+        and its KV bytes."""
         for (c, i), completion in zip(requests, completions):
             completion.index = i
             completion.prefill_seconds = prefill_seconds[c, i]
@@ -596,7 +608,7 @@ class BranchSet:
     def _one_row_engine(self, config: MethodConfig, prompt: list[int], params: SamplingParams):
         """A captured engine of one row sized for ``prompt`` and ``params``, its step recorded
         (:meth:`~snapeval.engine.Engine.reserve`): what a configuration the plan decodes alone decodes in when the
-        run captures (the plan's ``alone_captured``, :func:`~snapeval.memory_plan.captures_alone`)."""
+        run captures (the plan's route :data:`~snapeval.memory_plan.records.ONE_ROW_ENGINE`)."""
         from snapeval.engine import Engine
 
         engine = Engine(self.model, self.tokenizer, config, num_slots=1, seed=self.seed, capture=True,
@@ -662,83 +674,6 @@ def score_contexts(branches: BranchSet, contexts, continuations) -> list[list[tu
                 out[c][i] = (float(logprobs.gather(-1, wanted[:, None]).sum()),
                              bool((logprobs.argmax(-1) == wanted).all()))
     return out
-
-
-#: Prompts of one call that open with the same document share its prefill when they share at least this many tokens.
-MIN_SHARED_DOCUMENT = 1024
-
-
-def document_families(prompts: Sequence[Sequence[int]], minimum: int | None = None
-                      ) -> tuple[list[int | None], list[int]]:
-    """The items of one call that open with one document, each family's shared prefix to be prefilled once.
-
-    Prompts longer than ``minimum`` tokens (default :data:`MIN_SHARED_DOCUMENT`) are sorted; neighbours share a
-    prefix (:func:`shared_prefix`, so each keeps a suffix). A run of neighbours is one family with the shortest shared
-    prefix among them, or splits where that prefix is shortest into families with longer ones, whichever prefills
-    fewer tokens (a family of ``m`` members and prefix ``h`` saves ``(m - 1) h``); a family's prefix is at least
-    ``minimum`` tokens. So LongBench-v2's questions on one document share the document (the answer and
-    chain-of-thought prompts of one question do not: pred.py's templates differ in their first sentence), samples
-    of one long prompt all but its last token, and a preamble shared by every prompt is not mistaken for a
-    document. Returns per prompt its family (numbered by its first member; None: alone) and the
-    family's shared prefix (0 alone)."""
-    minimum = MIN_SHARED_DOCUMENT if minimum is None else minimum
-    rows = [p if isinstance(p, list) else list(p) for p in prompts]  # lists compare lazily: no copy of a prompt
-    order = sorted((i for i, p in enumerate(rows) if len(p) > minimum), key=rows.__getitem__)
-    # between sorted neighbours; 0 where their first ``minimum`` tokens differ (no family has a border there)
-    shared = [shared_prefix([rows[a], rows[b]]) if rows[a][:minimum] == rows[b][:minimum] else 0
-              for a, b in zip(order, order[1:])]
-    best: dict[tuple[int, int], tuple[int, list]] = {}  # (first, last) sorted member -> (tokens saved, families)
-    stack = [(0, len(order) - 1, False)] if order else []
-    while stack:  # post-order over the splits at the shortest shared prefix (a Cartesian tree of ``shared``)
-        lo, hi, expanded = stack.pop()
-        if lo >= hi:
-            best[lo, hi] = (0, [])
-            continue
-        k = min(range(lo, hi), key=shared.__getitem__)
-        if not expanded:
-            stack += [(lo, hi, True), (lo, k, False), (k + 1, hi, False)]
-            continue
-        left, right = best.pop((lo, k)), best.pop((k + 1, hi))
-        whole = (hi - lo) * shared[k] if shared[k] >= minimum else 0
-        best[lo, hi] = ((whole, [(lo, hi, shared[k])]) if whole and whole >= left[0] + right[0]
-                        else (left[0] + right[0], left[1] + right[1]))
-    families: list[int | None] = [None] * len(prompts)
-    heads = [0] * len(prompts)
-    for lo, hi, head in (best[0, len(order) - 1][1] if order else []):
-        members = sorted(order[lo:hi + 1])
-        for i in members:
-            families[i], heads[i] = members[0], head
-    return families, heads
-
-
-def whole_families(pending: Sequence[int], chunk: int, families: Sequence[int | None] | None) -> list[int]:
-    """The next chunk of ``pending`` (item indices in the order they run): its first ``chunk`` items, ending before a
-    document family it would split when an earlier item starts the chunk (:func:`document_families`)."""
-    part = list(pending[:chunk])
-    if not families or len(part) == len(pending):
-        return part
-    last, following = families[part[-1]], families[pending[len(part)]]
-    if last is None or last != following:
-        return part
-    start = len(part) - 1
-    while start > 0 and families[part[start - 1]] == last:
-        start -= 1
-    return part[:start] if start > 0 else part
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Leading tokens ``a`` and ``b`` (token ids) share (compared as arrays: documents of 100k tokens)."""
-    n = min(len(a), len(b))
-    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(differ[0]) if differ.size else n
-
-
-def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common prefix of ``prompts`` (token ids), less one token when it covers the shortest
-    prompt, so that every prompt keeps a suffix to compute (its last position's logits)."""
-    shortest = min(len(p) for p in prompts)
-    length = min((common_prefix(prompts[0], p) for p in prompts[1:]), default=shortest)
-    return min(length, shortest - 1)
 
 
 class SharedBranches:

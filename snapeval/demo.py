@@ -32,10 +32,12 @@ def register(subparsers) -> None:
 
 
 def run_demo(args) -> int:
+    from snapeval.cache.config import MIN_BUDGET
+
     try:
         budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     except ValueError:
-        raise SnapevalError(f"budgets={args.budgets!r} is invalid; allowed: comma-separated integers >= 2") from None
+        raise SnapevalError(f"budgets={args.budgets!r} is invalid; allowed: comma-separated integers >= {MIN_BUDGET}") from None
     document = args.document or default_document()
     if not document.is_file():
         raise SnapevalError(f"document={str(document)!r}: no such file")

@@ -3,7 +3,8 @@
 
 The rule (the strict one): every ``import``/``from ... import`` of a ``snapeval``
 module is an edge, at the top of a module and inside a function alike (a lazy import still makes the importer depend
-on the imported module; it only defers the cost), except those under ``if TYPE_CHECKING:`` (never run).
+on the imported module; it only defers the cost), and those under ``if TYPE_CHECKING:`` too (never run, but a
+type a module names from another ties the two as an import does).
 ``importlib.import_module("snapeval....")`` with a literal name is an import too (a module ``__getattr__`` shim is
 one). A ``"module:Class"`` entry of the method table is not: it is data that names a module for its users to load,
 and the table itself imports nothing of what it names. A relative import is resolved against its package.
@@ -36,25 +37,14 @@ def _modules() -> dict[str, Path]:
     return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py")) if "task_yaml" not in path.parts}
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped |= {id(child) for stmt in node.body for child in ast.walk(stmt)}
-    return skipped
-
-
 def import_graph() -> dict[str, set[str]]:
     """``{module: {snapeval modules it imports}}`` over every file of ``snapeval/`` (the rule: module docstring)."""
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skipped = _type_checking_nodes(tree)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(tree):
-            if id(node) in skipped:
-                continue
             targets = []
             if (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module") and node.args
                     and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):

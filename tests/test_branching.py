@@ -202,7 +202,7 @@ def test_a_configuration_decoded_alone_is_captured_in_one_row_with_the_same_toke
 
     from snapeval.engine import SamplingParams
     from snapeval.engine import engine as engine_module
-    from snapeval.memory_plan import ConfigurationPlan
+    from snapeval.memory_plan import BRANCH_LOOP, ONE_ROW_ENGINE, ConfigurationPlan
     from tests.test_engine import ReplayOnCpu
 
     model = tiny_model("llama")
@@ -214,9 +214,10 @@ def test_a_configuration_decoded_alone_is_captured_in_one_row_with_the_same_toke
 
     def full_alone(self, items, chunk=None, own=(), host=None):
         plan = real_plan(self, items, chunk, own, host)
+        route = ONE_ROW_ENGINE if self.capture else BRANCH_LOOP  # the route the plan hands over, as it would
         return dataclasses.replace(plan, alone_captured=self.capture, configurations=tuple(
-            ConfigurationPlan(c.label, "alone", 1, 0, c.decode_bytes) if c.label in ("full", "streamingllm@40") else c
-            for c in plan.configurations))
+            ConfigurationPlan(c.label, "alone", 1, 0, c.decode_bytes, route) if c.label in ("full", "streamingllm@40")
+            else c for c in plan.configurations))
 
     monkeypatch.setattr(BranchSet, "plan", full_alone)
     eager = BranchSet(model, TinyTokenizer(), configs, batch=2).generate(prompts, params)

@@ -516,3 +516,24 @@ def test_the_configurations_in_rows_share_one_step_where_the_kernel_allows_it():
     # the rows held together: every configuration's engine and one step's activations for all of them
     rows = [shared.decode_mode(c.label) for c in configs]
     assert shared.phases["decode"] >= sum(r.decode_bytes for r in rows)
+
+
+def test_the_cost_model_reads_the_hardware_sheet_of_the_device():
+    """The plan ranks GPU plans at the rates of a hardware sheet (``snapeval/simulator/hardware/*.yaml``): one
+    socket's bandwidth at the sheet's efficiency and its captured step's fixed time; a device no sheet names (here
+    no CUDA device at all) reads ``h100.yaml``, whose rates the committed projection was made with. A faster sheet
+    moves more bytes in a step's fixed time, so the same plan costs it more bytes per token."""
+    from snapeval.memory_plan import CostModel, cost_model
+    from snapeval.simulator import get_hardware
+
+    h100, h200 = CostModel.of("h100"), CostModel.of("h200")
+    sheet = get_hardware("h200")
+    assert h200.device_bytes_per_s == sheet.assumptions.bandwidth_efficiency * sheet.socket.hbm_bandwidth
+    assert h200.step_fixed_bytes == int(sheet.assumptions.decode_step_fixed_s * h200.device_bytes_per_s)
+    assert (h100.device_bytes_per_s, h100.step_fixed_bytes) == (0.9 * 3.35e12, int(4.4e-3 * (0.9 * 3.35e12)))
+    assert cost_model("cpu") == cost_model("cuda:0") == h100  # no CUDA device here
+    shape = ModelShape.of_preset("llama-3.1-8b-instruct")
+    plan = plan_group(shape, [SnapStreamConfig.from_budget(1024)], [Item(4000, 64)] * 8, chunk=8, window=64,
+                      budget=80 * 2**30, in_use=shape.weight_bytes, device="cuda:0")
+    assert bytes_per_token(shape, plan) == bytes_per_token(shape, plan, cost=h100)
+    assert bytes_per_token(shape, plan, cost=h200) > bytes_per_token(shape, plan, cost=h100)

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import paper_projection as projection
 from snapeval.cache import resolve_method
-from snapeval.memory_plan import ModelShape
+from snapeval.memory_plan import BRANCH_LOOP, ONE_ROW_ENGINE, SHARED_STEP_ROWS, ModelShape
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = ModelShape.of_preset("llama-3.1-8b-instruct")
@@ -211,9 +211,14 @@ def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch):
     configs = projection.paper_llama_configs()
     items = [(120_000, 32)] * 4
     real_plan = projection.group_plan
+    def handed(plan, captured):  # the plan of a run that captures, or of one that does not: full's route says which
+        return dataclasses.replace(plan, alone_captured=captured, configurations=tuple(
+            dataclasses.replace(c, route=ONE_ROW_ENGINE if captured else BRANCH_LOOP) if c.decode == "alone" else c
+            for c in plan.configurations))
+
     for captured in (True, False):
-        monkeypatch.setattr(projection, "group_plan", lambda *a, captured=captured, **k: dataclasses.replace(
-            real_plan(*a, **k), alone_captured=captured))
+        monkeypatch.setattr(projection, "group_plan", lambda *a, captured=captured, **k: handed(real_plan(*a, **k),
+                                                                                                captured))
         plain = projection.project_group(SHAPE, configs, items, unit_rates(), budget=int(80e9 * 0.92),
                                          one_step=False)
         assert plain["alone"] == [FullConfig().label] and plain["alone_captured"] is captured
@@ -340,4 +345,39 @@ def test_one_step_for_the_configurations_in_rows_is_priced_once():
     (_, plan), = parts
     entries = projection.decode_schedule(SHAPE, configs, items, plan)
     moved = SHAPE.weight_bytes + sum(engine_bytes(SHAPE, c, 8, 4000, 5) for c in configs)
-    assert all(entries[c.label] == [(4, moved, False, 1 / 3)] for c in configs)
+    assert all(entries[c.label] == [(4, moved, SHARED_STEP_ROWS, 1 / 3)] for c in configs)
+
+
+def test_the_bytes_and_the_time_schedule_read_the_routes_the_group_ran():
+    """One description of a chunk, read three ways (issue 59): the plan decides each configuration's route
+    (``memory_plan.ROUTES``), ``BranchSet`` runs it (``routes_ran``: the full cache of an 800-token prompt decodes
+    alone in the eager loop, its rows would outweigh the tiny model's weights; the others in rows of their own
+    engines), the plan's byte phases are those of the routes run (an ``alone`` phase only where one decodes alone, a
+    ``decode`` phase only where one decodes in rows) and the projection's time schedule prices each configuration by
+    the route it ran."""
+    from snapeval.branching import BranchSet
+    from snapeval.cache import FullConfig, SnapStreamConfig, StreamingLLMConfig
+    from snapeval.engine import SamplingParams
+    from snapeval.memory_plan import ENGINE_ROWS, IN_ROWS
+    from tests.conftest import TinyTokenizer, random_prompt, tiny_model
+
+    model = tiny_model("llama")
+    configs = [FullConfig(), SnapStreamConfig.from_budget(16), StreamingLLMConfig.from_budget(24)]
+    prompts = [random_prompt(n, seed=n) for n in (800, 52, 19, 41)]
+    params = [SamplingParams(max_new_tokens=k) for k in (5, 3, 6, 4)]
+    branches = BranchSet(model, TinyTokenizer(), configs, batch=2)
+    branches.generate(prompts, params)
+    chunks = branches.chunk_plans[-1]
+    assert len(branches.routes_ran) == len(chunks) == 2
+    shape = ModelShape.of(model)
+    for (part, plan), ran in zip(chunks, branches.routes_ran):
+        assert ran == plan.routes()
+        items = [(len(prompts[i]), params[i].max_new_tokens) for i in part]
+        schedule = projection.decode_schedule(shape, configs, items, plan)
+        assert {label: {entry[2] for entry in entries} for label, entries in schedule.items()} == {
+            label: {route} for label, route in ran.items()}
+        assert ("alone" in plan.phases) == any(route not in IN_ROWS for route in ran.values())
+        assert ("decode" in plan.phases) == any(route in IN_ROWS for route in ran.values())
+        assert ran == {"full": BRANCH_LOOP, "snapstream@16": ENGINE_ROWS, "streamingllm@24": ENGINE_ROWS}
+    assert set(branches.stats.decode_alone) == {"full"}
+    assert set(branches.stats.decode) == {"snapstream@16", "streamingllm@24"}

@@ -12,7 +12,7 @@ from snapeval.branching import BranchSet
 from snapeval.cache.segments import SegmentedCache
 from snapeval.engine import Engine, SamplingParams
 from snapeval.engine.segmented import SegmentedEngine
-from snapeval.memory_plan import Item
+from snapeval.memory_plan import IN_ROWS, SHARED_STEP_ROWS, Item
 from tests.conftest import random_prompt, tiny_model
 
 CONFIGS = [SnapStreamConfig(sink=2, recent=10, topk=8, observation=6), StreamingLLMConfig(sink=2, recent=16),
@@ -160,12 +160,18 @@ def test_a_group_decoding_in_one_step_decodes_the_tokens_of_one_engine_each(monk
     expected = reference.generate(prompts, params)
     assert not reference.plan([Item(len(p), 9) for p in prompts]).shared_step  # the CPU: an engine each
     plan = BranchSet.plan
-    monkeypatch.setattr(BranchSet, "plan", lambda self, *a, **k: dataclasses.replace(plan(self, *a, **k),
-                                                                                    shared_step=True))
+
+    def one_step(self, *a, **k):  # the plan a GPU's search would hand over: the rows' route is the shared step
+        real = plan(self, *a, **k)
+        return dataclasses.replace(real, shared_step=True, configurations=tuple(
+            dataclasses.replace(c, route=SHARED_STEP_ROWS) if c.route in IN_ROWS else c for c in real.configurations))
+
+    monkeypatch.setattr(BranchSet, "plan", one_step)
     group = BranchSet(model, tiny_tokenizer, configs, batch=batch)
     out = group.generate(prompts, params)
     in_rows = [c.label for c in configs if group.plan([Item(70, 9)]).decode_mode(c.label).decode == "rows"]
     assert len(in_rows) > 1
+    assert all(ran[label] == SHARED_STEP_ROWS for ran in group.routes_ran for label in in_rows)
     for c, config in enumerate(configs):
         for i in range(len(prompts)):
             assert out[c][i].token_ids == expected[c][i].token_ids, (config.label, i)
@@ -227,3 +233,25 @@ def test_the_run_argument_and_the_kernel_decide_whether_a_group_may_share_a_step
                              "budgets": [64]}).models[0].run_args
     assert run_args == RunArgs(shared_step="false")
     assert not BranchSet(model, tiny_tokenizer, configs, run_args=run_args).one_step()
+
+
+def test_a_dropped_segmented_engine_frees_its_rows_at_once(tiny_tokenizer):
+    """No reference cycle: a segmented engine and its pool go as soon as the last reference does, without waiting for
+    the cyclic collector (a group drops each engine before the next allocates, and collects nothing between)."""
+    import gc
+    import weakref
+
+    model = tiny_model("llama")
+    prompts = [random_prompt(n, seed=n) for n in LENGTHS[:2]]
+    engine = SegmentedEngine(model, tiny_tokenizer, CONFIGS[:2], [1, 1])
+    engine.generate(prompts, [SamplingParams(max_new_tokens=3)] * 2, segments=[0, 1],
+                    prefill=lambda j, prompt: Engine(model, tiny_tokenizer, CONFIGS[j], num_slots=1).prefill(j, prompt))
+    engine_ref, rows_ref = weakref.ref(engine), weakref.ref(engine.slot_tensors()[0])
+    gc.collect()
+    gc.disable()
+    try:
+        engine.release()
+        del engine
+        assert engine_ref() is None and rows_ref() is None
+    finally:
+        gc.enable()

@@ -53,7 +53,7 @@ def test_one_document_prefill_decodes_the_tokens_of_whole_prefills(monkeypatch, 
     expected = reference.generate(prompts, params)
     assert not reference.shares_documents()  # the CPU prefills every item whole
     monkeypatch.setattr("snapeval.branching.shares_documents", lambda device: True)
-    monkeypatch.setattr("snapeval.branching.MIN_SHARED_DOCUMENT", 32)
+    monkeypatch.setattr("snapeval.memory_plan.order.MIN_SHARED_DOCUMENT", 32)
     group = BranchSet(model, TinyTokenizer(), CONFIGS, batch=batch)
     assert group.shares_documents()
     out = group.generate(prompts, params)

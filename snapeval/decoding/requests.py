@@ -3,18 +3,22 @@ check) and what comes out (:class:`Completion`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 from snapeval.errors import SnapevalError, is_int
-
-if TYPE_CHECKING:
-    from snapeval.decoding.sampling import SampleStream
 
 FINISH_REASONS = ("eos", "stop", "length")
 
 
 def _bad(field_name: str, value, allowed: str) -> SnapevalError:
     return SnapevalError(f"SamplingParams.{field_name}={value!r} is invalid; allowed: {allowed}")
+
+
+@dataclass
+class SampleStream:
+    """A sampled request's stream of draws (:func:`~snapeval.decoding.sampling.request_stream`): ``drawn`` tokens
+    drawn so far from ``seed``."""
+
+    seed: int
+    drawn: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Request:
     index: int
     prompt: list[int]
     params: SamplingParams
-    stream: "SampleStream | None" = None  # a sampled request's draws (snapeval.decoding.sampling)
+    stream: SampleStream | None = None  # a sampled request's draws (snapeval.decoding.sampling)
     token_ids: list[int] = field(default_factory=list)
     slot: int = -1
     admitted_at: float = 0.0

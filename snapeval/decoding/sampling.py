@@ -12,11 +12,9 @@ outside the graph.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from snapeval.decoding.requests import SamplingParams
+from snapeval.decoding.requests import SampleStream, SamplingParams
 
 #: SplitMix64's constants (Steele, Lea and Flood, "Fast splittable pseudorandom number generators", 2014), as
 #: signed 64-bit integers (torch's int64 arithmetic wraps).
@@ -24,14 +22,6 @@ _GOLDEN = 0x9E3779B97F4A7C15 - 2**64
 _MIX1 = 0xBF58476D1CE4E5B9 - 2**64
 _MIX2 = 0x94D049BB133111EB - 2**64
 _TOKEN_STRIDE = 0xD1B54A32D192ED03 - 2**64  # spreads (seed, token index) pairs before the vocabulary index is added
-
-
-@dataclass
-class SampleStream:
-    """A sampled request's stream of draws: ``drawn`` tokens drawn so far from ``seed``."""
-
-    seed: int
-    drawn: int = 0
 
 
 def request_stream(params: SamplingParams, base_seed: int, index: int) -> SampleStream | None:

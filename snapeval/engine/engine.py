@@ -1,11 +1,13 @@
 """A static-shape generation engine with continuous batching over fixed-size compressed KV caches.
 
-The engine owns ``num_slots`` rows of one :class:`~snapeval.cache.SnapStreamCache`, allocated once: per layer
-``keys``/``values`` ``[num_slots, Hkv, S, D]``, ``positions`` ``[num_slots, Hkv, S]``, ``next_position``
-``[num_slots]`` (``S`` = the budget). A request is
+The engine owns ``num_slots`` rows of one cache of its configuration's static-row class
+(:meth:`~snapeval.cache.methods.MethodInfo.static_cache_class`: every method whose entry has ``static_rows``),
+allocated once: per layer ``keys``/``values`` ``[num_slots, Hkv, S, D]``, ``positions`` ``[num_slots, Hkv, S]``,
+``next_position`` ``[num_slots]`` (``S``: the budget of a fixed-size cache; for an appending one, the largest
+request's kept prompt and new tokens, reallocated only when a call needs more). A request is
 
-1. **prefilled alone** (batch 1, as SnapStream is deployed) into a fresh cache, which compresses it to ``S`` slots
-   and yields its first token;
+1. **prefilled alone** (batch 1, as SnapStream is deployed) into a fresh cache, which compresses it to its kept
+   tokens and yields its first token;
 2. **copied into a free slot** (:meth:`~snapeval.cache.base.CompressedKVCache.load_row`);
 3. **decoded together with every other slot**, one batched forward per token: ``input_ids`` ``[num_slots, 1]`` and
    explicit ``position_ids`` ``[num_slots, 1]`` (each row's next position) and the cache's validity mask. Every
@@ -35,6 +37,7 @@ from typing import Callable, Sequence
 import torch
 
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
+from snapeval.cache.config import MIN_BUDGET
 from snapeval.cache.attention import install
 from snapeval.decoding.graphs import CapturedDecodeStep
 from snapeval.decoding import (Completion, Request, SamplingParams, SlotSampler, choose, decode_step, pad_token_id,
@@ -43,6 +46,7 @@ from snapeval.decoding.prompts import encode_prompt
 from snapeval.decoding.step import prefill as prefill_prompt
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device, layer_devices
+from snapeval.models.presets import head_dim
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +155,8 @@ class Engine:
         if is_int(config):
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
-            raise SnapevalError(f"config={config!r} is invalid for the engine; allowed: a method configuration or a budget >= 2")
+            raise SnapevalError(f"config={config!r} is invalid for the engine; allowed: a method configuration or a budget "
+                                f">= {MIN_BUDGET}")
         if not method_info(config).static_rows:
             raise SnapevalError(
                 f"method={config.method!r} is not supported by the engine; choose one of: {', '.join(ENGINE_METHODS)} "
@@ -169,13 +174,12 @@ class Engine:
         self.layer_devices = layer_devices(model)
         self.dtype = next(model.parameters()).dtype
         cfg = model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.cache_class = method_info(config).static_cache_class()
         self.fixed_size = method_info(config).fixed_size
         self.cache = self.cache_class(model, config, decode_kernel=decode_kernel)
         self.prefill_cache = self.cache_class(model, config, decode_kernel=decode_kernel)  # reset, reused by prefills
         self.decode_kernel = decode_kernel
-        self._row_shape = (cfg.num_key_value_heads, head_dim)
+        self._row_shape = (cfg.num_key_value_heads, head_dim(cfg))
         self.captured = bool(capture) and self._can_capture(model)
         self._always_mask = bool(compile) or self.captured
         #: the recorded steps (greedy, sampled), each at the first generate that needs it after each allocation

@@ -503,11 +503,6 @@ class SnapStreamLM(HFLM):
         self._record(1, done.prompt_tokens, len(done.token_ids), done.prefill_seconds, 0.0, decode_s,
                      max(len(done.token_ids) - 1, 0), done.kv_bytes)
 
-    def _kv_bytes_per_slot(self) -> int:
-        cfg = self.model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 2 * self.model.dtype.itemsize
-
     def _generate_padded(self, requests, seeds: list[int]) -> list[str]:
         """Requests in left-padded batches of ``batch_size``, in their order, through snapeval's one decode loop
         (:func:`snapeval.generation.generate_ids`: ``model.generate``'s greedy tokens): each sampled row draws from

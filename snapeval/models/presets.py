@@ -287,6 +287,12 @@ _PRESETS: dict[str, ModelPreset] = {
 }
 
 
+def head_dim(cfg) -> int:
+    """A decoder's attention head size from its Hugging Face configuration: ``head_dim`` where it is given, else the
+    hidden size over the attention heads (Llama, Qwen2). The one place snapeval derives it from a loaded model."""
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
 def list_presets() -> list[str]:
     """Names of every preset, in registry order."""
     return list(_PRESETS)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from snapeval.cache.methods import METHOD_TABLE
 from snapeval.decoding import Request, SamplingParams, decode, pad_token_id, prefill, stop_token_ids
 from snapeval.models.devices import input_device
 from snapeval.specprefill.config import SpecPrefillConfig
@@ -191,13 +192,20 @@ def _greedy(model, tokenizer, ids: list[int], position_ids: list[int] | None, ma
     return request.token_ids, first - start, time.perf_counter() - first
 
 
+def _uncompressed(method: str, cache_config) -> bool:
+    """Whether the target decodes with every prompt token at its own position: the method table's reference (the
+    full cache) or no method configuration."""
+    return cache_config is None or METHOD_TABLE.is_reference(method)
+
+
 def run_target(model, tokenizer, ids, position_ids=None, max_new_tokens=64, method="full", cache_config=None) -> TargetRun:
     """Greedy target generation from prompt token ids, timing the first token.
 
-    ``method="full"`` (or no ``cache_config``): a dynamic cache with ``position_ids`` (None: 0..n-1); otherwise
-    ``snapeval.generate`` with that compressed cache at contiguous positions.
+    The uncompressed reference method (``"full"``: :meth:`~snapeval.cache.methods.MethodTable.is_reference`) or no
+    ``cache_config``: a dynamic cache with ``position_ids`` (None: 0..n-1); otherwise ``snapeval.generate`` with that
+    compressed cache at contiguous positions.
     """
-    if method == "full" or cache_config is None:
+    if _uncompressed(method, cache_config):
         tokens, prefill, decode = _greedy(model, tokenizer, ids, position_ids, max_new_tokens)
     else:  # a compressed cache on the target: snapeval.generate (contiguous positions)
         from snapeval.generation import generate
@@ -240,7 +248,7 @@ def generate_specprefill(
     tokens go through ``snapeval.generate`` at contiguous positions.
     """
     compressed = compress_prompt(prompt_text, tokenizer, config, protect, draft=draft, scores=scores)
-    position_ids = compressed.position_ids if method == "full" or cache_config is None else None
+    position_ids = compressed.position_ids if _uncompressed(method, cache_config) else None
     run = run_target(model, tokenizer, compressed.target_ids, position_ids, max_new_tokens, method, cache_config)
     run.ttft_seconds = compressed.draft_seconds + run.prefill_seconds
     run.compressed = compressed

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from snapeval.cache import METHOD_TABLE
+from snapeval.cache.config import MIN_BUDGET
 from snapeval.errors import SnapevalError, is_int
 from snapeval.paths import repo_root
 from snapeval.run_args import RunArgs
@@ -254,7 +255,7 @@ def _parse_task(ctx: _Ctx, raw: Any, path: str, limit: int | None, generation: d
 
 
 def _parse_budgets(ctx: _Ctx, raw: Any, path: str) -> tuple[int, ...]:
-    budgets = [ctx.integer(b, f"{path}[{i}]", minimum=2) for i, b in enumerate(ctx.listof(raw, path))]
+    budgets = [ctx.integer(b, f"{path}[{i}]", minimum=MIN_BUDGET) for i, b in enumerate(ctx.listof(raw, path))]
     if len(set(budgets)) != len(budgets):
         raise ctx.fail(path, f"duplicate budgets in {budgets}")
     return tuple(budgets)
