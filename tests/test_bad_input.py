@@ -276,7 +276,7 @@ def _cell_dir(tmp_path, name, docs, solved, greedy):
     import hashlib
 
     from snapeval.results import CellResult, MetricValue, ResultsStore, SampleRecord
-    from snapeval.sweep.grid import ID_LENGTH, canonical_json
+    from snapeval.results.schema import ID_LENGTH, canonical_json
 
     samples = [SampleRecord("t", d, str(d), (f"answer {d}" if i < solved else "no",),
                             {"acc,none": 1.0 if i < solved else 0.0}, greedy) for i, d in enumerate(docs)]

@@ -245,7 +245,7 @@ def _hashed(identity) -> str:
     """The cell id `snapeval sweep` gives ``identity`` (regress checks it)."""
     import hashlib
 
-    from snapeval.sweep.grid import ID_LENGTH, canonical_json
+    from snapeval.results.schema import ID_LENGTH, canonical_json
 
     return hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:ID_LENGTH]
 
@@ -537,7 +537,7 @@ def _consistency_walk_arounds():
     """The walk-arounds of issue #61, as (name, baseline entries, current entries, tag, the one failing line)."""
     import hashlib
 
-    from snapeval.sweep.grid import ID_LENGTH, canonical_json
+    from snapeval.results.schema import ID_LENGTH, canonical_json
 
     sampled = _greedy_entries(64, 40, greedy=False)
     label = "m | t | full | seed 0"

@@ -12,7 +12,7 @@ from snapeval.cli import main as cli
 from snapeval.errors import SnapevalError
 from snapeval.run_args import RunArgs
 from snapeval.sweep import expand_grid, load_config, parse_config
-from snapeval.sweep.grid import canonical_json
+from snapeval.results.schema import canonical_json
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR", REPO.parent / "shared" / "data"))

@@ -14,6 +14,18 @@ from typing import Any
 
 from snapeval.errors import SnapevalError, is_int
 
+ID_LENGTH = 16  # hex digits of the SHA-256 kept in file names (64 bits: no collision in any realistic results dir)
+
+
+def canonical_json(obj: Any) -> str:
+    """Key-sorted, whitespace-free JSON: the same content always gives the same bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def identity_hash(identity: dict) -> str:
+    """A cell's id: the first :data:`ID_LENGTH` hex digits of the SHA-256 of its identity's canonical JSON."""
+    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:ID_LENGTH]
+
 SCHEMA_VERSION = 1
 
 

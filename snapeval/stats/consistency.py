@@ -23,7 +23,6 @@ line naming the cell, the field and what it should be:
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any
 
@@ -71,11 +70,11 @@ def _lm_eval_stderr(values: list[float]) -> float | None:
 
 def cell_problems(entry) -> list[str]:
     """One cell's own inconsistencies, one line each (empty: consistent)."""
-    from snapeval.sweep.grid import ID_LENGTH, canonical_json
+    from snapeval.results.schema import identity_hash
 
     r = entry.result
     out = []
-    expected = hashlib.sha256(canonical_json(r.identity).encode()).hexdigest()[:ID_LENGTH]
+    expected = identity_hash(r.identity)
     if r.cell_id != expected:
         out.append(f"cell_id={r.cell_id} is not the hash of its identity ({expected}): the identity (a seed, a "
                    "setting) was edited after the run; allowed: a cell as `snapeval sweep` wrote it")

@@ -16,7 +16,6 @@ files (``snapeval sweep --rerun-stale`` redoes them) and redoes such shards.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -27,15 +26,8 @@ import yaml
 
 from snapeval.cache import METHOD_TABLE, MethodConfig
 from snapeval.errors import SnapevalError
-from snapeval.results.schema import group_id_of
+from snapeval.results.schema import group_id_of, identity_hash
 from snapeval.sweep.config import ModelSpec, SweepConfig, TaskSpec, data_files_for
-
-ID_LENGTH = 16  # hex digits of the SHA-256 kept in file names (64 bits: no collision in any realistic results dir)
-
-
-def canonical_json(obj: Any) -> str:
-    """Key-sorted, whitespace-free JSON: the same content always gives the same bytes."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 _HASH_CACHE: dict[tuple[str, int, int], str] = {}
@@ -274,7 +266,7 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        return hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:ID_LENGTH]
+        return identity_hash(self.identity())
 
     @property
     def label(self) -> str:
