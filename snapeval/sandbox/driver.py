@@ -337,6 +337,39 @@ def enter_new_root(spec):
     os.chdir("/work")
 
 
+CLONE_NEWTIME = 0x80
+#: How far a run's CLOCK_MONOTONIC and CLOCK_BOOTTIME are moved (a random offset below this many seconds, and random
+#: nanoseconds): far more than any machine's uptime, so a run's reading tells nothing of the host's clock or of
+#: when another run read it.
+CLOCK_OFFSET_S = 1 << 30
+
+
+def enter_own_clocks():
+    """Give this process (and so the program) a time namespace of its own whose ``CLOCK_MONOTONIC`` and
+    ``CLOCK_BOOTTIME`` (``time.monotonic``, ``time.perf_counter``, ``CLOCK_BOOTTIME``, the uptime) read a random
+    offset of their own, drawn afresh for every run: two runs' readings are unrelated, so a run cannot learn from
+    them when the previous run of its problem ended (issue #60). ``CLOCK_REALTIME`` has no offset in a time namespace
+    (the kernel's rule); see docs/sandbox.md for what the harness does about it. Must run while this process has one
+    thread (``setns`` into a time namespace refuses otherwise). Returns False where the kernel has no time
+    namespaces (before 5.6) or refuses one."""
+    if _libc.unshare(CLONE_NEWTIME) != 0:
+        return False
+    draw = int.from_bytes(os.urandom(16), "little")
+    offsets = "".join(f"{clock} {(draw >> shift) % CLOCK_OFFSET_S} {(draw >> (shift + 32)) % 1_000_000_000}\n"
+                      for clock, shift in (("monotonic", 0), ("boottime", 64)))
+    fd = os.open("/proc/self/timens_offsets", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, offsets.encode("ascii"))
+    finally:
+        os.close(fd)
+    fd = os.open("/proc/self/ns/time_for_children", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc.setns(fd, CLONE_NEWTIME), "setns time namespace")
+    finally:
+        os.close(fd)
+    return True
+
+
 def run_uid(spec):
     """The uid this run drops to: the one the harness reserved for it (``uid``: drawn at random, held by no other
     live run, see ``probe.run_uid_spec``; never derived from a host-wide counter), so that no two live runs share a
@@ -375,6 +408,7 @@ ALLOWED_SYSCALLS = _seccomp.ALLOWED_SYSCALLS
 ARGUMENT_RULES = _seccomp.ARGUMENT_RULES
 CLONE = _seccomp.CLONE
 CLONE3 = _seccomp.CLONE3
+STATX = _seccomp.STATX
 X86_LEGACY_SYSCALLS = _seccomp.X86_LEGACY_SYSCALLS
 _AUDIT_ARCH = _seccomp._AUDIT_ARCH
 install_seccomp = _seccomp.install_seccomp
@@ -424,7 +458,10 @@ def encode_value(value, limits):
         if isinstance(v, dict):
             return enc(dict(v), depth)
         if isinstance(v, Fraction):
-            return {"~": "fraction", "n": enc(int(v.numerator), depth + 1), "d": enc(int(v.denominator), depth + 1)}
+            # the parts as the object holds them (Fraction.__eq__ reads _numerator and _denominator): an unreduced
+            # Fraction(42, 2, _normalize=False) is not 21 there, and must not become 21 here
+            return {"~": "fraction", "n": enc(int(getattr(v, "_numerator", v.numerator)), depth + 1),
+                    "d": enc(int(getattr(v, "_denominator", v.denominator)), depth + 1)}
         if isinstance(v, Decimal):
             return {"~": "decimal", "v": str(v)}
         if isinstance(v, complex):
@@ -547,6 +584,25 @@ def preload_packages(spec):
                 pass
 
 
+def answer_from_run_view():
+    """``os.getloadavg()`` as the run's own ``/proc/loadavg`` says (its fixed view: ``0.00 0.00 0.00``): the C
+    library asks ``sysinfo(2)``, which the seccomp filter refuses (it reports the host's load and process count),
+    so the call raised ``OSError`` in a run where it answers officially."""
+
+    def getloadavg():
+        fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fields = os.read(fd, 256).split()
+        finally:
+            os.close(fd)
+        try:
+            return float(fields[0]), float(fields[1]), float(fields[2])
+        except (IndexError, ValueError):
+            raise OSError("Load averages are unobtainable") from None
+
+    os.getloadavg = getloadavg
+
+
 def set_up(spec, probe):
     """Steps 1-5 of the module docstring (trusted: no program code has run yet)."""
     with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "solution.py"), encoding="utf-8",
@@ -561,6 +617,7 @@ def set_up(spec, probe):
         if not probe:
             raise
         in_cgroup = False
+    own_clocks = enter_own_clocks()  # while the interpreter has one thread, and /proc is still the host's
     uid = run_uid(spec)
     if spec["isolate_fs"]:
         enter_new_root(spec)
@@ -593,9 +650,10 @@ def set_up(spec, probe):
             except BaseException:  # noqa: BLE001 - then the runs do without them (the harness says so)
                 pass
         os.write(spec["ready_fd"], b"P ok" + (b" seccomp" if filtered else b"") + (b" cgroup" if in_cgroup else b"")
-                 + imported)
+                 + imported + (b" clocks" if own_clocks else b""))
         return
     preload_packages(spec)
+    answer_from_run_view()
     sys.addaudithook(make_audit_hook(os.getcwd(), os.getpid()))
     sys.set_int_max_str_digits(INT_MAX_STR_DIGITS)
     disable_like_official()

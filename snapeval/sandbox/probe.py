@@ -59,6 +59,7 @@ class Isolation:
     cgroups: CgroupTree | None = None
     packages: tuple[tuple[str, str], ...] = ()
     mapped: tuple[str, ...] = ()  # the files a run can map (shared libraries, the interpreter): kept resident
+    own_clocks: bool = False  # a time namespace per run: its monotonic and boot-time clocks at a random offset
 
     @property
     def memory_bounded(self) -> bool:
@@ -77,6 +78,7 @@ class Isolation:
             "runs_as": ("a uid of its own per run" if self.drop_uid is not None and self.isolate_fs
                         else "nobody" if self.drop_uid is not None else "the harness user"),
             "seccomp": self.seccomp,
+            "own_clocks": self.own_clocks,
             "accounting": self.cgroups.describe() if self.cgroups else "rlimits (no usable cgroup)",
             "python": self.python,
             "audit_hook": True,
@@ -253,6 +255,7 @@ class _ProbeAnswer:
     seccomp: bool = False
     cgroup: bool = False
     packages: bool = False
+    clocks: bool = False
 
 
 def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, isolate_fs: bool,
@@ -293,7 +296,7 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
                 kill_process_group(proc)
         words = answer.split()
         return _ProbeAnswer(answer.startswith(b"P ok"), b"seccomp" in words, b"cgroup" in words,
-                            b"packages" in words)
+                            b"packages" in words, b"clocks" in words)
     except (OSError, subprocess.SubprocessError):
         return _ProbeAnswer(False)
     finally:
@@ -412,7 +415,8 @@ def _probe_layers() -> Isolation:
         make_resident([*expose, *(host for host, _ in packages)], hidden=hide, mapped=mapped)
         return Isolation(prefix, True, drop_uid, python, expose=expose, hide=hide, seccomp=answer.seccomp,
                          cgroups=tree if answer.cgroup else None,
-                         packages=packages if answer.packages else (), mapped=tuple(mapped))
+                         packages=packages if answer.packages else (), mapped=tuple(mapped),
+                         own_clocks=answer.clocks)
     weak = (unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
     weak = guard + (weak if root else weak[:1] + ("--map-root-user",) + weak[1:])
     if not _probe(weak + ("true",)):
