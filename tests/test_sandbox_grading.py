@@ -155,6 +155,67 @@ STDIN_BOMBS = {  # 4 MiB each, the classes of issue #47
 }
 
 
+STDIN_BOMBS.update({  # issue #60: correct answers padded with zeros (4 MiB each)
+    "arabic_indic_zero_padding": "\u0660".encode() * (2 << 20) + b"5",
+    "zero_fraction": b"5." + b"0" * (4 << 20),
+    "zero_exponent_padding": b"5e" + b"0" * (4 << 20),
+})
+
+_NUMBER_PARTS = st.sampled_from(["0", "00", "٠", "۰", "०", "𝟎", "_", "5", "٣", "𝟓", "1", "9", ".", "e", "E", "+", "-",
+                                 "x", "é", "٠" * 40, "0" * 70, "_0" * 30, "NaN", "Inf"])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_NUMBER_PARTS, min_size=1, max_size=10).map("".join),
+       st.sampled_from(["5", "0", "-5", "0.5", "50", "5e-3", "500000"]))
+def test_reduced_long_tokens_read_as_decimal_reads_them(token, expected):
+    """Issue #60: a long token's leading and trailing zeros (any script, any ``_``) and its exponent's leading zeros
+    are skipped before ``Decimal`` reads it; every token, reduced, is the number ``Decimal`` reads (or no number, as
+    there), and a line of it gets lcb_runner's verdict."""
+    from decimal import Decimal
+
+    from snapeval.tasks import livecodebench as lcb
+
+    data = token.encode("utf-8", "surrogatepass")
+    reduced = lcb._reduced_number(data, 0, len(data))
+    try:
+        official = Decimal(token)
+    except Exception:  # noqa: BLE001 - no number
+        official = None
+    if reduced is not None:
+        try:
+            ours = Decimal(reduced)
+        except Exception:  # noqa: BLE001
+            ours = None
+        assert (ours is None) == (official is None), (token, reduced)
+        if ours is not None and not official.is_nan():
+            assert ours == official, (token, reduced)
+    saved, lcb._REDUCE_FROM = lcb._REDUCE_FROM, 0  # every token through the reduced path
+    try:
+        ours_verdict = _outcome(stdout_matches, data, expected)
+    finally:
+        lcb._REDUCE_FROM = saved
+    official_verdict_ = _outcome(official_verdict, token, expected)
+    assert (official_verdict_ is True) == (ours_verdict is True), (token, expected, official_verdict_, ours_verdict)
+
+
+def test_zero_padded_correct_answers_cost_what_the_reference_costs():
+    """Issue #60: 16 M leading Arabic-Indic zeros before a correct answer took 4.3 s of grading (42x the reference
+    bomb, two tests), ``3.000...0`` of 32 MB 1 s; each is graded here within 2.5x the CPU of the reference line of
+    16 M one-character tokens (measured in the same process; the benchmark's figures: docs/sandbox.md)."""
+    def cpu(got, expected):
+        start = time.process_time()
+        verdict = stdout_matches(got, expected)
+        return time.process_time() - start, verdict
+
+    size = 8 << 20  # a quarter of the cap: seconds, not tens of seconds, on a busy machine
+    reference, _ = cpu(b"0 " * (size // 2 - 1) + b"0", b"5")
+    for got in ("\u0660".encode() * (size // 2) + b"5", b"5." + b"0" * size, b"5e" + b"0" * size,
+                b"5" + b"0" * size + b"e-%d" % size):
+        seconds, verdict = cpu(got, b"5")
+        assert verdict and seconds < 2.5 * reference + 0.02, (got[:8], seconds, reference)
+
+
 @pytest.mark.parametrize("name", sorted(STDIN_BOMBS))
 def test_stdin_grading_memory_is_bounded_by_the_output(name):
     """Old code: the output decoded to a str (4 bytes a character beside a non-BMP one) and copied per step."""

@@ -55,15 +55,20 @@ import sys
 import types
 
 def _load_part(name):
-    """A part of the driver kept in a file of its own beside this one (loaded by its path: the driver runs as a
-    script under ``python -I``, with no package to import from; before the new root hides this folder)."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    spec = importlib.util.spec_from_file_location(f"snapeval_sandbox_driver_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    """A part of the driver kept in a file of its own beside this one: from the run's bundle (``BUNDLE``, which the
+    interpreter's ``-c`` bootstrap puts in this module's globals, ``probe.BOOTSTRAP``), compiled under a name of the
+    run's own, not the host's path; imported as a module (tests), from the file beside this one."""
+    bundle = globals().get("BUNDLE")
+    if bundle is not None:
+        source, path = bundle["sources"][name], f"/sandbox/{name}.py"
+    else:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    module = types.ModuleType(f"snapeval_sandbox_driver_{name}")
+    module.__file__ = path
+    sys.modules[module.__name__] = module
+    exec(compile(source, path, "exec"), module.__dict__)
     return module
 
 
@@ -303,12 +308,29 @@ def fixed_proc(proc, spec):
     mount(None, proc, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
+def mount_image(root, image, bound):
+    """The shared folders (the standard library, numpy) from the run's own read-only image (``probe.shared_image``):
+    its loop device mounted as ext4 on a folder outside the new root, each of its folders bound at its place in the
+    new root, then the first mount detached. The file system is the run's own: the names a run looks up, the ones
+    that do not exist included, are cached in its dentries, which die with it, not in the host's (issue #60)."""
+    at = image["mount_at"]
+    mount(image["device"], at, "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for folder, inside in image["folders"]:
+        mount(f"{at}/{folder}", _mount_point(root, inside, True), None, MS_BIND | MS_REC)
+        bound.append(inside)
+    _check(_libc.umount2(at.encode(), MNT_DETACH), "umount image")
+
+
 def enter_new_root(spec):
     """Pivot into a new root holding only what the interpreter needs (see the module docstring)."""
     root = spec["root_dir"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates back to the host
+    if spec.get("io") == "fifo":
+        open_fifos(spec)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     bound = []
+    if spec.get("image"):
+        mount_image(root, spec["image"], bound)
     for path in spec["expose"]:
         expose(root, path, bound)
     for path in spec["hide"]:  # site-packages inside the interpreter's tree: an empty read-only directory
@@ -316,8 +338,9 @@ def enter_new_root(spec):
             mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                   "size=4k,nr_inodes=2,mode=555")
     for host, inside in spec.get("packages", ()):  # third-party packages (numpy), read-only, at their own place
-        mount(host, _mount_point(root, inside, True), None, MS_BIND | MS_REC)
-        bound.append(inside)
+        if inside not in bound:
+            mount(host, _mount_point(root, inside, True), None, MS_BIND | MS_REC)
+            bound.append(inside)
     points = {path: _mount_point(root, path, True) for path in ("/dev", "/proc", "/work", "/tmp")}
     sealed = seal_read_only(root, bound)  # before /dev (its nodes need device access) and the writable tmpfs
     make_devices(root)
@@ -547,21 +570,71 @@ def serve(spec, code, inputs_fd, results_fd):
         write_result(results_fd, {"status": "ok", "bytes": len(payload)}, payload)
 
 
+#: The spec's fields the serving loop reads (every other names the host: its paths, the cgroup's, the fd numbers of
+#: the harness's pipes): the spec the program's process keeps holds these only.
+SERVED_FIELDS = ("mode", "func_name", "max_file_bytes", "result_limits", "load_only", "code")
+#: The fixed numbers the run's descriptors are moved to (the harness's numbers depend on what else it has open).
+READY_FD, INPUT_FD, RESULT_FD = 3, 4, 5
+
+
 def main():
     probe = "--probe" in sys.argv
-    with open(sys.argv[1], encoding="utf-8") as f:
-        spec = json.load(f)
+    spec = globals().pop("BUNDLE")["spec"]
     ready = spec["ready_fd"]
     try:
         set_up(spec, probe)
+        ready = spec["ready_fd"]
     except BaseException as exc:  # the machine's failure, before any program code: the harness reports it
         os.write(ready, b"E " + _describe(exc).encode("utf-8", "replace")[:300])
         os._exit(1)
     if probe:
         return
+    inputs, results = spec["input_fd"], spec["result_fd"]
+    spec = {name: spec.get(name) for name in SERVED_FIELDS}  # nothing of the host's left in what the program sees
     os.write(ready, b"R")
     os.close(ready)
-    serve(spec, spec["code"], spec["input_fd"], spec["result_fd"])
+    serve(spec, spec["code"], inputs, results)
+
+
+def settle_descriptors(spec):
+    """Move the ready, input and result descriptors to :data:`READY_FD`, :data:`INPUT_FD`, :data:`RESULT_FD`: the
+    numbers the harness gave them are its lowest free ones, which depend on what else it has open (its other runs)."""
+    import fcntl
+
+    names = [name for name in ("ready_fd", "input_fd", "result_fd") if spec.get(name) is not None]
+    high = {name: fcntl.fcntl(spec[name], fcntl.F_DUPFD_CLOEXEC, 100) for name in names}
+    for name in names:
+        os.close(spec[name])
+    for name, fixed in zip(("ready_fd", "input_fd", "result_fd"), (READY_FD, INPUT_FD, RESULT_FD)):
+        if name in high:
+            os.dup2(high[name], fixed, inheritable=False)
+            os.close(high[name])
+            spec[name] = fixed
+
+
+def open_fifos(spec):
+    """The run's input and result channels as FIFOs on a tmpfs of its own (``spec["io_dir"]``, in the harness's
+    private run directory, mounted in this mount namespace only), not pipes the harness made: a pipe's inode number
+    comes from a host-wide counter that every pipe, socket and procfs inode of the host moves, and ``fstat`` on the
+    run's own descriptors showed it (the next run of a problem read how far the host had counted since the previous
+    one, issue #60). A FIFO's inode number is its fresh tmpfs's own (the same in every run). The handshake: ``F`` on
+    the ready pipe once the input end is open; the harness opens both through ``/proc/<pid>/root`` and writes ``G``
+    on the input; then the result end is opened (its reader exists by then)."""
+    import select
+
+    folder = spec["io_dir"]
+    mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=8,mode=700")
+    os.mkfifo(folder + "/in", 0o600)
+    os.mkfifo(folder + "/out", 0o600)
+    inputs = os.open(folder + "/in", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    os.write(spec["ready_fd"], b"F")
+    poller = select.poll()
+    poller.register(inputs, select.POLLIN)
+    if not poller.poll(10_000) or os.read(inputs, 1) != b"G":
+        raise OSError("the harness did not open the run's FIFOs")
+    os.set_blocking(inputs, True)
+    spec["input_fd"] = inputs
+    spec["result_fd"] = os.open(folder + "/out", os.O_WRONLY | os.O_CLOEXEC)
 
 
 def preload_packages(spec):
@@ -605,11 +678,7 @@ def answer_from_run_view():
 
 def set_up(spec, probe):
     """Steps 1-5 of the module docstring (trusted: no program code has run yet)."""
-    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "solution.py"), encoding="utf-8",
-              errors="surrogatepass") as f:
-        spec["code"] = f.read()
-    for fd in (spec["ready_fd"], spec["input_fd"], spec["result_fd"]):
-        os.set_inheritable(fd, False)
+    settle_descriptors(spec)
     try:
         join_cgroups(spec["cgroup_procs"])
         in_cgroup = bool(spec["cgroup_procs"])
