@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from snapeval.sandbox import SandboxLimits, driver, harness, isolation, run_program
 from snapeval.sandbox.limits import MAX_INT_LITERAL, MAX_VALUES, RESULT_LIMITS
-from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value
+from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProgramFraction, ProtocolError, decode_value
 from snapeval.tasks.livecodebench import SPACES, stdout_matches
 from tests.test_protocols_livecodebench import _outcome  # the official comparison (lcb_runner's), written out there
 from tests.test_protocols_livecodebench import ref_stdio_verdict as official_verdict
@@ -163,6 +163,28 @@ STDIN_BOMBS.update({  # issue #60: correct answers padded with zeros (4 MiB each
 
 _NUMBER_PARTS = st.sampled_from(["0", "00", "٠", "۰", "०", "𝟎", "_", "5", "٣", "𝟓", "1", "9", ".", "e", "E", "+", "-",
                                  "x", "é", "٠" * 40, "0" * 70, "_0" * 30, "NaN", "Inf"])
+
+
+def test_a_returned_fraction_is_compared_as_the_program_holds_it():
+    """Issue #60: an unreduced ``Fraction(42, 2, _normalize=False)`` equals 21 here (it was rebuilt and reduced) and
+    not in lcb_runner, where the program's own object is compared (``Fraction.__eq__`` reads its parts); and a
+    Fraction of 2 MiB parts cost the harness 15.5 s of gcd. Its parts cross as they are and are compared part by
+    part, as ``Fraction.__eq__`` compares, in time linear in them."""
+    from snapeval.tasks.livecodebench import functional_matches
+
+    def back(value):
+        return decode_value(driver.encode_value(value, RESULT_LIMITS))
+
+    unreduced = Fraction(42, 2, _normalize=False)
+    for value, expected in ((unreduced, 21), (unreduced, 21.0), (unreduced, True), ([unreduced], [21]),
+                            (Fraction(-3, -1, _normalize=False), 3), (Fraction(21), 21), (Fraction(1, 2), 0.5),
+                            (Fraction(1, 3), 1 / 3), (Fraction(0), False), (Fraction(5), "5"), (Fraction(1), None),
+                            (Fraction(2), float("nan")), ({"a": Fraction(7, 2)}, {"a": 3.5}), ((Fraction(3),), [3])):
+        assert functional_matches(back(value), expected) is functional_matches(value, expected), (value, expected)
+    huge = Fraction(3 ** 2_000_000, 3 ** 1_999_999 * 2, _normalize=False)  # 3.2 Mbit parts: gcd would take minutes
+    start = time.process_time()
+    assert not functional_matches(back(huge), 1) and not functional_matches(back(huge), 1.5)
+    assert time.process_time() - start < 2.0
 
 
 @settings(max_examples=3000, deadline=None)
