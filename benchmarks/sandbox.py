@@ -61,6 +61,14 @@ BOMBS = {
                              " if c.isspace()) * (32 * 10**6 // 55))\n", "stdin", "2 3\n", "5\n"),
     "tokens_between_wide_spaces": ("import sys\nsys.stdout.write(''.join('7' + c for c in map(chr, range(128, 0x3001))"
                                    " if c.isspace()) * (32 * 10**6 // 74))\n", "stdin", "2 3\n", "5\n"),
+    # issue #60: correct answers of long number tokens (32 MB), and a Fraction of 2 MiB parts (16 Mbit), unreduced
+    "16M_arabic_indic_zeros_then_the_answer": ("import sys\nsys.stdout.write('\\u0660' * (16 * 10**6) + '5\\n')\n",
+                                               "stdin", "2 3\n", "5\n"),
+    "3.000...0_of_32MB": ("import sys\nsys.stdout.write('5.' + '0' * (32 * 10**6 - 2) + '\\n')\n", "stdin", "2 3\n",
+                          "5\n"),
+    "fraction_of_2MiB_parts": ("from fractions import Fraction\nclass Solution:\n    def f(self, x):\n"
+                               "        return Fraction(3 ** 10_500_000, 3 ** 10_499_999, _normalize=False)\n",
+                               "functional", "0", "3"),
 }
 #: The bomb every other is compared with (the documented reference: 16 million one-character tokens).
 REFERENCE_BOMB = "16M_tokens_one_line"

@@ -305,8 +305,12 @@ def _one_test(run: _Run, index: int, text: str, limits: SandboxLimits, cap: int,
     poller.register(run.results, select.POLLIN)
     poller.register(run.inputs, select.POLLOUT)
     check_cpu_at = started
+    closed = False  # the program closed its result channel: it is graded when it dies, or at its limit
     while True:
         now = time.monotonic()
+        if closed and run.proc.poll() is not None:
+            status, detail = run.death()
+            return TestOutcome(index, status, detail, now - started, run.cpu() - cpu_mark), reader
         if now >= check_cpu_at:
             cpu = run.cpu() - cpu_mark
             if cpu > limits.timeout_s:
@@ -331,9 +335,10 @@ def _one_test(run: _Run, index: int, text: str, limits: SandboxLimits, cap: int,
                 chunk = os.read(run.results, 1 << 20)
             except BlockingIOError:
                 continue
-            if not chunk:
-                status, detail = run.death()
-                return TestOutcome(index, status, detail, time.monotonic() - started, run.cpu() - cpu_mark), reader
+            if not chunk:  # the result channel's end: the run died, or the program closed it and lives on (the
+                closed = True  # official runner waits for such a program until its time limit)
+                poller.unregister(run.results)
+                continue
             try:
                 complete = reader.feed(chunk)
             except OutputTooLarge as exc:

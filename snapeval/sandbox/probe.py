@@ -103,8 +103,8 @@ FIFO_DIR = "io"  # in the run directory: the run's own tmpfs holding its input a
 #: the run's own. No path of the host (the checkout, the run directory) is in the command line or in a file name of
 #: the driver's code (frames, tracebacks); the driver drops what of the spec names the host once its set-up is done.
 BOOTSTRAP = ("import json, sys\n"
-             "_globals = {'__name__': '__main__', 'BUNDLE': json.load(sys.stdin)}\n"
-             "exec(compile(_globals['BUNDLE']['sources']['driver'], '/sandbox/driver.py', 'exec'), _globals)\n")
+             "BUNDLE = json.load(sys.stdin)\n"
+             "exec(compile(BUNDLE['sources']['driver'], '/sandbox/driver.py', 'exec'))\n")  # as __main__
 
 
 def spawn_driver(prefix: Sequence[str], python: str, run_dir: str, spec: dict, *, extra: Sequence[str] = ()):
@@ -426,7 +426,7 @@ def shared_image(folders: Sequence[tuple[str, str]], hidden: Sequence[str] = ())
         return None
     digest, total, count = hashlib.sha256(), 0, 0
     for index, (host, inside) in enumerate(folders):
-        digest.update(f"{index}\0{host}\0{inside}\n".encode())
+        digest.update(f"{index}\0{host}\0{inside}\0{sorted(hidden)}\n".encode())
         for folder, subfolders, files in os.walk(host):
             subfolders[:] = sorted(s for s in subfolders if os.path.join(folder, s) not in hidden)
             for name in sorted(files):
@@ -443,6 +443,10 @@ def shared_image(folders: Sequence[tuple[str, str]], hidden: Sequence[str] = ())
         for index, (host, _) in enumerate(folders):
             shutil.copytree(host, os.path.join(staging, "tree", str(index)), symlinks=True,
                             ignore=lambda folder, names: [n for n in names if os.path.join(folder, n) in hidden])
+            for path in hidden:  # left empty, as the run's root shows them (an empty read-only tmpfs)
+                if path.startswith(host + "/"):
+                    os.makedirs(os.path.join(staging, "tree", str(index), path[len(host) + 1:]), mode=0o555,
+                                exist_ok=True)
         size_kib = (total * 5 // 4 + count * 8192) // 1024 + 32768
         subprocess.run([mke2fs, "-q", "-F", "-t", "ext4", "-O", "^has_journal", "-b", "4096", "-N",
                         str(count * 2 + 4096), "-E", "root_owner=0:0", "-d", os.path.join(staging, "tree"),

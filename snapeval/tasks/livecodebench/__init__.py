@@ -648,6 +648,9 @@ def _skip_zeros(buf: bytes, start: int, end: int, backwards: bool = False) -> tu
     zeros = 0
     for at, stop, piece in _pieces(buf, start, end, backwards):
         if piece.isascii():
+            if piece.count(48) == len(piece):  # b"0" throughout: one counting pass, no copy
+                zeros += len(piece)
+                continue
             if not piece.translate(None, b"0_"):
                 zeros += len(piece) - piece.count(b"_")
                 continue
