@@ -67,7 +67,7 @@ BOMBS = {
     "3.000...0_of_32MB": ("import sys\nsys.stdout.write('5.' + '0' * (32 * 10**6 - 2) + '\\n')\n", "stdin", "2 3\n",
                           "5\n"),
     "fraction_of_2MiB_parts": ("from fractions import Fraction\nclass Solution:\n    def f(self, x):\n"
-                               "        return Fraction(3 ** 10_500_000, 3 ** 10_499_999, _normalize=False)\n",
+                               "        return Fraction((1 << 16_777_216) + 3, (1 << 16_777_216) + 1, _normalize=False)\n",
                                "functional", "0", "3"),
 }
 #: The bomb every other is compared with (the documented reference: 16 million one-character tokens).

@@ -4,15 +4,19 @@ Standard library only, no snapeval imports: it runs under ``python -I -S``, poss
 PID 1 of fresh mount, PID, network, IPC and UTS namespaces (``unshare``). Everything before the ready byte is
 trusted set-up code that no part of the program has touched yet; order matters:
 
-1. read the spec and the program from the harness's private (root-only) run directory (test inputs are not there:
-   the harness hands them over one at a time, see below);
+1. read the run's bundle (the spec, the program, the driver's sources) from standard input, a file of the
+   harness's private (root-only) run directory (``probe.BOOTSTRAP``: this file runs compiled as
+   ``/sandbox/driver.py``; test inputs are not there: the harness hands them over one at a time, see below), enter a
+   time namespace of its own (:func:`enter_own_clocks`) and move its descriptors to fixed numbers;
 2. join the run's cgroup(s) (the harness made them and set their limits; see ``cgroups.py``), so that every byte
    and every CPU second of what follows is counted by the kernel;
 3. build a new root and pivot into it (:func:`enter_new_root`): a tmpfs holding only the paths the harness lists
    (the interpreter binary, its standard library, the directories of the shared libraries it loads; bind mounts,
    read-only, ``nosuid``, ``nodev``, symlinks on the way recreated), ``site-packages`` hidden, ``/dev/null``,
    ``/dev/zero``, ``/dev/urandom``, a ``/proc`` of fixed files (no procfs: :func:`fixed_proc`), and two private
-   size-limited ``noexec`` tmpfs ``/work`` (the working directory) and ``/tmp``. The old root is detached;
+   size-limited ``noexec`` tmpfs ``/work`` (the working directory) and ``/tmp``; as root the shared folders come
+   from the run's own image (:func:`mount_image`) and the input and result are FIFOs of its own (:func:`open_fifos`).
+   The old root is detached;
 4. the official import header's modules, resource limits, then the privilege drop to a uid of the run's own (as
    root), every capability dropped, ``no_new_privs`` and the parent-death signal re-armed (a credential change clears
    it); then the seccomp filter (:func:`seccomp_program`);
