@@ -2,8 +2,9 @@
 driving every test.
 
 **The harness drives the tests, not the program.** One sandboxed process per program; after its trusted set-up it
-writes one ready byte and closes that pipe. The harness then writes test 0's input on the input pipe (non-blocking),
-starts test 0's clock, reads exactly one result frame from the result pipe, grades it with the caller's ``judge``,
+writes one ready byte and closes that pipe. The harness then writes test 0's input on the input channel (a FIFO of the
+run's own tmpfs as root, else a pipe; non-blocking), starts test 0's clock, reads exactly one result frame from the
+result channel, grades it with the caller's ``judge``,
 and only then writes test 1's input, and so on until a test fails (the official LiveCodeBench rule) or all passed.
 A test's input does not exist in the sandbox before its clock starts and the expected outputs never do, so no work
 can be moved ahead of a test's clock; the only thing a program can put on the result pipe is its own output for the
