@@ -61,6 +61,14 @@ BOMBS = {
                              " if c.isspace()) * (32 * 10**6 // 55))\n", "stdin", "2 3\n", "5\n"),
     "tokens_between_wide_spaces": ("import sys\nsys.stdout.write(''.join('7' + c for c in map(chr, range(128, 0x3001))"
                                    " if c.isspace()) * (32 * 10**6 // 74))\n", "stdin", "2 3\n", "5\n"),
+    # issue #60: correct answers of long number tokens (32 MB), and a Fraction of 2 MiB parts (16 Mbit), unreduced
+    "16M_arabic_indic_zeros_then_the_answer": ("import sys\nsys.stdout.write('\\u0660' * (16 * 10**6) + '5\\n')\n",
+                                               "stdin", "2 3\n", "5\n"),
+    "3.000...0_of_32MB": ("import sys\nsys.stdout.write('5.' + '0' * (32 * 10**6 - 2) + '\\n')\n", "stdin", "2 3\n",
+                          "5\n"),
+    "fraction_of_2MiB_parts": ("from fractions import Fraction\nclass Solution:\n    def f(self, x):\n"
+                               "        return Fraction((1 << 16_777_216) + 3, (1 << 16_777_216) + 1, _normalize=False)\n",
+                               "functional", "0", "3"),
 }
 #: The bomb every other is compared with (the documented reference: 16 million one-character tokens).
 REFERENCE_BOMB = "16M_tokens_one_line"
@@ -147,6 +155,131 @@ def harness_costs(repeats: int) -> dict:
     return harness_cost
 
 
+# ------------------------------------------------------------------------------------ what a run leaves (issue #60)
+#: The solver of the dentry channel: it looks up 20,000 names that do not exist in the standard library's folder,
+#: from the set its input bit names; the copier times first lookups of names of both sets, interleaved, and says
+#: which set is the faster (a cached negative dentry: about 1.1 us, a fresh lookup 3 us, issue #60).
+DENTRY_SOLVER = ("import os\nbit, tag = input().split()\nfolder = os.path.dirname(os.__file__)\n"
+                 "for i in range(20000):\n    os.path.exists(f'{folder}/nx{tag}_{bit}_{i}')\nprint(bit)\n")
+DENTRY_COPIER = ("import os, time\ntag = input().strip()\nfolder = os.path.dirname(os.__file__)\n"
+                 "times = [[], []]\n"
+                 "for i in range(3000):\n    for bit in (0, 1):\n        name = f'{folder}/nx{tag}_{bit}_{i}'\n"
+                 "        start = time.perf_counter_ns()\n        os.path.exists(name)\n"
+                 "        times[bit].append(time.perf_counter_ns() - start)\n"
+                 "median = [sorted(t)[len(t) // 2] for t in times]\nprint(0 if median[0] < median[1] else 1)\n")
+#: What a run can read of its own descriptors, its folders and its clocks: the copier of the counters' channels.
+READINGS = ("import os, time\nout = []\nfor fd in range(3, 12):\n    try:\n        st = os.fstat(fd)\n"
+            "        out.append((fd, st.st_ino, st.st_dev))\n    except OSError:\n        pass\n"
+            "for path in ('/work', '/tmp', os.path.dirname(os.__file__)):\n    st = os.stat(path)\n"
+            "    out.append((path[:5], st.st_ino, st.st_dev))\n"
+            "print(repr((out, time.time(), time.monotonic(), time.clock_gettime(time.CLOCK_BOOTTIME))))\n")
+#: A run that moves what host-wide counters it can: files, FIFOs, threads, shared mappings.
+BUSY = ("import os, mmap, threading\nfor i in range(1000):\n    open(f'/work/f{i}', 'w').close()\n"
+        "for i in range(50):\n    os.mkfifo(f'/tmp/p{i}')\n"
+        "maps = [mmap.mmap(-1, 4096) for _ in range(200)]\n"
+        "for _ in range(200):\n    t = threading.Thread(target=int)\n    t.start()\n    t.join()\nprint(1)\n")
+#: The solver of the clock channel: it ends when the wall clock's phase (in a second) is its value's quarter.
+CLOCK_SOLVER = ("import time\nvalue = int(input())\nwhile abs((time.time() % 1.0) - (value + 0.5) / 4) > 0.01:\n"
+                "    time.sleep(0.002)\nprint(repr(time.time()))\n")
+CLOCK_COPIER = "import time\nprint(repr(time.time()))\n"
+
+
+def _bits_of_binary_guess(right: int, rounds: int) -> float:
+    """What a guess that is right ``right`` times in ``rounds`` of a fair coin tells, in bits (1 - H(error))."""
+    import math
+
+    p = min(max(right / rounds, 1e-9), 1 - 1e-9)
+    return round(max(0.0, 1 + p * math.log2(p) + (1 - p) * math.log2(1 - p)), 3)
+
+
+def _output(box):
+    return lambda index, out: box.append(out.decode().strip()) or True
+
+
+def channels(rounds: int) -> dict:
+    """Issue #60's channels, measured as the red team measured them: a solver, then a copier of the same problem
+    right after it (``run_program`` back to back: no shuffle, no start delay, the worst order), ``rounds`` times.
+    ``dentry``: how often the copier names the solver's random bit, with the shared folders as the run's own image
+    and, as the control, as bind mounts of the host's folders (the code before issue #60). ``counters``: whether
+    anything the copier reads of its descriptors' and folders' numbers differs after an idle and a busy solver.
+    ``clock``: the monotonic and boot-time clocks' difference between two runs (random offsets), and for the wall
+    clock the solver's value (0-3, the quarter of the second it ended in) against the copier's best guess, back to
+    back and through ``run_programs`` (shuffled, with the start delay)."""
+    import dataclasses
+    import random
+
+    from snapeval.sandbox import harness
+
+    iso = isolation()
+    fast = SandboxLimits(timeout_s=5.0, memory_mb=512, output_bytes=1 << 20, disk_mb=16)
+    out: dict = {"rounds": rounds}
+    variants = {"image": iso, "bind_mounts_control": dataclasses.replace(iso, image=None)} if iso.image \
+        else {"bind_mounts": iso}
+    original = harness.require_isolation
+    try:
+        for name, variant in variants.items():
+            harness.require_isolation = lambda variant=variant: variant
+            right = 0
+            for _ in range(rounds):
+                bit, tag, box = random.randrange(2), random.randrange(1 << 40), []  # fresh names every round
+                run_program(DENTRY_SOLVER, [f"{bit} {tag}\n"], mode="stdin", judge=lambda i, o: True, limits=fast)
+                run_program(DENTRY_COPIER, [f"{tag}\n"], mode="stdin", judge=_output(box), limits=fast)
+                right += box == [str(bit)]
+            out[f"dentry_{name}"] = {"right": right, "rounds": rounds,
+                                     "bits_per_pair_for_one_bit": _bits_of_binary_guess(right, rounds)}
+    finally:
+        harness.require_isolation = original
+    readings: dict[str, list] = {"idle": [], "busy": []}
+    for _ in range(max(2, rounds // 2)):
+        for kind, solver in (("idle", "print(1)\n"), ("busy", BUSY)):
+            box = []
+            run_program(solver, ["\n"], mode="stdin", judge=lambda i, o: True, limits=fast)
+            run_program(READINGS, ["\n"], mode="stdin", judge=_output(box), limits=fast)
+            readings[kind].append(box[0])
+    import ast as _ast
+
+    parsed = {kind: [_ast.literal_eval(r) for r in rs] for kind, rs in readings.items()}
+    numbers = {kind: {repr(p[0]) for p in ps} for kind, ps in parsed.items()}
+    out["counters"] = {"distinct_readings_after_idle": len(numbers["idle"]),
+                       "distinct_readings_after_busy": len(numbers["busy"]),
+                       "same_after_idle_and_busy": numbers["idle"] == numbers["busy"],
+                       "example": sorted(numbers["idle"])[0]}
+    stamps = [p[1:] for ps in parsed.values() for p in ps]
+    monotonic_gaps = [abs(b[1] - a[1]) for a, b in zip(stamps, stamps[1:])]
+    out["monotonic_difference_between_runs_s"] = {"min": round(min(monotonic_gaps)), "max": round(max(monotonic_gaps))}
+    for mode in ("back_to_back", "run_programs", "run_programs_beside_8_other_problems"):
+        right = 0
+        gaps = []
+        for _ in range(rounds):
+            value, box = random.randrange(4), []
+            if mode == "back_to_back":
+                run_program(CLOCK_SOLVER, [f"{value}\n"], mode="stdin", judge=_output(box), limits=fast)
+                run_program(CLOCK_COPIER, ["\n"], mode="stdin", judge=_output(box), limits=fast)
+                ended, started = float(box[0]), float(box[1])
+            else:
+                results = {}
+                jobs = [ProgramJob(CLOCK_SOLVER, [f"{value}\n"], "stdin",
+                                   lambda i, o: results.setdefault("solver", float(o)) or True, group="p"),
+                        ProgramJob(CLOCK_COPIER, ["\n"], "stdin",
+                                   lambda i, o: results.setdefault("copier", float(o)) or True, group="p")]
+                if mode != "run_programs":  # other problems' samples, shuffled in with them
+                    jobs += [ProgramJob("import time\ntime.sleep(0.1)\nprint(1)\n", ["\n"], "stdin", lambda i, o: True,
+                                        group=other) for other in range(8)]
+                run_programs(jobs, limits=fast)
+                ended, started = results["solver"], results["copier"]
+            gaps.append(started - ended)
+            out.setdefault(f"clock_{mode}_pairs", []).append([value, round(started % 1.0, 4)])
+        # the copier's best decoder: its start phase less the median gap, read as the quarter of the second
+        gap = statistics.median(g for g in gaps if g > 0) if any(g > 0 for g in gaps) else 0.0
+        for value, phase in out[f"clock_{mode}_pairs"]:
+            right += int(((phase - gap) % 1.0) * 4) == value
+        out[f"clock_{mode}"] = {"right": right, "rounds": rounds, "chance": 0.25,
+                                "gap_s": [round(min(gaps), 3), round(max(gaps), 3)],
+                                "copier_first": sum(g < 0 for g in gaps)}
+        del out[f"clock_{mode}_pairs"]
+    return out
+
+
 def startup(programs: int) -> dict:
     """The start-up per program: the median wall time and the mean CPU (this process and its children together) of
     ``programs`` stdin and functional programs with one trivial test, with the load before and after: run it
@@ -202,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-only", type=int, default=0, metavar="N",
                         help="time N programs with one test each (stdin, functional) and print the medians (JSON)")
     parser.add_argument("--bomb-repeats", type=int, default=3, help="rounds of every bomb (medians are reported)")
+    parser.add_argument("--channels", type=int, default=0, metavar="ROUNDS",
+                        help="measure what a run reads of the previous one (issue #60) in ROUNDS pairs and print it")
     parser.add_argument("--bombs-only", action="store_true",
                         help="measure the harness cost of every bomb only and print it (written only with --out)")
     args = parser.parse_args(argv)
@@ -210,6 +345,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.startup_only:
         print(json.dumps(startup(args.startup_only)))
+        return 0
+    if args.channels:
+        load = _loadavg()
+        report = {"channels": channels(args.channels), "load_average_before": load, "load_average_after": _loadavg()}
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
         return 0
     if args.bombs_only:
         load = _loadavg()

@@ -47,3 +47,34 @@ def test_the_model_text_is_never_evaluated():
     assert aime.symbolic_value("(lambda: 1)()") is None
     assert aime.arithmetic_value("9**9**9") is None and aime.arithmetic_value("factorial(10**9)") is None
     assert aime.arithmetic_value("0x21") == 33.0 and aime.arithmetic_value("4!+9") == 33.0
+
+
+def test_sets_are_compared_as_the_graders_symbolic_equal_compares_them():
+    """Issue #60: ``\\boxed{\\{2, 1\\}}`` against ``\\{1, 2\\}`` is right for QwQ's grader (``grader.py:273-300``:
+    ``parse_expr`` reads both as Python sets of sympy integers, then ``str(a) == str(b) or a == b``) and was wrong here
+    (a set was no number). Lists and tuples compare in order."""
+    from snapeval.tasks.aime import extract_answer, math_equal, normalize
+
+    def right(reply, reference):
+        return math_equal(normalize(extract_answer(reply)), normalize(reference))
+
+    assert right("so \\boxed{\\{2, 1\\}}", "\\{1, 2\\}")
+    assert right("\\boxed{\\{3,1,2\\}}", "\\{1,2,3\\}")
+    assert not right("\\boxed{\\{2, 1\\}}", "\\{1, 3\\}")
+    assert not right("\\boxed{[2, 1]}", "[1, 2]") and right("\\boxed{[1, 2]}", "[1, 2]")
+    assert right("\\boxed{\\{33\\}}", "33")  # braces dropped first (grader.py's rule), as there
+
+
+def test_cons_at_n_groups_answers_with_the_equality_pass_at_1_uses():
+    """Issue #60: cons@n grouped answers by value while pass@1 grades with ``math_equal``, whose percentage rule makes
+    80, 0.8 and 8000 each right for a reference of 80: an 8-sample vote flipped. They vote together now."""
+    from snapeval.tasks.aime import consensus, score
+
+    answers = ["0.8", "8000", "80", "5", "5", "5", "0.8", "7"]
+    assert consensus(answers) == "0.8"  # 4 votes for the group of 80 against 3 for 5
+    replies = [f"\\boxed{{{a}}}" for a in answers]
+    metrics = score({"ID": "x", "Answer": "80"}, replies)
+    assert metrics["cons@8"] == 1.0 and metrics["pass@1"] == 4 / 8
+    assert consensus(["25", "025", "25.0", "7", "7"]) == "25" and consensus(["", ""]) == ""
+    assert consensus(["\\frac{1}{2}", "0.5", "3", "3"]) in ("\\frac{1}{2}", "3")  # a tie goes to the first group
+    assert consensus(["\\frac{1}{2}", "0.5", "3", "3"]) == "\\frac{1}{2}"

@@ -293,7 +293,7 @@ def _seccomp_verdict(program, arch, nr, args=(0,) * 6):
 def test_the_seccomp_allow_list_as_the_kernel_runs_it():
     """The filter, run instruction by instruction for both architectures: the allowed calls pass, everything else is
     EPERM (record locks, shared futexes, new pipes and sockets, AIO, io_uring, the page-cache probes, flock, new
-    processes), clone3
+    processes, listmount, statmount, file handles), clone3 and statx (mount ids, issue #60)
     ENOSYS, threads only through clone, x32 and a foreign architecture kill the process; every jump is short."""
     from snapeval.sandbox import driver
 
@@ -324,6 +324,10 @@ def test_the_seccomp_allow_list_as_the_kernel_runs_it():
             ("clone process", driver.CLONE[column], (17,), eperm),
             ("clone thread+newuser", driver.CLONE[column], (0x3D0F00 | 0x10000000,), eperm),
             ("clone3", driver.CLONE3[column], (), enosys),
+            ("statx STATX_BASIC_STATS", driver.STATX[column], (0xFFFFFF9C, 0, 0, 0x7FF), enosys),
+            ("statx STATX_MNT_ID_UNIQUE", driver.STATX[column], (0xFFFFFF9C, 0, 0, 0x4000), enosys),
+            ("listmount", (458, 458)[column], (), eperm), ("statmount", (457, 457)[column], (), eperm),
+            ("name_to_handle_at", (303, 264)[column], (), eperm),
             ("futex WAKE_PRIVATE", ruled["futex"], (0, 129), allow), ("futex WAKE", ruled["futex"], (0, 1), eperm),
             ("futex WAIT_BITSET_PRIVATE|CLOCK_REALTIME", ruled["futex"], (0, 9 | 128 | 256), allow),
             ("futex WAIT", ruled["futex"], (0, 0), eperm),

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from snapeval.sandbox import SandboxLimits, driver, harness, isolation, run_program
 from snapeval.sandbox.limits import MAX_INT_LITERAL, MAX_VALUES, RESULT_LIMITS
-from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProtocolError, decode_value
+from snapeval.sandbox.protocol import FrameReader, OutputTooLarge, ProgramFraction, ProtocolError, decode_value
 from snapeval.tasks.livecodebench import SPACES, stdout_matches
 from tests.test_protocols_livecodebench import _outcome  # the official comparison (lcb_runner's), written out there
 from tests.test_protocols_livecodebench import ref_stdio_verdict as official_verdict
@@ -155,6 +155,89 @@ STDIN_BOMBS = {  # 4 MiB each, the classes of issue #47
 }
 
 
+STDIN_BOMBS.update({  # issue #60: correct answers padded with zeros (4 MiB each)
+    "arabic_indic_zero_padding": "\u0660".encode() * (2 << 20) + b"5",
+    "zero_fraction": b"5." + b"0" * (4 << 20),
+    "zero_exponent_padding": b"5e" + b"0" * (4 << 20),
+})
+
+_NUMBER_PARTS = st.sampled_from(["0", "00", "٠", "۰", "०", "𝟎", "_", "5", "٣", "𝟓", "1", "9", ".", "e", "E", "+", "-",
+                                 "x", "é", "٠" * 40, "0" * 70, "_0" * 30, "NaN", "Inf"])
+
+
+def test_a_returned_fraction_is_compared_as_the_program_holds_it():
+    """Issue #60: an unreduced ``Fraction(42, 2, _normalize=False)`` equals 21 here (it was rebuilt and reduced) and
+    not in lcb_runner, where the program's own object is compared (``Fraction.__eq__`` reads its parts); and a
+    Fraction of 2 MiB parts cost the harness 15.5 s of gcd. Its parts cross as they are and are compared part by
+    part, as ``Fraction.__eq__`` compares, in time linear in them."""
+    from snapeval.tasks.livecodebench import functional_matches
+
+    def back(value):
+        return decode_value(driver.encode_value(value, RESULT_LIMITS))
+
+    unreduced = Fraction(42, 2, _normalize=False)
+    for value, expected in ((unreduced, 21), (unreduced, 21.0), (unreduced, True), ([unreduced], [21]),
+                            (Fraction(-3, -1, _normalize=False), 3), (Fraction(21), 21), (Fraction(1, 2), 0.5),
+                            (Fraction(1, 3), 1 / 3), (Fraction(0), False), (Fraction(5), "5"), (Fraction(1), None),
+                            (Fraction(2), float("nan")), ({"a": Fraction(7, 2)}, {"a": 3.5}), ((Fraction(3),), [3])):
+        assert functional_matches(back(value), expected) is functional_matches(value, expected), (value, expected)
+    huge = Fraction(3 ** 2_000_000, 3 ** 1_999_999 * 2, _normalize=False)  # 3.2 Mbit parts: gcd would take minutes
+    start = time.process_time()
+    assert not functional_matches(back(huge), 1) and not functional_matches(back(huge), 1.5)
+    assert time.process_time() - start < 2.0
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_NUMBER_PARTS, min_size=1, max_size=10).map("".join),
+       st.sampled_from(["5", "0", "-5", "0.5", "50", "5e-3", "500000"]))
+def test_reduced_long_tokens_read_as_decimal_reads_them(token, expected):
+    """Issue #60: a long token's leading and trailing zeros (any script, any ``_``) and its exponent's leading zeros
+    are skipped before ``Decimal`` reads it; every token, reduced, is the number ``Decimal`` reads (or no number, as
+    there), and a line of it gets lcb_runner's verdict."""
+    from decimal import Decimal
+
+    from snapeval.tasks import livecodebench as lcb
+
+    data = token.encode("utf-8", "surrogatepass")
+    reduced = lcb._reduced_number(data, 0, len(data))
+    try:
+        official = Decimal(token)
+    except Exception:  # noqa: BLE001 - no number
+        official = None
+    if reduced is not None:
+        try:
+            ours = Decimal(reduced)
+        except Exception:  # noqa: BLE001
+            ours = None
+        assert (ours is None) == (official is None), (token, reduced)
+        if ours is not None and not official.is_nan():
+            assert ours == official, (token, reduced)
+    saved, lcb._REDUCE_FROM = lcb._REDUCE_FROM, 0  # every token through the reduced path
+    try:
+        ours_verdict = _outcome(stdout_matches, data, expected)
+    finally:
+        lcb._REDUCE_FROM = saved
+    official_verdict_ = _outcome(official_verdict, token, expected)
+    assert (official_verdict_ is True) == (ours_verdict is True), (token, expected, official_verdict_, ours_verdict)
+
+
+def test_zero_padded_correct_answers_cost_what_the_reference_costs():
+    """Issue #60: 16 M leading Arabic-Indic zeros before a correct answer took 4.3 s of grading (42x the reference
+    bomb, two tests), ``3.000...0`` of 32 MB 1 s; each is graded here within 2.5x the CPU of the reference line of
+    16 M one-character tokens (measured in the same process; the benchmark's figures: docs/sandbox.md)."""
+    def cpu(got, expected):
+        start = time.process_time()
+        verdict = stdout_matches(got, expected)
+        return time.process_time() - start, verdict
+
+    size = 8 << 20  # a quarter of the cap: seconds, not tens of seconds, on a busy machine
+    reference, _ = cpu(b"0 " * (size // 2 - 1) + b"0", b"5")
+    for got in ("\u0660".encode() * (size // 2) + b"5", b"5." + b"0" * size, b"5e" + b"0" * size,
+                b"5" + b"0" * size + b"e-%d" % size):
+        seconds, verdict = cpu(got, b"5")
+        assert verdict and seconds < 2.5 * reference + 0.02, (got[:8], seconds, reference)
+
+
 @pytest.mark.parametrize("name", sorted(STDIN_BOMBS))
 def test_stdin_grading_memory_is_bounded_by_the_output(name):
     """Old code: the output decoded to a str (4 bytes a character beside a non-BMP one) and copied per step."""
@@ -197,7 +280,7 @@ def test_wide_integers_cross_the_pipe_in_hexadecimal(value):
     numbers = re.findall(rb"-?\d+", re.sub(rb'"[^"]*"', b'""', text))  # the literals outside strings
     assert max(map(len, numbers), default=0) <= MAX_INT_LITERAL, numbers
     back = decode_value(text)
-    assert back == value and type(back) is type(value)
+    assert back == value and type(back) is (ProgramFraction if type(value) is Fraction else type(value))
 
 
 def test_many_small_values_are_refused_before_they_are_built():

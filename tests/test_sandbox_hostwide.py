@@ -7,6 +7,7 @@ import ctypes
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -223,3 +224,104 @@ def test_the_runs_parent_group_weighs_as_its_parallel_runs(tmp_path):
                  workers=2)
     with open(os.path.join(tree.bases["unified"], "cpu.weight")) as f:
         assert f.read().strip() == str(2 * CPU_WEIGHT)
+
+
+# ------------------------------------------------------------------------------ what a run leaves (issue #60)
+def _readings(code: str) -> list:
+    box = []
+    result = run_program(code, ["\n"], mode="stdin", judge=lambda i, o: box.append(o.decode()) or True, limits=FAST)
+    assert result.passed, result
+    return eval(box[0])  # noqa: S307 - the test's own program printed a repr of numbers
+
+
+OWN_NUMBERS = """
+import os, time
+fds = []
+for fd in range(3, 12):
+    try:
+        st = os.fstat(fd)
+        fds.append((fd, st.st_ino, oct(st.st_mode)))
+    except OSError:
+        pass
+print(repr((fds, os.stat('/work').st_ino, os.stat(os.path.dirname(os.__file__)).st_dev, time.monotonic(),
+            time.clock_gettime(time.CLOCK_BOOTTIME), os.getloadavg())))
+"""
+BUSY = """
+import os, mmap, threading
+for i in range(300):
+    open(f'/work/f{i}', 'w').close()
+for i in range(20):
+    os.mkfifo(f'/tmp/p{i}')
+maps = [mmap.mmap(-1, 4096) for _ in range(100)]
+for _ in range(100):
+    t = threading.Thread(target=int)
+    t.start()
+    t.join()
+print(1)
+"""
+
+
+@sandboxed
+@pytest.mark.runs_programs
+def test_a_run_reads_numbers_of_its_own_not_the_hosts():
+    """Issue #60: the input and result were pipes the harness made, numbered by the host-wide inode counter that an
+    earlier run moved (211 after a busy run against 129 after an idle one); they are FIFOs of the run's own tmpfs now,
+    numbered alike in every run. The shared folders are a file system of the run's own (not the host's, whose
+    dentry cache kept the names a run looked up), its monotonic and boot-time clocks sit at a random offset, and
+    ``os.getloadavg()`` answers from the run's /proc (it raised: sysinfo is refused)."""
+    iso = isolation()
+    seen = []
+    for solver in ("print(1)\n", BUSY):
+        run_program(solver, ["\n"], mode="stdin", judge=lambda i, o: True, limits=FAST)
+        seen.append(_readings(OWN_NUMBERS))
+    (fds_a, work_a, dev_a, mono_a, boot_a, load_a), (fds_b, work_b, dev_b, mono_b, boot_b, load_b) = seen
+    if iso.fifo_io:
+        fifos = [(fd, inode) for fd, inode, mode in fds_a if mode.startswith("0o10")]  # S_IFIFO
+        assert fds_a == fds_b and len(fifos) == 2, seen  # the input and the result, numbered alike in every run
+    assert work_a == work_b == 1 and load_a == load_b == (0.0, 0.0, 0.0)
+    if iso.image:
+        assert dev_a != os.stat(os.path.dirname(os.__file__)).st_dev  # not the host's file system
+    if iso.own_clocks:  # offsets drawn below 2^30 s: two within 1,000 s of each other once in a million pairs
+        assert abs(mono_b - mono_a) > 1000 and abs(boot_b - boot_a) > 1000, seen
+
+
+SPEC_SEARCH = """
+import gc, sys
+found = []
+for obj in gc.get_objects():
+    if isinstance(obj, dict) and 'mode' in obj and 'code' in obj:
+        found.append(sorted(obj))
+frames, frame = [], sys._getframe()
+while frame:
+    frames.append(frame.f_code.co_filename)
+    frame = frame.f_back
+print(repr((found, sys.argv, sys.orig_argv[1:5], frames)))
+"""
+
+
+@sandboxed
+@pytest.mark.runs_programs
+def test_the_spec_a_program_sees_names_nothing_of_the_host():
+    """Issue #60: the driver's spec in the program's memory held the checkout's path, the harness's run directory,
+    its PID and its run counter (the cgroup's path), and its file name was the checkout's path."""
+    found, argv, orig, frames = _readings(SPEC_SEARCH)
+    assert found == [["code", "func_name", "load_only", "max_file_bytes", "mode", "result_limits"]], found
+    text = repr((found, argv, orig, frames))
+    repo = str(Path(__file__).resolve().parents[1])
+    assert repo not in text and "snapeval-sandbox" not in text and str(os.getpid()) not in text, text
+    assert all(not name.startswith("/") or name.startswith("/sandbox/") for name in frames), frames
+
+
+def test_runs_are_shuffled_and_a_groups_next_run_waits(monkeypatch):
+    """Issue #60: the samples of one problem ran back to back in job order, and the next one started a fixed gap
+    after the previous ended (the copier read the phase of the wall clock the solver ended at). The order is
+    random now, and a group's later run starts after a random delay."""
+    order, delays = [], []
+    monkeypatch.setattr(harness, "run_program", lambda code, *a, **k: order.append(code) or harness.ProgramResult(
+        "passed"))
+    monkeypatch.setattr(harness.time, "sleep", delays.append)
+    jobs = [ProgramJob(f"{problem}{n}", [], "stdin", lambda i, o: True, group=problem)
+            for problem in "abcdefgh" for n in range(3)]
+    assert all(r.passed for r in run_programs(jobs, workers=2))
+    assert sorted(order) == sorted(job.code for job in jobs) and order != [job.code for job in jobs]
+    assert len(delays) == 16 and all(0 <= d < harness.START_JITTER_S for d in delays) and len(set(delays)) > 1

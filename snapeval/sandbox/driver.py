@@ -4,15 +4,19 @@ Standard library only, no snapeval imports: it runs under ``python -I -S``, poss
 PID 1 of fresh mount, PID, network, IPC and UTS namespaces (``unshare``). Everything before the ready byte is
 trusted set-up code that no part of the program has touched yet; order matters:
 
-1. read the spec and the program from the harness's private (root-only) run directory (test inputs are not there:
-   the harness hands them over one at a time, see below);
+1. read the run's bundle (the spec, the program, the driver's sources) from standard input, a file of the
+   harness's private (root-only) run directory (``probe.BOOTSTRAP``: this file runs compiled as
+   ``/sandbox/driver.py``; test inputs are not there: the harness hands them over one at a time, see below), enter a
+   time namespace of its own (:func:`enter_own_clocks`) and move its descriptors to fixed numbers;
 2. join the run's cgroup(s) (the harness made them and set their limits; see ``cgroups.py``), so that every byte
    and every CPU second of what follows is counted by the kernel;
 3. build a new root and pivot into it (:func:`enter_new_root`): a tmpfs holding only the paths the harness lists
    (the interpreter binary, its standard library, the directories of the shared libraries it loads; bind mounts,
    read-only, ``nosuid``, ``nodev``, symlinks on the way recreated), ``site-packages`` hidden, ``/dev/null``,
    ``/dev/zero``, ``/dev/urandom``, a ``/proc`` of fixed files (no procfs: :func:`fixed_proc`), and two private
-   size-limited ``noexec`` tmpfs ``/work`` (the working directory) and ``/tmp``. The old root is detached;
+   size-limited ``noexec`` tmpfs ``/work`` (the working directory) and ``/tmp``; as root the shared folders come
+   from the run's own image (:func:`mount_image`) and the input and result are FIFOs of its own (:func:`open_fifos`).
+   The old root is detached;
 4. the official import header's modules, resource limits, then the privilege drop to a uid of the run's own (as
    root), every capability dropped, ``no_new_privs`` and the parent-death signal re-armed (a credential change clears
    it); then the seccomp filter (:func:`seccomp_program`);
@@ -55,15 +59,20 @@ import sys
 import types
 
 def _load_part(name):
-    """A part of the driver kept in a file of its own beside this one (loaded by its path: the driver runs as a
-    script under ``python -I``, with no package to import from; before the new root hides this folder)."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    spec = importlib.util.spec_from_file_location(f"snapeval_sandbox_driver_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    """A part of the driver kept in a file of its own beside this one: from the run's bundle (``BUNDLE``, which the
+    interpreter's ``-c`` bootstrap puts in this module's globals, ``probe.BOOTSTRAP``), compiled under a name of the
+    run's own, not the host's path; imported as a module (tests), from the file beside this one."""
+    bundle = globals().get("BUNDLE")
+    if bundle is not None:
+        source, path = bundle["sources"][name], f"/sandbox/{name}.py"
+    else:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    module = types.ModuleType(f"snapeval_sandbox_driver_{name}")
+    module.__file__ = path
+    sys.modules[module.__name__] = module
+    exec(compile(source, path, "exec"), module.__dict__)
     return module
 
 
@@ -303,12 +312,29 @@ def fixed_proc(proc, spec):
     mount(None, proc, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
+def mount_image(root, image, bound):
+    """The shared folders (the standard library, numpy) from the run's own read-only image (``probe.shared_image``):
+    its loop device mounted as ext4 on a folder outside the new root, each of its folders bound at its place in the
+    new root, then the first mount detached. The file system is the run's own: the names a run looks up, the ones
+    that do not exist included, are cached in its dentries, which die with it, not in the host's (issue #60)."""
+    at = image["mount_at"]
+    mount(image["device"], at, "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for folder, inside in image["folders"]:
+        mount(f"{at}/{folder}", _mount_point(root, inside, True), None, MS_BIND | MS_REC)
+        bound.append(inside)
+    _check(_libc.umount2(at.encode(), MNT_DETACH), "umount image")
+
+
 def enter_new_root(spec):
     """Pivot into a new root holding only what the interpreter needs (see the module docstring)."""
     root = spec["root_dir"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates back to the host
+    if spec.get("io") == "fifo":
+        open_fifos(spec)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     bound = []
+    if spec.get("image"):
+        mount_image(root, spec["image"], bound)
     for path in spec["expose"]:
         expose(root, path, bound)
     for path in spec["hide"]:  # site-packages inside the interpreter's tree: an empty read-only directory
@@ -316,8 +342,9 @@ def enter_new_root(spec):
             mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                   "size=4k,nr_inodes=2,mode=555")
     for host, inside in spec.get("packages", ()):  # third-party packages (numpy), read-only, at their own place
-        mount(host, _mount_point(root, inside, True), None, MS_BIND | MS_REC)
-        bound.append(inside)
+        if inside not in bound:
+            mount(host, _mount_point(root, inside, True), None, MS_BIND | MS_REC)
+            bound.append(inside)
     points = {path: _mount_point(root, path, True) for path in ("/dev", "/proc", "/work", "/tmp")}
     sealed = seal_read_only(root, bound)  # before /dev (its nodes need device access) and the writable tmpfs
     make_devices(root)
@@ -335,6 +362,39 @@ def enter_new_root(spec):
     if not sealed:
         mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)  # the root tmpfs
     os.chdir("/work")
+
+
+CLONE_NEWTIME = 0x80
+#: How far a run's CLOCK_MONOTONIC and CLOCK_BOOTTIME are moved (a random offset below this many seconds, and random
+#: nanoseconds): far more than any machine's uptime, so a run's reading tells nothing of the host's clock or of
+#: when another run read it.
+CLOCK_OFFSET_S = 1 << 30
+
+
+def enter_own_clocks():
+    """Give this process (and so the program) a time namespace of its own whose ``CLOCK_MONOTONIC`` and
+    ``CLOCK_BOOTTIME`` (``time.monotonic``, ``time.perf_counter``, ``CLOCK_BOOTTIME``, the uptime) read a random
+    offset of their own, drawn afresh for every run: two runs' readings are unrelated, so a run cannot learn from
+    them when the previous run of its problem ended (issue #60). ``CLOCK_REALTIME`` has no offset in a time namespace
+    (the kernel's rule); see docs/sandbox.md for what the harness does about it. Must run while this process has one
+    thread (``setns`` into a time namespace refuses otherwise). Returns False where the kernel has no time
+    namespaces (before 5.6) or refuses one."""
+    if _libc.unshare(CLONE_NEWTIME) != 0:
+        return False
+    draw = int.from_bytes(os.urandom(16), "little")
+    offsets = "".join(f"{clock} {(draw >> shift) % CLOCK_OFFSET_S} {(draw >> (shift + 32)) % 1_000_000_000}\n"
+                      for clock, shift in (("monotonic", 0), ("boottime", 64)))
+    fd = os.open("/proc/self/timens_offsets", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, offsets.encode("ascii"))
+    finally:
+        os.close(fd)
+    fd = os.open("/proc/self/ns/time_for_children", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc.setns(fd, CLONE_NEWTIME), "setns time namespace")
+    finally:
+        os.close(fd)
+    return True
 
 
 def run_uid(spec):
@@ -375,6 +435,7 @@ ALLOWED_SYSCALLS = _seccomp.ALLOWED_SYSCALLS
 ARGUMENT_RULES = _seccomp.ARGUMENT_RULES
 CLONE = _seccomp.CLONE
 CLONE3 = _seccomp.CLONE3
+STATX = _seccomp.STATX
 X86_LEGACY_SYSCALLS = _seccomp.X86_LEGACY_SYSCALLS
 _AUDIT_ARCH = _seccomp._AUDIT_ARCH
 install_seccomp = _seccomp.install_seccomp
@@ -424,7 +485,10 @@ def encode_value(value, limits):
         if isinstance(v, dict):
             return enc(dict(v), depth)
         if isinstance(v, Fraction):
-            return {"~": "fraction", "n": enc(int(v.numerator), depth + 1), "d": enc(int(v.denominator), depth + 1)}
+            # the parts as the object holds them (Fraction.__eq__ reads _numerator and _denominator): an unreduced
+            # Fraction(42, 2, _normalize=False) is not 21 there, and must not become 21 here
+            return {"~": "fraction", "n": enc(int(getattr(v, "_numerator", v.numerator)), depth + 1),
+                    "d": enc(int(getattr(v, "_denominator", v.denominator)), depth + 1)}
         if isinstance(v, Decimal):
             return {"~": "decimal", "v": str(v)}
         if isinstance(v, complex):
@@ -510,21 +574,71 @@ def serve(spec, code, inputs_fd, results_fd):
         write_result(results_fd, {"status": "ok", "bytes": len(payload)}, payload)
 
 
+#: The spec's fields the serving loop reads (every other names the host: its paths, the cgroup's, the fd numbers of
+#: the harness's pipes): the spec the program's process keeps holds these only.
+SERVED_FIELDS = ("mode", "func_name", "max_file_bytes", "result_limits", "load_only", "code")
+#: The fixed numbers the run's descriptors are moved to (the harness's numbers depend on what else it has open).
+READY_FD, INPUT_FD, RESULT_FD = 3, 4, 5
+
+
 def main():
     probe = "--probe" in sys.argv
-    with open(sys.argv[1], encoding="utf-8") as f:
-        spec = json.load(f)
+    spec = globals().pop("BUNDLE")["spec"]
     ready = spec["ready_fd"]
     try:
         set_up(spec, probe)
+        ready = spec["ready_fd"]
     except BaseException as exc:  # the machine's failure, before any program code: the harness reports it
         os.write(ready, b"E " + _describe(exc).encode("utf-8", "replace")[:300])
         os._exit(1)
     if probe:
         return
+    inputs, results = spec["input_fd"], spec["result_fd"]
+    spec = {name: spec.get(name) for name in SERVED_FIELDS}  # nothing of the host's left in what the program sees
     os.write(ready, b"R")
     os.close(ready)
-    serve(spec, spec["code"], spec["input_fd"], spec["result_fd"])
+    serve(spec, spec["code"], inputs, results)
+
+
+def settle_descriptors(spec):
+    """Move the ready, input and result descriptors to :data:`READY_FD`, :data:`INPUT_FD`, :data:`RESULT_FD`: the
+    numbers the harness gave them are its lowest free ones, which depend on what else it has open (its other runs)."""
+    import fcntl
+
+    names = [name for name in ("ready_fd", "input_fd", "result_fd") if spec.get(name) is not None]
+    high = {name: fcntl.fcntl(spec[name], fcntl.F_DUPFD_CLOEXEC, 100) for name in names}
+    for name in names:
+        os.close(spec[name])
+    for name, fixed in zip(("ready_fd", "input_fd", "result_fd"), (READY_FD, INPUT_FD, RESULT_FD)):
+        if name in high:
+            os.dup2(high[name], fixed, inheritable=False)
+            os.close(high[name])
+            spec[name] = fixed
+
+
+def open_fifos(spec):
+    """The run's input and result channels as FIFOs on a tmpfs of its own (``spec["io_dir"]``, in the harness's
+    private run directory, mounted in this mount namespace only), not pipes the harness made: a pipe's inode number
+    comes from a host-wide counter that every pipe, socket and procfs inode of the host moves, and ``fstat`` on the
+    run's own descriptors showed it (the next run of a problem read how far the host had counted since the previous
+    one, issue #60). A FIFO's inode number is its fresh tmpfs's own (the same in every run). The handshake: ``F`` on
+    the ready pipe once the input end is open; the harness opens both through ``/proc/<pid>/root`` and writes ``G``
+    on the input; then the result end is opened (its reader exists by then)."""
+    import select
+
+    folder = spec["io_dir"]
+    mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=8,mode=700")
+    os.mkfifo(folder + "/in", 0o600)
+    os.mkfifo(folder + "/out", 0o600)
+    inputs = os.open(folder + "/in", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    os.write(spec["ready_fd"], b"F")
+    poller = select.poll()
+    poller.register(inputs, select.POLLIN)
+    if not poller.poll(10_000) or os.read(inputs, 1) != b"G":
+        raise OSError("the harness did not open the run's FIFOs")
+    os.set_blocking(inputs, True)
+    spec["input_fd"] = inputs
+    spec["result_fd"] = os.open(folder + "/out", os.O_WRONLY | os.O_CLOEXEC)
 
 
 def preload_packages(spec):
@@ -547,13 +661,28 @@ def preload_packages(spec):
                 pass
 
 
+def answer_from_run_view():
+    """``os.getloadavg()`` as the run's own ``/proc/loadavg`` says (its fixed view: ``0.00 0.00 0.00``): the C
+    library asks ``sysinfo(2)``, which the seccomp filter refuses (it reports the host's load and process count),
+    so the call raised ``OSError`` in a run where it answers officially."""
+
+    def getloadavg():
+        fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fields = os.read(fd, 256).split()
+        finally:
+            os.close(fd)
+        try:
+            return float(fields[0]), float(fields[1]), float(fields[2])
+        except (IndexError, ValueError):
+            raise OSError("Load averages are unobtainable") from None
+
+    os.getloadavg = getloadavg
+
+
 def set_up(spec, probe):
     """Steps 1-5 of the module docstring (trusted: no program code has run yet)."""
-    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "solution.py"), encoding="utf-8",
-              errors="surrogatepass") as f:
-        spec["code"] = f.read()
-    for fd in (spec["ready_fd"], spec["input_fd"], spec["result_fd"]):
-        os.set_inheritable(fd, False)
+    settle_descriptors(spec)
     try:
         join_cgroups(spec["cgroup_procs"])
         in_cgroup = bool(spec["cgroup_procs"])
@@ -561,6 +690,7 @@ def set_up(spec, probe):
         if not probe:
             raise
         in_cgroup = False
+    own_clocks = enter_own_clocks()  # while the interpreter has one thread, and /proc is still the host's
     uid = run_uid(spec)
     if spec["isolate_fs"]:
         enter_new_root(spec)
@@ -593,9 +723,10 @@ def set_up(spec, probe):
             except BaseException:  # noqa: BLE001 - then the runs do without them (the harness says so)
                 pass
         os.write(spec["ready_fd"], b"P ok" + (b" seccomp" if filtered else b"") + (b" cgroup" if in_cgroup else b"")
-                 + imported)
+                 + imported + (b" clocks" if own_clocks else b""))
         return
     preload_packages(spec)
+    answer_from_run_view()
     sys.addaudithook(make_audit_hook(os.getcwd(), os.getpid()))
     sys.set_int_max_str_digits(INT_MAX_STR_DIGITS)
     disable_like_official()

@@ -2,8 +2,9 @@
 driving every test.
 
 **The harness drives the tests, not the program.** One sandboxed process per program; after its trusted set-up it
-writes one ready byte and closes that pipe. The harness then writes test 0's input on the input pipe (non-blocking),
-starts test 0's clock, reads exactly one result frame from the result pipe, grades it with the caller's ``judge``,
+writes one ready byte and closes that pipe. The harness then writes test 0's input on the input channel (a FIFO of the
+run's own tmpfs as root, else a pipe; non-blocking), starts test 0's clock, reads exactly one result frame from the
+result channel, grades it with the caller's ``judge``,
 and only then writes test 1's input, and so on until a test fails (the official LiveCodeBench rule) or all passed.
 A test's input does not exist in the sandbox before its clock starts and the expected outputs never do, so no work
 can be moved ahead of a test's clock; the only thing a program can put on the result pipe is its own output for the
@@ -33,11 +34,13 @@ has one; the audit hook (a convenience). Programs of different problems run in p
 from __future__ import annotations
 
 import os
+import random
 import select
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -47,7 +50,8 @@ from typing import Any, Callable, Hashable, Sequence
 
 from snapeval.errors import check_choice
 from snapeval.sandbox.cgroups import RunCgroup
-from snapeval.sandbox.probe import keep_resident, kill_process_group, require_isolation, run_uid_spec, spawn_driver
+from snapeval.sandbox.probe import (connect_fifos, image_mount, keep_resident, kill_process_group, require_isolation,
+                                    run_uid_spec, spawn_driver)
 from snapeval.sandbox.limits import RESULT_LIMITS, SandboxLimits
 from snapeval.sandbox.protocol import (FrameReader, OutputTooLarge, ProtocolError, check_utf8, decode_value,
                                        input_frame)
@@ -302,8 +306,12 @@ def _one_test(run: _Run, index: int, text: str, limits: SandboxLimits, cap: int,
     poller.register(run.results, select.POLLIN)
     poller.register(run.inputs, select.POLLOUT)
     check_cpu_at = started
+    closed = False  # the program closed its result channel: it is graded when it dies, or at its limit
     while True:
         now = time.monotonic()
+        if closed and run.proc.poll() is not None:
+            status, detail = run.death()
+            return TestOutcome(index, status, detail, now - started, run.cpu() - cpu_mark), reader
         if now >= check_cpu_at:
             cpu = run.cpu() - cpu_mark
             if cpu > limits.timeout_s:
@@ -328,9 +336,10 @@ def _one_test(run: _Run, index: int, text: str, limits: SandboxLimits, cap: int,
                 chunk = os.read(run.results, 1 << 20)
             except BlockingIOError:
                 continue
-            if not chunk:
-                status, detail = run.death()
-                return TestOutcome(index, status, detail, time.monotonic() - started, run.cpu() - cpu_mark), reader
+            if not chunk:  # the result channel's end: the run died, or the program closed it and lives on (the
+                closed = True  # official runner waits for such a program until its time limit)
+                poller.unregister(run.results)
+                continue
             try:
                 complete = reader.feed(chunk)
             except OutputTooLarge as exc:
@@ -446,6 +455,7 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
     try:
         uid = held.enter_context(run_uid_spec(iso.drop_uid, iso.isolate_fs))
         cgroup = iso.cgroups.new_run(int(limits.memory_mb) << 20, int(limits.max_processes)) if iso.cgroups else None
+        image = held.enter_context(image_mount(iso.image, iso.image_folders, run_dir)) if iso.image else None
         spec = {
             "mode": mode, "func_name": func_name, "isolate_fs": iso.isolate_fs,
             "root_dir": str(Path(run_dir, "root")), "expose": list(iso.expose), "hide": list(iso.hide),
@@ -456,15 +466,21 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
             "max_file_bytes": int(limits.output_bytes), "max_open_files": int(limits.max_open_files),
             "max_processes": int(limits.max_processes), **uid,
             "cgroup_procs": cgroup.procs_files if cgroup else [], "load_only": load_only,
-            "result_limits": RESULT_LIMITS,
+            "result_limits": RESULT_LIMITS, "code": code, "io": "fifo" if iso.fifo_io else "pipes", "image": image,
         }
         os.mkdir(Path(run_dir, "root"))
-        Path(run_dir, "solution.py").write_text(code, encoding="utf-8", errors="surrogatepass")
         if not iso.isolate_fs:  # weaker isolation, accepted by the user: an empty directory of the program's own
             os.mkdir(work_dir, 0o700)  # inside the root-only run directory, so it cannot be moved or replaced
             if iso.drop_uid is not None:
                 os.chown(work_dir, iso.drop_uid, iso.drop_uid, follow_symlinks=False)  # just made, still empty
         proc, ready, inputs_fd, results = spawn_driver(iso.prefix, iso.python, run_dir, spec)
+        if iso.fifo_io:
+            try:
+                inputs_fd, results = connect_fifos(proc, ready, run_dir, time.monotonic() + STARTUP_S)
+            except OSError as exc:
+                os.close(ready)
+                kill_process_group(proc)
+                raise OSError(f"the run's FIFOs: {exc}") from None
         run = _Run(proc, ready, inputs_fd, results, cgroup, iso.seccomp)
         result = _supervise(run, inputs, mode, judge, limits)
     except OSError as exc:
@@ -486,31 +502,66 @@ def run_program(code: str, inputs: Sequence[str], *, mode: str, judge: Judge, fu
     return result
 
 
+#: Before a run of a group that has already run in this call, the harness waits a random time below this (uniform,
+#: drawn from the system's random source): the next sample of a problem does not start a fixed gap after the
+#: previous one ended, so the wall-clock phase at which that one ended tells it less (docs/sandbox.md, issue #60).
+START_JITTER_S = 0.25
+_RANDOM = random.SystemRandom()
+
+
 def run_programs(jobs: Sequence[ProgramJob], *, limits: SandboxLimits | None = None,
                  workers: int | None = None) -> list[ProgramResult]:
     """Run many programs in parallel (``workers`` defaults to the usable cores); results in ``jobs`` order.
 
     Jobs of one ``group`` run one after the other, never side by side: what the kernel counts for every process at
     once and cannot hide from a run (the inode numbers of new pipes and sockets) then cannot carry one sample's
-    answer to another sample of the same problem while both run (docs/sandbox.md)."""
+    answer to another sample of the same problem while both run (docs/sandbox.md). The order is random: the jobs of
+    all groups shuffled, each worker taking the first job whose group is not running, so the run before a sample on
+    the wall clock is as a rule another problem's and the samples of one problem are apart by a random number of
+    other runs; a job whose group has run before in this call starts after a random wait below
+    :data:`START_JITTER_S` (issue #60: a sample that ended at a chosen clock phase told the next sample of its
+    problem its answers)."""
     if not jobs:
         return []
     workers = workers or len(os.sched_getaffinity(0))
-    chains: dict[Any, list[int]] = {}
-    for index, job in enumerate(jobs):
-        chains.setdefault(("group", job.group) if job.group is not None else ("job", index), []).append(index)
+    groups = [("group", job.group) if job.group is not None else ("job", index) for index, job in enumerate(jobs)]
+    order = list(range(len(jobs)))
+    _RANDOM.shuffle(order)
     results: list[ProgramResult | None] = [None] * len(jobs)
+    running: set = set()
+    started: set = set()
+    ready = threading.Condition()
 
-    def chain(indices: list[int]) -> None:
-        for index in indices:
+    def take() -> int | None:
+        with ready:
+            while order:
+                for at, index in enumerate(order):
+                    if groups[index] not in running:
+                        del order[at]
+                        running.add(groups[index])
+                        return index
+                ready.wait()
+            return None
+
+    def worker() -> None:
+        while (index := take()) is not None:
             job = jobs[index]
-            results[index] = run_program(job.code, job.inputs, mode=job.mode, judge=job.judge,
-                                         func_name=job.func_name, limits=limits)
+            try:
+                if groups[index] in started:
+                    time.sleep(_RANDOM.uniform(0.0, START_JITTER_S))
+                started.add(groups[index])
+                results[index] = run_program(job.code, job.inputs, mode=job.mode, judge=job.judge,
+                                             func_name=job.func_name, limits=limits)
+            finally:
+                with ready:
+                    running.discard(groups[index])
+                    ready.notify_all()
 
-    parallel = max(1, min(workers, len(chains)))
+    parallel = max(1, min(workers, len(set(groups))))
     tree = require_isolation().cgroups
     if tree is not None:
         tree.weigh(parallel)  # all parallel runs together weigh as that many host processes (cgroups.py)
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        list(pool.map(chain, chains.values()))
+        for future in [pool.submit(worker) for _ in range(parallel)]:
+            future.result()
     return results  # type: ignore[return-value]

@@ -23,7 +23,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from contextlib import contextmanager
+import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -32,7 +33,6 @@ from typing import Any, Iterator, Sequence
 from snapeval.errors import SnapevalError
 from snapeval.sandbox.cgroups import CgroupTree, kernel_accounting
 
-DRIVER = Path(__file__).with_name("driver.py")
 NOBODY_UID = 65534
 SANDBOX_UID_BASE = 0x58000000  # + the driver's host PID: a uid of its own for every live run (no account uses it)
 UNSAFE_ENV = "SNAPEVAL_ALLOW_UNSAFE_CODE"
@@ -59,6 +59,10 @@ class Isolation:
     cgroups: CgroupTree | None = None
     packages: tuple[tuple[str, str], ...] = ()
     mapped: tuple[str, ...] = ()  # the files a run can map (shared libraries, the interpreter): kept resident
+    own_clocks: bool = False  # a time namespace per run: its monotonic and boot-time clocks at a random offset
+    fifo_io: bool = False  # the run's input and result are FIFOs on a tmpfs of its own, not the harness's pipes
+    image: str | None = None  # the shared folders as an ext4 image each run mounts from a loop device of its own
+    image_folders: tuple[tuple[str, str], ...] = ()  # (host folder, folder in the run's root), image folder /<i>
 
     @property
     def memory_bounded(self) -> bool:
@@ -77,6 +81,10 @@ class Isolation:
             "runs_as": ("a uid of its own per run" if self.drop_uid is not None and self.isolate_fs
                         else "nobody" if self.drop_uid is not None else "the harness user"),
             "seccomp": self.seccomp,
+            "own_clocks": self.own_clocks,
+            "input_and_result": "FIFOs on the run's own tmpfs" if self.fifo_io else "pipes",
+            "shared_folders": ("a read-only image per run (its own loop device and file system)" if self.image
+                               else "bind mounts of the host's folders"),
             "accounting": self.cgroups.describe() if self.cgroups else "rlimits (no usable cgroup)",
             "python": self.python,
             "audit_hook": True,
@@ -85,34 +93,93 @@ class Isolation:
         }
 
 
+#: The driver's parts (``driver.py`` loads the others from the bundle, see ``_load_part`` there).
+DRIVER_PARTS = ("driver", "official", "seccomp")
+FIFO_DIR = "io"  # in the run directory: the run's own tmpfs holding its input and result FIFOs (``driver.py``)
+
+
+#: What the interpreter runs (``-c``): it reads the run's bundle (the spec, the program, the driver's sources) from its
+#: standard input, a file of the harness's private run directory, and executes the driver compiled under a name of
+#: the run's own. No path of the host (the checkout, the run directory) is in the command line or in a file name of
+#: the driver's code (frames, tracebacks); the driver drops what of the spec names the host once its set-up is done.
+BOOTSTRAP = ("import json, sys\n"
+             "BUNDLE = json.load(sys.stdin)\n"
+             "exec(compile(BUNDLE['sources']['driver'], '/sandbox/driver.py', 'exec'))\n")  # as __main__
+
+
 def spawn_driver(prefix: Sequence[str], python: str, run_dir: str, spec: dict, *, extra: Sequence[str] = ()):
-    """Write the spec and start the driver; returns ``(process, ready read end, input write end, result read end)``,
-    the harness's ends non-blocking. The driver writes one ready byte when its trusted set-up is done, then reads
+    """Write the run's bundle (spec, program, the driver's sources) and start the driver; returns ``(process, ready
+    read end, input write end, result read end)``, the harness's ends non-blocking. With ``spec["io"] == "fifo"``
+    the input and result ends are ``None``: the driver makes its FIFOs on a tmpfs of its own, and
+    :func:`connect_fifos` opens them. The driver writes one ready byte when its trusted set-up is done, then reads
     test inputs and writes results (``driver.py``)."""
+    fifo = spec.get("io") == "fifo"
     ready_r, ready_w = os.pipe()
-    input_r, input_w = os.pipe()
-    result_r, result_w = os.pipe()
+    ends = [] if fifo else [*os.pipe(), *os.pipe()]
+    input_r, input_w, result_r, result_w = ends or (None,) * 4
     for fd in (ready_r, input_w, result_r):
-        os.set_blocking(fd, False)
+        if fd is not None:
+            os.set_blocking(fd, False)
     spec = {**spec, "ready_fd": ready_w, "input_fd": input_r, "result_fd": result_w}
-    Path(run_dir, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    if fifo:
+        os.mkdir(Path(run_dir, FIFO_DIR), 0o700)
+        spec["io_dir"] = str(Path(run_dir, FIFO_DIR))
+    sources = {name: Path(__file__).with_name(f"{name}.py").read_text(encoding="utf-8") for name in DRIVER_PARTS}
+    bundle = Path(run_dir, "bundle.json")
+    bundle.write_text(json.dumps({"spec": spec, "sources": sources}), encoding="utf-8")
     work = "/work" if spec["isolate_fs"] else str(Path(run_dir, "work"))
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": work,
            "TMPDIR": "/tmp" if spec["isolate_fs"] else work}
     cwd = "/" if spec["isolate_fs"] else work
-    cmd = [*prefix, python, "-I", "-S", "-B", str(DRIVER), str(Path(run_dir, "spec.json")), *extra]
+    cmd = [*prefix, python, "-I", "-S", "-B", "-c", BOOTSTRAP, *extra]
+    passed = tuple(fd for fd in (ready_w, input_r, result_w) if fd is not None)
     try:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, pass_fds=(ready_w, input_r, result_w),
-                                start_new_session=True, close_fds=True)
+        with open(bundle, "rb") as stdin:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, pass_fds=passed, start_new_session=True,
+                                    close_fds=True)
     except BaseException:
         for fd in (ready_r, input_w, result_r):
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
         raise
     finally:
-        for fd in (ready_w, input_r, result_w):
+        for fd in passed:
             os.close(fd)
     return proc, ready_r, input_w, result_r
+
+
+def connect_fifos(proc: subprocess.Popen, ready: int, run_dir: str, deadline: float) -> tuple[int, int]:
+    """The harness's ends of a run's input and result FIFOs (``spec["io"] == "fifo"``), non-blocking: once the
+    driver says ``F`` (its tmpfs is mounted, its FIFOs made, its input end open), they are opened through its root
+    (``/proc/<pid>/root``: the tmpfs is in the run's mount namespace only) and ``G`` written on the input, after
+    which the driver opens its result end and goes on. Raises ``OSError`` with the driver's error, or when it said
+    nothing in time."""
+    poller = select.poll()
+    poller.register(ready, select.POLLIN)
+    answer = b""
+    while not answer and (remaining := deadline - time.monotonic()) > 0:
+        if poller.poll(max(1, int(remaining * 1000))):
+            try:
+                answer = os.read(ready, 512) or b"?"
+            except BlockingIOError:
+                continue
+    if answer != b"F":
+        raise OSError(answer[2:].decode("utf-8", "replace") if answer.startswith(b"E ")
+                      else "the driver did not make its FIFOs")
+    try:
+        pid = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        raise OSError("the driver's process is gone") from None
+    folder = f"/proc/{pid}/root{run_dir}/{FIFO_DIR}"
+    inputs = os.open(f"{folder}/in", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        results = os.open(f"{folder}/out", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.write(inputs, b"G")
+    except BaseException:
+        os.close(inputs)
+        raise
+    return inputs, results
 
 
 def kill_process_group(proc: subprocess.Popen, timeout: float = 5.0) -> None:
@@ -247,27 +314,39 @@ def _interpreter_tree(python: str) -> tuple[tuple[str, ...], tuple[str, ...], tu
     return tuple(expose), tuple(sorted(hide)), tuple(packages)
 
 
+def _shared_folders(expose: Sequence[str], packages: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The folders a run sees of the host (``(host folder, folder in the run's root)``): each exposed folder that no
+    other holds (the standard library; ``lib-dynload`` is inside it), at its own place, and the packages."""
+    folders = [path for path in expose if os.path.isdir(path) and not os.path.islink(path)]
+    top = [f for f in folders if not any(f != g and f.startswith(g + "/") for g in folders)]
+    return [(f, f) for f in top] + [(host, inside) for host, inside in packages]
+
+
 @dataclass(frozen=True)
 class _ProbeAnswer:
     worked: bool
     seccomp: bool = False
     cgroup: bool = False
     packages: bool = False
+    clocks: bool = False
 
 
 def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, isolate_fs: bool,
                   expose: Sequence[str], hide: Sequence[str], tree: CgroupTree | None,
-                  packages: Sequence[tuple[str, str]] = ()) -> _ProbeAnswer:
-    """Run the driver's set-up once with ``--probe`` and read which layers it got."""
+                  packages: Sequence[tuple[str, str]] = (), fifo: bool = False, image: str | None = None,
+                  image_folders: Sequence[tuple[str, str]] = ()) -> _ProbeAnswer:
+    """Run the driver's set-up once with ``--probe`` and read which layers it got (``fifo``: with the run's input
+    and result as FIFOs, :func:`connect_fifos`; ``image``: the shared folders from the image, :func:`shared_image`)."""
     run_dir = tempfile.mkdtemp(prefix="snapeval-sandbox-probe-")
     run_cgroup = None
+    held = ExitStack()
     try:
+        image_spec = held.enter_context(image_mount(image, image_folders, run_dir)) if image else None
         os.mkdir(Path(run_dir, "root"))
         if not isolate_fs:
             os.mkdir(Path(run_dir, "work"), 0o700)
             if drop_uid is not None:
                 os.chown(Path(run_dir, "work"), drop_uid, drop_uid, follow_symlinks=False)
-        Path(run_dir, "solution.py").write_text("", encoding="utf-8")
         try:
             run_cgroup = tree.new_run(1 << 30, 64) if tree else None
         except OSError:
@@ -278,32 +357,137 @@ def _probe_driver(prefix: tuple[str, ...], python: str, drop_uid: int | None, is
                     "disk_bytes": 1 << 20, "seccomp": True,
                     **uid, "memory_bytes": 1 << 30, "cpu_total_s": 10,
                     "max_file_bytes": 1 << 20, "max_open_files": 64, "max_processes": 64,
-                    "cgroup_procs": run_cgroup.procs_files if run_cgroup else []}
+                    "cgroup_procs": run_cgroup.procs_files if run_cgroup else [], "code": "",
+                    "io": "fifo" if fifo else "pipes", "image": image_spec}
             proc, ready, inputs, results = spawn_driver(prefix, python, run_dir, spec, extra=("--probe",))
             try:
+                if fifo:
+                    inputs, results = connect_fifos(proc, ready, run_dir, time.monotonic() + 20)
                 proc.wait(timeout=20)
                 poller = select.poll()
                 poller.register(ready, select.POLLIN)
                 answer = os.read(ready, 64) if poller.poll(0) else b""
             except subprocess.TimeoutExpired:
                 answer = b""
+            except OSError:
+                answer = b""
             finally:
                 for fd in (ready, inputs, results):
-                    os.close(fd)
+                    if fd is not None:
+                        os.close(fd)
                 kill_process_group(proc)
         words = answer.split()
         return _ProbeAnswer(answer.startswith(b"P ok"), b"seccomp" in words, b"cgroup" in words,
-                            b"packages" in words)
+                            b"packages" in words, b"clocks" in words)
     except (OSError, subprocess.SubprocessError):
         return _ProbeAnswer(False)
     finally:
         if run_cgroup is not None:
             run_cgroup.kill()
             run_cgroup.remove()
+        held.close()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+@contextmanager
+def image_mount(image: str, folders: Sequence[tuple[str, str]], run_dir: str) -> Iterator[dict[str, Any]]:
+    """What the driver needs to mount the shared image (``spec["image"]``): a loop device of the run's own
+    (:func:`attach_image`, held until the ``with`` block ends), a folder of the run directory to mount it on before
+    its folders are bound in the new root, and which folder of the image goes where."""
+    device_fd, device = attach_image(image)
+    try:
+        os.mkdir(Path(run_dir, "image"), 0o700)
+        yield {"device": device, "mount_at": str(Path(run_dir, "image")),
+               "folders": [[str(index), inside] for index, (_, inside) in enumerate(folders)]}
+    finally:
+        os.close(device_fd)
+
+
 _PROBED = threading.Lock()
+
+#: Where the read-only images of the shared folders are kept (root only), one per content (:func:`shared_image`).
+IMAGE_DIR = "/var/tmp/snapeval-sandbox-images"
+_LOOP_CTL_GET_FREE, _LOOP_CONFIGURE, _LOOP_CLR_FD = 0x4C82, 0x4C0A, 0x4C01
+_LO_FLAGS_READ_ONLY, _LO_FLAGS_AUTOCLEAR = 1, 4
+
+
+def shared_image(folders: Sequence[tuple[str, str]], hidden: Sequence[str] = ()) -> str | None:
+    """An ext4 image holding each shared folder a run sees (``(host folder, folder in the run's root)``: the standard
+    library with ``lib-dynload``, numpy and its libraries), folder ``i`` as ``/<i>``, ``hidden`` left out; built once
+    per content (named by a hash of every file's path, size and time) with ``mke2fs -d`` (e2fsprogs, Essential) in
+    :data:`IMAGE_DIR`. Every run mounts it read-only from a loop device of its own (:func:`attach_image`): a file
+    system of its own whose dentries, negative ones included, die with the run, where a bind mount of the host's
+    folder left in the host's dentry cache every name a run looked up (the next run of the problem timed lookups of
+    chosen names: 16 bits a pair of runs, issue #60). ``None`` where it cannot be built (not root, no ``mke2fs``)."""
+    import hashlib
+
+    mke2fs = shutil.which("mke2fs") or (os.path.exists("/sbin/mke2fs") and "/sbin/mke2fs")
+    if os.geteuid() != 0 or not mke2fs or not os.path.exists("/dev/loop-control"):
+        return None
+    digest, total, count = hashlib.sha256(), 0, 0
+    for index, (host, inside) in enumerate(folders):
+        digest.update(f"{index}\0{host}\0{inside}\0{sorted(hidden)}\n".encode())
+        for folder, subfolders, files in os.walk(host):
+            subfolders[:] = sorted(s for s in subfolders if os.path.join(folder, s) not in hidden)
+            for name in sorted(files):
+                st = os.lstat(os.path.join(folder, name))
+                digest.update(f"{folder}/{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+                total, count = total + st.st_size, count + 1
+    os.makedirs(IMAGE_DIR, mode=0o700, exist_ok=True)
+    os.chmod(IMAGE_DIR, 0o700)
+    image = os.path.join(IMAGE_DIR, digest.hexdigest()[:32] + ".ext4")
+    if os.path.exists(image):
+        return image
+    staging = tempfile.mkdtemp(dir=IMAGE_DIR)
+    try:
+        for index, (host, _) in enumerate(folders):
+            shutil.copytree(host, os.path.join(staging, "tree", str(index)), symlinks=True,
+                            ignore=lambda folder, names: [n for n in names if os.path.join(folder, n) in hidden])
+            for path in hidden:  # left empty, as the run's root shows them (an empty read-only tmpfs)
+                if path.startswith(host + "/"):
+                    os.makedirs(os.path.join(staging, "tree", str(index), path[len(host) + 1:]), mode=0o555,
+                                exist_ok=True)
+        size_kib = (total * 5 // 4 + count * 8192) // 1024 + 32768
+        subprocess.run([mke2fs, "-q", "-F", "-t", "ext4", "-O", "^has_journal", "-b", "4096", "-N",
+                        str(count * 2 + 4096), "-E", "root_owner=0:0", "-d", os.path.join(staging, "tree"),
+                        os.path.join(staging, "image"), f"{size_kib}k"], check=True, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=300)
+        os.rename(os.path.join(staging, "image"), image)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return image
+
+
+def attach_image(image: str) -> tuple[int, str]:
+    """A loop device of the run's own for ``image``, read-only, cleared when its last user closes it: ``(the
+    harness's descriptor of it, its path)``. The harness holds the descriptor until the run is gone; closing it then
+    detaches the device and drops its block cache (the last close of a block device), so the next run's device,
+    most likely the same number, starts with nothing cached."""
+    import fcntl
+    import struct
+
+    control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+    backing = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for _ in range(64):  # another thread may take the free device between the two calls
+            number = fcntl.ioctl(control, _LOOP_CTL_GET_FREE)
+            device = os.open(f"/dev/loop{number}", os.O_RDONLY | os.O_CLOEXEC)
+            info = struct.pack("=QQQQQIIII64s64s32sQQ", 0, 0, 0, 0, 0, 0, 0, 0,
+                               _LO_FLAGS_READ_ONLY | _LO_FLAGS_AUTOCLEAR, b"", b"", b"", 0, 0)
+            config = struct.pack("=II", backing, 0) + info + bytes(64)
+            try:
+                fcntl.ioctl(device, _LOOP_CONFIGURE, config)
+                return device, f"/dev/loop{number}"
+            except OSError as exc:
+                os.close(device)
+                if exc.errno != errno.EBUSY:
+                    raise
+        raise OSError(errno.EBUSY, "no free loop device")
+    finally:
+        os.close(backing)
+        os.close(control)
 
 
 def make_resident(paths: Sequence[str], hidden: Sequence[str] = (), mapped: list[str] | None = None) -> int:
@@ -404,15 +588,25 @@ def _probe_layers() -> Isolation:
     missing = "a private mount namespace with a new root (mount, pivot_root)"
     try:
         expose, hide, packages = _interpreter_tree(python)
-        answer = _probe_driver(prefix, python, drop_uid, True, expose, hide, tree, packages)
+        fifo = root  # the FIFOs' tmpfs is mounted by the driver and opened through /proc/<pid>/root by the harness
+        folders = _shared_folders(expose, packages)
+        image = shared_image(folders, hidden=hide) if root else None
+        answer = _probe_driver(prefix, python, drop_uid, True, expose, hide, tree, packages, fifo=fifo, image=image,
+                               image_folders=folders)
+        if (fifo or image) and not answer.worked:  # then the harness's pipes and bind mounts, as before issue #60
+            fifo, image = False, None
+            answer = _probe_driver(prefix, python, drop_uid, True, expose, hide, tree, packages)
     except OSError as exc:
         expose, hide, packages, answer, missing = (), (), (), _ProbeAnswer(False), f"{missing[:-1]}; {exc})"
     if answer.worked:
         mapped = [python]
-        make_resident([*expose, *(host for host, _ in packages)], hidden=hide, mapped=mapped)
+        make_resident([*expose, *(host for host, _ in packages), *([image] if image else [])], hidden=hide,
+                      mapped=mapped)
         return Isolation(prefix, True, drop_uid, python, expose=expose, hide=hide, seccomp=answer.seccomp,
                          cgroups=tree if answer.cgroup else None,
-                         packages=packages if answer.packages else (), mapped=tuple(mapped))
+                         packages=packages if answer.packages else (), mapped=tuple(mapped + ([image] if image else [])),
+                         own_clocks=answer.clocks, fifo_io=fifo, image=image,
+                         image_folders=tuple(folders) if image else ())
     weak = (unshare, "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
     weak = guard + (weak if root else weak[:1] + ("--map-root-user",) + weak[1:])
     if not _probe(weak + ("true",)):

@@ -404,7 +404,7 @@ def _container_operation(op, left, right):
     return getattr(operator, name)(left, right)
 
 
-def _value(python: str):
+def _value(python: str, containers: bool = False):
     if len(python) > 200:
         return None
     try:
@@ -413,17 +413,27 @@ def _value(python: str):
             tree = ast.parse(python, mode="eval")
         value = _build(tree)
         if isinstance(value, _CONTAINERS):
-            return NO_NUMBER
+            return value if containers else NO_NUMBER
         return value if getattr(value, "is_Number", False) or getattr(value, "free_symbols", None) is not None else None
     except Exception:  # the grader's _parse: whatever parse_expr raises is no reading (a bare except)
         return None
 
 
-def python_value(text: str):
+def python_value(text: str, containers: bool = False):
     """The answer read as sympy's ``parse_expr`` reads it (the grader's first reading that can succeed: Python syntax,
     integer literals in any base, ``4!``, names as symbols, ``^`` as XOR, ``{...}`` a set and ``[...]`` a list, which
-    are :data:`NO_NUMBER`); None where that fails."""
-    return _value(_FACTORIAL.sub(r"factorial(\1)", _DOUBLE_FACTORIAL.sub(r"factorial2(\1)", text)))
+    are :data:`NO_NUMBER`, or with ``containers`` the Python set, list or tuple itself); None where that fails."""
+    return _value(_FACTORIAL.sub(r"factorial(\1)", _DOUBLE_FACTORIAL.sub(r"factorial2(\1)", text)), containers)
+
+
+def python_container(text: str):
+    """The set, list or tuple the grader's ``_parse`` makes of an answer when its first reading that succeeds is
+    ``parse_expr``'s and is one (``{2,1}`` is the Python set {1, 2} of sympy integers); None otherwise."""
+    for candidate in dict.fromkeys((text.replace("\\\\", "\\"), text)):
+        value = python_value(candidate, containers=True)
+        if value is not None:
+            return value if isinstance(value, _CONTAINERS) else None
+    return None
 
 
 def symbolic_value(text: str):
@@ -458,13 +468,23 @@ def symbolic_equal(prediction: str, reference: str) -> bool:
     a, b = symbolic_value(prediction), symbolic_value(reference)
     if a is None or b is None:
         return a is None and b is None and prediction == reference
-    if a is NO_NUMBER or b is NO_NUMBER:  # a set, list or relation equals no number
-        return False
+    if a is NO_NUMBER or b is NO_NUMBER:  # a set, list or relation equals no number; two containers parse_expr
+        left, right = python_container(prediction), python_container(reference)  # read compare with Python's ==
+        return left is not None and right is not None and _containers_equal(left, right)  # ({2,1} == {1,2})
     try:
         if a == b or sympy.simplify(a - b) == 0:
             return True
         return math.isclose(float(sympy.N(a)), float(sympy.N(b)), rel_tol=REL_TOL)
     except (TypeError, ValueError, OverflowError, AttributeError):
+        return False
+
+
+def _containers_equal(left, right) -> bool:
+    """``str(a) == str(b) or a == b`` of the grader's ``symbolic_equal`` on two Python containers (its later tests
+    raise on them: ``a.equals``, ``simplify(a - b)`` of two sets is a set, ``N``)."""
+    try:
+        return str(left) == str(right) or bool(left == right)
+    except Exception:  # noqa: BLE001 - the grader's bare except
         return False
 
 
@@ -497,24 +517,33 @@ def math_equal(prediction: str, reference: str) -> bool:
 # --------------------------------------------------------------------------------------------------------- scores
 
 def _grouping_key(answer: str):
-    """Answers that are the same number vote together (``25``, ``025``, ``25.0``)."""
+    """Answers written alike vote together at once (``25``, ``025``, ``25.0``: one number); others are compared with
+    :func:`math_equal` (:func:`consensus`)."""
     value = _number(answer)
-    if value is None:
-        value = arithmetic_value(answer)
     return ("number", round(value, 9)) if value is not None else ("text", answer.lower())
 
 
 def consensus(answers: list[str]) -> str:
-    """The majority answer among the samples that state one (ties: the one reached first); ``""`` if none does."""
-    votes: dict = {}
+    """The majority answer among the samples that state one (ties: the group reached first; ``""`` if none does).
+    Answers vote together when :func:`math_equal` (the equality ``pass@1`` grades with) holds between one and the
+    first answer of a group, either way round: so ``80``, ``0.8`` and ``8000`` are one vote, as the grader's
+    percentage rule makes each of them right for a reference of 80 (issue #60; no official cons@n code exists:
+    docs/tasks.md). A group is named by its first answer."""
+    groups: list[list] = []  # [first answer, votes, keys seen]
     for answer in answers:
-        if answer:
-            key = _grouping_key(answer)
-            count, first = votes.get(key, (0, answer))
-            votes[key] = (count + 1, first)
-    if not votes:
+        if not answer:
+            continue
+        key = _grouping_key(answer)
+        for group in groups:
+            if key in group[2] or math_equal(answer, group[0]) or math_equal(group[0], answer):
+                group[1] += 1
+                group[2].add(key)
+                break
+        else:
+            groups.append([answer, 1, {key}])
+    if not groups:
         return ""
-    return max(votes.values(), key=lambda vote: vote[0])[1]  # max keeps the first of equal counts
+    return max(groups, key=lambda group: group[1])[0]  # max keeps the first of equal counts
 
 
 def score(doc: dict, responses: list[str], *, assume_thinking: bool = False) -> dict[str, float]:
