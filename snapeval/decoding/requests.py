@@ -154,7 +154,8 @@ class IncrementalText:
     """A generation's decoded text, grown one token at a time at a cost that does not grow with its length, and the
     stop strings searched in what each token changed (the one stop check's text).
 
-    The text is ``committed`` (the decoding of the first ``commit`` tokens, never decoded again) plus a short tail:
+    The text is the committed text (the decoding of the first ``commit`` tokens, never decoded again, kept in
+    pieces) plus a short tail:
     the decoding of the tokens after ``commit``, read as the difference between the decodings of
     ``ids[context:]`` and ``ids[context:commit]`` so the tail starts as it does inside the whole text (a
     SentencePiece decoder strips the leading space of whatever it decodes first), as vLLM's and Hugging Face's
@@ -173,7 +174,9 @@ class IncrementalText:
     def __init__(self, stops: tuple[str, ...]):
         self.stops = stops
         self.longest = max(map(len, stops))
-        self.committed = ""
+        self._parts: list[str] = []  # the committed text, in pieces (joined only when asked for: no O(n) copies)
+        self._committed_len = 0
+        self._committed_end = ""  # its last characters, where a stop string may begin
         self.commit = 0
         self.tail = ""
         self._before: tuple[int, str] | None = None  # (context start, decoding of ids[context:commit])
@@ -183,22 +186,23 @@ class IncrementalText:
         appears, else None."""
         tail = self._decode_tail(tokenizer, ids, len(ids))
         if tail is None:  # the tail is not a clean extension: decode everything again
-            self.committed, self.commit, self._before = "", 0, None
+            self._parts, self._committed_len, self._committed_end, self.commit, self._before = [], 0, "", 0, None
             tail = _decode(tokenizer, ids)
         same = len(_common_prefix(self.tail, tail))  # characters of the tail that did not change
-        start = max(0, len(self.committed) + same - self.longest + 1)  # everything before was searched unchanged
-        offset = min(start, len(self.committed))
-        window = self.committed[offset:] + tail
+        committed = self._committed_len
+        start = max(0, committed + same - self.longest + 1)  # everything before was searched unchanged
+        offset = min(start, committed)  # within the committed text's last longest - 1 characters
+        window = self._committed_end[len(self._committed_end) - (committed - offset):] + tail
         hits = [(i, s) for i, s in ((window.find(s, start - offset), s) for s in self.stops) if i >= 0]
         self.tail = tail
         if hits:
             cut, stop = min(hits)
-            return self.committed[:offset] + window[:cut], stop
+            return "".join(self._parts)[:offset] + window[:cut], stop
         self._advance(tokenizer, ids)
         return None
 
     def text(self) -> str:
-        return self.committed + self.tail
+        return "".join(self._parts) + self.tail
 
     def _advance(self, tokenizer, ids: list[int]) -> None:
         """Commit the tail's tokens up to ``LOOKAHEAD`` behind the newest, where that is safe."""
@@ -209,7 +213,9 @@ class IncrementalText:
         if (head is None or not self.tail.startswith(head) or head.endswith("\ufffd")
                 or len(self.tail) - len(head) < self.MIN_CHARS):
             return
-        self.committed += head
+        self._parts.append(head)
+        self._committed_len += len(head)
+        self._committed_end = (self._committed_end + head)[-self.longest:]
         self.tail = self.tail[len(head):]
         self.commit, self._before = end, None
 
