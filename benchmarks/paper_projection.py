@@ -324,19 +324,51 @@ def project_group(shape, configs, items, rates: Rates, *, budget: int, chunk: in
 
 
 def least_squares(rows: list[list[float]], values: list[float]) -> list[float]:
-    """Coefficients ``x`` minimising ``|A x - y|`` (numpy's ``lstsq``); a negative coefficient is fixed at 0 and the
-    rest refitted (a time has no negative part)."""
-    import numpy as np
-
-    a, y = np.array(rows, dtype=float), np.array(values, dtype=float)
-    keep = list(range(a.shape[1]))
+    """Coefficients ``x`` minimising ``|A x - y|``; a negative coefficient is fixed at 0 and the rest refitted (a
+    time has no negative part). Solved exactly: the normal equations in rational arithmetic over the floats given,
+    rounded once at the end, so the same figures give the same rates on every machine (LAPACK's ``lstsq`` differs
+    in the last digit between CPUs, and the committed projection is regenerated to the digit by a test)."""
+    columns = len(rows[0])
+    keep = list(range(columns))
     while True:
-        x = np.zeros(a.shape[1])
-        x[keep] = np.linalg.lstsq(a[:, keep], y, rcond=None)[0]
-        negative = [i for i in keep if x[i] < 0]
+        solved = _exact_normal_equations([[row[j] for j in keep] for row in rows], values)
+        x = [0.0] * columns
+        for j, value in zip(keep, solved):
+            x[j] = value
+        negative = [j for j in keep if x[j] < 0]
         if not negative or len(keep) == 1:
-            return [max(float(v), 0.0) for v in x]
+            return [max(v, 0.0) for v in x]
         keep.remove(negative[0])
+
+
+def _exact_normal_equations(rows: list[list[float]], values: list[float]) -> list[float]:
+    """``x`` solving ``A^T A x = A^T y`` exactly (Gauss-Jordan over :class:`fractions.Fraction`); a column with no
+    information (a singular system) gets 0."""
+    from fractions import Fraction
+
+    a = [[Fraction(v) for v in row] for row in rows]
+    y = [Fraction(v) for v in values]
+    n = len(a[0])
+    m = [[sum((r[i] * r[j] for r in a), Fraction(0)) for j in range(n)]
+         + [sum((r[i] * t for r, t in zip(a, y)), Fraction(0))] for i in range(n)]
+    solution = [Fraction(0)] * n
+    pivots = []
+    row = 0
+    for col in range(n):
+        pivot = next((i for i in range(row, n) if m[i][col] != 0), None)
+        if pivot is None:
+            continue
+        m[row], m[pivot] = m[pivot], m[row]
+        m[row] = [v / m[row][col] for v in m[row]]
+        for i in range(n):
+            if i != row and m[i][col] != 0:
+                factor = m[i][col]
+                m[i] = [v - factor * w for v, w in zip(m[i], m[row])]
+        pivots.append((row, col))
+        row += 1
+    for r, col in pivots:
+        solution[col] = m[r][n]
+    return [float(v) for v in solution]
 
 
 def robust_least_squares(rows: list[list[float]], values: list[float]) -> list[float]:
@@ -344,17 +376,18 @@ def robust_least_squares(rows: list[list[float]], values: list[float]) -> list[f
     scaled median absolute deviations of the others' residuals (and over 10% of its value), it is dropped and the
     rest refitted, at most a third of the points: a calibration point slowed by something else on the machine does
     not set a rate."""
-    import numpy as np
+    import statistics
 
     keep = list(range(len(values)))
     while True:
         x = least_squares([rows[i] for i in keep], [values[i] for i in keep])
         if len(keep) <= max(len(x) + 1, 2 * len(values) // 3):
             return x
-        residual = {i: values[i] - float(np.dot(rows[i], x)) for i in keep}
+        residual = {i: values[i] - math.fsum(a * b for a, b in zip(rows[i], x)) for i in keep}
         worst = max(keep, key=lambda i: abs(residual[i]))
-        others = np.array([residual[i] for i in keep if i != worst])
-        scale = 1.4826 * float(np.median(np.abs(others - np.median(others))))
+        others = [residual[i] for i in keep if i != worst]
+        middle = statistics.median(others)
+        scale = 1.4826 * statistics.median([abs(v - middle) for v in others])
         if abs(residual[worst]) <= max(3 * scale, 0.1 * abs(values[worst])):
             return x
         keep.remove(worst)

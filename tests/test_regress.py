@@ -260,24 +260,45 @@ def _plant(entry, broken):
 
 
 def test_the_config_claims_what_ci_runs():
-    """configs/regression.yaml is greedy, so CI's regress applies the greedy any-change rule to every committed
-    baseline cell (its comment says so); the power it quotes for a sampled run is recomputed here."""
+    """configs/regression.yaml's retrieval tasks are greedy and its LongBench-v2 slice samples, and CI's regress
+    (``--exact-sampled``, .ci/run) applies the greedy any-change rule to every committed baseline cell (its comment
+    says so); the power it quotes for the sampled test is recomputed here."""
     import yaml
 
     from snapeval.stats.power import REGRESSION_DROP, mcnemar_power
 
     text = (REPO / "configs" / "regression.yaml").read_text()
     config = yaml.safe_load(text)
-    assert {t["metadata"]["num_samples"] for t in config["tasks"]} == {64}
-    assert "do_sample" not in text and all("generation" not in t for t in config["tasks"])
+    retrieval = [t for t in config["tasks"] if t["name"].startswith("snapeval_")]
+    assert {t["metadata"]["num_samples"] for t in retrieval} == {64} and len(retrieval) == 2
+    assert [t["name"] for t in config["tasks"] if t not in retrieval] == ["longbench_v2"]
     _, entries = load_entries(REPO / "results" / "regression" / "baseline.json")
-    assert len(entries) == 8 and all(e.result.deterministic for e in entries)  # CI takes the greedy path
+    greedy = [e for e in entries if e.result.deterministic]
+    sampled = [e for e in entries if not e.result.deterministic]
+    assert len(greedy) == 8 and len(sampled) == 4  # the LongBench-v2 slice samples at temperature 0.1
+    assert all(s.generations for e in sampled for s in e.result.samples)
+    assert "--exact-sampled" in (REPO / ".ci" / "run").read_text()
     comment = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
     assert "regress applies its greedy rule: any change of a per-item score or generated text fails" in comment
     assert "The sampled paired test (Holm over sampled cells, with its stated power) is never run here" in comment
     assert f"{mcnemar_power(64, REGRESSION_DROP, 0.0, 0.05, 'less'):.0%} power at alpha 0.05 on a single cell" \
         in comment
     assert f"but {mcnemar_power(64, REGRESSION_DROP, 0.0, 0.05 / 8, 'less'):.0%} at alpha 0.05 / 8" in comment
+
+
+def test_exact_sampled_holds_a_sampled_cell_to_every_item(tmp_path, capsys):
+    """``--exact-sampled``: a sampled cell whose one text changed fails, named, where the sampled paired test (no
+    drop of the headline score) would pass it."""
+    base = _greedy_entries(64, 64, greedy=False)
+    baseline = _results_dir(tmp_path, "base", [base])
+    first = base.result.samples[0]
+    edited = Entry(base.view, dataclasses.replace(base.result, samples=[
+        dataclasses.replace(first, generations=(first.generations[0] + " again",)), *base.result.samples[1:]]))
+    current = _results_dir(tmp_path, "text", [edited])
+    assert regress(capsys, baseline, current)[0] == 0  # the paired test: no drop
+    code, text, _ = regress(capsys, baseline, current, "--exact-sampled")
+    assert code == 1 and "1 of 64 items changed (sampled from seeded streams decoding reproduces every item)" in text
+    assert regress(capsys, baseline, _results_dir(tmp_path, "same", [base]), "--exact-sampled")[0] == 0
 
 
 def test_greedy_run_fails_on_any_per_item_change_and_passes_an_identical_copy(tmp_path, capsys):

@@ -43,8 +43,13 @@ settings, task parameters or data).
 Baselines are JSON files written by ``snapeval regress --current DIR --baseline FILE --write-baseline``; a results
 directory is accepted as a baseline too.
 
-What CI runs: ``configs/regression.yaml`` is greedy, so CI applies the greedy rule (any per-item change fails); the
-sampled test and its power are what a sampled configuration would get.
+``--exact-sampled`` applies the greedy rule to sampled cells too: a sampled request draws from a stream seeded by its
+item and the run's seed (:func:`snapeval.harness.lm_eval_model.request_seeds`), so the same code samples the same
+text, and a changed sampler, like a changed cache, changes items.
+
+What CI runs: ``configs/regression.yaml``'s greedy cells and its sampled LongBench-v2 slice (temperature 0.1, as
+pred.py samples), compared with ``--exact-sampled``: any per-item change fails; the sampled test and its power are
+what a sampled run compared across machines or seeds gets.
 """
 from __future__ import annotations
 
@@ -363,16 +368,17 @@ def _metric_name(base: Entry, metric) -> str:
     return metric.key if metric.subtask == base.view.get("task") else f"{metric.subtask}/{metric.key}"
 
 
-def _greedy_findings(base: Entry, cur: Entry) -> list[Finding]:
+def _greedy_findings(base: Entry, cur: Entry, sampled: bool = False) -> list[Finding]:
     lines, compared = _item_changes(base.result, cur.result)
+    rule = "sampled from seeded streams" if sampled else "greedy"
     items = [line for line in lines if not line.startswith("    ")]
     cur_metrics = {(m.subtask, m.key): m for m in cur.result.metrics}
     aggregates = [f"{_metric_name(base, m)} {_fmt(m.value)} -> {_fmt(cur_metrics[(m.subtask, m.key)].value)}"
                   for m in base.result.metrics
                   if (m.subtask, m.key) in cur_metrics and cur_metrics[(m.subtask, m.key)].value != m.value]
     if not items and not aggregates:
-        return [Finding("ok", base.label, f"greedy: all {compared} items have identical scores and texts")]
-    text = [f"{len(items)} of {compared} items changed (greedy decoding reproduces every item)"
+        return [Finding("ok", base.label, f"{rule}: all {compared} items have identical scores and texts")]
+    text = [f"{len(items)} of {compared} items changed ({rule} decoding reproduces every item)"
             + (f"; metrics {', '.join(aggregates)}" if aggregates else "")]
     shown = 0
     for line in lines:
@@ -505,8 +511,10 @@ def _sampled_findings(tests: list[_SampledTest], rule: DecisionRule, z: float, d
 
 
 def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule = DecisionRule(),
-            z: float = DEFAULT_Z, allow_unpaired: bool = False, drop: float = REGRESSION_DROP) -> Comparison:
-    """Compare every baseline cell with the current cell of the same key (see the module docstring)."""
+            z: float = DEFAULT_Z, allow_unpaired: bool = False, drop: float = REGRESSION_DROP,
+            exact_sampled: bool = False) -> Comparison:
+    """Compare every baseline cell with the current cell of the same key (see the module docstring).
+    ``exact_sampled``: sampled cells too must reproduce every item (the greedy rule)."""
     cur_by_key = {e.key: e for e in current}
     if not baseline:
         raise UnusableInput("the baseline has no cells")
@@ -539,16 +547,16 @@ def compare(baseline: list[Entry], current: list[Entry], *, rule: DecisionRule =
         out.findings += [Finding(kind, base.label, line) for kind, line in problems if kind == "note"]
         problems = [(kind, line) for kind, line in problems if kind != "note"]
         if not problems:  # a cell that pairs: its folder's consistency, and the same text scored the same on both
-            own = inconsistent.get(base.key, []) + ([] if base.result.deterministic and cur.result.deterministic
-                                                    else pair_problems(base, cur))
+            exact = exact_sampled or (base.result.deterministic and cur.result.deterministic)
+            own = inconsistent.get(base.key, []) + ([] if exact else pair_problems(base, cur))
             out.findings += [Finding("inconsistent", base.label, line) for line in own]
         if problems and not allow_unpaired:
             out.findings += [Finding(kind, base.label, line) for kind, line in problems]
             continue
         out.findings += [Finding("note", base.label, f"{line} (--allow-unpaired: compared anyway)")
                          for _, line in problems]
-        if base.result.deterministic and cur.result.deterministic:
-            out.findings += _greedy_findings(base, cur)
+        if exact_sampled or (base.result.deterministic and cur.result.deterministic):
+            out.findings += _greedy_findings(base, cur, exact_sampled and not base.result.deterministic)
             continue
         for test in _sampled_tests(base, cur, rule, z):
             if isinstance(test, Finding):
@@ -587,7 +595,8 @@ def render(comp: Comparison, base_desc: str, cur_desc: str, rule: DecisionRule, 
 
 
 def run(baseline: str | Path, current: str | Path, *, rule: DecisionRule = DecisionRule(), z: float = DEFAULT_Z,
-        stream: TextIO | None = None, allow_unpaired: bool = False, drop: float = REGRESSION_DROP) -> int:
+        stream: TextIO | None = None, allow_unpaired: bool = False, drop: float = REGRESSION_DROP,
+        exact_sampled: bool = False) -> int:
     """Compare and print; returns the exit code (0 ok, 1 regression or unpaired cells, 2 unusable input)."""
     stream = stream if stream is not None else sys.stdout
     if not (isinstance(z, (int, float)) and z > 0 and math.isfinite(z)):
@@ -598,7 +607,7 @@ def run(baseline: str | Path, current: str | Path, *, rule: DecisionRule = Decis
     if not Path(current).is_dir():
         raise UnusableInput(f"--current {current} is not a results directory (run `snapeval sweep` first)")
     cur_desc, cur = load_entries(current, "--current")
-    comp = compare(base, cur, rule=rule, z=z, allow_unpaired=allow_unpaired, drop=drop)
+    comp = compare(base, cur, rule=rule, z=z, allow_unpaired=allow_unpaired, drop=drop, exact_sampled=exact_sampled)
     print(render(comp, base_desc, cur_desc, rule, z, drop), file=stream)
     return 1 if comp.failed else 0
 
@@ -627,6 +636,10 @@ def register(subparsers) -> None:
                    help="EXPLORATION ONLY: compare cells that do not pair with the baseline (other or fewer items, "
                         "no per-item samples, another greedy status) on what they share or by the tolerance rule, "
                         "instead of failing; not a regression guard")
+    p.add_argument("--exact-sampled", action="store_true",
+                   help="sampled cells must reproduce every item too, as greedy ones do: each sampled request draws "
+                        "from a stream seeded by its item and the run's seed, so the same code on the same machine "
+                        "samples the same text (what CI checks: a change of the sampler fails)")
     p.add_argument("--write-baseline", action="store_true",
                    help="instead of comparing, freeze --current into the --baseline file (its directory must exist)")
     p.set_defaults(func=main)
@@ -645,4 +658,5 @@ def main(args: argparse.Namespace) -> int:
         rule = DecisionRule().with_overrides(margin=args.margin, alpha=args.alpha)
     except SnapevalError as exc:
         raise UnusableInput(str(exc).replace("decision.", "--", 1)) from None
-    return run(args.baseline, args.current, rule=rule, z=args.z, allow_unpaired=args.allow_unpaired, drop=args.drop)
+    return run(args.baseline, args.current, rule=rule, z=args.z, allow_unpaired=args.allow_unpaired, drop=args.drop,
+               exact_sampled=args.exact_sampled)
