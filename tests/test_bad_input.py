@@ -518,3 +518,85 @@ def test_devices_checked_without_torch():
         parse_device_map({"model.layers.0": "gpu"})
     with pytest.raises(SnapevalError, match="'meta' is invalid"):
         usable_device("meta")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #62: one check on all three surfaces (`snapeval run`, a sweep's model entry, snapeval-lm-eval's model_args)
+
+#: (argument, bad value as a user types it): every run argument's bad value (tests/test_run_args.py's BAD), the
+#: method, its budget and a setting, a device map naming a GPU this machine lacks, speculative prefill without keep.
+THREE_SURFACES = [
+    ("dtype", "fp8"), ("batch_size", "0"), ("max_gen_toks", "-3"), ("max_length", "zero"), ("engine", "sometimes"),
+    ("engine_slots", "0"), ("decode_kernel", "flash"), ("capture", "maybe"), ("specprefill_keep", "1.5"),
+    ("specprefill_chunk", "0"), ("specprefill_lookahead", "x"), ("specprefill_pool_kernel", "-1"),
+    ("device_map", "everywhere"), ("device_map", '{"": -1}'), ("device_map", '{"": 0}'),
+    ("specprefill_draft", "smollm2-135m-instruct"), ("method", "lru"), ("budget", "1"), ("sink", "99"),
+    ("recent", "abc"), ("capture", "true"), ("decode_kernel", "triton"),
+]
+
+
+def _core(message: str, name: str) -> str:
+    """The part of a refusal every surface must share: from the argument's name on, in one spelling, unquoted."""
+    message = message.replace("--" + name.replace("_", "-"), name)
+    at = message.rfind(name + "=")
+    if at < 0:
+        at = message.rfind(name)
+    return message[at:].replace("'", "").replace('"', "")
+
+
+def _three_answers(name: str, value: str, tmp_path, capsys) -> dict[str, tuple[int, str]]:
+    import yaml as _yaml
+
+    from snapeval.harness import lm_eval_cli
+    from snapeval.run_args import RunArgs
+
+    answers = {}
+    method = {"method": "snapstream", "budget": "64"}
+    if name in ("method", "budget"):
+        method[name] = value
+    run_argv = ["run", "--tasks", "snapeval_passkey", "--method", method["method"], "--budget", method["budget"]]
+    if name in RunArgs.names("run"):
+        run_argv += ["--" + name.replace("_", "-"), value]
+    elif name not in ("method", "budget"):
+        run_argv += ["--method-arg", f"{name}={value}"]
+    if name == "specprefill_keep" or (name.startswith("specprefill_") and name != "specprefill_draft"):
+        run_argv += ["--specprefill-draft", "smollm2-135m-instruct"]
+    rc = cli(run_argv)
+    answers["run"] = (rc, capsys.readouterr().err.strip())
+    entry = {"pretrained": "smollm2-135m-instruct"}
+    methods = [{"method": method["method"], "budgets": [_yaml.safe_load(method["budget"])]}]
+    if name in RunArgs.names("sweep"):
+        entry[name] = _yaml.safe_load(value)
+        if name.startswith("specprefill_") and name != "specprefill_draft":
+            entry["specprefill_draft"] = "smollm2-135m-instruct"
+    elif name not in ("method", "budget"):
+        methods[0][name] = _yaml.safe_load(value)
+    config = write(tmp_path, {"name": "three", "models": [entry], "tasks": ["snapeval_passkey"], "methods": methods})
+    rc = cli(["sweep", str(config), "--dry-run", "--out", str(tmp_path / "out")])
+    answers["sweep"] = (rc, capsys.readouterr().err.strip())
+    pairs = {"pretrained": "smollm2-135m-instruct", **method, name: value}
+    if name.startswith("specprefill_") and name != "specprefill_draft":
+        pairs["specprefill_draft"] = "smollm2-135m-instruct"
+    argv = ["--model", "snapeval", "--model_args", ",".join(f"{k}={v}" for k, v in pairs.items()), "--tasks",
+            "snapeval_passkey", "--include_path", str(REPO / "tasks")]
+    try:
+        lm_eval_cli.prepare_argv(argv)
+        answers["model_args"] = (0, "")
+    except SnapevalError as exc:
+        answers["model_args"] = (exc.exit_code, f"snapeval-lm-eval: error: {exc}")
+    return answers
+
+
+@pytest.mark.parametrize("name, value", THREE_SURFACES, ids=[f"{n}={v}" for n, v in THREE_SURFACES])
+def test_a_bad_value_is_answered_the_same_on_all_three_surfaces(name, value, tmp_path, capsys, monkeypatch):
+    """Each bad value through `snapeval run`, a sweep entry and snapeval-lm-eval's model_args (its argv pre-parse,
+    before lm-eval loads: tests/test_preflight.py runs the command itself): exit 2, one line, the same words from
+    the argument's name on."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a CPU machine, whatever runs the test
+    answers = _three_answers(name, value, tmp_path, capsys)
+    cores = {}
+    for surface, (rc, err) in answers.items():
+        assert rc == 2, (surface, answers)
+        assert "Traceback" not in err and len(err.splitlines()) == 1, (surface, err)
+        cores[surface] = _core(err, name)
+    assert len(set(cores.values())) == 1, cores

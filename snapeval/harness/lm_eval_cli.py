@@ -3,8 +3,9 @@
 lm-eval 0.4.13 discovers models only from its built-in table, so the stock ``lm_eval`` command cannot see a model
 defined in another package. This entry point registers it and hands over to lm-eval's CLI, with two differences
 before lm-eval loads (:func:`prepare_argv`): without a GPU, ``--device`` defaults to ``cpu`` (lm-eval's own default,
-``cuda:0``, would be refused), and for ``--model snapeval`` the task names and task folders are checked first (one
-line with suggestions, exit 2). ``snapeval run`` applies the model's chat template; lm-eval does so only with
+``cuda:0``, would be refused), and for ``--model snapeval`` the ``--model_args`` (as ``snapeval run``'s flags and a
+sweep's keys are: :mod:`snapeval.harness.model_args`), the task names and task folders are checked first (one line,
+exit 2). ``snapeval run`` applies the model's chat template; lm-eval does so only with
 ``--apply_chat_template``, which the same scores need:
 
     snapeval-lm-eval --model snapeval --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
@@ -45,9 +46,26 @@ def prepare_argv(argv: list[str]) -> list[str]:
     command = argv[0] if argv and not argv[0].startswith("-") else "run"
     if command != "run" or any(a in ("-h", "--help") for a in argv):
         return argv
-    if _flag(argv, "--device") is None and gpu_count() == 0:
+    ours = _flag(argv, "--model") in ("snapeval", "snapstream")
+    model_args = None
+    if ours:  # model_args as lm-eval will hand them on, checked as the model checks them (nothing loads)
+        from snapeval.harness.model_args import (check_model_args, flag_conflicts, model_args_of, needs_json,
+                                                   with_json_model_args)
+        from snapeval.models.devices import check_device
+
+        model_args = model_args_of(argv) or {}
+        if _flag(argv, "--device") is not None:
+            check_device(_flag(argv, "--device"), "--device")
+        for name, flag in (("batch_size", "--batch_size"), ("device", "--device")):
+            flag_conflicts(_flag(argv, flag), model_args.get(name), name)
+        check_model_args(model_args)
+        if needs_json(model_args):  # a JSON device_map among key=value pairs: lm-eval takes it as one JSON object
+            argv = with_json_model_args(argv, model_args)
+    if _flag(argv, "--device") is None and (model_args or {}).get("device") is not None:
+        argv += ["--device", str(model_args["device"])]  # lm-eval's own device follows the model's
+    elif _flag(argv, "--device") is None and gpu_count() == 0:
         argv += ["--device", "cpu"]
-    if _flag(argv, "--model") in ("snapeval", "snapstream"):
+    if ours:
         preflight.check_task_folder_env()
         include = _flag(argv, "--include_path")
         if include is not None:

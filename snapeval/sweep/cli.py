@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -87,8 +88,14 @@ def check_sweep_inputs(config, args) -> None:
 
     preflight.check_task_folder_env()
     preflight.check_task_names(sorted({task.name for task in config.tasks}), config.include_dir, field="tasks")
-    for model in config.models:
+    for index, model in enumerate(config.models):
         check_model_reference(model.pretrained)
+        if args.executor == "inprocess" and model.run_args.device_map is not None:  # placed here, on this machine
+            from snapeval.run_args import RunArgs
+
+            label = f"{Path(config.source).name}: models[{index}].device_map: device_map"
+            RunArgs.declarations()[RunArgs.names().index("device_map")].check_map_on_this_machine(
+                model.run_args.device_map, label)
     preflight.check_results_folder(resolve_out(config, args.out), config.name)
     if args.executor == "ray" and not args.dry_run:
         preflight.check_ray_address(args.ray_address)

@@ -253,7 +253,10 @@ def _parse_task(ctx: _Ctx, raw: Any, path: str, limit: int | None, generation: d
 
 
 def _parse_budgets(ctx: _Ctx, raw: Any, path: str) -> tuple[int, ...]:
-    budgets = [ctx.integer(b, f"{path}[{i}]", minimum=2) for i, b in enumerate(ctx.listof(raw, path))]
+    budgets = ctx.listof(raw, path)
+    for i, b in enumerate(budgets):  # as `snapeval run --budget` and model_args say it
+        if not is_int(b) or b < 2:
+            raise ctx.fail(f"{path}[{i}]", f"budget={b!r} is invalid; allowed: an integer >= 2")
     if len(set(budgets)) != len(budgets):
         raise ctx.fail(path, f"duplicate budgets in {budgets}")
     return tuple(budgets)
@@ -397,6 +400,10 @@ def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
     _check_engine(ctx, models, methods)
     seeds = tuple(ctx.integer(s, f"seeds[{i}]", minimum=0)
                   for i, s in enumerate(ctx.listof(raw.get("seeds", [0]), "seeds")))
+    for i, seed in enumerate(seeds):  # lm-eval seeds numpy with it: 32 bits (snapeval run's --seed the same)
+        if seed > 2**32 - 1:
+            raise ctx.fail(f"seeds[{i}]", f"seed={seed} is invalid; allowed: an integer in 0..{2**32 - 1} (numpy's "
+                                          "seeds)")
     for axis, values in (("models", [m.pretrained for m in models]), ("tasks", [t.name for t in tasks]),
                          ("seeds", list(seeds))):
         dup = sorted({v for v in values if values.count(v) > 1}, key=str)
@@ -455,6 +462,8 @@ def _bounded_loader():
             """A key given twice in one mapping is an error (PyYAML keeps the last one silently)."""
             seen = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # a merge key (<<: *base): the mapping's own keys win
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 if isinstance(key, (str, int, float, bool)) and key in seen:
                     raise SnapevalError(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice in one mapping "
