@@ -200,7 +200,8 @@ class RunArgs:
 
     dtype: str = run_arg("auto", "numbers format of the weights (auto: the preset's, else float32)", "choice",
                          choices=("auto", *DTYPES))
-    device: str = run_arg("cpu", "where the model runs (a bare cuda falls back to cpu on a machine without a GPU)",
+    device: str = run_arg("cpu", "where the model runs (a bare cuda falls back to cpu on a machine "
+                          "without a GPU; cuda:N needs GPU N)",
                           "device", surfaces=("run", "model_args"), identity=False)
     device_map: Any = run_arg(None, "spread the layers over devices (overrides device)", "device_map",
                               default_text="one device", identity=False)

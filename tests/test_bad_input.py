@@ -600,3 +600,45 @@ def test_a_bad_value_is_answered_the_same_on_all_three_surfaces(name, value, tmp
         assert "Traceback" not in err and len(err.splitlines()) == 1, (surface, err)
         cores[surface] = _core(err, name)
     assert len(set(cores.values())) == 1, cores
+
+
+def test_model_args_are_read_as_lm_eval_reads_them_and_valid_ones_run_through_its_cli():
+    """snapeval-lm-eval's pre-parse (without lm-eval) splits and types as lm-eval 0.4.13 does; a JSON device_map
+    among key=value pairs, which lm-eval alone refuses, reaches the model as one JSON object."""
+    import argparse
+
+    from lm_eval._cli.utils import MergeDictAction
+
+    from snapeval.harness.lm_eval_cli import prepare_argv
+    from snapeval.harness.model_args import model_args_of, typed_value
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model_args", "-a", nargs="+", action=MergeDictAction)
+    for argv in (["--model_args", "pretrained=x,budget=64,sink=4"], ["-a", "method=full", "batch_size=2"],
+                 ["--model_args", '{"method": "full", "device_map": {"": "cpu"}}'],
+                 ["--model_args", "a=[1, 2],b=true,c=0.5"]):
+        ours = {k: typed_value(v) if isinstance(v, str) else v for k, v in model_args_of(argv).items()}
+        assert ours == parser.parse_args(argv).model_args, argv
+    argv = ["--model", "snapeval", "--model_args", 'pretrained=smollm2-135m-instruct,method=full,batch_size=2,'
+            'device=cpu,device_map={"model": "cpu", "lm_head": "cpu"}', "--tasks", "snapeval_passkey"]
+    out = prepare_argv(argv)
+    assert json.loads(out[out.index("--model_args") + 1]) == {
+        "pretrained": "smollm2-135m-instruct", "method": "full", "batch_size": 2, "device": "cpu",
+        "device_map": {"model": "cpu", "lm_head": "cpu"}}
+    assert out[-2:] == ["--device", "cpu"]
+    with pytest.raises(SnapevalError, match="batch_size is given twice: --batch_size 4 and model_args batch_size='2'"):
+        prepare_argv([*argv, "--batch_size", "4"])
+
+
+@pytest.mark.slow
+def test_valid_model_args_run_through_snapeval_lm_eval(tmp_path, tiny_dir, task_dir):
+    """batch_size and device in model_args (lm-eval passed its own as well: "multiple values") and a JSON
+    device_map run to the end."""
+    out = subprocess.run([sys.executable, "-m", "snapeval.harness.lm_eval_cli", "--model", "snapeval",
+                          "--model_args", f'pretrained={tiny_dir},method=full,batch_size=2,device=cpu,dtype=float64,'
+                          'max_gen_toks=2,device_map={"": "cpu"}', "--tasks", "tiny_gen", "--include_path",
+                          str(task_dir), "--limit", "1", "--output_path", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tiny_gen" in out.stdout

@@ -38,7 +38,9 @@ def prepare_argv(argv: list[str]) -> list[str]:
     """``argv`` as lm-eval gets it, checked first (no lm-eval or torch import): ``--device cpu`` added where no
     ``--device`` is given and this machine has no GPU (for ``run``, the default command); for ``--model snapeval``
     (or its old name) the task folder variables and each plain task name (not a path, not a pattern) checked against
-    the task folders' YAML and lm-eval's (:mod:`snapeval.preflight`). Raises :class:`SnapevalError`."""
+    the task folders' YAML and lm-eval's (:mod:`snapeval.preflight`), then ``--model_args`` checked as the model
+    checks them (:mod:`snapeval.harness.model_args`; a ``device_map={...}`` among the pairs handed on as one JSON
+    object, and ``--device`` following a model_args ``device``). Raises :class:`SnapevalError`."""
     from snapeval import preflight
     from snapeval.models.devices import gpu_count
 
@@ -47,6 +49,18 @@ def prepare_argv(argv: list[str]) -> list[str]:
     if command != "run" or any(a in ("-h", "--help") for a in argv):
         return argv
     ours = _flag(argv, "--model") in ("snapeval", "snapstream")
+    if ours:
+        preflight.check_task_folder_env()
+        include = _flag(argv, "--include_path")
+        if include is not None:
+            for folder in include.split(os.pathsep):
+                preflight._check_folder("--include_path", folder)
+        names = [t.strip() for t in (_flag(argv, "--tasks") or "").split(",") if t.strip()]
+        plain = [t for t in names if not any(c in t for c in "/*?[") and not t.endswith((".yaml", ".yml"))]
+        if plain:
+            extra = [include] if include else []
+            folders = os.pathsep.join(extra + [str(f) for f in _default_folders()])
+            preflight.check_task_names(plain, folders, field="--tasks")
     model_args = None
     if ours:  # model_args as lm-eval will hand them on, checked as the model checks them (nothing loads)
         from snapeval.harness.model_args import (check_model_args, flag_conflicts, model_args_of, needs_json,
@@ -65,18 +79,6 @@ def prepare_argv(argv: list[str]) -> list[str]:
         argv += ["--device", str(model_args["device"])]  # lm-eval's own device follows the model's
     elif _flag(argv, "--device") is None and gpu_count() == 0:
         argv += ["--device", "cpu"]
-    if ours:
-        preflight.check_task_folder_env()
-        include = _flag(argv, "--include_path")
-        if include is not None:
-            for folder in include.split(os.pathsep):
-                preflight._check_folder("--include_path", folder)
-        names = [t.strip() for t in (_flag(argv, "--tasks") or "").split(",") if t.strip()]
-        plain = [t for t in names if not any(c in t for c in "/*?[") and not t.endswith((".yaml", ".yml"))]
-        if plain:
-            extra = [include] if include else []
-            folders = os.pathsep.join(extra + [str(f) for f in _default_folders()])
-            preflight.check_task_names(plain, folders, field="--tasks")
     return argv
 
 

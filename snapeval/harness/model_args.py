@@ -30,45 +30,89 @@ LM_EVAL_FLAGS = {"batch_size": "--batch_size", "device": "--device"}
 
 
 def model_args_of(argv: list[str]) -> dict[str, Any] | None:
-    """The ``--model_args`` (or ``-a``) of an lm-eval command line as lm-eval reads them (values typed by its own
-    rules: ``2`` an int, ``true`` a bool, ``{...}`` a dict); None when none is given. A malformed one raises
-    :class:`SnapevalError`. lm-eval refuses a ``{`` in ``key=value`` pairs (it takes the text for broken JSON);
-    here such a value is read as lm-eval reads any value (:func:`with_json_model_args` then hands lm-eval the
-    whole model_args as the one JSON object it accepts)."""
-    import argparse
+    """The ``--model_args`` (or ``-a``, repeatable, several values each) of an lm-eval command line, read as lm-eval
+    0.4.13's ``MergeDictAction`` reads them (one JSON object, or ``key=value`` pairs split on the commas outside
+    brackets, braces and quotes) without importing lm-eval; None when none is given. ``key=value`` values are kept
+    as the text typed (checked as ``snapeval run`` checks its flags' text: ``-3`` is not lm-eval's ``-3.0``), a
+    ``{...}`` or ``[...]`` value read as lm-eval reads values (lm-eval itself refuses braces among pairs, taking the
+    text for broken JSON: :func:`with_json_model_args` hands them on as the one JSON object it accepts). A malformed
+    one raises :class:`SnapevalError`."""
+    import json
 
-    from lm_eval._cli import utils as lm_eval_cli_utils  # lm-eval's argument parsing only: no model, no torch
+    found, out, i = False, {}, 0
+    while i < len(argv):
+        item = argv[i]
+        values = []
+        if item in ("--model_args", "-a"):
+            i += 1
+            while i < len(argv) and not argv[i].startswith("-"):
+                values.append(argv[i])
+                i += 1
+        elif item.startswith("--model_args="):
+            values, i = [item.split("=", 1)[1]], i + 1
+        else:
+            i += 1
+            continue
+        found = True
+        if values and values[0].lstrip().startswith("{"):  # one JSON object: its values typed as given
+            try:
+                parsed = json.loads(values[0])
+            except ValueError as exc:
+                raise SnapevalError(f"--model_args={values[0]!r} is not valid JSON ({exc}); allowed: key=value "
+                                    "pairs separated by commas, or one JSON object") from None
+            if not isinstance(parsed, dict):
+                raise SnapevalError(f"--model_args={values[0]!r} is invalid; allowed: key=value pairs separated by "
+                                    "commas, or one JSON object")
+            out.update(parsed)
+            continue
+        for value in values:
+            for pair in split_top_level(value):
+                key, sep, text = pair.partition("=")
+                if not sep:
+                    raise SnapevalError(f"--model_args item {pair!r} is invalid; allowed: key=value pairs separated "
+                                        "by commas, or one JSON object")
+                out[key] = typed_value(text) if text.lstrip().startswith(("{", "[")) else text
+    return out if found else None
 
-    class MergeDictAction(lm_eval_cli_utils.MergeDictAction):
-        """lm-eval's, but ``key=value`` values kept as the text typed (checked as ``snapeval run`` checks its
-        flags' text: ``-3`` is not lm-eval's ``-3.0``), a ``{...}`` or ``[...]`` value read as lm-eval reads it."""
 
-        def __call__(self, parser, namespace, values, option_string=None):
-            if not values or values[0].lstrip().startswith("{"):  # one JSON object: its values typed as given
-                return super().__call__(parser, namespace, values, option_string)
-            current = vars(namespace).setdefault(self.dest, {}) or {}
-            for value in values:
-                for item in lm_eval_cli_utils.split_top_level(value):
-                    key, sep, text = item.partition("=")
-                    if not sep:
-                        parser.error(f"expected `key=value`, got {item!r}")
-                    typed = text.lstrip().startswith(("{", "["))
-                    current[key] = lm_eval_cli_utils.handle_cli_value_string(text) if typed else text
-            setattr(namespace, self.dest, current)
+def split_top_level(text: str) -> list[str]:
+    """``text`` split on the commas outside brackets, braces and quotes (lm-eval 0.4.13's ``split_top_level``)."""
+    parts, buf, depth, quote = [], [], 0, None
+    for char in text:
+        if quote is not None:
+            if char == quote:
+                quote = None
+        elif char in "\"'":
+            quote = char
+        elif char in "[({":
+            depth += 1
+        elif char in "])}":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            parts.append("".join(buf))
+            buf = []
+            continue
+        buf.append(char)
+    parts.append("".join(buf))
+    return [part for part in parts if part]
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):  # lm-eval's own message, one line
-            raise SnapevalError(f"--model_args is invalid ({message.split(': ', 1)[-1]}); allowed: "
-                                "key=value pairs separated by commas, or one JSON object")
 
-    parser = Parser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--model_args", "-a", default=None, nargs="+", action=MergeDictAction)
+def typed_value(text: str) -> Any:
+    """A model_args value as lm-eval 0.4.13 types it (``handle_cli_value_string``): true/false, an integer, a
+    number, a Python literal ({...}, [...]), else the text."""
+    if text.lower() == "true":
+        return True
+    if text.lower() == "false":
+        return False
+    if text.isnumeric():
+        return int(text)
     try:
-        known, _ = parser.parse_known_args(argv)
-    except ValueError as exc:  # lm-eval's "Invalid JSON: ..."
-        raise SnapevalError(f"--model_args is invalid ({str(exc).splitlines()[0]}); allowed: key=value pairs "
-                            "separated by commas, or one JSON object") from None
-    return known.model_args
+        return float(text)
+    except ValueError:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
 
 
 @lru_cache(maxsize=1)
@@ -163,9 +207,7 @@ def with_json_model_args(argv: list[str], model_args: dict[str, Any]) -> list[st
             continue
         out.append(item)
         i += 1
-    from lm_eval._cli.utils import handle_cli_value_string
-
-    typed = {k: handle_cli_value_string(v) if isinstance(v, str) else v for k, v in model_args.items()}
+    typed = {k: typed_value(v) if isinstance(v, str) else v for k, v in model_args.items()}
     return [*out, "--model_args", json.dumps(typed, default=str)]
 
 
