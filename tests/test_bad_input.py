@@ -257,7 +257,7 @@ def test_missing_manifest_names_the_remedy(swept, capsys):
     out, _, _ = swept
     (out / "manifest.json").unlink()
     _both_commands_say(capsys, out, f"snapeval: error: {out / 'manifest.json'} is missing; re-run `snapeval sweep "
-                                    f"CONFIG --out {out}` with the config that wrote it (it rewrites the manifest and "
+                                    f"CONFIG --out {out}` with the config that wrote it (it writes the manifest again and "
                                     f"keeps every finished cell)")
 
 
