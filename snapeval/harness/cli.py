@@ -81,8 +81,11 @@ def method_args(args) -> tuple[dict, dict]:
         own = {"budget": "--budget", "method": "--method", "seed": "--seed", "pretrained": "--model",
                **{n: "--" + n.replace("_", "-") for n in _run_arg_names()}}
         if name in own and ":" not in args.method:  # not a setting: its own flag (resolve_method would get it twice)
-            raise SnapevalError(f"{flag}={item!r} is invalid: {name} is not a setting of a method; allowed: "
-                                f"{own[name]} {value or 'VALUE'}")
+            from snapeval.cache import METHOD_TABLE
+
+            declared = ", ".join(s.name for s in METHOD_TABLE.get(args.method).settings()) or "none"
+            raise SnapevalError(f"{flag}={item!r} is invalid: {name!r} is not a setting of method {args.method!r} "
+                                f"but its own flag ({own[name]} {value or 'VALUE'}); allowed settings: {declared}")
         if name in given:
             raise SnapevalError(f"{flag} {name} is given twice ({name}={given[name]!r} and {name}={value!r}); "
                                 "allowed: each setting once")

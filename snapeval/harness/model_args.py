@@ -139,7 +139,8 @@ def allowed_names() -> list[str]:
     from snapeval.cache import METHOD_TABLE
     from snapeval.run_args import RunArgs
 
-    return sorted({*METHOD_TABLE.setting_names(), *RunArgs.names("model_args"), *OWN_ARGS, *hflm_arguments()})
+    return sorted({*METHOD_TABLE.setting_names(METHOD_TABLE.builtin_names()), *RunArgs.names("model_args"), *OWN_ARGS,
+                   *hflm_arguments()})
 
 
 def check_model_args(raw: dict[str, Any]) -> None:
@@ -170,7 +171,10 @@ def check_model_args(raw: dict[str, Any]) -> None:
         raise SnapevalError(f"budget={budget!r} is invalid; allowed: an integer")
     run_args = RunArgs.from_mapping({n: raw.pop(n) for n in RunArgs.names("model_args") if n in raw},
                                     surface="model_args")
-    given = {n: raw.pop(n) for n in [n for n in raw if n in METHOD_TABLE.setting_names()]}
+    names = {*METHOD_TABLE.setting_names(METHOD_TABLE.builtin_names()), *(s.name for s in
+             METHOD_TABLE.get(method).settings())} if ":" not in method else set(METHOD_TABLE.setting_names(
+             METHOD_TABLE.builtin_names()))  # no other plugin loaded
+    given = {n: raw.pop(n) for n in [n for n in raw if n in names]}
     given = {n: v for n, v in given.items() if not (v is None or v == "" or v == "None")}
     settings = settings_from_text(method, given)
     press = {n[len("press_"):]: raw.pop(n) for n in [n for n in raw if n.startswith("press_")]}

@@ -265,7 +265,13 @@ def _parse_budgets(ctx: _Ctx, raw: Any, path: str) -> tuple[int, ...]:
 def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | None) -> MethodSpec:
     if isinstance(raw, str):
         raw = {"method": raw}
-    raw = ctx.mapping(raw, path, (*_METHOD_KEYS, *METHOD_TABLE.setting_names()), required=("method",))
+    # the keys: the entry's own, the shipped methods' settings and the named method's (no other plugin is loaded)
+    named = raw.get("method") if isinstance(raw, dict) else None
+    own = ()
+    if isinstance(named, str) and named in METHOD_TABLE:
+        own = tuple(s.name for s in METHOD_TABLE.get(named).settings())
+    keys = (*_METHOD_KEYS, *dict.fromkeys([*METHOD_TABLE.setting_names(METHOD_TABLE.builtin_names()), *own]))
+    raw = ctx.mapping(raw, path, keys, required=("method",))
     method = ctx.string(raw["method"], f"{path}.method")
     try:
         info = METHOD_TABLE.get(method)
