@@ -71,6 +71,9 @@ def tasks_catalog() -> dict:
 
 
 def list_tasks(args) -> int:
+    from snapeval import preflight
+
+    preflight.check_task_folder_env()  # a folder variable naming nothing, or a file: one line, not a silent listing
     catalog = tasks_catalog()
     if args.json:
         print(json.dumps(catalog, indent=1))

@@ -642,3 +642,128 @@ def test_valid_model_args_run_through_snapeval_lm_eval(tmp_path, tiny_dir, task_
                          env={**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""})
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tiny_gen" in out.stdout
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #62: no file of the user's replaced, nothing opened that blocks, nothing silent
+
+@pytest.mark.parametrize("manifest, expected", [
+    ('{"format": "snapeval-manifest/1", "sweep": 5, "cells": []}', "is not a snapeval sweep's"),
+    ('{"format": "snapeval-manifest/1", "cells": []}', "is not a snapeval sweep's"),
+    ('{"format": "snapeval-man', "its manifest.json is damaged"),
+    ('[1, 2]', "is not a snapeval sweep's"),
+])
+def test_a_manifest_that_is_not_this_sweeps_is_never_replaced(tmp_path, capsys, manifest, expected):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text(manifest)
+    config = write(tmp_path, BASE)
+    last = one_line_exit_2(capsys, ["sweep", str(config), "--out", str(out)], expected, f"--out={str(out)!r}")
+    assert "moved away" in last and (out / "manifest.json").read_text() == manifest
+
+
+def test_a_config_of_the_same_name_with_another_grid_is_refused(tmp_path, capsys):
+    from snapeval.sweep import load_config, run_sweep
+
+    out = tmp_path / "out"
+    first = write(tmp_path, BASE, "a.yaml")
+    run_sweep(load_config(first), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+              report=False)
+    before = (out / "manifest.json").read_text()
+    other = write(tmp_path, {**BASE, "methods": ["full", {"method": "snapkv", "budgets": [64]}]}, "b.yaml")
+    one_line_exit_2(capsys, ["sweep", str(other), "--out", str(out)], "holds the results of sweep 'bad' from",
+                    "with another grid than")
+    assert (out / "manifest.json").read_text() == before
+    run_sweep(load_config(first), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+              report=False)  # the config that wrote it: resumes
+
+
+def test_special_files_are_refused_never_opened(tmp_path, swept, capsys):
+    """A FIFO named *.yaml in a task folder, a cell file that is a FIFO or a folder: one line, no hang."""
+    folder = tmp_path / "tasks_extra"
+    folder.mkdir()
+    os.mkfifo(folder / "trap.yaml")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SNAPEVAL_TASKS_PATH": str(folder), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-m", "snapeval", "run", "--tasks", "snapeval_passkey", "--method", "full",
+                           "--limit", "1"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2 and "trap.yaml is not a regular file" in done.stderr, done.stderr
+    out, path, cell = swept
+    path.unlink()
+    os.mkfifo(path)
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], f"cell {cell}: not a regular file")
+    path.unlink()
+    path.mkdir()
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], f"cell {cell}: not a regular file")
+
+
+def test_report_refuses_swapped_and_listed_twice_and_says_what_it_left_out(swept, tmp_path, capsys):
+    out, path, cell = swept
+    manifest = json.loads((out / "manifest.json").read_text())
+    other = next(v["cell_id"] for v in manifest["cells"] if v["cell_id"] != cell)
+    original = path.read_text()
+    path.write_text((out / "cells" / f"{other}.json").read_text())  # a swapped file
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], f"holds cell {other}, not cell {cell}")
+    path.write_text(original)
+    twice = {**manifest, "cells": manifest["cells"] + manifest["cells"][:1]}
+    (out / "manifest.json").write_text(json.dumps(twice))
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], "is listed 2 times")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    path.unlink()  # an unfinished cell: said on stderr; --strict fails
+    assert cli(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    assert f"1 cell(s) of the sweep's grid have no result in {out}" in capsys.readouterr().err
+    assert cli(["report", str(out), "--out", str(tmp_path / "rep"), "--strict"]) == 1
+
+
+@pytest.mark.parametrize("change, flags, expected", [
+    ({"methods": [{"method": "snapstream", "budgets": [64]}]}, ["--until-decided"], "needs the full cache"),
+    ({"methods": ["full"]}, ["--until-decided"], "needs a method with budgets beside the full cache"),
+    ({"decision": {"margin": 0}}, ["--until-decided"], "decision.margin=0.0 is invalid with --until-decided"),
+    ({}, ["--monotone"], "--monotone is an option of --until-decided"),
+    ({}, ["--batch", "4"], "--batch is an option of --until-decided"),
+    ({"methods": ["full", {"method": "kvpress:SnapKVPress", "budgets": [64]},
+                  {"method": "kvpress:SnapKVPress", "budgets": [64]}]}, [],
+     "methods[2]: gives the same cells as methods[1] (kvpress:SnapKVPress@64)"),
+    ({"seeds": [2 ** 32]}, [], "seeds[0]: seed=4294967296 is invalid; allowed: an integer in 0..4294967295"),
+])
+def test_sweep_options_that_cannot_apply_are_refused(tmp_path, capsys, change, flags, expected):
+    one_line_exit_2(capsys, ["sweep", str(write(tmp_path, {**BASE, **change})), "--dry-run", *flags], expected)
+
+
+def test_run_seed_and_method_arg_budget_and_specprefill_are_one_line(capsys):
+    base = ["run", "--tasks", "snapeval_passkey", "--method", "snapstream", "--budget", "64"]
+    one_line_exit_2(capsys, base + ["--seed", str(2 ** 32)], "--seed=4294967296 is invalid; allowed: an integer in 0..")
+    one_line_exit_2(capsys, base + ["--method-arg", "budget=512"], "'budget' is not a setting of method 'snapstream'",
+                    "--budget 512")
+    one_line_exit_2(capsys, base + ["--specprefill-draft", "smollm2-135m-instruct"], "needs specprefill_keep")
+    one_line_exit_2(capsys, base + ["--specprefill-keep", "0.5"], "given without specprefill_draft")
+
+
+def test_a_missing_tasks_path_is_refused_by_the_listing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SNAPEVAL_TASKS_PATH", str(tmp_path / "nowhere"))
+    one_line_exit_2(capsys, ["tasks"], "SNAPEVAL_TASKS_PATH=", "does not exist")
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("SNAPEVAL_TASKS_PATH", str(tmp_path / "file"))
+    one_line_exit_2(capsys, ["tasks"], "is not a folder")
+
+
+def test_yaml_merge_keys_are_accepted_and_a_key_given_twice_still_refused(tmp_path, capsys):
+    from snapeval.sweep import load_config
+
+    path = tmp_path / "merge.yaml"
+    path.write_text("name: merge\nmodels: [smollm2-135m-instruct]\ntasks: [snapeval_passkey]\n"
+                    "methods:\n  - full\n  - &ss {method: snapstream, budgets: [64]}\n"
+                    "  - {<<: *ss, method: streamingllm}\n")  # the merged entry's own key wins
+    config = load_config(path)
+    assert [m.method for m in config.methods] == ["full", "snapstream", "streamingllm"]
+    path.write_text("name: a\nname: b\nmodels: [x]\ntasks: [t]\nmethods: [full]\n")
+    one_line_exit_2(capsys, ["sweep", str(path), "--dry-run"], "key 'name' is given twice")
+
+
+def test_a_closed_pipe_is_not_a_disk_error():
+    """`snapeval sweep ... --dry-run | head -1`: the reader leaves early; no "fix the disk", no traceback."""
+    reader = subprocess.run(f"{sys.executable} -m snapeval sweep configs/paper_llama.yaml --dry-run | head -1; "
+                            "echo \"status=${PIPESTATUS[0]}\" >&2", shell=True, executable="/bin/bash",
+                            capture_output=True, text=True, cwd=REPO, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""})
+    assert reader.stdout.startswith("sweep "), reader
+    assert "disk" not in reader.stderr and "Traceback" not in reader.stderr and "status=141" in reader.stderr, reader

@@ -363,6 +363,22 @@ def _check_engine(ctx: _Ctx, models, methods) -> None:
                 break
 
 
+def _check_distinct(ctx: _Ctx, methods) -> None:
+    """Two method entries that give the same configuration (``kvpress:SnapKVPress`` listed twice, the same
+    settings spelt twice) would make the same cell twice: one line naming both."""
+    import json
+
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(methods):
+        for config in spec.points():
+            key = json.dumps(config.to_dict(), sort_keys=True, default=str)
+            if key in seen and seen[key] != i:
+                budget = f"@{config.budget}" if getattr(config, "budget", None) is not None else ""
+                raise ctx.fail(f"methods[{i}]", f"gives the same cells as methods[{seen[key]}] ({config.method}"
+                                               f"{budget}); allowed: each configuration once")
+            seen.setdefault(key, i)
+
+
 def _check_budgets_fit(ctx: _Ctx, models, methods) -> None:
     """A budget beyond a preset model's context can never be used: say so before anything loads."""
     from snapeval.models.presets import get_preset, list_presets
@@ -402,6 +418,7 @@ def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
                   for i, t in enumerate(ctx.listof(raw["tasks"], "tasks")))
     methods = tuple(_parse_method(ctx, m, f"methods[{i}]", budgets)
                     for i, m in enumerate(ctx.listof(raw["methods"], "methods")))
+    _check_distinct(ctx, methods)
     _check_budgets_fit(ctx, models, methods)
     _check_engine(ctx, models, methods)
     seeds = tuple(ctx.integer(s, f"seeds[{i}]", minimum=0)
