@@ -166,3 +166,26 @@ def test_every_run_flag_is_exercised_end_to_end(tiny_dir, task_dir, tmp_path, mo
             str(engine_run)]
     assert cli(argv) == 0
     assert json.loads(engine_run.read_text())["snapeval"]["config"]["engine"] == {"slots": 3}
+
+
+def test_cpu_threads_fit_the_free_cores(monkeypatch):
+    """A busy neighbour leaves one thread of two (issue #62: two threads beside a busy core took 2.2x idle, one 1.6x);
+    SNAPEVAL_THREADS chooses; a user's OMP_NUM_THREADS is kept."""
+    from snapeval import threads
+    from snapeval.errors import SnapevalError
+
+    monkeypatch.delenv(threads.ENV, raising=False)
+    assert threads.choose(cores=2, busy=0.0)[0] == 2 and threads.choose(cores=2, busy=0.2)[0] == 2
+    assert threads.choose(cores=2, busy=0.8)[0] == 1 and threads.choose(cores=2, busy=5.0)[0] == 1
+    assert threads.choose(cores=16, busy=3.0)[0] == 13
+    monkeypatch.setenv(threads.ENV, "all")
+    assert threads.choose(cores=2, busy=5.0)[0] == 2
+    monkeypatch.setenv(threads.ENV, "3")
+    assert threads.choose(cores=2, busy=0.0) == (3, "SNAPEVAL_THREADS=3")
+    monkeypatch.setenv(threads.ENV, "zero")
+    with pytest.raises(SnapevalError, match="SNAPEVAL_THREADS='zero' is invalid; allowed: an integer >= 1, or all"):
+        threads.choose()
+    monkeypatch.delenv(threads.ENV)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads.apply() is None  # the user's own setting wins
+    assert 0.0 <= threads.busy_elsewhere(samples=2, interval_s=0.0)

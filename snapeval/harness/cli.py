@@ -143,6 +143,9 @@ def run(args) -> int:
     from snapeval.preflight import check_output_file
 
     check_output_file(out, "--output")
+    from snapeval import threads
+
+    threads.apply()  # the cores free now, before torch is imported (a busy neighbour costs one thread, not two)
     from snapeval.harness.evaluate import evaluate
 
     results = evaluate(model_args, tasks, limit=limit, seed=args.seed, metadata=metadata,

@@ -99,6 +99,10 @@ def main() -> None:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
+    if _flag(sys.argv[1:], "--model") in ("snapeval", "snapstream"):
+        from snapeval import threads
+
+        threads.apply()  # the cores free now, before torch is imported
     import snapeval.harness.lm_eval_model  # noqa: F401  (registers "snapeval" and its deprecated alias "snapstream")
     from lm_eval.__main__ import cli_evaluate
 

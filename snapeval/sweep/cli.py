@@ -80,6 +80,10 @@ def main(args: argparse.Namespace) -> int:
         for (cell, state), label in zip(cells, distinct_labels([cell for cell, _ in cells])):
             print(f"  {state:5}  {cell.cell_id}  {label}")
         return 0
+    if args.executor == "inprocess":
+        from snapeval import threads
+
+        threads.apply()  # the cores free now (a Ray worker takes its cell's num_cpus instead)
     executor = make_executor(args.executor, ray_address=args.ray_address)
     summary = run_sweep(config, args.out, executor=executor, report=not args.no_report, rerun_stale=args.rerun_stale,
                         search=search)
