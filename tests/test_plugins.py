@@ -463,3 +463,15 @@ def test_a_plugin_that_raises_or_exits_is_named_and_skipped(tmp_path):
     out = snapeval("run", "--tasks", "snapeval_passkey", "--method", "quitter", "--budget", "64")
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out
     assert out.stderr.startswith("snapeval: error: method 'quitter'") and "SystemExit" in out.stderr
+
+
+def test_the_task_family_contract_runs_over_an_installed_plugins_task(installed):
+    """tests/test_task_families.py's contract (the reference reply scores 1, an empty reply 0) over the plugin's
+    task, found through the task folders every run reads (it once searched only the shipped folder)."""
+    from snapeval.tasks.families import families
+    from tests.test_task_families import score
+
+    family = next(f for f in families() if f.name == "toytask")
+    assert family.task_names() == ("toytask_qa",)
+    assert score("toytask_qa", family, family.reference_reply)[0] == 1.0
+    assert score("toytask_qa", family, lambda doc: "")[0] == 0.0
