@@ -121,8 +121,8 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
 
         produced = run_live(search, config.decision, cells, waiting, cell_fn, executor, progress.started, store,
                             searched)
-    else:
-        produced = executor.run(units, cell_fn, progress.started)
+    else:  # nothing to run (every cell done): no executor started (a Ray instance would take seconds for nothing)
+        produced = executor.run(units, cell_fn, progress.started) if units else iter(())
     for cell, result, error in produced:
         if not isinstance(result, ShardResult):
             finish(cell, result, error)
