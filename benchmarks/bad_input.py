@@ -32,6 +32,19 @@ REFUSALS = {
     "sweep: --ray-address garbage:0": ["sweep", "{config}", "--executor", "ray", "--ray-address", "garbage:0"],
     "simulate: past the context": ["simulate", "--model", "smollm2-135m-instruct", "--prompt-len", "100000"],
     "report: no such folder": ["report", "{tmp}/none"],
+    "run: --method-arg budget=512": ["run", "--method", "snapstream", "--budget", "64", "--tasks", "snapeval_passkey",
+                                     "--method-arg", "budget=512"],
+    "run: --seed 2**32": ["run", "--method", "full", "--tasks", "snapeval_passkey", "--seed", "4294967296"],
+    "run: --device-map {\"\": 0} on a CPU": ["run", "--method", "full", "--tasks", "snapeval_passkey", "--device-map",
+                                          '{"": 0}'],
+    "sweep: a damaged manifest.json": ["sweep", "{config}", "--out", "{damaged}"],
+    # issue #62: snapeval-lm-eval's model_args checked before lm-eval loads (the tool named first)
+    "snapeval-lm-eval: model_args max_gen_toks=x": ["@snapeval-lm-eval", "--model", "snapeval", "--model_args",
+                                                     "method=full,max_gen_toks=x", "--tasks", "snapeval_passkey"],
+    "snapeval-lm-eval: model_args method=lru": ["@snapeval-lm-eval", "--model", "snapeval", "--model_args",
+                                                "method=lru,budget=64", "--tasks", "snapeval_passkey"],
+    "snapeval-lm-eval: model_args device=foo": ["@snapeval-lm-eval", "--model", "snapeval", "--model_args",
+                                                "method=full,device=foo", "--tasks", "snapeval_passkey"],
 }
 
 
@@ -70,7 +83,10 @@ def main() -> None:
                           "methods: [full]\n")
         typo = root / "typo.yaml"
         typo.write_text(config.read_text().replace("snapeval_passkey", "snapeval_paskey"))
-        fill = {"tmp": str(root), "config": str(config), "typo_config": str(typo)}
+        damaged = root / "damaged"
+        damaged.mkdir()
+        (damaged / "manifest.json").write_text('{"format": "snapeval-manif')
+        fill = {"tmp": str(root), "config": str(config), "typo_config": str(typo), "damaged": str(damaged)}
         sites = {style: _plugin_site(root, style) for style in ("guide", "one_file")}
         envs = {"none": base_env, **{s: {**base_env, "PYTHONPATH": f"{site}{os.pathsep}{REPO}"}
                                      for s, site in sites.items()}}
@@ -83,7 +99,9 @@ def main() -> None:
         codes: dict[str, int] = {}
         for _ in range(args.repeats):  # interleaved: a load change touches every case alike
             for name, (argv, env) in cases.items():
-                took, code = _time([snapeval, *argv], envs[env])
+                tool = [str(Path(sys.executable).parent / argv[0][1:]), *argv[1:]] if argv[0].startswith("@") \
+                    else [snapeval, *argv]
+                took, code = _time(tool, envs[env])
                 seconds[name].append(took)
                 codes[name] = code
     median = {name: statistics.median(values) for name, values in seconds.items()}

@@ -71,6 +71,9 @@ def tasks_catalog() -> dict:
 
 
 def list_tasks(args) -> int:
+    from snapeval import preflight
+
+    preflight.check_task_folder_env()  # a folder variable naming nothing, or a file: one line, not a silent listing
     catalog = tasks_catalog()
     if args.json:
         print(json.dumps(catalog, indent=1))
@@ -86,10 +89,18 @@ def hardware_catalog() -> list[dict]:
     """One record per hardware target: name, kind, sockets, where it comes from and its description."""
     from snapeval.simulator.hardware import get_hardware, hardware_plugins, list_hardware
 
+    import sys
+
+    from snapeval.errors import SnapevalError
+
     plugins = hardware_plugins()
     out = []
     for name in list_hardware():
-        spec = get_hardware(name)
+        try:
+            spec = get_hardware(name)
+        except SnapevalError as exc:  # a broken plugin: named in one warning, the others listed
+            print(f"snapeval: warning: {exc}; skipped", file=sys.stderr)
+            continue
         source = _source(plugins[name].value) if name in plugins else "snapeval"
         out.append({"hardware": name, "kind": spec.kind, "sockets": spec.sockets, "source": source,
                     "description": spec.description.strip().splitlines()[0] if spec.description.strip() else ""})

@@ -69,10 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that went away is said here, not by Python at exit
+        return code
     except SnapevalError as exc:
         print(f"snapeval: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # the reader went away (`snapeval sweep --dry-run | head`): not a disk error; the
+        _quiet_stdout()  # status of a program its pipe's reader closed (128 + SIGPIPE), as `yes | head` gives
+        return 141
     except OSError as exc:  # a read-only or full disk, a missing directory: every finished result is already on disk
         where = f" {exc.filename}" if exc.filename else ""
         print(f"snapeval: error: cannot read or write{where}: {exc.strerror or exc} (finished results are kept; "
@@ -81,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("snapeval: interrupted", file=sys.stderr)
         return 130
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit does not report the closed pipe again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor to redirect (a test's captured stdout)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

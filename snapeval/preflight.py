@@ -55,6 +55,9 @@ def yaml_task_names(folders) -> set[str]:
     names: set[str] = set()
     for folder in folders:
         for path in Path(folder).rglob("*.yaml"):
+            if not path.is_file():  # a FIFO would block the read (and lm-eval's): refused, never opened
+                raise SnapevalError(f"{path} is not a regular file (a FIFO, a device or a folder named *.yaml); "
+                                    "allowed: task YAML files in a task folder (move it away)")
             try:
                 text = path.read_text(encoding="utf-8", errors="replace")
             except OSError:
@@ -177,11 +180,15 @@ def check_output_folder(path: str | os.PathLike, field: str) -> None:
 _SWEEP_OUTPUTS = ("results.csv", "results.parquet", "report")
 
 
-def check_results_folder(out: str | os.PathLike, sweep: str, field: str = "--out") -> None:
+def check_results_folder(out: str | os.PathLike, sweep: str, field: str = "--out", *, config: str | None = None,
+                         cells: list[str] | None = None) -> None:
     """``out`` can hold sweep ``sweep``'s results without replacing anyone else's: a new or writable folder, and
-    either no results folder yet or one of the same sweep (its ``manifest.json`` names it). A folder of another
-    sweep is refused (its manifest would be replaced and its report would lose its cells): give each sweep its own
-    folder. A folder without a manifest that already holds a results table or a report is refused too."""
+    either no results folder yet or one of the same sweep (its ``manifest.json`` names it). Refused, in one line
+    naming the folder: a folder of another sweep (its manifest would be replaced and its report would lose its
+    cells: give each sweep its own folder); a ``manifest.json`` that is not a sweep's (damaged, not a file, another
+    format, no sweep name: it is never replaced, move it away); one that another config file of the same name
+    wrote with another grid (``config``: this config's path as :func:`manifest_config` writes it, ``cells``: its
+    cell ids); a folder without a manifest that already holds a results table or a report."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise SnapevalError(f"{field}={str(out)!r} is not a folder; allowed: a new folder or this sweep's results "
@@ -192,20 +199,53 @@ def check_results_folder(out: str | os.PathLike, sweep: str, field: str = "--out
         raise SnapevalError(f"{field}={str(out)!r} cannot be written ({why} in {base}); allowed: a folder you can "
                             "write")
     manifest = out / "manifest.json"
-    if manifest.is_file():
+    keep = (f"allowed: a new folder, or this one once its manifest.json is moved away (a sweep writes it again and "
+            "keeps every finished cell)")
+    if manifest.exists() or manifest.is_symlink():
+        from snapeval.results.store import MANIFEST_FORMAT
+
+        if not manifest.is_file():  # a FIFO, a folder, a dangling link: never opened
+            raise SnapevalError(f"{field}={str(out)!r}: its manifest.json is not a regular file; {keep}")
         try:
-            owner = json.loads(manifest.read_text(encoding="utf-8")).get("sweep")
-        except (OSError, ValueError, AttributeError):
-            return  # a damaged manifest: the sweep rewrites it (ResultsStore.read_manifest explains)
-        if isinstance(owner, str) and owner != sweep:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+            raise SnapevalError(f"{field}={str(out)!r}: its manifest.json is damaged ({reason}); {keep}") from None
+        owner = data.get("sweep") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(owner, str):
+            raise SnapevalError(f"{field}={str(out)!r}: its manifest.json is not a snapeval sweep's (format "
+                                f"{MANIFEST_FORMAT!r} with a sweep name); {keep}")
+        if owner != sweep:
             raise SnapevalError(f"{field}={str(out)!r} holds the results of sweep {owner!r} (its manifest.json); "
                                 f"allowed: a new folder or one of sweep {sweep!r} (give this sweep another --out)")
+        theirs, listed = data.get("config"), data.get("cells")
+        if config is not None and cells is not None and isinstance(theirs, str) and theirs != config \
+                and isinstance(listed, list):
+            ids = {c.get("cell_id") for c in listed if isinstance(c, dict)}
+            if ids != set(cells):
+                raise SnapevalError(f"{field}={str(out)!r} holds the results of sweep {sweep!r} from {theirs}, with "
+                                    f"another grid than {config}'s; allowed: a new folder (give this sweep another "
+                                    "--out), or that config")
     elif out.is_dir():
         theirs = [name for name in _SWEEP_OUTPUTS if (out / name).exists()]
         if theirs:
             raise SnapevalError(f"{field}={str(out)!r} is not a results folder (no manifest.json) but holds "
                                 f"{', '.join(theirs)}, which a sweep would replace; allowed: a new folder or a "
                                 "sweep's results folder")
+
+
+def manifest_config(source: str | None) -> str | None:
+    """A config's path as a manifest records it: relative to the checkout when inside it (the same in every clone),
+    else absolute; None for a config built in Python."""
+    if not source or source == "<config>":
+        return None
+    from snapeval.paths import repo_root
+
+    path = Path(source).resolve()
+    try:
+        return path.relative_to(repo_root().resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def check_results_to_read(path: str | os.PathLike, field: str) -> None:

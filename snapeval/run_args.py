@@ -159,7 +159,27 @@ class RunArg:
             parsed = parse_device_map(value)
         except SnapevalError:  # its own one-line message names the device or module at fault
             raise
+        if isinstance(parsed, dict):
+            for module, device in parsed.items():  # a GPU index is a number >= 0 (accelerate read -1 as a crash)
+                if isinstance(device, int) and device < 0:
+                    raise SnapevalError(f"device_map[{module!r}]={device!r} is invalid; allowed: a GPU index >= 0, "
+                                        "'cpu', 'cuda:N', 'mps' or 'disk'")
         return tuple(parsed.items()) if isinstance(parsed, dict) else parsed  # hashable, like the rest
+
+    @staticmethod
+    def check_map_on_this_machine(device_map: Any, label: str) -> None:
+        """A device map that names a GPU this machine does not have (``{"": 0}`` without a GPU, ``cuda:99``): one
+        line before the model loads (a sweep's map is checked where its cells run: its resources place it)."""
+        from snapeval.models.devices import check_device
+
+        for module, device in (device_map if isinstance(device_map, tuple) else ()):
+            if device in ("disk", "cpu", "mps"):
+                continue
+            text = "cuda:0" if device == "cuda" else f"cuda:{device}" if isinstance(device, int) else device
+            try:
+                check_device(text, f"{label}[{module!r}]")
+            except SnapevalError as exc:  # named as given: {"": 0}, not 'cuda:0'
+                raise SnapevalError(str(exc).replace(f"={text!r}", f"={device!r}", 1)) from None
 
 
 _INVALID = object()
@@ -180,7 +200,8 @@ class RunArgs:
 
     dtype: str = run_arg("auto", "numbers format of the weights (auto: the preset's, else float32)", "choice",
                          choices=("auto", *DTYPES))
-    device: str = run_arg("cpu", "where the model runs (a bare cuda falls back to cpu on a machine without a GPU)",
+    device: str = run_arg("cpu", "where the model runs (a bare cuda falls back to cpu on a machine "
+                          "without a GPU; cuda:N needs GPU N)",
                           "device", surfaces=("run", "model_args"), identity=False)
     device_map: Any = run_arg(None, "spread the layers over devices (overrides device)", "device_map",
                               default_text="one device", identity=False)
@@ -225,6 +246,16 @@ class RunArgs:
         if self.capture == "true" and self.device == "cpu" and self.device_map is None:
             raise SnapevalError("capture='true' is invalid with device='cpu'; allowed there: auto, false "
                                 "(CUDA graphs need a CUDA device)")
+        if self.specprefill_draft is not None and self.specprefill_keep is None:  # SpecPrefillConfig's keep
+            raise SnapevalError(f"specprefill_draft={self.specprefill_draft!r} needs specprefill_keep; allowed: a "
+                                "number in (0, 1] (the fraction of the prompt the draft keeps)")
+        if self.specprefill_draft is None and self.specprefill_options():
+            given = next(iter(self.specprefill_options()))
+            raise SnapevalError(f"specprefill_{given} is given without specprefill_draft; allowed: a draft model "
+                                "with it (specprefill_draft enables speculative prefill), or neither")
+        if self.specprefill_pool_kernel is not None and self.specprefill_pool_kernel % 2 == 0:
+            raise SnapevalError(f"specprefill_pool_kernel={self.specprefill_pool_kernel!r} is invalid; allowed: an "
+                                "odd integer >= 1")
         if self.decode_kernel == "triton" and self.device == "cpu" and self.device_map is None:
             raise SnapevalError("decode_kernel='triton' is invalid with device='cpu'; allowed there: auto, sdpa, "
                                 "split, flex (the triton kernel runs on CUDA)")
@@ -256,6 +287,8 @@ class RunArgs:
         values = {name: declared[name].parse(raw[name], where) for name in declared if name in raw}
         if device is not None and "device" not in values:
             values["device"] = device
+        if surface != "sweep" and values.get("device_map") is not None:  # placed here, on this machine
+            declared["device_map"].check_map_on_this_machine(values["device_map"], declared["device_map"].label(where))
         try:
             return cls(**values)
         except SnapevalError as exc:

@@ -257,7 +257,7 @@ def test_missing_manifest_names_the_remedy(swept, capsys):
     out, _, _ = swept
     (out / "manifest.json").unlink()
     _both_commands_say(capsys, out, f"snapeval: error: {out / 'manifest.json'} is missing; re-run `snapeval sweep "
-                                    f"CONFIG --out {out}` with the config that wrote it (it rewrites the manifest and "
+                                    f"CONFIG --out {out}` with the config that wrote it (it writes the manifest again and "
                                     f"keeps every finished cell)")
 
 
@@ -522,3 +522,252 @@ def test_devices_checked_without_torch():
         parse_device_map({"model.layers.0": "gpu"})
     with pytest.raises(SnapevalError, match="'meta' is invalid"):
         usable_device("meta")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #62: one check on all three surfaces (`snapeval run`, a sweep's model entry, snapeval-lm-eval's model_args)
+
+#: (argument, bad value as a user types it): every run argument's bad value (tests/test_run_args.py's BAD), the
+#: method, its budget and a setting, a device map naming a GPU this machine lacks, speculative prefill without keep.
+THREE_SURFACES = [
+    ("dtype", "fp8"), ("batch_size", "0"), ("max_gen_toks", "-3"), ("max_length", "zero"), ("engine", "sometimes"),
+    ("engine_slots", "0"), ("decode_kernel", "flash"), ("capture", "maybe"), ("specprefill_keep", "1.5"),
+    ("specprefill_chunk", "0"), ("specprefill_lookahead", "x"), ("specprefill_pool_kernel", "-1"),
+    ("device_map", "everywhere"), ("device_map", '{"": -1}'), ("device_map", '{"": 0}'),
+    ("specprefill_draft", "smollm2-135m-instruct"), ("method", "lru"), ("budget", "1"), ("sink", "99"),
+    ("recent", "abc"), ("capture", "true"), ("decode_kernel", "triton"),
+]
+
+
+def _core(message: str, name: str) -> str:
+    """The part of a refusal every surface must share: from the argument's name on, in one spelling, unquoted."""
+    message = message.replace("--" + name.replace("_", "-"), name)
+    at = message.rfind(name + "=")
+    if at < 0:
+        at = message.rfind(name)
+    return message[at:].replace("'", "").replace('"', "")
+
+
+def _three_answers(name: str, value: str, tmp_path, capsys) -> dict[str, tuple[int, str]]:
+    import yaml as _yaml
+
+    from snapeval.harness import lm_eval_cli
+    from snapeval.run_args import RunArgs
+
+    answers = {}
+    method = {"method": "snapstream", "budget": "64"}
+    if name in ("method", "budget"):
+        method[name] = value
+    run_argv = ["run", "--tasks", "snapeval_passkey", "--method", method["method"], "--budget", method["budget"]]
+    if name in RunArgs.names("run"):
+        run_argv += ["--" + name.replace("_", "-"), value]
+    elif name not in ("method", "budget"):
+        run_argv += ["--method-arg", f"{name}={value}"]
+    if name == "specprefill_keep" or (name.startswith("specprefill_") and name != "specprefill_draft"):
+        run_argv += ["--specprefill-draft", "smollm2-135m-instruct"]
+    rc = cli(run_argv)
+    answers["run"] = (rc, capsys.readouterr().err.strip())
+    entry = {"pretrained": "smollm2-135m-instruct"}
+    methods = [{"method": method["method"], "budgets": [_yaml.safe_load(method["budget"])]}]
+    if name in RunArgs.names("sweep"):
+        entry[name] = _yaml.safe_load(value)
+        if name.startswith("specprefill_") and name != "specprefill_draft":
+            entry["specprefill_draft"] = "smollm2-135m-instruct"
+    elif name not in ("method", "budget"):
+        methods[0][name] = _yaml.safe_load(value)
+    config = write(tmp_path, {"name": "three", "models": [entry], "tasks": ["snapeval_passkey"], "methods": methods})
+    rc = cli(["sweep", str(config), "--dry-run", "--out", str(tmp_path / "out")])
+    answers["sweep"] = (rc, capsys.readouterr().err.strip())
+    pairs = {"pretrained": "smollm2-135m-instruct", **method, name: value}
+    if name.startswith("specprefill_") and name != "specprefill_draft":
+        pairs["specprefill_draft"] = "smollm2-135m-instruct"
+    argv = ["--model", "snapeval", "--model_args", ",".join(f"{k}={v}" for k, v in pairs.items()), "--tasks",
+            "snapeval_passkey", "--include_path", str(REPO / "tasks")]
+    try:
+        lm_eval_cli.prepare_argv(argv)
+        answers["model_args"] = (0, "")
+    except SnapevalError as exc:
+        answers["model_args"] = (exc.exit_code, f"snapeval-lm-eval: error: {exc}")
+    return answers
+
+
+@pytest.mark.parametrize("name, value", THREE_SURFACES, ids=[f"{n}={v}" for n, v in THREE_SURFACES])
+def test_a_bad_value_is_answered_the_same_on_all_three_surfaces(name, value, tmp_path, capsys, monkeypatch):
+    """Each bad value through `snapeval run`, a sweep entry and snapeval-lm-eval's model_args (its argv pre-parse,
+    before lm-eval loads: tests/test_preflight.py runs the command itself): exit 2, one line, the same words from
+    the argument's name on."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a CPU machine, whatever runs the test
+    answers = _three_answers(name, value, tmp_path, capsys)
+    cores = {}
+    for surface, (rc, err) in answers.items():
+        assert rc == 2, (surface, answers)
+        assert "Traceback" not in err and len(err.splitlines()) == 1, (surface, err)
+        cores[surface] = _core(err, name)
+    assert len(set(cores.values())) == 1, cores
+
+
+def test_model_args_are_read_as_lm_eval_reads_them_and_valid_ones_run_through_its_cli():
+    """snapeval-lm-eval's pre-parse (without lm-eval) splits and types as lm-eval 0.4.13 does; a JSON device_map
+    among key=value pairs, which lm-eval alone refuses, reaches the model as one JSON object."""
+    import argparse
+
+    from lm_eval._cli.utils import MergeDictAction
+
+    from snapeval.harness.lm_eval_cli import prepare_argv
+    from snapeval.harness.model_args import model_args_of, typed_value
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model_args", "-a", nargs="+", action=MergeDictAction)
+    for argv in (["--model_args", "pretrained=x,budget=64,sink=4"], ["-a", "method=full", "batch_size=2"],
+                 ["--model_args", '{"method": "full", "device_map": {"": "cpu"}}'],
+                 ["--model_args", "a=[1, 2],b=true,c=0.5"]):
+        ours = {k: typed_value(v) if isinstance(v, str) else v for k, v in model_args_of(argv).items()}
+        assert ours == parser.parse_args(argv).model_args, argv
+    argv = ["--model", "snapeval", "--model_args", 'pretrained=smollm2-135m-instruct,method=full,batch_size=2,'
+            'device=cpu,device_map={"model": "cpu", "lm_head": "cpu"}', "--tasks", "snapeval_passkey"]
+    out = prepare_argv(argv)
+    assert json.loads(out[out.index("--model_args") + 1]) == {
+        "pretrained": "smollm2-135m-instruct", "method": "full", "batch_size": 2, "device": "cpu",
+        "device_map": {"model": "cpu", "lm_head": "cpu"}}
+    assert out[-2:] == ["--device", "cpu"]
+    with pytest.raises(SnapevalError, match="batch_size is given twice: --batch_size 4 and model_args batch_size='2'"):
+        prepare_argv([*argv, "--batch_size", "4"])
+
+
+@pytest.mark.slow
+def test_valid_model_args_run_through_snapeval_lm_eval(tmp_path, tiny_dir, task_dir):
+    """batch_size and device in model_args (lm-eval passed its own as well: "multiple values") and a JSON
+    device_map run to the end."""
+    out = subprocess.run([sys.executable, "-m", "snapeval.harness.lm_eval_cli", "--model", "snapeval",
+                          "--model_args", f'pretrained={tiny_dir},method=full,batch_size=2,device=cpu,dtype=float64,'
+                          'max_gen_toks=2,device_map={"": "cpu"}', "--tasks", "tiny_gen", "--include_path",
+                          str(task_dir), "--limit", "1", "--output_path", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tiny_gen" in out.stdout
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #62: no file of the user's replaced, nothing opened that blocks, nothing silent
+
+@pytest.mark.parametrize("manifest, expected", [
+    ('{"format": "snapeval-manifest/1", "sweep": 5, "cells": []}', "is not a snapeval sweep's"),
+    ('{"format": "snapeval-manifest/1", "cells": []}', "is not a snapeval sweep's"),
+    ('{"format": "snapeval-man', "its manifest.json is damaged"),
+    ('[1, 2]', "is not a snapeval sweep's"),
+])
+def test_a_manifest_that_is_not_this_sweeps_is_never_replaced(tmp_path, capsys, manifest, expected):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text(manifest)
+    config = write(tmp_path, BASE)
+    last = one_line_exit_2(capsys, ["sweep", str(config), "--out", str(out)], expected, f"--out={str(out)!r}")
+    assert "moved away" in last and (out / "manifest.json").read_text() == manifest
+
+
+def test_a_config_of_the_same_name_with_another_grid_is_refused(tmp_path, capsys):
+    from snapeval.sweep import load_config, run_sweep
+
+    out = tmp_path / "out"
+    first = write(tmp_path, BASE, "a.yaml")
+    run_sweep(load_config(first), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+              report=False)
+    before = (out / "manifest.json").read_text()
+    other = write(tmp_path, {**BASE, "methods": ["full", {"method": "snapkv", "budgets": [64]}]}, "b.yaml")
+    one_line_exit_2(capsys, ["sweep", str(other), "--out", str(out)], "holds the results of sweep 'bad' from",
+                    "with another grid than")
+    assert (out / "manifest.json").read_text() == before
+    run_sweep(load_config(first), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+              report=False)  # the config that wrote it: resumes
+
+
+def test_special_files_are_refused_never_opened(tmp_path, swept, capsys):
+    """A FIFO named *.yaml in a task folder, a cell file that is a FIFO or a folder: one line, no hang."""
+    folder = tmp_path / "tasks_extra"
+    folder.mkdir()
+    os.mkfifo(folder / "trap.yaml")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SNAPEVAL_TASKS_PATH": str(folder), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-m", "snapeval", "run", "--tasks", "snapeval_passkey", "--method", "full",
+                           "--limit", "1"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2 and "trap.yaml is not a regular file" in done.stderr, done.stderr
+    out, path, cell = swept
+    path.unlink()
+    os.mkfifo(path)
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], f"cell {cell}: not a regular file")
+    path.unlink()
+    path.mkdir()
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], f"cell {cell}: not a regular file")
+
+
+def test_report_refuses_swapped_and_listed_twice_and_says_what_it_left_out(swept, tmp_path, capsys):
+    out, path, cell = swept
+    manifest = json.loads((out / "manifest.json").read_text())
+    other = next(v["cell_id"] for v in manifest["cells"] if v["cell_id"] != cell)
+    original = path.read_text()
+    path.write_text((out / "cells" / f"{other}.json").read_text())  # a swapped file
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], f"holds cell {other}, not cell {cell}")
+    path.write_text(original)
+    twice = {**manifest, "cells": manifest["cells"] + manifest["cells"][:1]}
+    (out / "manifest.json").write_text(json.dumps(twice))
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], "is listed 2 times")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    path.unlink()  # an unfinished cell: said on stderr; --strict fails
+    assert cli(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    assert f"1 cell(s) of the sweep's grid have no result in {out}" in capsys.readouterr().err
+    assert cli(["report", str(out), "--out", str(tmp_path / "rep"), "--strict"]) == 1
+
+
+@pytest.mark.parametrize("change, flags, expected", [
+    ({"methods": [{"method": "snapstream", "budgets": [64]}]}, ["--until-decided"], "needs the full cache"),
+    ({"methods": ["full"]}, ["--until-decided"], "needs a method with budgets beside the full cache"),
+    ({"decision": {"margin": 0}}, ["--until-decided"], "decision.margin=0.0 is invalid with --until-decided"),
+    ({}, ["--monotone"], "--monotone is an option of --until-decided"),
+    ({}, ["--batch", "4"], "--batch is an option of --until-decided"),
+    ({"methods": ["full", {"method": "kvpress:SnapKVPress", "budgets": [64]},
+                  {"method": "kvpress:SnapKVPress", "budgets": [64]}]}, [],
+     "methods[2]: gives the same cells as methods[1] (kvpress:SnapKVPress@64)"),
+    ({"seeds": [2 ** 32]}, [], "seeds[0]: seed=4294967296 is invalid; allowed: an integer in 0..4294967295"),
+])
+def test_sweep_options_that_cannot_apply_are_refused(tmp_path, capsys, change, flags, expected):
+    one_line_exit_2(capsys, ["sweep", str(write(tmp_path, {**BASE, **change})), "--dry-run", *flags], expected)
+
+
+def test_run_seed_and_method_arg_budget_and_specprefill_are_one_line(capsys):
+    base = ["run", "--tasks", "snapeval_passkey", "--method", "snapstream", "--budget", "64"]
+    one_line_exit_2(capsys, base + ["--seed", str(2 ** 32)], "--seed=4294967296 is invalid; allowed: an integer in 0..")
+    one_line_exit_2(capsys, base + ["--method-arg", "budget=512"], "'budget' is not a setting of method 'snapstream'",
+                    "--budget 512")
+    one_line_exit_2(capsys, base + ["--specprefill-draft", "smollm2-135m-instruct"], "needs specprefill_keep")
+    one_line_exit_2(capsys, base + ["--specprefill-keep", "0.5"], "given without specprefill_draft")
+
+
+def test_a_missing_tasks_path_is_refused_by_the_listing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SNAPEVAL_TASKS_PATH", str(tmp_path / "nowhere"))
+    one_line_exit_2(capsys, ["tasks"], "SNAPEVAL_TASKS_PATH=", "does not exist")
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("SNAPEVAL_TASKS_PATH", str(tmp_path / "file"))
+    one_line_exit_2(capsys, ["tasks"], "is not a folder")
+
+
+def test_yaml_merge_keys_are_accepted_and_a_key_given_twice_still_refused(tmp_path, capsys):
+    from snapeval.sweep import load_config
+
+    path = tmp_path / "merge.yaml"
+    path.write_text("name: merge\nmodels: [smollm2-135m-instruct]\ntasks: [snapeval_passkey]\n"
+                    "methods:\n  - full\n  - &ss {method: snapstream, budgets: [64]}\n"
+                    "  - {<<: *ss, method: streamingllm}\n")  # the merged entry's own key wins
+    config = load_config(path)
+    assert [m.method for m in config.methods] == ["full", "snapstream", "streamingllm"]
+    path.write_text("name: a\nname: b\nmodels: [x]\ntasks: [t]\nmethods: [full]\n")
+    one_line_exit_2(capsys, ["sweep", str(path), "--dry-run"], "key 'name' is given twice")
+
+
+def test_a_closed_pipe_is_not_a_disk_error():
+    """`snapeval sweep ... --dry-run | head -1`: the reader leaves early; no "fix the disk", no traceback."""
+    reader = subprocess.run(f"{sys.executable} -m snapeval sweep configs/paper_llama.yaml --dry-run | head -1; "
+                            "echo \"status=${PIPESTATUS[0]}\" >&2", shell=True, executable="/bin/bash",
+                            capture_output=True, text=True, cwd=REPO, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""})
+    assert reader.stdout.startswith("sweep "), reader
+    assert "disk" not in reader.stderr and "Traceback" not in reader.stderr and "status=141" in reader.stderr, reader

@@ -117,3 +117,76 @@ def test_lm_eval_noise_is_silenced_and_nothing_else(caplog):
             "snapeval_passkey: Custom kwargs can be passed to `--metadata` in console (as json string)")
         logging.getLogger("lm_eval.api.task").warning("a warning that says something")
     assert [r.getMessage() for r in caplog.records] == ["a warning that says something"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# issue #62: every `snapeval run` flag, end to end with a value other than its default (not only parsed)
+
+#: Every flag of ``snapeval run`` with a non-default value, and where the run shows it took it (the results JSON's
+#: ``snapeval.config``, lm-eval's ``config``, or the samples). A flag added to the parser and not here fails
+#: :func:`test_every_run_flag_is_exercised_end_to_end`.
+def _run_flags(tiny_dir, tmp_path, data_dir):
+    return {
+        "--model": str(tiny_dir), "--tasks": "tiny_gen", "--method": "snapstream", "--budget": "48",
+        "--method-arg": "sink=2", "--dtype": "float64", "--device": "cpu", "--device-map": '{"": "cpu"}',
+        "--batch-size": "2", "--max-gen-toks": "3", "--max-length": "2048", "--engine": "false",
+        "--engine-slots": "4", "--decode-kernel": "split", "--capture": "false",
+        "--specprefill-draft": "smollm2-135m-instruct", "--specprefill-keep": "0.5", "--specprefill-chunk": "8",
+        "--specprefill-lookahead": "2", "--specprefill-pool-kernel": "3", "--limit": "1", "--seed": "7",
+        "--metadata": '{"note": 1}', "--data-dir": str(data_dir), "--output": str(tmp_path / "run.json"),
+    }
+
+
+@pytest.mark.slow  # the real SmolLM2 as the speculative-prefill draft
+def test_every_run_flag_is_exercised_end_to_end(tiny_dir, task_dir, tmp_path, monkeypatch, data_dir):
+    """The parser's every flag (deprecated spellings aside) given a non-default value in one real run of a tiny
+    model: the run finishes and records each value (``--max-gen-toks 3`` once crashed: its text was the cap)."""
+    import json
+
+    run = _commands()["run"]
+    flags = {a.option_strings[0] for a in run._actions if a.option_strings and a.help != argparse.SUPPRESS
+             and a.option_strings[0] not in ("-h",)}
+    given = _run_flags(tiny_dir, tmp_path, data_dir)
+    assert flags == set(given), sorted(flags ^ set(given))
+    monkeypatch.setenv("SNAPEVAL_TASKS_DIR", str(task_dir))
+    assert cli(["run", *[x for item in given.items() for x in item]]) == 0
+    out = json.loads((tmp_path / "run.json").read_text())
+    described = out["snapeval"]["config"]
+    assert described["model"] == str(tiny_dir) and described["method"] == "snapstream" and described["budget"] == 48
+    assert described["settings"]["sink"] == 2 and described["dtype"] == "float64"
+    assert described["max_gen_toks"] == 3 and described["max_length"] == 2048
+    assert described["engine"] is None and described["decode_kernel"] == "split" and described["capture"] == "false"
+    assert described["specprefill"] == {**described["specprefill"], "draft": "smollm2-135m-instruct", "keep": 0.5,
+                                        "chunk": 8, "lookahead": 2, "pool_kernel": 3}
+    sample = out["samples"]["tiny_gen"]
+    assert len(sample) == 1 and sample[0]["arguments"][0][1]["max_gen_toks"] == 3  # the cap, as a number
+    assert out["snapeval"]["seed"] == 7  # --batch-size, --device, --device-map, --data-dir: they ran (no record)
+    engine_run = tmp_path / "engine.json"  # the engine's own flags: --engine true with its slots
+    argv = ["run", "--model", str(tiny_dir), "--tasks", "tiny_gen", "--method", "streamingllm", "--budget", "32",
+            "--engine", "true", "--engine-slots", "3", "--max-gen-toks", "2", "--limit", "1", "--output",
+            str(engine_run)]
+    assert cli(argv) == 0
+    assert json.loads(engine_run.read_text())["snapeval"]["config"]["engine"] == {"slots": 3}
+
+
+def test_cpu_threads_fit_the_free_cores(monkeypatch):
+    """A busy neighbour leaves one thread of two (issue #62: two threads beside a busy core took 2.2x idle, one 1.6x);
+    SNAPEVAL_THREADS chooses; a user's OMP_NUM_THREADS is kept."""
+    from snapeval import threads
+    from snapeval.errors import SnapevalError
+
+    monkeypatch.delenv(threads.ENV, raising=False)
+    assert threads.choose(cores=2, busy=0.0)[0] == 2 and threads.choose(cores=2, busy=0.2)[0] == 2
+    assert threads.choose(cores=2, busy=0.8)[0] == 1 and threads.choose(cores=2, busy=5.0)[0] == 1
+    assert threads.choose(cores=16, busy=3.0)[0] == 13
+    monkeypatch.setenv(threads.ENV, "all")
+    assert threads.choose(cores=2, busy=5.0)[0] == 2
+    monkeypatch.setenv(threads.ENV, "3")
+    assert threads.choose(cores=2, busy=0.0) == (3, "SNAPEVAL_THREADS=3")
+    monkeypatch.setenv(threads.ENV, "zero")
+    with pytest.raises(SnapevalError, match="SNAPEVAL_THREADS='zero' is invalid; allowed: an integer >= 1, or all"):
+        threads.choose()
+    monkeypatch.delenv(threads.ENV)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads.apply() is None  # the user's own setting wins
+    assert 0.0 <= threads.busy_elsewhere(samples=2, interval_s=0.0)

@@ -197,7 +197,11 @@ def test_a_setting_named_as_what_snapeval_reads_is_refused_in_one_line(installed
         cli(["--help"])
     assert done.value.code == 0
     capsys.readouterr()
-    assert cli(["methods"]) == 2
+    assert cli(["methods"]) == 0  # the broken plugin named in one warning and skipped; the others listed
+    captured = capsys.readouterr()
+    assert captured.err.startswith("snapeval: warning: method 'seedy'") and captured.err.count("\n") == 1
+    assert "'seed' is reserved" in captured.err and "snapkv" in captured.out and "random:" in captured.out
+    assert cli(["run", "--tasks", "snapeval_passkey", "--method", "seedy", "--budget", "64"]) == 2  # asked for
     _one_line(capsys.readouterr().err, "method 'seedy'", "'seed' is reserved")
 
 
@@ -412,3 +416,62 @@ def test_a_plugin_named_as_a_builtin_is_warned_about_and_the_builtin_kept(tmp_pa
     code, out, err, _ = _snapeval_in(site, ["hardware"])
     assert code == 0 and err.count("hardware target 'h200' of package snapeval-extras") == 1, err
     assert any(line.startswith("h200 [snapeval]:") for line in out.splitlines()), out
+
+
+# -------------------------------------------------------------------------------------------- issue #62: isolation
+def _broken_dist(root: Path) -> Path:
+    """A package whose entry points name a method that raises on import, one that calls ``SystemExit(0)``, a task
+    family and a hardware target that raise, beside the worked example's good method."""
+    site = build_dist(root)
+    (site / "snapeval_boom").mkdir()
+    (site / "snapeval_boom" / "__init__.py").write_text("raise RuntimeError('the plugin is broken')\n")
+    (site / "snapeval_quit").mkdir()
+    (site / "snapeval_quit" / "__init__.py").write_text("raise SystemExit(0)\n")
+    points = {"snapeval.methods": ["random = snapeval_random:ENTRY", "boom = snapeval_boom:ENTRY",
+                                   "quitter = snapeval_quit:ENTRY"],
+              "snapeval.tasks": ["toytask = snapeval_toytask:FAMILY", "badtask = snapeval_boom:FAMILY"],
+              "snapeval.hardware": ["b200 = snapeval_b200:SPEC", "x9 = snapeval_quit:SPEC"]}
+    (site / "snapeval_extras-0.1.dist-info" / "entry_points.txt").write_text(
+        "".join(f"[{group}]\n" + "\n".join(lines) + "\n\n" for group, lines in points.items()))
+    return site
+
+
+def test_a_plugin_that_raises_or_exits_is_named_and_skipped(tmp_path):
+    """`methods`, `tasks`, `hardware` and a sweep keep working with the built-ins and the good plugin; each broken
+    entry point is one warning line naming it; asked for by name, it is a one-line error."""
+    site = _broken_dist(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "CUDA_VISIBLE_DEVICES": ""}
+
+    def snapeval(*argv):
+        return subprocess.run([sys.executable, "-m", "snapeval", *argv], capture_output=True, text=True, env=env,
+                              cwd=REPO, timeout=300)
+
+    out = snapeval("methods")
+    assert out.returncode == 0 and "snapkv" in out.stdout and "random:" in out.stdout, out
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("snapeval: warning:")]
+    assert len(warnings) == 2 and "'boom'" in warnings[0] and "RuntimeError: the plugin is broken" in warnings[0]
+    assert "'quitter'" in warnings[1] and "SystemExit" in warnings[1] and "Traceback" not in out.stderr
+    out = snapeval("tasks")
+    assert out.returncode == 0 and "toytask" in out.stdout and "'badtask'" in out.stderr, out
+    out = snapeval("hardware")
+    assert out.returncode == 0 and "b200" in out.stdout and "h100" in out.stdout and "'x9'" in out.stderr, out
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"name": "iso", "models": ["smollm2-135m-instruct"], "tasks": ["snapeval_kv_needle"],
+                                      "methods": ["full", {"method": "snapkv", "budgets": [64]}]}))
+    out = snapeval("sweep", str(config), "--dry-run", "--out", str(tmp_path / "out"))
+    assert out.returncode == 0 and "2 cells" in out.stdout and "Traceback" not in out.stderr, out
+    out = snapeval("run", "--tasks", "snapeval_passkey", "--method", "quitter", "--budget", "64")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out
+    assert out.stderr.startswith("snapeval: error: method 'quitter'") and "SystemExit" in out.stderr
+
+
+def test_the_task_family_contract_runs_over_an_installed_plugins_task(installed):
+    """tests/test_task_families.py's contract (the reference reply scores 1, an empty reply 0) over the plugin's
+    task, found through the task folders every run reads (it once searched only the shipped folder)."""
+    from snapeval.tasks.families import families
+    from tests.test_task_families import score
+
+    family = next(f for f in families() if f.name == "toytask")
+    assert family.task_names() == ("toytask_qa",)
+    assert score("toytask_qa", family, family.reference_reply)[0] == 1.0
+    assert score("toytask_qa", family, lambda doc: "")[0] == 0.0

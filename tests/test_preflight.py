@@ -145,13 +145,18 @@ def test_lm_eval_cli_refuses_a_task_typo_before_lm_eval_loads():
 
 
 def test_lm_eval_cli_defaults_the_device_to_cpu_without_a_gpu(monkeypatch):
+    from snapeval.errors import SnapevalError
     from snapeval.harness import lm_eval_cli
     from snapeval.models import devices
 
     monkeypatch.setattr(devices, "gpu_count", lambda: 0)
-    argv = ["--model", "snapeval", "--tasks", "snapeval_passkey"]
+    argv = ["--model", "snapeval", "--model_args", "method=full", "--tasks", "snapeval_passkey"]
     assert lm_eval_cli.prepare_argv(argv)[-2:] == ["--device", "cpu"]
-    assert lm_eval_cli.prepare_argv(argv + ["--device", "cuda:0"]).count("--device") == 1
+    with pytest.raises(SnapevalError, match="needs a budget"):  # model_args checked too: the default method
+        lm_eval_cli.prepare_argv(["--model", "snapeval", "--tasks", "snapeval_passkey"])
+    assert lm_eval_cli.prepare_argv(argv + ["--device", "cpu"]).count("--device") == 1
+    with pytest.raises(SnapevalError, match="--device='cuda:0' is invalid: this machine has no GPU"):
+        lm_eval_cli.prepare_argv(argv + ["--device", "cuda:0"])  # as `snapeval run --device cuda:0` says
     assert "--device" not in lm_eval_cli.prepare_argv(["ls", "tasks"])
     monkeypatch.setattr(devices, "gpu_count", lambda: 1)
     assert "--device" not in lm_eval_cli.prepare_argv(argv)

@@ -1,4 +1,5 @@
-"""The task-family contract, looped over every family found under ``snapeval/tasks/`` (nothing here names one):
+"""The task-family contract, looped over every family found under ``snapeval/tasks/`` and those installed packages add
+(nothing here names one; tests/test_plugins.py runs it over an installed plugin's task):
 each of its tasks loads offline from the local data and scores a stub model that replies with the family's reference
 reply (:attr:`~snapeval.tasks.families.TaskFamily.reference_reply`, the answer of each doc in the family's format)
 as entirely right, and one that replies nothing as entirely wrong."""
@@ -9,7 +10,7 @@ import pytest
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from snapeval.paths import tasks_dir  # noqa: E402
+from snapeval.tasks.folders import task_folders  # noqa: E402
 from snapeval.results.schema import from_lm_eval  # noqa: E402
 from snapeval.tasks.families import families  # noqa: E402
 from tests.conftest import DATA_DIR  # noqa: E402
@@ -28,7 +29,8 @@ def test_every_family_is_found_with_its_tasks():
 def score(task: str, family, reply) -> tuple[float, str]:
     """The task's headline metric (its first) under a stub model answering ``reply(doc)``."""
     metadata = {"data_dir": str(DATA_DIR), **({} if family.data is not None else GENERATED)}
-    manager = TaskManager(include_path=str(tasks_dir()), include_defaults=False, metadata=metadata)
+    # every task folder a run reads: the shipped one and those installed families add (a plugin task too)
+    manager = TaskManager(include_path=[str(f) for f in task_folders()], include_defaults=False, metadata=metadata)
     out = lm_eval.simple_evaluate(model=StubLM(lambda doc, sample, context, kwargs: reply(doc)), tasks=[task],
                                   task_manager=manager, limit=3, log_samples=True, bootstrap_iters=0)
     cell = from_lm_eval("cell", {}, out)

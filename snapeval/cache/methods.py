@@ -154,6 +154,9 @@ RESERVED_SETTING_PREFIXES = ("press_", "specprefill_", "sim_", "paired_", "ni_")
 #: What a setting's name looks like: a lower-case identifier (the same key in YAML, model_args and --method-arg).
 SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
+#: A plugin that takes longer than this to load (seconds) is named in a warning.
+SLOW_PLUGIN_S = 2.0
+
 #: The entry-point group of the methods installed packages add (``[project.entry-points."snapeval.methods"]``).
 METHODS_GROUP = "snapeval.methods"
 
@@ -192,6 +195,7 @@ class MethodTable:
         self._plugin_group = plugin_group
         self._plugins: dict[str, Any] | None = None  # name -> entry point, until loaded
         self._loaded_plugins: list[str] = []
+        self._broken: dict[str, str] = {}  # plugins that could not be loaded: why
 
     def register(self, info: MethodInfo) -> MethodInfo:
         """Add ``info`` to the table (one-line ``ValueError`` for a taken name or a reserved setting name)."""
@@ -236,11 +240,23 @@ class MethodTable:
 
     def _load_plugin(self, name: str) -> None:
         entry = self._discovered().pop(name)
+        import time
+
+        started = time.perf_counter()
         try:
             info = entry.load()
-        except Exception as exc:  # a broken plugin must not hide the others: say which, in one line
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # raised or exited (SystemExit): a broken plugin is named, in one line
             raise SnapevalError(f"method {name!r} (entry point {entry.value!r} of {self._plugin_group}) cannot be "
                                 f"loaded: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        seconds = time.perf_counter() - started
+        if seconds > SLOW_PLUGIN_S:  # named, so a slow listing or run has its cause on screen
+            import sys
+
+            print(f"snapeval: warning: method {name!r} (entry point {entry.value!r} of {self._plugin_group}) took "
+                  f"{seconds:.1f} s to load (it imports heavy packages when imported; snapeval loads a plugin only "
+                  "where it is named or listed)", file=sys.stderr)
         if not isinstance(info, MethodInfo) or info.name != name:
             raise SnapevalError(f"entry point {name!r} of {self._plugin_group} must name a MethodInfo called {name!r}; "
                                 f"got {info!r}")
@@ -251,8 +267,16 @@ class MethodTable:
         self._loaded_plugins.append(name)
 
     def _load_plugins(self) -> None:
+        """Every plugin (a listing): one that cannot be loaded is named in one warning and skipped, so the built-ins
+        and the other plugins keep working (asked for by name, it is the one-line error of :meth:`get`)."""
+        import sys
+
         for name in list(self._discovered()):
-            self._load_plugin(name)
+            try:
+                self._load_plugin(name)
+            except SnapevalError as exc:
+                self._broken[name] = str(exc)
+                print(f"snapeval: warning: {exc}; skipped", file=sys.stderr)
 
     def unregister(self, name: str) -> None:
         self._methods.pop(name, None)
@@ -327,6 +351,8 @@ class MethodTable:
         if isinstance(name, str) and name in self._discovered():
             self._load_plugin(name)
             return self._methods[name]
+        if isinstance(name, str) and name in self._broken:  # skipped by a listing: the same line again
+            raise SnapevalError(self._broken[name])
         if isinstance(name, str) and ":" in name:
             prefix = name.split(":", 1)[0]
             if prefix in self._families:

@@ -33,7 +33,7 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=float, default=None,
                    help="documents per task (an int, or a fraction < 1; default: every document)")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of lm-eval, sampling and the synthetic tasks; an integer >= 0 (default: 0)")
+                   help="seed of lm-eval, sampling and the synthetic tasks; an integer in 0..4294967295 (default: 0)")
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks (e.g. '{\"max_seq_lengths\": [1024]}')")
     p.add_argument("--data-dir", default=None, help="local data in the hub schema (default: $SNAPEVAL_DATA_DIR)")
     p.add_argument("--output", type=Path, default=None,
@@ -41,6 +41,9 @@ def register(subparsers) -> None:
                         "<hash of every setting>.json, so runs that differ in any setting never overwrite each other)")
     p.set_defaults(func=run)
 
+
+#: The largest seed: lm-eval seeds numpy with it, which takes 32 bits (a sweep's ``seeds`` are checked the same).
+MAX_SEED = 2**32 - 1
 
 #: The flags of snapeval's own methods' settings before ``--method-arg`` (deprecated aliases: ``--sink 4`` is
 #: ``--method-arg sink=4``); a method added since has only ``--method-arg``.
@@ -75,6 +78,14 @@ def method_args(args) -> tuple[dict, dict]:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise SnapevalError(f"{flag}={item!r} is invalid; allowed: NAME=VALUE")
+        own = {"budget": "--budget", "method": "--method", "seed": "--seed", "pretrained": "--model",
+               **{n: "--" + n.replace("_", "-") for n in _run_arg_names()}}
+        if name in own and ":" not in args.method:  # not a setting: its own flag (resolve_method would get it twice)
+            from snapeval.cache import METHOD_TABLE
+
+            declared = ", ".join(s.name for s in METHOD_TABLE.get(args.method).settings()) or "none"
+            raise SnapevalError(f"{flag}={item!r} is invalid: {name!r} is not a setting of method {args.method!r} "
+                                f"but its own flag ({own[name]} {value or 'VALUE'}); allowed settings: {declared}")
         if name in given:
             raise SnapevalError(f"{flag} {name} is given twice ({name}={given[name]!r} and {name}={value!r}); "
                                 "allowed: each setting once")
@@ -84,6 +95,12 @@ def method_args(args) -> tuple[dict, dict]:
     if ":" in args.method:  # a family's method (kvpress:<Press>): the press's own arguments, as text its
         return {}, given  # configuration checks and converts against the press's fields
     return settings_from_text(args.method, given), {}
+
+
+def _run_arg_names() -> tuple[str, ...]:
+    from snapeval.run_args import RunArgs
+
+    return RunArgs.names("run")
 
 
 def run(args) -> int:
@@ -99,8 +116,8 @@ def run(args) -> int:
     if context is not None and hasattr(config, "check_context"):
         config.check_context(context)
     press = dict(getattr(config, "press_args", ()))  # the press's arguments as its fields' types
-    if args.seed is None or args.seed < 0:
-        raise SnapevalError(f"--seed={args.seed} is invalid; allowed: an integer >= 0")
+    if args.seed is None or not 0 <= args.seed <= MAX_SEED:
+        raise SnapevalError(f"--seed={args.seed} is invalid; allowed: an integer in 0..{MAX_SEED} (numpy's seeds)")
     if args.limit is not None and not (args.limit > 0 and (args.limit < 1 or float(args.limit).is_integer())):
         raise SnapevalError(f"--limit={args.limit} is invalid; allowed: a positive integer, or a fraction in (0, 1)")
     try:
@@ -126,10 +143,13 @@ def run(args) -> int:
     from snapeval.preflight import check_output_file
 
     check_output_file(out, "--output")
+    from snapeval import threads
+
+    threads.apply()  # the cores free now, before torch is imported (a busy neighbour costs one thread, not two)
     from snapeval.harness.evaluate import evaluate
 
     results = evaluate(model_args, tasks, limit=limit, seed=args.seed, metadata=metadata,
-                       max_gen_toks_cap=args.max_gen_toks)
+                       max_gen_toks_cap=run_args.max_gen_toks or 256)  # parsed, not the flag's text
     write_results(out, results)
     info = results["snapeval"]
     print(f"model={args.model} method={args.method} budget={args.budget or '-'} "

@@ -3,8 +3,9 @@
 lm-eval 0.4.13 discovers models only from its built-in table, so the stock ``lm_eval`` command cannot see a model
 defined in another package. This entry point registers it and hands over to lm-eval's CLI, with two differences
 before lm-eval loads (:func:`prepare_argv`): without a GPU, ``--device`` defaults to ``cpu`` (lm-eval's own default,
-``cuda:0``, would be refused), and for ``--model snapeval`` the task names and task folders are checked first (one
-line with suggestions, exit 2). ``snapeval run`` applies the model's chat template; lm-eval does so only with
+``cuda:0``, would be refused), and for ``--model snapeval`` the ``--model_args`` (as ``snapeval run``'s flags and a
+sweep's keys are: :mod:`snapeval.harness.model_args`), the task names and task folders are checked first (one line,
+exit 2). ``snapeval run`` applies the model's chat template; lm-eval does so only with
 ``--apply_chat_template``, which the same scores need:
 
     snapeval-lm-eval --model snapeval --model_args pretrained=smollm2-135m-instruct,method=snapstream,budget=1024 \\
@@ -37,7 +38,9 @@ def prepare_argv(argv: list[str]) -> list[str]:
     """``argv`` as lm-eval gets it, checked first (no lm-eval or torch import): ``--device cpu`` added where no
     ``--device`` is given and this machine has no GPU (for ``run``, the default command); for ``--model snapeval``
     (or its old name) the task folder variables and each plain task name (not a path, not a pattern) checked against
-    the task folders' YAML and lm-eval's (:mod:`snapeval.preflight`). Raises :class:`SnapevalError`."""
+    the task folders' YAML and lm-eval's (:mod:`snapeval.preflight`), then ``--model_args`` checked as the model
+    checks them (:mod:`snapeval.harness.model_args`; a ``device_map={...}`` among the pairs handed on as one JSON
+    object, and ``--device`` following a model_args ``device``). Raises :class:`SnapevalError`."""
     from snapeval import preflight
     from snapeval.models.devices import gpu_count
 
@@ -45,9 +48,8 @@ def prepare_argv(argv: list[str]) -> list[str]:
     command = argv[0] if argv and not argv[0].startswith("-") else "run"
     if command != "run" or any(a in ("-h", "--help") for a in argv):
         return argv
-    if _flag(argv, "--device") is None and gpu_count() == 0:
-        argv += ["--device", "cpu"]
-    if _flag(argv, "--model") in ("snapeval", "snapstream"):
+    ours = _flag(argv, "--model") in ("snapeval", "snapstream")
+    if ours:
         preflight.check_task_folder_env()
         include = _flag(argv, "--include_path")
         if include is not None:
@@ -59,6 +61,24 @@ def prepare_argv(argv: list[str]) -> list[str]:
             extra = [include] if include else []
             folders = os.pathsep.join(extra + [str(f) for f in _default_folders()])
             preflight.check_task_names(plain, folders, field="--tasks")
+    model_args = None
+    if ours:  # model_args as lm-eval will hand them on, checked as the model checks them (nothing loads)
+        from snapeval.harness.model_args import (check_model_args, flag_conflicts, model_args_of, needs_json,
+                                                   with_json_model_args)
+        from snapeval.models.devices import check_device
+
+        model_args = model_args_of(argv) or {}
+        if _flag(argv, "--device") is not None:
+            check_device(_flag(argv, "--device"), "--device")
+        for name, flag in (("batch_size", "--batch_size"), ("device", "--device")):
+            flag_conflicts(_flag(argv, flag), model_args.get(name), name)
+        check_model_args(model_args)
+        if needs_json(model_args):  # a JSON device_map among key=value pairs: lm-eval takes it as one JSON object
+            argv = with_json_model_args(argv, model_args)
+    if _flag(argv, "--device") is None and (model_args or {}).get("device") is not None:
+        argv += ["--device", str(model_args["device"])]  # lm-eval's own device follows the model's
+    elif _flag(argv, "--device") is None and gpu_count() == 0:
+        argv += ["--device", "cpu"]
     return argv
 
 
@@ -79,6 +99,10 @@ def main() -> None:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
+    if _flag(sys.argv[1:], "--model") in ("snapeval", "snapstream"):
+        from snapeval import threads
+
+        threads.apply()  # the cores free now, before torch is imported
     import snapeval.harness.lm_eval_model  # noqa: F401  (registers "snapeval" and its deprecated alias "snapstream")
     from lm_eval.__main__ import cli_evaluate
 

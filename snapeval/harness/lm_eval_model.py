@@ -202,6 +202,22 @@ class SnapStreamLM(HFLM):
     Python, ``run_args`` (a resolved :class:`~snapeval.run_args.RunArgs`, used unchanged).
     """
 
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "SnapStreamLM":
+        """lm-eval's constructor from its command line: ``additional_config`` (its own ``--batch_size``,
+        ``--device``, ...) fills in what model_args do not say (lm-eval's base class passed both, and a
+        ``batch_size`` in model_args crashed with "multiple values")."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        return cls(**arg_dict, **extra)
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "SnapStreamLM":
+        """As :meth:`create_from_arg_obj`, from ``key=value,...`` (split as lm-eval's command line splits it:
+        commas inside braces, a JSON ``device_map``, are kept)."""
+        from lm_eval._cli.utils import key_val_to_dict
+
+        return cls.create_from_arg_obj(key_val_to_dict(arg_string or ""), additional_config)
+
     #: At most this many generated tokens per request, a task's own budget included (None: the task's budget, else
     #: ``max_gen_toks``); ``snapeval run`` sets it to ``--max-gen-toks`` (:func:`cap_generation_budget`).
     gen_toks_cap: int | None = None

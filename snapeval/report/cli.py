@@ -20,6 +20,9 @@ def register(subparsers) -> None:
                         f"decision.margin, else {DEFAULT_MARGIN})")
     p.add_argument("--alpha", type=float, default=None,
                    help=f"level of every test (default: the sweep's decision.alpha, else {DEFAULT_ALPHA})")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when the report leaves out cells of the sweep's grid (unfinished, or files of "
+                        "another configuration); without it they are named on stderr and the report is written")
     p.add_argument("--search-replay", action="store_true",
                    help="also write search.md: what the sequential budget search (anytime-valid, budgets walked "
                         "from the largest down) decides on this sweep's own per-item results, the items each cell "
@@ -64,10 +67,17 @@ def main(args: argparse.Namespace) -> int:
                                       looks=args.looks)
         except SnapevalError as exc:
             raise SnapevalError(str(exc).replace("search.", "--", 1)) from None
+    from snapeval.results.store import ResultsStore
+
+    unfinished = ResultsStore(args.results_dir).unfinished()
     paths = build_report(args.results_dir, args.out, decision=decision)
     if paths.foreign_cells:
         print(f"snapeval report: {len(paths.foreign_cells)} cell file(s) in {args.results_dir} belong to another "
               "configuration and are not in this report (listed in the report)", file=sys.stderr)
+    if unfinished:
+        print(f"snapeval report: {len(unfinished)} cell(s) of the sweep's grid have no result in "
+              f"{args.results_dir} and are not in this report ({', '.join(unfinished[:3])}"
+              f"{', ...' if len(unfinished) > 3 else ''}; re-run the sweep to finish them)", file=sys.stderr)
     print(f"report: {paths.markdown}")
     for path in paths.csvs + paths.plots:
         print(f"  {path}")
@@ -81,4 +91,7 @@ def main(args: argparse.Namespace) -> int:
         path = paths.markdown.parent / "search.md"
         atomic_write_text(path, "\n".join(lines) + "\n")
         print(f"  {path}: {lines[-1].split(' (each item')[0]}")
+    if args.strict and (unfinished or paths.foreign_cells):
+        print("snapeval report: --strict: cells left out (above); exit 1", file=sys.stderr)
+        return 1
     return 0

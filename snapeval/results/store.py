@@ -143,6 +143,8 @@ class ResultsStore:
         path = self.cell_path(cell_id)
         remedy = (f"re-run the sweep with --out {self.root} to recompute this cell (a sweep redoes every cell whose "
                   "file it cannot read)")
+        if path.exists() and not path.is_file():  # a folder, a FIFO, a device: never opened (a FIFO would block)
+            raise SnapevalError(f"{path}: cell {cell_id}: not a regular file; move it away and {remedy}")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -211,19 +213,26 @@ class ResultsStore:
         return self.root / "manifest.json"
 
     def write_manifest(self, name: str, cells: list[dict[str, Any]], simulate: dict[str, Any],
-                       decision: dict[str, Any] | None = None) -> None:
-        """The grid's cells, the simulator settings and the sweep's decision rule (margin, alpha) for its report."""
+                       decision: dict[str, Any] | None = None, config: str | None = None) -> None:
+        """The grid's cells, the simulator settings and the sweep's decision rule (margin, alpha) for its report;
+        ``config``: the config file that wrote it (:func:`snapeval.preflight.manifest_config`), so that another file
+        of the same sweep name with another grid is refused instead of replacing it."""
         manifest = {"format": MANIFEST_FORMAT, "sweep": name, "simulate": simulate, "cells": cells}
         if decision is not None:
             manifest["decision"] = decision
+        if config is not None:
+            manifest["config"] = config
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
 
     def read_manifest(self) -> dict[str, Any]:
-        remedy = (f"re-run `snapeval sweep CONFIG --out {self.root}` with the config that wrote it (it rewrites the "
-                  "manifest and keeps every finished cell)")
+        rerun = (f"re-run `snapeval sweep CONFIG --out {self.root}` with the config that wrote it (it writes the "
+                 "manifest again and keeps every finished cell)")
+        remedy = f"move it away and {rerun}"  # a sweep never replaces a manifest it cannot read
+        if self.manifest_path.exists() and not self.manifest_path.is_file():  # a FIFO or a folder: never opened
+            raise SnapevalError(f"{self.manifest_path} is not a regular file; {remedy}")
         if not self.manifest_path.is_file():
             if self.cells_dir.is_dir():
-                raise SnapevalError(f"{self.manifest_path} is missing; {remedy}")
+                raise SnapevalError(f"{self.manifest_path} is missing; {rerun}")
             raise SnapevalError(f"{self.root} is not a results directory (no manifest.json); "
                                 f"run `snapeval sweep CONFIG --out {self.root}` first")
         try:
@@ -236,12 +245,34 @@ class ResultsStore:
         if not isinstance(cells, list) or not all(isinstance(c, dict) and isinstance(c.get("cell_id"), str)
                                                   for c in cells):
             raise SnapevalError(f"{self.manifest_path}: cells must be a list of objects with a cell_id; {remedy}")
+        ids = [c["cell_id"] for c in cells]
+        if len(set(ids)) != len(ids):
+            twice = next(i for i in ids if ids.count(i) > 1)
+            raise SnapevalError(f"{self.manifest_path}: cell {twice} is listed {ids.count(twice)} times; allowed: "
+                                f"each cell once; {remedy}")
         return data
 
     def finished(self) -> list[CellResult]:
-        """The finished cells of the manifest's grid, in grid order (unfinished ones are left out)."""
-        entries = self.read_manifest()["cells"]
-        return [self.read(e["cell_id"]) for e in entries if self.cell_path(e["cell_id"]).is_file()]
+        """The finished cells of the manifest's grid, in grid order (unfinished ones, with no file, are left out:
+        :meth:`unfinished` names them). A cell's path that is not a regular file, or a file holding another cell
+        (a swapped or copied file), is a one-line error."""
+        out = []
+        for entry in self.read_manifest()["cells"]:
+            cell_id, path = entry["cell_id"], self.cell_path(entry["cell_id"])
+            if not (path.exists() or path.is_symlink()):
+                continue
+            result = self.read(cell_id)
+            if result.cell_id != cell_id:
+                raise SnapevalError(f"{path}: holds cell {result.cell_id}, not cell {cell_id} (a file renamed or "
+                                    f"copied?); move it away and re-run the sweep with --out {self.root} to "
+                                    "recompute this cell")
+            out.append(result)
+        return out
+
+    def unfinished(self) -> list[str]:
+        """The manifest's cells with no result file (a sweep stopped before them, or a file removed)."""
+        return [e["cell_id"] for e in self.read_manifest()["cells"]
+                if not (self.cell_path(e["cell_id"]).exists() or self.cell_path(e["cell_id"]).is_symlink())]
 
     # table ---------------------------------------------------------------------------------------------------------
     @property

@@ -269,7 +269,14 @@ def list_hardware() -> list[str]:
 
 def _plugin_hardware(name: str, entry) -> HardwareSpec:
     """The spec an installed package's entry point names (a file path, a mapping or a :class:`HardwareSpec`)."""
-    loaded = entry.load()
+    try:
+        loaded = entry.load()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # raised or exited (SystemExit): named in one line
+        why = str(exc).splitlines()[0] if str(exc) else ""
+        raise SnapevalError(f"hardware {name!r} (entry point {entry.value!r} of {HARDWARE_GROUP}) cannot be loaded: "
+                            f"{type(exc).__name__}: {why}") from None
     if isinstance(loaded, HardwareSpec):
         return loaded
     if isinstance(loaded, Mapping):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -35,13 +36,13 @@ def register(subparsers) -> None:
                    help="sequential budget search: items in batches in a fixed random order, each method's budgets "
                         "walked from the largest down, a cell stopped as soon as an anytime-valid paired test settles "
                         "it (non-inferior or not at the sweep's decision margin); writes search.md")
-    p.add_argument("--design", default="group-sequential", choices=("group-sequential", "e-process"),
+    p.add_argument("--design", default=None, choices=("group-sequential", "e-process"),
                    help="--until-decided: planned looks with Lan-DeMets O'Brien-Fleming-like boundaries (default), or "
                         "the anytime-valid e-process looked at after every --batch")
-    p.add_argument("--looks", type=int, default=4,
+    p.add_argument("--looks", type=int, default=None,
                    help="--until-decided, group-sequential: planned looks at equal shares of the items (default 4)")
-    p.add_argument("--batch", type=int, default=8, help="--until-decided, e-process: items per batch (default 8)")
-    p.add_argument("--search-seed", type=int, default=0,
+    p.add_argument("--batch", type=int, default=None, help="--until-decided, e-process: items per batch (default 8)")
+    p.add_argument("--search-seed", type=int, default=None,
                    help="--until-decided: seed of the batches' random order (default 0)")
     p.add_argument("--monotone", action="store_true",
                    help="--until-decided: accept that accuracy does not fall as a budget grows (budgets below a "
@@ -55,17 +56,27 @@ def main(args: argparse.Namespace) -> int:
     from snapeval.sweep.executors import make_executor
     from snapeval.sweep.runner import plan, resolve_out, run_sweep
 
+    from snapeval.errors import SnapevalError
+
     search = None
+    given = [flag for flag, value in (("--batch", args.batch), ("--search-seed", args.search_seed),
+                                      ("--design", args.design), ("--looks", args.looks),
+                                      ("--monotone", args.monotone or None)) if value is not None]
+    if given and not args.until_decided:  # an option of the search alone: never silently ignored
+        raise SnapevalError(f"{given[0]} is an option of --until-decided; allowed: with --until-decided, or left out")
     if args.until_decided:
-        from snapeval.errors import SnapevalError
         from snapeval.report.search import SearchSettings
 
         try:
-            search = SearchSettings(batch=args.batch, seed=args.search_seed, monotone=args.monotone,
-                                    design=args.design, looks=args.looks)
+            search = SearchSettings(batch=8 if args.batch is None else args.batch,
+                                    seed=0 if args.search_seed is None else args.search_seed, monotone=args.monotone,
+                                    design=args.design or "group-sequential",
+                                    looks=4 if args.looks is None else args.looks)
         except SnapevalError as exc:
             raise SnapevalError(str(exc).replace("search.seed", "--search-seed").replace("search.", "--", 1)) from None
     config = load_config(args.config).with_limit(args.limit)
+    if search is not None:
+        check_until_decided(config)
     if args.per_cell:
         config = config.per_cell()
     check_sweep_inputs(config, args)
@@ -82,11 +93,36 @@ def main(args: argparse.Namespace) -> int:
         for line in plan_lines([cell for cell, _ in cells], config.decision, search):
             print(line)
         return 0
+    if args.executor == "inprocess":
+        from snapeval import threads
+
+        threads.apply()  # the cores free now (a Ray worker takes its cell's num_cpus instead)
     executor = make_executor(args.executor, ray_address=args.ray_address)
     summary = run_sweep(config, args.out, executor=executor, report=not args.no_report, rerun_stale=args.rerun_stale,
                         search=search)
     print(summary.render())
     return 0 if summary.ok else 1
+
+
+def check_until_decided(config) -> None:
+    """``--until-decided`` compares each budget with the full cache, at the sweep's margin: a grid without the
+    reference method, or with nothing but it, or a margin of 0 (nothing is non-inferior at 0) is one line before
+    anything runs."""
+    from snapeval.cache import METHOD_TABLE
+    from snapeval.errors import SnapevalError
+
+    names = [spec.method for spec in config.methods]
+    reference = [n for n in names if METHOD_TABLE.is_reference(n)]
+    if not reference:
+        raise SnapevalError(f"--until-decided needs the full cache among the methods (each budget is compared with "
+                            f"it); the config has {', '.join(names)}; allowed: add method 'full', or run without "
+                            "--until-decided")
+    if len(reference) == len(names):
+        raise SnapevalError("--until-decided needs a method with budgets beside the full cache (nothing to decide); "
+                            "allowed: add a compressed method, or run without --until-decided")
+    if not 0 < config.decision.margin < 1:
+        raise SnapevalError(f"decision.margin={config.decision.margin!r} is invalid with --until-decided (no budget is "
+                            "non-inferior within a margin of 0); allowed: a number in (0, 1), e.g. 0.02")
 
 
 def check_sweep_inputs(config, args) -> None:
@@ -98,8 +134,14 @@ def check_sweep_inputs(config, args) -> None:
 
     preflight.check_task_folder_env()
     preflight.check_task_names(sorted({task.name for task in config.tasks}), config.include_dir, field="tasks")
-    for model in config.models:
+    for index, model in enumerate(config.models):
         check_model_reference(model.pretrained)
+        if args.executor == "inprocess" and model.run_args.device_map is not None:  # placed here, on this machine
+            from snapeval.run_args import RunArgs
+
+            label = f"{Path(config.source).name}: models[{index}].device_map: device_map"
+            RunArgs.declarations()[RunArgs.names().index("device_map")].check_map_on_this_machine(
+                model.run_args.device_map, label)
     preflight.check_results_folder(resolve_out(config, args.out), config.name)
     if args.executor == "ray" and not args.dry_run:
         preflight.check_ray_address(args.ray_address)

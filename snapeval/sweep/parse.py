@@ -255,7 +255,10 @@ def _parse_task(ctx: _Ctx, raw: Any, path: str, limit: int | None, generation: d
 
 
 def _parse_budgets(ctx: _Ctx, raw: Any, path: str) -> tuple[int, ...]:
-    budgets = [ctx.integer(b, f"{path}[{i}]", minimum=MIN_BUDGET) for i, b in enumerate(ctx.listof(raw, path))]
+    budgets = ctx.listof(raw, path)
+    for i, b in enumerate(budgets):  # as `snapeval run --budget` and model_args say it
+        if not is_int(b) or b < MIN_BUDGET:
+            raise ctx.fail(f"{path}[{i}]", f"budget={b!r} is invalid; allowed: an integer >= {MIN_BUDGET}")
     if len(set(budgets)) != len(budgets):
         raise ctx.fail(path, f"duplicate budgets in {budgets}")
     return tuple(budgets)
@@ -264,7 +267,13 @@ def _parse_budgets(ctx: _Ctx, raw: Any, path: str) -> tuple[int, ...]:
 def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | None) -> MethodSpec:
     if isinstance(raw, str):
         raw = {"method": raw}
-    raw = ctx.mapping(raw, path, (*_METHOD_KEYS, *METHOD_TABLE.setting_names()), required=("method",))
+    # the keys: the entry's own, the shipped methods' settings and the named method's (no other plugin is loaded)
+    named = raw.get("method") if isinstance(raw, dict) else None
+    own = ()
+    if isinstance(named, str) and named in METHOD_TABLE:
+        own = tuple(s.name for s in METHOD_TABLE.get(named).settings())
+    keys = (*_METHOD_KEYS, *dict.fromkeys([*METHOD_TABLE.setting_names(METHOD_TABLE.builtin_names()), *own]))
+    raw = ctx.mapping(raw, path, keys, required=("method",))
     method = ctx.string(raw["method"], f"{path}.method")
     try:
         info = METHOD_TABLE.get(method)
@@ -356,6 +365,22 @@ def _check_engine(ctx: _Ctx, models, methods) -> None:
                 break
 
 
+def _check_distinct(ctx: _Ctx, methods) -> None:
+    """Two method entries that give the same configuration (``kvpress:SnapKVPress`` listed twice, the same
+    settings spelt twice) would make the same cell twice: one line naming both."""
+    import json
+
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(methods):
+        for config in spec.points():
+            key = json.dumps(config.to_dict(), sort_keys=True, default=str)
+            if key in seen and seen[key] != i:
+                budget = f"@{config.budget}" if getattr(config, "budget", None) is not None else ""
+                raise ctx.fail(f"methods[{i}]", f"gives the same cells as methods[{seen[key]}] ({config.method}"
+                                               f"{budget}); allowed: each configuration once")
+            seen.setdefault(key, i)
+
+
 def _check_budgets_fit(ctx: _Ctx, models, methods) -> None:
     """A budget beyond a preset model's context can never be used: say so before anything loads."""
     from snapeval.models.presets import get_preset, list_presets
@@ -395,10 +420,15 @@ def parse_config(raw: Any, source: str = "<config>") -> SweepConfig:
                   for i, t in enumerate(ctx.listof(raw["tasks"], "tasks")))
     methods = tuple(_parse_method(ctx, m, f"methods[{i}]", budgets)
                     for i, m in enumerate(ctx.listof(raw["methods"], "methods")))
+    _check_distinct(ctx, methods)
     _check_budgets_fit(ctx, models, methods)
     _check_engine(ctx, models, methods)
     seeds = tuple(ctx.integer(s, f"seeds[{i}]", minimum=0)
                   for i, s in enumerate(ctx.listof(raw.get("seeds", [0]), "seeds")))
+    for i, seed in enumerate(seeds):  # lm-eval seeds numpy with it: 32 bits (snapeval run's --seed the same)
+        if seed > 2**32 - 1:
+            raise ctx.fail(f"seeds[{i}]", f"seed={seed} is invalid; allowed: an integer in 0..{2**32 - 1} (numpy's "
+                                          "seeds)")
     for axis, values in (("models", [m.pretrained for m in models]), ("tasks", [t.name for t in tasks]),
                          ("seeds", list(seeds))):
         dup = sorted({v for v in values if values.count(v) > 1}, key=str)
@@ -457,6 +487,8 @@ def _bounded_loader():
             """A key given twice in one mapping is an error (PyYAML keeps the last one silently)."""
             seen = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # a merge key (<<: *base): the mapping's own keys win
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 if isinstance(key, (str, int, float, bool)) and key in seen:
                     raise SnapevalError(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice in one mapping "

@@ -61,20 +61,22 @@ def run_sweep(config: SweepConfig, out: str | Path | None = None, *, executor=No
 
 def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream, simulate, report,
                group_models, rerun_stale, search=None) -> SweepSummary:
-    from snapeval.preflight import check_results_folder
+    from snapeval.preflight import check_results_folder, manifest_config
     from snapeval.report.results_table import build_table
 
     t0 = time.monotonic()
     store = ResultsStore(out_dir)
-    check_results_folder(out_dir, config.name)  # under the lock: never another sweep's manifest replaced
     cells = expand_grid(config)
+    source = manifest_config(config.source)
+    # under the lock: never another sweep's manifest (or a damaged one, or another config's grid) replaced
+    check_results_folder(out_dir, config.name, config=source, cells=[c.cell_id for c in cells])
     if evaluate is None:
         check_tasks(sorted({c.task.name for c in cells}), config.include_dir)
     store.clean_tmp()
     views = [cell.view().to_dict() for cell in cells]
     sim_settings = {"hardware": config.simulate.hardware, "batch": config.simulate.batch,
                     "batch_cap": config.simulate.batch_cap, "enabled": config.simulate.enabled}
-    store.write_manifest(config.name, views, sim_settings, config.decision.to_dict())
+    store.write_manifest(config.name, views, sim_settings, config.decision.to_dict(), config=source)
 
     states = cell_states(store, cells)
     stale = [c for c in cells if states[c.cell_id] == "stale"]
@@ -122,8 +124,8 @@ def _run_sweep(config: SweepConfig, out_dir: Path, *, executor, evaluate, stream
 
         produced = run_live(search, config.decision, cells, waiting, cell_fn, executor, progress.started, store,
                             searched)
-    else:
-        produced = executor.run(units, cell_fn, progress.started)
+    else:  # nothing to run (every cell done): no executor started (a Ray instance would take seconds for nothing)
+        produced = executor.run(units, cell_fn, progress.started) if units else iter(())
     for cell, result, error in produced:
         if not isinstance(result, ShardResult):
             finish(cell, result, error)

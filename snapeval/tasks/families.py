@@ -116,12 +116,23 @@ def plugin_families() -> tuple[TaskFamily, ...]:
     point that names something else."""
     from importlib.metadata import entry_points
 
+    import sys
+
     found = []
     for entry in sorted(entry_points(group=TASKS_GROUP), key=lambda ep: ep.name):
-        declared = entry.load()
+        try:  # a plugin that raises or exits is named in one warning and skipped: the others keep working
+            declared = entry.load()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            why = str(exc).splitlines()[0] if str(exc) else ""
+            print(f"snapeval: warning: task family {entry.name!r} (entry point {entry.value!r} of {TASKS_GROUP}) "
+                  f"cannot be loaded: {type(exc).__name__}: {why}; skipped", file=sys.stderr)
+            continue
         if not isinstance(declared, TaskFamily):
-            raise SnapevalError(f"entry point {entry.name!r} of {TASKS_GROUP} ({entry.value}) must name a TaskFamily; "
-                                f"got {type(declared).__name__}")
+            print(f"snapeval: warning: entry point {entry.name!r} of {TASKS_GROUP} ({entry.value}) must name a "
+                  f"TaskFamily; got {type(declared).__name__}; skipped", file=sys.stderr)
+            continue
         found.append(declared)
     return tuple(found)
 
