@@ -131,6 +131,7 @@ class BranchStats:
         totals = self.decode.setdefault(label, {"rows": rows, "steps": 0, "seconds": 0.0, "step_seconds": 0.0,
                                                 "active_slot_steps": 0, "captured": engine.captured})
         totals["rows"] = max(totals["rows"], rows)
+        totals["captured"] = totals["captured"] and engine.captured  # one engine that fell back to eager: false
         totals["steps"] += engine.stats.decode_steps
         totals["seconds"] += seconds
         totals["step_seconds"] += engine.stats.decode_seconds  # whole steps, shared or not: their mean is a step's
@@ -194,6 +195,7 @@ class BranchSet:
         #: The engines' ``capture=``: each engine records its decode step once as a CUDA graph (on CUDA unless the
         #: run says no) and replays it.
         self.capture = self.run_args.capture_on(self.device)
+        self.capture_required = self.run_args.capture == "true"  # a failed capture is then an error, not eager
         self.stops = stop_token_ids(model, tokenizer)
         #: Whether any configuration builds its cache from the shared prefill.
         self.shares = any(self._branches)
@@ -520,7 +522,8 @@ class BranchSet:
             seconds = {(c, i): waiting[i][2] for i in part}
             engine = Engine(self.model, self.tokenizer, self.configs[c],
                             num_slots=plan.decode_mode(self.configs[c].label).rows, seed=self.seed,
-                            capture=self.capture, decode_kernel=self.decode_kernel)
+                            capture=self.capture, decode_kernel=self.decode_kernel,
+                            capture_required=self.capture_required)
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
             self.stats.count_decode(self.configs[c].label, engine)
@@ -557,7 +560,8 @@ class BranchSet:
         seconds = {(c, i): held[c][i][2] for c, i in requests}
         engine = SegmentedEngine(self.model, self.tokenizer, [self.configs[c] for c in members],
                                  [plan.decode_mode(self.configs[c].label).rows for c in members], seed=self.seed,
-                                 capture=self.capture, decode_kernel=self.decode_kernel)
+                                 capture=self.capture, decode_kernel=self.decode_kernel,
+                                 capture_required=self.capture_required)
         completions = engine.generate([prompt_of(c, i) for c, i in requests], [sampling[i] for _, i in requests],
                                       segments=[members.index(c) for c, _ in requests],
                                       prefill=lambda j, _prompt: held[requests[j][0]].pop(requests[j][1])[:2])
@@ -612,7 +616,7 @@ class BranchSet:
         from snapeval.engine import Engine
 
         engine = Engine(self.model, self.tokenizer, config, num_slots=1, seed=self.seed, capture=True,
-                        decode_kernel=self.decode_kernel)
+                        decode_kernel=self.decode_kernel, capture_required=self.capture_required)
         engine.reserve(len(prompt), params)
         return engine
 

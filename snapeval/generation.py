@@ -249,7 +249,7 @@ class EngineRun:
 @torch.inference_mode()
 def generate_on_engine(model, tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        config: MethodConfig, params: Sequence[SamplingParams], *, seed: int | None = None,
-                       capture: bool = True, decode_kernel: str = "auto") -> EngineRun:
+                       capture: bool = True, decode_kernel: str = "auto", capture_required: bool = False) -> EngineRun:
     """The rows of :func:`generate_ids` (left-padded ``input_ids``/``attention_mask`` ``[B, L]``, one
     :class:`~snapeval.decoding.SamplingParams` per row) on a continuous-batching :class:`~snapeval.engine.Engine` of
     one slot per row that keeps its rows (each prompt prefilled alone, then every row decoded in static rows;
@@ -259,7 +259,7 @@ def generate_on_engine(model, tokenizer, input_ids: torch.Tensor, attention_mask
 
     rows = input_ids.shape[0]
     engine = Engine(model, tokenizer, config, num_slots=rows, capture=capture, seed=sampling_seed(params, seed),
-                    decode_kernel=decode_kernel, keep_rows=True)
+                    decode_kernel=decode_kernel, keep_rows=True, capture_required=capture_required)
     completions = engine.generate([row_prompt(input_ids, attention_mask, row) for row in range(rows)], list(params))
     engine.release()  # the recorded graph and its pool; the rows stay with the outputs
     return EngineRun(completions=completions, engine=engine)
@@ -339,7 +339,8 @@ def generate(
     if (run_args.capture_on(device) and method_info(config).on_engine(run_args, device) and on_step is None
             and not min_new_tokens):
         run = generate_on_engine(model, tokenizer, input_ids, attention_mask, config, [params] * len(input_ids),
-                                 seed=seed, decode_kernel=run_args.decode_kernel)
+                                 seed=seed, decode_kernel=run_args.decode_kernel,
+                                 capture_required=run_args.capture == "true")
     else:
         run = generate_ids(model, tokenizer, input_ids, attention_mask, config, params, seed=seed,
                            min_new_tokens=min_new_tokens, on_step=on_step, decode_kernel=run_args.decode_kernel)

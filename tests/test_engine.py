@@ -399,3 +399,32 @@ def test_an_engine_that_keeps_its_rows_holds_request_i_in_row_i():
             assert torch.equal(engine.cache.slot_positions(layer), padded[0].cache.slot_positions(layer))
     with pytest.raises(SnapevalError, match="4 requests for an engine of num_slots=3 that keeps its rows"):
         engine.generate(prompts + prompts[:1], SamplingParams(max_new_tokens=2))
+
+
+def test_a_capture_that_fails_is_an_error_when_asked_for_and_a_recorded_fallback_under_auto(monkeypatch, caplog):
+    """``capture: true`` and a step that cannot be recorded as a CUDA graph: one line naming the argument and the
+    allowed values; under ``auto`` the engine decodes eagerly, says so in one warning and reports ``captured``
+    False (what a shared group's decode stats and so each cell's provenance record)."""
+    from snapeval.cache import SnapStreamConfig
+    from snapeval.decoding.graphs import CapturedDecodeStep
+    from snapeval.engine import Engine
+    from snapeval.errors import SnapevalError
+    from tests.conftest import TinyTokenizer, random_prompt, tiny_model
+
+    model, tokenizer, config = tiny_model("llama"), TinyTokenizer(), SnapStreamConfig(sink=2, recent=8, topk=6, observation=4)
+    with pytest.raises(SnapevalError, match=r"^capture='true': the decode step cannot be recorded as one CUDA graph"):
+        Engine(model, tokenizer, config, num_slots=2, capture=True, capture_required=True)
+    assert not Engine(model, tokenizer, config, num_slots=2, capture=True).captured  # CPU layers: eager
+    def unrecordable(self, *args):  # what CUDA says of an operation a graph cannot hold
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(CapturedDecodeStep, "supports", staticmethod(lambda device: True))
+    monkeypatch.setattr(CapturedDecodeStep, "_capture", unrecordable)
+    with pytest.raises(SnapevalError, match=r"^capture='true': recording the decode step as a CUDA graph failed"):
+        Engine(model, tokenizer, config, num_slots=2, capture=True, capture_required=True).generate(
+            [random_prompt(20, seed=1)])
+    engine = Engine(model, tokenizer, config, num_slots=2, capture=True)
+    assert engine.captured
+    with caplog.at_level("WARNING"):
+        done = engine.generate([random_prompt(20, seed=1)])
+    assert not engine.captured and done[0].token_ids and "captured: false" in caplog.text

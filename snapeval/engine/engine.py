@@ -151,7 +151,7 @@ class Engine:
 
     def __init__(self, model, tokenizer, config: MethodConfig | int, method: str = "snapstream",
                  num_slots: int = 8, *, compile: bool | str = False, capture: bool = False, seed: int = 0,
-                 decode_kernel: str = "auto", keep_rows: bool = False):
+                 decode_kernel: str = "auto", keep_rows: bool = False, capture_required: bool = False):
         if is_int(config):
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
@@ -180,6 +180,8 @@ class Engine:
         self.prefill_cache = self.cache_class(model, config, decode_kernel=decode_kernel)  # reset, reused by prefills
         self.decode_kernel = decode_kernel
         self._row_shape = (cfg.num_key_value_heads, head_dim(cfg))
+        #: a capture the run asked for by name (``capture: true``): failing to record it is an error, not a fallback
+        self.capture_required = bool(capture) and bool(capture_required)
         self.captured = bool(capture) and self._can_capture(model)
         self._always_mask = bool(compile) or self.captured
         #: the recorded steps (greedy, sampled), each at the first generate that needs it after each allocation
@@ -210,6 +212,10 @@ class Engine:
         devices = {torch.device(d) for d in self.layer_devices} | {torch.device(self.device)}
         if len(devices) == 1 and CapturedDecodeStep.supports(next(iter(devices))):
             return True
+        if self.capture_required:
+            raise SnapevalError(f"capture='true': the decode step cannot be recorded as one CUDA graph (this model's "
+                                f"layers are on {', '.join(sorted(map(str, devices)))}); allowed: auto (eager there, "
+                                "recorded as captured: false) or false")
         logger.warning("capture=True: the decode step stays eager (a CUDA graph needs every layer on one CUDA "
                        "device; this model's layers are on %s)", ", ".join(sorted(map(str, devices))))
         return False
@@ -284,9 +290,14 @@ class Engine:
         self._graphs[self._sampling] = CapturedDecodeStep(step=STEPS[self._sampling])
         try:
             self._decode()
-        except RuntimeError as exc:  # a step that cannot be captured decodes eagerly rather than failing the run
-            logger.warning("capture=True: recording the decode step failed (%s); it stays eager",
-                           str(exc).splitlines()[0][:200])
+        except RuntimeError as exc:  # under auto, a step that cannot be captured decodes eagerly (captured: false)
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            if self.capture_required:
+                self._release_graph()
+                raise SnapevalError(f"capture='true': recording the decode step as a CUDA graph failed ({reason}); "
+                                    "allowed: auto (eager where it fails, recorded as captured: false) or false") from None
+            logger.warning("capture=True: recording the decode step failed (%s); it stays eager (captured: false in "
+                           "the run's provenance)", reason)
             self._release_graph()
             self.captured = False
         for slot in range(self.num_slots):

@@ -35,7 +35,7 @@ class SegmentedEngine(Engine):
     """
 
     def __init__(self, model, tokenizer, configs: Sequence[MethodConfig], rows: Sequence[int], *,
-                 capture: bool = False, seed: int = 0, decode_kernel: str = "auto"):
+                 capture: bool = False, seed: int = 0, decode_kernel: str = "auto", capture_required: bool = False):
         if not configs or len(configs) != len(rows):
             raise ValueError(f"{len(configs)} configurations and {len(rows)} row counts; allowed: one count each")
         for config in configs:
@@ -51,7 +51,7 @@ class SegmentedEngine(Engine):
         #: per segment, the active rows summed over the call's steps (its share of the step's occupancy)
         self.active_by_segment = [0] * len(self.configs)
         super().__init__(model, tokenizer, self.configs[0], num_slots=sum(self.rows), capture=capture, seed=seed,
-                         decode_kernel=decode_kernel)
+                         decode_kernel=decode_kernel, capture_required=capture_required)
 
     def _allocate(self, slots: int | None) -> None:
         """Every segment's rows at its own slots (``slots`` is the single-configuration engine's and unused)."""

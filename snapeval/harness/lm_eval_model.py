@@ -487,7 +487,8 @@ class SnapStreamLM(HFLM):
         if self._engine is None or self._engine.num_slots != slots:
             self._engine = Engine(self.model, self.tokenizer, self.method_config, num_slots=slots,
                                   capture=self.run_args.capture_on(self.device),
-                                  decode_kernel=self.run_args.decode_kernel)
+                                  decode_kernel=self.run_args.decode_kernel,
+                                  capture_required=self.run_args.capture == "true")
         return self._finish_generations(requests, self._engine.generate(prompts, params))
 
     def _planned_slots(self, prompts, params) -> int:
