@@ -20,8 +20,6 @@ import copy
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,21 +263,10 @@ def write_preset_folder(name: str, out: str | os.PathLike, scale: str = "tiny", 
 
 def preset_folder(name: str, scale: str = "tiny", dtype: str = "float32", seed: int = 0) -> Path:
     """Preset ``name``'s folder, built once into ``$SNAPEVAL_CACHE_DIR/preset-folders`` (safe across processes)."""
-    from snapeval.models.loading import _file_lock
+    from snapeval.models.loading import build_model_folder
 
     key = hashlib.sha256(json.dumps([LAYOUT_VERSION, name, scale, dtype, seed, folder_config(name, scale),
                                      HUB_LAYOUTS[name].generation]).encode()).hexdigest()[:12]
-    out = cache_dir() / "preset-folders" / f"{name}-{scale}-{dtype}-{key}"
-    if (out / "config.json").is_file():
-        return out
-    with _file_lock(out.with_suffix(".lock")):
-        if (out / "config.json").is_file():
-            return out
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".building-"))
-        try:
-            write_preset_folder(name, tmp, scale=scale, dtype=dtype, seed=seed)
-            os.replace(tmp, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return build_model_folder(cache_dir() / "preset-folders" / f"{name}-{scale}-{dtype}-{key}",
+                              lambda tmp: write_preset_folder(name, tmp, scale=scale, dtype=dtype, seed=seed))
 

@@ -213,25 +213,34 @@ def convert_gguf(gguf: Path) -> Path:
     gguf = gguf.resolve()
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    out = cache_dir() / "models" / f"{gguf.stem}-{key}"
-    if (out / "config.json").is_file():
-        return out
-    with _file_lock(out.with_suffix(".lock")):
-        if (out / "config.json").is_file():
-            return out
+
+    def convert(tmp: Path) -> None:
         import torch
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".converting-"))
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = tokenizer_from_gguf(gguf)
+        check_tokenizer(tokenizer, model.config.vocab_size, str(gguf), bos=_expects_bos(model.config))
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "snapeval_source.json").write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}))
+
+    return build_model_folder(cache_dir() / "models" / f"{gguf.stem}-{key}", convert)
+
+
+def build_model_folder(out: Path, build) -> Path:
+    """``out``, a model folder ``build(tmp)`` writes once: into a temporary folder beside it, moved into place whole,
+    under a file lock (safe across processes; a crash leaves no half-written folder)."""
+    if (out / "config.json").is_file():
+        return out
+    with _file_lock(out.with_suffix(".lock")):
+        if (out / "config.json").is_file():
+            return out
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".building-"))
         try:
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-            tokenizer = tokenizer_from_gguf(gguf)
-            check_tokenizer(tokenizer, model.config.vocab_size, str(gguf), bos=_expects_bos(model.config))
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            (tmp / "snapeval_source.json").write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}))
+            build(tmp)
             os.replace(tmp, out)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
