@@ -708,6 +708,12 @@ def test_report_refuses_swapped_and_listed_twice_and_says_what_it_left_out(swept
     path.write_text((out / "cells" / f"{other}.json").read_text())  # a swapped file
     one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], f"holds cell {other}, not cell {cell}")
     path.write_text(original)
+    scored = json.loads(original)  # a per-item score of 1.7: outside a share's range
+    key = next(k for k, v in scored["samples"][0]["scores"].items() if isinstance(v, (int, float)))
+    scored["samples"][0]["scores"][key] = 1.7
+    path.write_text(json.dumps(scored))
+    one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], f"per-item score {key}=1.7")
+    path.write_text(original)
     twice = {**manifest, "cells": manifest["cells"] + manifest["cells"][:1]}
     (out / "manifest.json").write_text(json.dumps(twice))
     one_line_exit_2(capsys, ["report", str(out), "--out", str(tmp_path / "rep")], "is listed 2 times")

@@ -69,7 +69,9 @@ def main(args: argparse.Namespace) -> int:
             raise SnapevalError(str(exc).replace("search.", "--", 1)) from None
     from snapeval.results.store import ResultsStore
 
-    unfinished = ResultsStore(args.results_dir).unfinished()
+    store = ResultsStore(args.results_dir)
+    unfinished = store.unfinished()
+    check_scores(store)
     paths = build_report(args.results_dir, args.out, decision=decision)
     if paths.foreign_cells:
         print(f"snapeval report: {len(paths.foreign_cells)} cell file(s) in {args.results_dir} belong to another "
@@ -95,3 +97,21 @@ def main(args: argparse.Namespace) -> int:
         print("snapeval report: --strict: cells left out (above); exit 1", file=sys.stderr)
         return 1
     return 0
+
+
+def check_scores(store) -> None:
+    """Every finished cell's per-item scores within their metric's range (:func:`snapeval.stats.consistency.
+    score_range`: shares in [0, 1]), or a one-line error naming the file: a damaged or hand-edited cell would
+    otherwise move its aggregates and every comparison quietly."""
+    from snapeval.errors import SnapevalError
+    from snapeval.stats.consistency import score_range
+
+    for result in store.finished():
+        for sample in result.samples:
+            for key, value in sample.scores.items():
+                low, high = score_range(key)
+                if isinstance(value, (int, float)) and not low <= float(value) <= high:
+                    raise SnapevalError(f"{store.cell_path(result.cell_id)}: per-item score {key}={value!r} of "
+                                        f"{sample.subtask} doc {sample.doc_id} is outside [{low:g}, {high:g}]; allowed: "
+                                        "scores in the metric's range (a damaged or hand-edited cell file: re-run "
+                                        "the sweep to recompute it)")
