@@ -344,3 +344,21 @@ def test_the_seccomp_allow_list_as_the_kernel_runs_it():
     x86 = driver.seccomp_program("x86_64")
     assert _seccomp_verdict(x86, driver._AUDIT_ARCH["x86_64"], 0x40000000 + 1) == kill  # x32
     assert _seccomp_verdict(x86, driver._AUDIT_ARCH["x86_64"], driver.X86_LEGACY_SYSCALLS["open"]) == allow
+
+
+def test_old_sandbox_images_are_pruned_when_another_is_built(tmp_path, monkeypatch):
+    """Each checkout's packages make an image of their own: one not rebuilt for IMAGE_MAX_AGE_S goes when another is
+    built (what keeps CI's fresh clones from filling the disk); the one kept and recent ones stay."""
+    import time
+
+    from snapeval.sandbox import probe
+
+    monkeypatch.setattr(probe, "IMAGE_DIR", str(tmp_path))
+    old, recent, kept, other = (tmp_path / n for n in ("old.ext4", "recent.ext4", "kept.ext4", "notes.txt"))
+    for path in (old, recent, kept, other):
+        path.write_bytes(b"x")
+    stale = time.time() - probe.IMAGE_MAX_AGE_S - 60
+    for path in (old, kept, other):
+        os.utime(path, (stale, stale))
+    assert probe.prune_images(keep=str(kept)) == [str(old)]
+    assert not old.exists() and recent.exists() and kept.exists() and other.exists()

@@ -457,7 +457,32 @@ def shared_image(folders: Sequence[tuple[str, str]], hidden: Sequence[str] = ())
         return None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    prune_images(keep=image)
     return image
+
+
+#: An image not rebuilt for this long is removed when another is built (each checkout's own packages make one of
+#: about 500 MB: without this, every fresh clone a CI run makes would leave one behind for good).
+IMAGE_MAX_AGE_S = 6 * 3600
+
+
+def prune_images(keep: str, max_age_s: float = IMAGE_MAX_AGE_S) -> list[str]:
+    """Remove the images of :data:`IMAGE_DIR` built more than ``max_age_s`` ago, except ``keep``; a run still using
+    one keeps its loop device's open file (an unlinked file lives until its last close). Returns what was removed."""
+    import time
+
+    removed = []
+    now = time.time()
+    for name in os.listdir(IMAGE_DIR):
+        path = os.path.join(IMAGE_DIR, name)
+        try:
+            if (path != keep and name.endswith(".ext4") and os.path.isfile(path)
+                    and now - os.stat(path).st_mtime > max_age_s):
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def attach_image(image: str) -> tuple[int, str]:
