@@ -155,9 +155,8 @@ class IncrementalText:
     stop strings searched in what each token changed (the one stop check's text).
 
     The text is the committed text (the decoding of the first ``commit`` tokens, never decoded again, kept in
-    pieces) plus a short tail:
-    the decoding of the tokens after ``commit``, read as the difference between the decodings of
-    ``ids[context:]`` and ``ids[context:commit]`` so the tail starts as it does inside the whole text (a
+    pieces) plus a short tail: the decoding of the tokens after ``commit``, read as the difference between the
+    decodings of ``ids[context:]`` and ``ids[context:commit]`` so the tail starts as it does inside the whole text (a
     SentencePiece decoder strips the leading space of whatever it decodes first), as vLLM's and Hugging Face's
     incremental detokenizers read it. Tokens are committed only ``LOOKAHEAD`` tokens (and at least ``MIN_CHARS``
     characters) behind the newest, and only where the tail's decoding starts with theirs: a multi-byte character
