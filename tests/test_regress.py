@@ -337,9 +337,10 @@ def test_the_committed_baseline_guards_at_the_ci_size(tmp_path, capsys):
 
     baseline = REPO / "results" / "regression" / "baseline.json"
     _, entries = load_entries(baseline)
-    assert {len(e.result.samples) for e in entries} == {64}
-    assert regress(capsys, baseline, _results_dir(tmp_path, "same", entries))[0] == 0
-    target = max(entries, key=lambda e: sum(s.scores["score,none"] for s in e.result.samples))
+    assert {len(e.result.samples) for e in entries if e.result.deterministic} == {64}  # the greedy retrieval cells
+    assert regress(capsys, baseline, _results_dir(tmp_path, "same", entries), "--exact-sampled")[0] == 0
+    target = max((e for e in entries if e.result.deterministic),
+                 key=lambda e: sum(s.scores["score,none"] for s in e.result.samples))
     solved = [s for s in target.result.samples if s.scores["score,none"] == 1.0]
     assert len(solved) >= 7
     planted = copy.deepcopy(target.result)
