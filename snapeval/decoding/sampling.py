@@ -65,22 +65,22 @@ def _descending(scaled: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.T
     return values, order.gather(1, by_value)
 
 
-def filter_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                candidates: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def filter_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of ``logits`` ``[R, V]`` scaled by their ``temperature`` ``[R]``, then top-k (``top_k`` ``[R]``; 0: off)
     keeping every token at least as likely as the k-th, then top-p (``top_p`` ``[R]``; 1: off) keeping the smallest
     set of most likely tokens whose probability reaches it (the most likely always survives), as Hugging Face's
     ``TopKLogitsWarper`` and ``TopPLogitsWarper`` do. Returns the rows in descending order (equal values in token
-    order), the dropped tokens at -inf, and the order: ``sorted[r, i]`` is token ``order[r, i]``; ``[R, V]``, or
-    ``[R, candidates]`` for the ``candidates`` most likely tokens only (probabilities still over the whole row:
-    the same kept tokens wherever they all lie among the candidates, :func:`filter_candidates`)."""
-    filtered, order, _ = filter_candidates(logits, temperature, top_k, top_p, candidates)
+    order), the dropped tokens at -inf, and the order: ``sorted[r, i]`` is token ``order[r, i]`` (``[R, V]``; over
+    the most likely tokens only: :func:`filter_candidates`)."""
+    filtered, order, _ = filter_candidates(logits, temperature, top_k, top_p)
     return filtered, order
 
 
 def filter_candidates(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                       candidates: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`filter_rows` and ``fits`` ``[R]``: whether the candidates hold every token the whole row keeps (its
+    """:func:`filter_rows`, or over the ``candidates`` most likely tokens only (``[R, candidates]``, probabilities
+    still over the whole row), and ``fits`` ``[R]``: whether the candidates hold every token the whole row keeps (its
     last candidate dropped, and the kept tokens strictly more likely than it, so that no token outside the
     candidates, at most as likely, can be kept). Always True over the whole vocabulary."""
     scaled = logits.float() / temperature[:, None]
@@ -105,16 +105,13 @@ def filter_candidates(logits: torch.Tensor, temperature: torch.Tensor, top_k: to
 
 
 def sample_rows(logits: torch.Tensor, do_sample: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                top_p: torch.Tensor, seeds: torch.Tensor, drawn: torch.Tensor, candidates: int | None = None
-                ) -> torch.Tensor:
+                top_p: torch.Tensor, seeds: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
     """The next token ``[R]`` of every row of ``logits`` ``[R, V]``: the argmax where ``do_sample`` ``[R]`` is False,
     else the inverse-transform draw from the row's filtered softmax (:func:`filter_rows`; the dropped tokens are a
     suffix of the sorted row, with no probability) at the uniform of its ``seeds`` and ``drawn``
-    (:func:`uniform_noise`). Pure tensor operations (no host synchronisation): a captured step runs it.
-    ``candidates``: read the draw from that many most likely tokens (exact only where :func:`filter_candidates`
-    says the row fits)."""
+    (:func:`uniform_noise`). Pure tensor operations (no host synchronisation): a captured step runs it."""
     greedy = logits.argmax(-1)
-    ordered, order = filter_rows(logits, temperature, top_k, top_p, candidates)
+    ordered, order = filter_rows(logits, temperature, top_k, top_p)
     return torch.where(do_sample, _draw(ordered, order, seeds, drawn), greedy)
 
 
