@@ -190,3 +190,36 @@ def test_cpu_threads_fit_the_free_cores(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert threads.apply() is None  # the user's own setting wins
     assert 0.0 <= threads.busy_elsewhere(samples=2, interval_s=0.0)
+
+
+def test_a_neighbour_counts_by_its_priority(tmp_path):
+    """A runnable thread of another process takes the share of a core the fair scheduler would give it against
+    ours (an equal takes a core, a loop at nice 19 next to nothing); sleeping threads and this process's own count
+    nothing; where /proc shows no process, the kernel's runnable count stands in."""
+    import os
+
+    from snapeval import threads
+
+    assert threads.core_share(0) == 1.0 and threads.core_share(-5) == 1.0
+    assert threads.core_share(19) == pytest.approx(2 * 1.25 ** -19 / (1.25 ** -19 + 1))  # 0.028
+    assert threads.core_share(5, own_nice=5) == 1.0 and threads.core_share(0, own_nice=19) == 1.0
+    assert 0.45 < threads.core_share(5) < 0.55
+
+    def task(pid, tid, state, nice, comm="python (x) y"):
+        folder = tmp_path / str(pid) / "task" / str(tid)
+        folder.mkdir(parents=True)
+        rest = [state] + ["0"] * 15 + [str(nice)] + ["0"] * 30  # field 3 is the state, field 19 the niceness
+        (folder / "stat").write_text(f"{tid} ({comm}) " + " ".join(rest) + "\n")
+
+    task(101, 101, "R", 0)        # a busy loop at our priority
+    task(101, 102, "S", 0)        # its sleeping thread
+    task(202, 202, "R", 19)       # a niced loop
+    task(303, 303, "R", 0)        # this process (skipped)
+    (tmp_path / "stat").write_text("cpu 0\n")
+    assert sorted(threads.runnable_nices(tmp_path, skip_pid=303)) == [0, 19]
+    busy = threads.busy_elsewhere(samples=1, proc=tmp_path) if os.getpriority(os.PRIO_PROCESS, 0) == 0 else None
+    if busy is not None:  # the real /proc's pid differs from 303: this process is not in the fake one
+        assert busy == pytest.approx(threads.core_share(0) + threads.core_share(19) + threads.core_share(0))
+    assert threads.choose(cores=2, busy=1.0 + threads.core_share(19))[0] == 1
+    assert threads.choose(cores=2, busy=threads.core_share(19))[0] == 2
+    assert threads.runnable_nices(tmp_path / "absent") is None
