@@ -141,3 +141,24 @@ def test_a_pre_tokenizer_snapeval_cannot_reproduce_is_refused():
                                             "reproduce; allowed: gpt2, smollm, qwen2") as caught:
         tokenizer_from_fields(lambda name, default=None: fields.get(name, default), "x.gguf")
     assert "\n" not in str(caught.value)
+
+
+def test_a_gguf_models_tokenizer_is_made_without_its_weights(tmp_path, monkeypatch):
+    """``load_tokenizer`` of a GGUF preset writes the tokenizer as the model's conversion saves it, file for file,
+    and converts no weights; once the model is converted, its folder's tokenizer is the one read."""
+    from snapeval.models.loading import gguf_tokenizer_folder, load_tokenizer, resolve_model_path, smollm2_gguf
+
+    converted = resolve_model_path("smollm2-135m-instruct")  # the suite's cache (the conversion many tests use)
+    monkeypatch.setenv("SNAPEVAL_CACHE_DIR", str(tmp_path))
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    assert not (tmp_path / "models").exists()  # no weights converted
+    (folder,) = [path for path in (tmp_path / "tokenizers").iterdir() if path.is_dir()]
+    assert folder.name == converted.name and (tmp_path / "tokenizers" / f"{folder.name}.lock").is_file()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (converted / name).is_file():
+            assert (folder / name).read_bytes() == (converted / name).read_bytes(), name
+    text = "Hello world, naïve café 世界 <|im_start|>"
+    assert tokenizer(text).input_ids == load_tokenizer(str(converted))(text).input_ids
+    (tmp_path / "models" / converted.name).mkdir(parents=True)
+    (tmp_path / "models" / converted.name / "config.json").write_text("{}")
+    assert gguf_tokenizer_folder(smollm2_gguf()) == tmp_path / "models" / converted.name

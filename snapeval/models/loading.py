@@ -208,11 +208,16 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _gguf_folder_name(gguf: Path) -> str:
+    """The cache folder name of a GGUF's conversion: its stem and a hash of its path, size and time."""
+    stat = gguf.stat()
+    return f"{gguf.stem}-{hashlib.sha256(f'{gguf}:{stat.st_size}:{int(stat.st_mtime)}'.encode()).hexdigest()[:12]}"
+
+
 def convert_gguf(gguf: Path) -> Path:
     """Convert a GGUF once into a float32 safetensors directory under :func:`snapeval.paths.cache_dir` (safe across processes)."""
     gguf = gguf.resolve()
     stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
 
     def convert(tmp: Path) -> None:
         import torch
@@ -227,16 +232,29 @@ def convert_gguf(gguf: Path) -> Path:
         tokenizer.save_pretrained(tmp)
         (tmp / "snapeval_source.json").write_text(json.dumps({"gguf": str(gguf), "size": stat.st_size}))
 
-    return build_model_folder(cache_dir() / "models" / f"{gguf.stem}-{key}", convert)
+    return build_model_folder(cache_dir() / "models" / _gguf_folder_name(gguf), convert)
 
 
-def build_model_folder(out: Path, build) -> Path:
+def gguf_tokenizer_folder(gguf: Path) -> Path:
+    """A folder holding a GGUF's tokenizer as :func:`convert_gguf` saves it: that conversion's folder where it was
+    made, else one of the tokenizer alone, made once (a tokenizer needs none of the weights the conversion
+    dequantizes)."""
+    gguf = gguf.resolve()
+    converted = cache_dir() / "models" / _gguf_folder_name(gguf)
+    if (converted / "config.json").is_file():
+        return converted
+    return build_model_folder(cache_dir() / "tokenizers" / _gguf_folder_name(gguf),
+                              lambda tmp: tokenizer_from_gguf(gguf).save_pretrained(tmp), marker="tokenizer_config.json")
+
+
+def build_model_folder(out: Path, build, marker: str = "config.json") -> Path:
     """``out``, a model folder ``build(tmp)`` writes once: into a temporary folder beside it, moved into place whole,
-    under a file lock (safe across processes; a crash leaves no half-written folder)."""
-    if (out / "config.json").is_file():
+    under a file lock (safe across processes; a crash leaves no half-written folder); ``marker``, the file whose
+    presence says it is made."""
+    if (out / marker).is_file():
         return out
-    with _file_lock(out.with_suffix(".lock")):
-        if (out / "config.json").is_file():
+    with _file_lock(out.with_name(out.name + ".lock")):  # the whole name: "llama-3.1-8b" is not "llama-3"
+        if (out / marker).is_file():
             return out
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".building-"))
         try:
@@ -442,10 +460,15 @@ def check_tokenizer(tokenizer, vocab_size: int, source: str, bos: bool = False) 
 
 
 def load_tokenizer(name_or_path: str):
-    """The tokenizer of a model (left padding, pad token set). Converts a GGUF once like :func:`load_model`."""
+    """The tokenizer of a model (left padding, pad token set); of a GGUF, the tokenizer its conversion saves
+    (:func:`gguf_tokenizer_folder`: made once without converting the weights)."""
     from transformers import AutoTokenizer
 
-    path = resolve_model_path(name_or_path)
+    target = Path(_resolve_alias(str(name_or_path))).expanduser()
+    if target.is_file() and target.suffix == ".gguf":
+        path = gguf_tokenizer_folder(target)  # the tokenizer alone: no weights converted for it
+    else:
+        path = resolve_model_path(name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
