@@ -24,17 +24,87 @@ def _source(value: str) -> str:
     return "snapeval" if module == "snapeval" else module
 
 
-def methods_catalog() -> list[dict]:
-    """One record per method of the table (installed plugins loaded): name, summary, source and settings."""
+def _method_record(name: str) -> dict:
     from snapeval.cache.methods import METHOD_TABLE
 
-    out = []
-    for name in METHOD_TABLE.names():
-        info = METHOD_TABLE.get(name)
-        settings = [{"name": s.name, "allowed": s.allowed(), "default": s.default_text or s.default, "help": s.help}
-                    for s in info.settings()]
-        out.append({"method": name, "summary": info.summary, "source": _source(info.config),
-                    "budget": not METHOD_TABLE.is_reference(name), "settings": settings})
+    info = METHOD_TABLE.get(name)
+    settings = [{"name": s.name, "allowed": s.allowed(), "default": s.default_text or s.default, "help": s.help}
+                for s in info.settings()]
+    return {"method": name, "summary": info.summary, "source": _source(info.config),
+            "budget": not METHOD_TABLE.is_reference(name), "settings": settings}
+
+
+def plugin_fingerprint(entry) -> str | None:
+    """What a plugin's listing depends on, read without importing it: its entry point, its package's name and
+    version, and the size and time of the file of the module it names (found through its top-level package, which
+    is located, not imported). None where the file cannot be found (such a plugin is loaded at every listing)."""
+    import importlib.util
+    from pathlib import Path
+
+    module = entry.value.split(":", 1)[0].strip()
+    top, _, rest = module.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin)
+    if rest:
+        base = path.parent.joinpath(*rest.split("."))
+        path = next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+        if path is None:
+            return None
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    dist = getattr(entry, "dist", None)
+    return json.dumps([entry.name, entry.value, getattr(dist, "name", None), getattr(dist, "version", None),
+                       str(path), stat.st_size, stat.st_mtime_ns])
+
+
+def _catalog_cache():
+    from snapeval.paths import cache_dir
+
+    return cache_dir() / "plugin-methods.json"
+
+
+def methods_catalog() -> list[dict]:
+    """One record per method of the table: name, summary, source and settings. An installed plugin's record is read
+    from the snapeval cache where its fingerprint (:func:`plugin_fingerprint`) is the one recorded, so a listing
+    imports a plugin only when it is new or changed (a plugin that imports torch costs its import once); otherwise
+    it is loaded, a broken one named in one warning and skipped, as every listing does."""
+    import sys
+
+    from snapeval.cache.methods import METHOD_TABLE
+    from snapeval.results.store import atomic_write_text
+
+    entries = METHOD_TABLE.plugin_entry_points()
+    out = [_method_record(name) for name in METHOD_TABLE.loaded_names()]
+    path = _catalog_cache()
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8")) if entries else {}
+        cached = cached if isinstance(cached, dict) else {}
+    except (OSError, ValueError):
+        cached = {}
+    fresh = {}
+    for name in sorted(entries):
+        key = plugin_fingerprint(entries[name])
+        record = cached.get(key) if key is not None else None
+        if record is None:
+            if not METHOD_TABLE.load_listed(name, stream=sys.stderr):
+                continue
+            record = _method_record(name)
+        if key is not None:
+            fresh[key] = record
+        out.append(record)
+    merged = {**cached, **fresh}  # other environments sharing the cache keep theirs
+    if merged != cached:
+        try:
+            atomic_write_text(path, json.dumps(merged, indent=1, default=str))
+        except OSError:
+            pass  # a read-only cache: the next listing loads the plugins again
     for family in METHOD_TABLE.allowed().split(", "):
         if family.endswith(":<Name>"):
             out.append({"method": family, "summary": "a family: its own arguments as settings", "source": "snapeval",

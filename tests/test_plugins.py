@@ -475,3 +475,32 @@ def test_the_task_family_contract_runs_over_an_installed_plugins_task(installed)
     assert family.task_names() == ("toytask_qa",)
     assert score("toytask_qa", family, family.reference_reply)[0] == 1.0
     assert score("toytask_qa", family, lambda doc: "")[0] == 0.0
+
+
+def test_a_listing_imports_a_plugin_only_when_it_is_new_or_changed(tmp_path):
+    """`snapeval methods` reads an unchanged plugin's record from the snapeval cache (the same listing, the plugin not
+    imported again); a changed module is loaded again and listed as it is now."""
+    site = build_dist(tmp_path)
+    module = site / "snapeval_random" / "__init__.py"
+    marker = tmp_path / "imports.txt"
+    module.write_text(module.read_text() + f"\nopen({str(marker)!r}, 'a').write('imported\\n')\n")
+    env_cache = {"SNAPEVAL_CACHE_DIR": str(tmp_path / "cache")}
+
+    def listing():
+        old = {k: os.environ.get(k) for k in env_cache}
+        os.environ.update(env_cache)
+        try:
+            return _snapeval_in(site, ["methods"])
+        finally:
+            for k, v in old.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+    first, second = listing(), listing()
+    assert first[0] == second[0] == 0 and first[1] == second[1], (first, second)
+    assert "random: the last window tokens" in first[1] and "  draw: which random draw" in first[1]
+    assert marker.read_text().count("imported") == 1  # the second listing read the cache
+    module.write_text(module.read_text().replace("the last window tokens and a random draw",
+                                                 "the last window tokens and a fresh draw"))
+    third = listing()
+    assert third[0] == 0 and "random: the last window tokens and a fresh draw" in third[1], third
+    assert marker.read_text().count("imported") == 2

@@ -272,11 +272,28 @@ class MethodTable:
         import sys
 
         for name in list(self._discovered()):
-            try:
-                self._load_plugin(name)
-            except SnapevalError as exc:
-                self._broken[name] = str(exc)
-                print(f"snapeval: warning: {exc}; skipped", file=sys.stderr)
+            self.load_listed(name, stream=sys.stderr)
+
+    def load_listed(self, name: str, stream=None) -> bool:
+        """Load plugin ``name`` for a listing: False where it cannot be loaded, named in one warning on ``stream``
+        and skipped (asked for by name later, it is the same one-line error)."""
+        import sys
+
+        try:
+            self._load_plugin(name)
+        except SnapevalError as exc:
+            self._broken[name] = str(exc)
+            print(f"snapeval: warning: {exc}; skipped", file=stream or sys.stderr)
+            return False
+        return True
+
+    def plugin_entry_points(self) -> dict[str, Any]:
+        """The installed plugins not loaded yet, by name: their entry points (none loaded by asking)."""
+        return dict(self._discovered())
+
+    def loaded_names(self) -> tuple[str, ...]:
+        """The methods in the table now, in table order (snapeval's own, then the plugins loaded so far)."""
+        return tuple(self._methods)
 
     def unregister(self, name: str) -> None:
         self._methods.pop(name, None)
