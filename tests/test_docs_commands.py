@@ -128,12 +128,20 @@ def _env() -> dict:
 COMMANDS = doc_commands()
 
 
+def distinct(rule: str) -> list[tuple[str, str]]:
+    """The documented commands of ``rule``, each distinct command once (where it first appears; ``.venv/bin/snapeval``
+    is ``snapeval``): the same command in three files runs once."""
+    seen: set[str] = set()
+    return [(f, c) for f, c in COMMANDS if rule_of(c)[0] == rule
+            and not (c.removeprefix(".venv/bin/") in seen or seen.add(c.removeprefix(".venv/bin/")))]
+
+
 def test_every_command_of_the_docs_has_a_rule():
     assert len(COMMANDS) >= 15
     assert [(f, c) for f, c in COMMANDS if rule_of(c)[0] is None] == []
 
 
-@pytest.mark.parametrize("where, command", [(f, c) for f, c in COMMANDS if rule_of(c)[0] == "run"],
+@pytest.mark.parametrize("where, command", distinct("run"),
                          ids=lambda v: v[:60])
 def test_a_documented_command_runs(where, command, tmp_path):
     argv = argv_of(command, tmp_path)
@@ -145,7 +153,7 @@ def test_a_documented_command_runs(where, command, tmp_path):
 QUICKSTART = REPO / "results" / "quickstart"
 
 
-@pytest.mark.parametrize("where, command", [(f, c) for f, c in COMMANDS if rule_of(c)[0] == "quickstart"],
+@pytest.mark.parametrize("where, command", distinct("quickstart"),
                          ids=lambda v: v[:60])
 def test_the_quickstart_command_finds_every_committed_cell_done(where, command, tmp_path):
     """The documented quickstart sweep, as written (``--executor ray`` too), into a copy of the committed
@@ -236,11 +244,8 @@ def test_the_model_lines_run_and_the_readmes_two_give_the_same_scores(tmp_path):
     """Every documented `snapeval run` / `snapeval-lm-eval` line with --limit and `snapeval demo`, as written, on a
     CPU machine (each distinct command once): each exits 0; the README's two (the same arguments;
     `--apply_chat_template` on the lm-eval side) score the same."""
-    lines = [(f, c) for f, c in COMMANDS if rule_of(c)[0] == "model"]
+    lines = distinct("model")
     assert [f for f, c in lines if "demo" not in c].count("README.md") == 2
-    seen = set()
-    lines = [(f, c) for f, c in lines  # `.venv/bin/snapeval demo` is `snapeval demo`
-             if not (c.removeprefix(".venv/bin/") in seen or seen.add(c.removeprefix(".venv/bin/")))]
     scores = {}
     for where, command in lines:
         for old in tmp_path.iterdir():
