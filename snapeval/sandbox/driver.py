@@ -678,7 +678,10 @@ def answer_from_run_view():
         except (IndexError, ValueError):
             raise OSError("Load averages are unobtainable") from None
 
-    os.getloadavg = getloadavg
+    import posix
+
+    getloadavg.__module__, getloadavg.__doc__ = posix.getloadavg.__module__, posix.getloadavg.__doc__
+    os.getloadavg = posix.getloadavg = getloadavg  # both names (``os`` copies ``posix``'s at import)
 
 
 def set_up(spec, probe):
