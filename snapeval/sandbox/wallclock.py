@@ -17,10 +17,10 @@ counts from the host's boot in every time namespace, becomes the run's own monot
 ``driver.enter_own_clocks``). Durations are unchanged: the offset is constant for the run, so ``time.time() - start``
 measures what it measured.
 
-This is the interpreter's view, not a kernel layer: code that gets past it (the originals this module keeps, a new
-instance of a built-in module, C code reading the clock itself: numpy's ``datetime64('now')``, native code, the TSC)
-reads the host's clock; what that can tell is bounded by the order and spacing of the runs (``harness.run_programs``,
-docs/sandbox.md).
+This is the interpreter's view, not a kernel layer: code that gets past it (the originals this module keeps, the C
+``datetime`` type under the subclass, a new instance of a built-in module, C code reading the clock itself: numpy's
+``datetime64('now')``, native code, the TSC) reads the host's clock; what that can tell is bounded by the order and
+spacing of the runs (``harness.run_programs``, docs/sandbox.md).
 """
 import math
 import os
