@@ -428,3 +428,21 @@ def test_the_run_clock_is_the_hosts_plus_one_offset(tmp_path):
     out = subprocess.run([sys.executable, "-I", "-c", WALL_CLOCK_IN_PROCESS, str(folder)], cwd=tmp_path,
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert out.stdout == "ok\n", out.stderr
+
+
+def test_the_samples_of_all_problems_take_turns(monkeypatch):
+    """A worker takes a job of the group whose last run ended longest ago: the samples of all problems take turns,
+    so a sample never follows one of its own problem while other problems have samples left (it did when the
+    shuffled order put two side by side: the copier that reads the clock past the run's own view then ran right
+    after the solver)."""
+    order = []
+    monkeypatch.setattr(harness, "run_program", lambda code, *a, **k: order.append(code) or harness.ProgramResult(
+        "passed"))
+    monkeypatch.setattr(harness.time, "sleep", lambda s: None)
+    jobs = [ProgramJob(f"{problem}{n}", [], "stdin", lambda i, o: True, group=problem)
+            for problem in "abcdefgh" for n in range(3)] + [ProgramJob("z", [], "stdin", lambda i, o: True)]
+    assert all(r.passed for r in run_programs(jobs, workers=1))
+    groups = [code[0] for code in order]
+    assert all(a != b for a, b in zip(groups, groups[1:])), groups
+    assert sorted(groups[:9]) == sorted("abcdefghz")  # every problem's first sample first
+    assert all(sorted(groups[i:i + 8]) == sorted("abcdefgh") for i in (9, 17)), groups
