@@ -20,6 +20,7 @@ checkouts to compare their start-up in one window. Every report records the load
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
@@ -178,10 +179,18 @@ BUSY = ("import os, mmap, threading\nfor i in range(1000):\n    open(f'/work/f{i
         "for i in range(50):\n    os.mkfifo(f'/tmp/p{i}')\n"
         "maps = [mmap.mmap(-1, 4096) for _ in range(200)]\n"
         "for _ in range(200):\n    t = threading.Thread(target=int)\n    t.start()\n    t.join()\nprint(1)\n")
-#: The solver of the clock channel: it ends when the wall clock's phase (in a second) is its value's quarter.
-CLOCK_SOLVER = ("import time\nvalue = int(input())\nwhile abs((time.time() % 1.0) - (value + 0.5) / 4) > 0.01:\n"
-                "    time.sleep(0.002)\nprint(repr(time.time()))\n")
-CLOCK_COPIER = "import time\nprint(repr(time.time()))\n"
+#: The host's wall clock as a program that gets past the run's own (``sandbox/wallclock.py``) reads it: the
+#: original ``time.time_ns`` its replacement keeps (where there is none, the code before: ``time.time_ns``).
+HOST_CLOCK = ("import time\ndef host_time():\n    for cell in getattr(time.time_ns, '__closure__', None) or ():\n"
+              "        f = cell.cell_contents\n"
+              "        if type(f).__name__ == 'builtin_function_or_method' and f.__name__ == 'time_ns':\n"
+              "            return f() / 1e9\n    return time.time_ns() / 1e9\n")
+#: The solver of the clock channel: it ends when the host's wall clock's phase (in a second) is its value's quarter
+#: (the worst case: a solver that gets past the run's own clock).
+CLOCK_SOLVER = HOST_CLOCK + ("value = int(input())\nwhile abs((host_time() % 1.0) - (value + 0.5) / 4) > 0.01:\n"
+                             "    time.sleep(0.002)\nprint(repr(host_time()))\n")
+#: The copier reads the clock as it starts: as a program reads it (``time.time()``) and past the run's own clock.
+CLOCK_COPIER = HOST_CLOCK + "print(repr((time.time(), host_time())))\n"
 
 
 def _bits_of_binary_guess(right: int, rounds: int) -> float:
@@ -196,7 +205,7 @@ def _output(box):
     return lambda index, out: box.append(out.decode().strip()) or True
 
 
-def channels(rounds: int) -> dict:
+def channels(rounds: int, clock_only: bool = False) -> dict:
     """Issue #60's channels, measured as the red team measured them: a solver, then a copier of the same problem
     right after it (``run_program`` back to back: no shuffle, no start delay, the worst order), ``rounds`` times.
     ``dentry``: how often the copier names the solver's random bit, with the shared folders as the run's own image
@@ -204,7 +213,8 @@ def channels(rounds: int) -> dict:
     anything the copier reads of its descriptors' and folders' numbers differs after an idle and a busy solver.
     ``clock``: the monotonic and boot-time clocks' difference between two runs (random offsets), and for the wall
     clock the solver's value (0-3, the quarter of the second it ended in) against the copier's best guess, back to
-    back and through ``run_programs`` (shuffled, with the start delay)."""
+    back and through ``run_programs`` (shuffled, with the start delay), for a copier that reads ``time.time()`` and
+    one that gets past the run's own clock (``clock_only``: the wall clock only)."""
     import dataclasses
     import random
 
@@ -213,6 +223,9 @@ def channels(rounds: int) -> dict:
     iso = isolation()
     fast = SandboxLimits(timeout_s=5.0, memory_mb=512, output_bytes=1 << 20, disk_mb=16)
     out: dict = {"rounds": rounds}
+    if clock_only:
+        _clock_channel(out, rounds, fast)
+        return out
     variants = {"image": iso, "bind_mounts_control": dataclasses.replace(iso, image=None)} if iso.image \
         else {"bind_mounts": iso}
     original = harness.require_isolation
@@ -247,37 +260,61 @@ def channels(rounds: int) -> dict:
     stamps = [p[1:] for ps in parsed.values() for p in ps]
     monotonic_gaps = [abs(b[1] - a[1]) for a, b in zip(stamps, stamps[1:])]
     out["monotonic_difference_between_runs_s"] = {"min": round(min(monotonic_gaps)), "max": round(max(monotonic_gaps))}
+    _clock_channel(out, rounds, fast)
+    return out
+
+
+def _decoded(pairs: list, gaps: list) -> int:
+    """How many of ``pairs`` (the solver's value, the copier's reading) the copier's best decoder gets right: its
+    reading less the median gap between the solver's end and it, read as the quarter of the second."""
+    positive = [g for g in gaps if g > 0]
+    gap = statistics.median(positive) if positive else 0.0
+    return sum(int(((reading - gap) % 1.0) * 4) == value for value, reading in pairs)
+
+
+def _clock_channel(out: dict, rounds: int, fast: SandboxLimits) -> None:
+    import random
+
     for mode in ("back_to_back", "run_programs", "run_programs_beside_8_other_problems"):
-        right = 0
-        gaps = []
+        pairs: dict[str, list] = {"time_time": [], "past_the_run_clock": []}
+        gaps: dict[str, list] = {"time_time": [], "past_the_run_clock": []}
         for _ in range(rounds):
             value, box = random.randrange(4), []
             if mode == "back_to_back":
                 run_program(CLOCK_SOLVER, [f"{value}\n"], mode="stdin", judge=_output(box), limits=fast)
                 run_program(CLOCK_COPIER, ["\n"], mode="stdin", judge=_output(box), limits=fast)
-                ended, started = float(box[0]), float(box[1])
+                ended, (plain, host) = float(box[0]), ast.literal_eval(box[1])
             else:
                 results = {}
                 jobs = [ProgramJob(CLOCK_SOLVER, [f"{value}\n"], "stdin",
                                    lambda i, o: results.setdefault("solver", float(o)) or True, group="p"),
                         ProgramJob(CLOCK_COPIER, ["\n"], "stdin",
-                                   lambda i, o: results.setdefault("copier", float(o)) or True, group="p")]
+                                   lambda i, o: results.setdefault("copier", ast.literal_eval(o.decode())) or True,
+                                   group="p")]
                 if mode != "run_programs":  # other problems' samples, shuffled in with them
                     jobs += [ProgramJob("import time\ntime.sleep(0.1)\nprint(1)\n", ["\n"], "stdin", lambda i, o: True,
                                         group=other) for other in range(8)]
                 run_programs(jobs, limits=fast)
-                ended, started = results["solver"], results["copier"]
-            gaps.append(started - ended)
-            out.setdefault(f"clock_{mode}_pairs", []).append([value, round(started % 1.0, 4)])
-        # the copier's best decoder: its start phase less the median gap, read as the quarter of the second
-        gap = statistics.median(g for g in gaps if g > 0) if any(g > 0 for g in gaps) else 0.0
-        for value, phase in out[f"clock_{mode}_pairs"]:
-            right += int(((phase - gap) % 1.0) * 4) == value
-        out[f"clock_{mode}"] = {"right": right, "rounds": rounds, "chance": 0.25,
-                                "gap_s": [round(min(gaps), 3), round(max(gaps), 3)],
-                                "copier_first": sum(g < 0 for g in gaps)}
-        del out[f"clock_{mode}_pairs"]
-    return out
+                ended, (plain, host) = results["solver"], results["copier"]
+            for name, reading in (("time_time", plain), ("past_the_run_clock", host)):
+                gaps[name].append(reading - ended)
+                pairs[name].append([value, reading])
+        out[f"clock_{mode}"] = {
+            name: {"right": _decoded(pairs[name], gaps[name]), "rounds": rounds, "chance": 0.25,
+                   "bits_per_pair": _bits_of_quarter_guess(_decoded(pairs[name], gaps[name]), rounds),
+                   "gap_s": [round(min(gaps[name]), 3), round(max(gaps[name]), 3)],
+                   "copier_first": sum(g < 0 for g in gaps["past_the_run_clock"])}
+            for name in pairs}
+
+
+def _bits_of_quarter_guess(right: int, rounds: int) -> float:
+    """What a guess of one of 4 equally likely values, right ``right`` times in ``rounds``, tells in bits (Fano's
+    equality for a symmetric channel: 2 - H(p) - (1 - p) log2 3)."""
+    import math
+
+    p = min(max(right / rounds, 1e-9), 1 - 1e-9)
+    bits = 2 + p * math.log2(p) + (1 - p) * math.log2((1 - p) / 3)
+    return round(max(0.0, bits), 3)
 
 
 def startup(programs: int) -> dict:
@@ -337,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bomb-repeats", type=int, default=3, help="rounds of every bomb (medians are reported)")
     parser.add_argument("--channels", type=int, default=0, metavar="ROUNDS",
                         help="measure what a run reads of the previous one (issue #60) in ROUNDS pairs and print it")
+    parser.add_argument("--clock-only", action="store_true", help="with --channels: the wall clock's channel only")
     parser.add_argument("--bombs-only", action="store_true",
                         help="measure the harness cost of every bomb only and print it (written only with --out)")
     args = parser.parse_args(argv)
@@ -348,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.channels:
         load = _loadavg()
-        report = {"channels": channels(args.channels), "load_average_before": load, "load_average_after": _loadavg()}
+        report = {"channels": channels(args.channels, args.clock_only), "load_average_before": load,
+                  "load_average_after": _loadavg()}
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
         print(json.dumps(report, indent=2))

@@ -58,7 +58,7 @@ def test_byte_comparison_examples():
 def test_token_count_and_strip_equal_str_split_and_strip_across_pieces(runs):
     """Issue #47: a line packed with the 16 whitespace characters led by E1/E2 is looked up per byte (numpy) instead
     of 16 replacements per piece; runs long enough to cross the 64 KiB pieces, every kind, both paths."""
-    from snapeval.tasks.livecodebench import _strip, token_count
+    from snapeval.tasks.livecodebench.grading import _strip, token_count
 
     line = "".join(char * count for char, count in runs)
     assert token_count(line) == len(line.split())
@@ -196,7 +196,7 @@ def test_reduced_long_tokens_read_as_decimal_reads_them(token, expected):
     there), and a line of it gets lcb_runner's verdict."""
     from decimal import Decimal
 
-    from snapeval.tasks import livecodebench as lcb
+    from snapeval.tasks.livecodebench import grading as lcb
 
     data = token.encode("utf-8", "surrogatepass")
     reduced = lcb._reduced_number(data, 0, len(data))

@@ -243,8 +243,9 @@ for fd in range(3, 12):
         fds.append((fd, st.st_ino, oct(st.st_mode)))
     except OSError:
         pass
+load = os.getloadavg() if os.getloadavg() == __import__('posix').getloadavg() else None
 print(repr((fds, os.stat('/work').st_ino, os.stat(os.path.dirname(os.__file__)).st_dev, time.monotonic(),
-            time.clock_gettime(time.CLOCK_BOOTTIME), os.getloadavg())))
+            time.clock_gettime(time.CLOCK_BOOTTIME), load)))
 """
 BUSY = """
 import os, mmap, threading
@@ -325,3 +326,123 @@ def test_runs_are_shuffled_and_a_groups_next_run_waits(monkeypatch):
     assert all(r.passed for r in run_programs(jobs, workers=2))
     assert sorted(order) == sorted(job.code for job in jobs) and order != [job.code for job in jobs]
     assert len(delays) == 16 and all(0 <= d < harness.START_JITTER_S for d in delays) and len(set(delays)) > 1
+
+
+WALL_CLOCK = """
+import datetime, os, time, uuid
+open('/work/f', 'w').write('1')
+readings = {'time': time.time(), 'time_ns': time.time_ns() / 1e9, 'realtime': time.clock_gettime(time.CLOCK_REALTIME),
+            'tai': time.clock_gettime(time.CLOCK_TAI), 'datetime': datetime.datetime.now().timestamp(),
+            'utcnow': datetime.datetime.utcnow().replace(tzinfo=datetime.timezone.utc).timestamp(),
+            'today': time.time() if datetime.date.today() == datetime.date.fromtimestamp(time.time()) else 0,
+            'localtime': time.mktime(time.localtime()),
+            'file': os.stat('/work/f').st_mtime, 'work': os.stat('/work').st_mtime, 'fifo': os.fstat(4).st_mtime,
+            'scandir': [e.stat().st_mtime for e in os.scandir('/work')][0],
+            'uuid1': (uuid.uuid1().time - 0x01b21dd213814000) / 1e7}
+print(repr((readings, os.times().elapsed - time.monotonic())))
+"""
+
+
+@sandboxed
+@pytest.mark.runs_programs
+def test_a_run_reads_a_wall_clock_of_its_own():
+    """Issue #60's clock channel: a correct sample ended each test at a wall-clock phase encoding its answers and the
+    next sample read the phase as it started (about a bit a pair through the shuffled order). Every way the
+    interpreter gives a program to read the wall clock (``time``, ``datetime``, ``uuid1``, the times of its files and
+    FIFOs) now reads the host's clock plus an offset drawn for the run: a random instant of 2000-2034, unrelated to
+    the host's time and to the previous run's. ``os.times().elapsed`` counted from the host's boot; it is the run's
+    monotonic clock now."""
+    runs = []
+    for _ in range(2):
+        host = time.time()
+        readings, elapsed_gap = _readings(WALL_CLOCK)
+        values = list(readings.values())
+        assert max(values) - min(values) < 60, readings  # one clock (file times of the run's seconds, TAI's 37 s)
+        assert abs(readings["time"] - host) > 1000, readings  # 1,000 s of 2^30: once in a million runs
+        assert abs(elapsed_gap) < 0.05, elapsed_gap
+        runs.append(readings["time"] - host)
+    assert abs(runs[0] - runs[1]) > 1000, runs
+
+
+INNOCENT_CLOCKS = """
+import datetime, os, pickle, time
+from datetime import datetime as dt, timedelta
+start, start_dt = time.time(), dt.now()
+d = datetime.date(2024, 2, 28) + timedelta(days=2)
+checks = [d.isoformat() == '2024-03-01', (datetime.date(2024, 3, 1) - datetime.date(2023, 3, 1)).days == 366,
+          repr(dt(2020, 1, 2, 3, 4)) == 'datetime.datetime(2020, 1, 2, 3, 4)', dt.max.year == 9999,
+          isinstance(dt.now(), datetime.date), type(dt.now() + timedelta(1)) is dt,
+          pickle.loads(pickle.dumps(start_dt)) == start_dt, dt.strptime('2021-05-06', '%Y-%m-%d').weekday() == 3,
+          time.strftime('%Y', time.gmtime(0)) == '1970', len(time.ctime()) == 24]
+time.sleep(0.05)
+checks.append(0.04 < time.time() - start < 2 and timedelta(0) < dt.now() - start_dt < timedelta(seconds=2))
+open('/work/g', 'w').close()
+os.utime('/work/g', (1000000000.5, 1500000000.25))
+checks.append((os.stat('/work/g').st_atime, os.path.getmtime('/work/g')) == (1000000000.5, 1500000000.25))
+checks.append(os.stat('/work/g').st_mtime_ns == 1500000000250000000 and os.stat('/work/g')[8] == 1500000000)
+print(checks.index(False) if False in checks else 'ok')
+"""
+
+
+@sandboxed
+@pytest.mark.runs_programs
+def test_innocent_uses_of_the_clock_still_work():
+    """What legitimate solutions do with ``time`` and ``datetime`` (elapsed times, date arithmetic, ``repr``,
+    ``strftime``, ``strptime``, pickling) and with file times (``os.utime``, then ``stat``) is unchanged by the
+    run's own wall clock."""
+    box = []
+    result = run_program(INNOCENT_CLOCKS, ["\n"], mode="stdin", judge=lambda i, o: box.append(o.decode()) or True,
+                         limits=FAST)
+    assert result.passed and box == ["ok\n"], (result, box)
+
+
+WALL_CLOCK_IN_PROCESS = """
+import datetime, os, pickle, sys, time
+sys.path.insert(0, sys.argv[1])
+import wallclock
+open('f', 'w').close()
+fd = os.open('f', os.O_RDONLY)
+[e.stat() for e in os.scandir('.')]  # the folder's access time set by its first read (relatime), not by the test's
+before = [os.stat('.'), os.fstat(fd), [e.stat() for e in os.scandir('.')]]
+assert wallclock.own_wall_clock(0) == 0
+assert before == [os.stat('.'), os.fstat(fd), [e.stat() for e in os.scandir('.')]]  # offset 0: the same results
+host = time.time()
+shift = wallclock.own_wall_clock(10**18)  # the run's clock 10^9 s ahead
+assert abs(time.time() - host - 1e9) < 5 and abs(datetime.datetime.now().timestamp() - host - 1e9) < 5
+assert abs(os.stat('.').st_mtime - before[0].st_mtime - 1e9) < 1e-3, os.stat('.')
+assert os.stat('.').st_mtime_ns - before[0].st_mtime_ns == 10**18 and os.stat('.')[8] == before[0][8] + 10**9
+os.utime('.', ns=(before[0].st_atime_ns + 10**18, before[0].st_mtime_ns + 10**18))  # back where it was
+assert os.lstat('.').st_mtime_ns == before[0].st_mtime_ns + 10**18
+print('ok')
+"""
+
+
+def test_the_run_clock_is_the_hosts_plus_one_offset(tmp_path):
+    """``wallclock.own_wall_clock`` in a process of its own (no sandbox needed): with offset 0 every reading is the
+    host's exactly, stat results included; with an offset every clock and file time moves by it, and times given to
+    ``os.utime`` come back as given."""
+    import subprocess
+    import sys
+
+    folder = Path(__file__).resolve().parents[1] / "snapeval" / "sandbox"
+    out = subprocess.run([sys.executable, "-I", "-c", WALL_CLOCK_IN_PROCESS, str(folder)], cwd=tmp_path,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert out.stdout == "ok\n", out.stderr
+
+
+def test_the_samples_of_all_problems_take_turns(monkeypatch):
+    """A worker takes a job of the group whose last run ended longest ago: the samples of all problems take turns,
+    so a sample never follows one of its own problem while other problems have samples left (it did when the
+    shuffled order put two side by side: the copier that reads the clock past the run's own view then ran right
+    after the solver)."""
+    order = []
+    monkeypatch.setattr(harness, "run_program", lambda code, *a, **k: order.append(code) or harness.ProgramResult(
+        "passed"))
+    monkeypatch.setattr(harness.time, "sleep", lambda s: None)
+    jobs = [ProgramJob(f"{problem}{n}", [], "stdin", lambda i, o: True, group=problem)
+            for problem in "abcdefgh" for n in range(3)] + [ProgramJob("z", [], "stdin", lambda i, o: True)]
+    assert all(r.passed for r in run_programs(jobs, workers=1))
+    groups = [code[0] for code in order]
+    assert all(a != b for a, b in zip(groups, groups[1:])), groups
+    assert sorted(groups[:9]) == sorted("abcdefghz")  # every problem's first sample first
+    assert all(sorted(groups[i:i + 8]) == sorted("abcdefgh") for i in (9, 17)), groups

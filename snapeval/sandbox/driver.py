@@ -17,9 +17,9 @@ trusted set-up code that no part of the program has touched yet; order matters:
    size-limited ``noexec`` tmpfs ``/work`` (the working directory) and ``/tmp``; as root the shared folders come
    from the run's own image (:func:`mount_image`) and the input and result are FIFOs of its own (:func:`open_fifos`).
    The old root is detached;
-4. the official import header's modules, resource limits, then the privilege drop to a uid of the run's own (as
-   root), every capability dropped, ``no_new_privs`` and the parent-death signal re-armed (a credential change clears
-   it); then the seccomp filter (:func:`seccomp_program`);
+4. the run's own wall clock (``wallclock.py``), the official import header's modules, resource limits, then the
+   privilege drop to a uid of the run's own (as root), every capability dropped, ``no_new_privs`` and the
+   parent-death signal re-armed (a credential change clears it); then the seccomp filter (:func:`seccomp_program`);
 5. the audit hook (a convenience that stops Python-level misuse early with clear errors; the layers above hold
    without it), the official runner's own guard (:func:`disable_like_official`), and the ready byte ``R`` on the
    ready pipe, which is then closed: from here on nothing this process writes is trusted.
@@ -431,6 +431,7 @@ def drop_privileges(uid):
 
 # --------------------------------------------------------------------------------------------- seccomp filter
 _seccomp = _load_part("seccomp")  # the allow-list, its argument rules and the BPF program (seccomp.py)
+_wallclock = _load_part("wallclock")  # the run's own wall clock (wallclock.py)
 ALLOWED_SYSCALLS = _seccomp.ALLOWED_SYSCALLS
 ARGUMENT_RULES = _seccomp.ARGUMENT_RULES
 CLONE = _seccomp.CLONE
@@ -589,7 +590,7 @@ def main():
         set_up(spec, probe)
         ready = spec["ready_fd"]
     except BaseException as exc:  # the machine's failure, before any program code: the harness reports it
-        os.write(ready, b"E " + _describe(exc).encode("utf-8", "replace")[:300])
+        os.write(spec["ready_fd"], b"E " + _describe(exc).encode("utf-8", "replace")[:300])
         os._exit(1)
     if probe:
         return
@@ -677,7 +678,10 @@ def answer_from_run_view():
         except (IndexError, ValueError):
             raise OSError("Load averages are unobtainable") from None
 
-    os.getloadavg = getloadavg
+    import posix
+
+    getloadavg.__module__, getloadavg.__doc__ = posix.getloadavg.__module__, posix.getloadavg.__doc__
+    os.getloadavg = posix.getloadavg = getloadavg  # both names (``os`` copies ``posix``'s at import)
 
 
 def set_up(spec, probe):
@@ -701,7 +705,8 @@ def set_up(spec, probe):
     for fd in (0, 1, 2):  # the program's real standard streams lead nowhere (the official captures sys.stdout only)
         os.dup2(null, fd)
     os.close(null)
-    if not probe:  # import what the program will need before the drop (weaker isolation: an interpreter under
+    if not probe:  # the run's own wall clock (before datetime is imported), then import what the program will
+        _wallclock.own_wall_clock()  # need before the drop (weaker isolation: an interpreter under
         exec(compile(IMPORT_HEADER, "<header>", "exec"), {"__builtins__": builtins})  # /root is unreadable to
         import shutil  # noqa: F401  (nobody): the header's modules and the official guard's shutil
     set_limits(spec)

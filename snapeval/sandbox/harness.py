@@ -33,6 +33,7 @@ has one; the audit hook (a convenience). Programs of different problems run in p
 """
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import select
@@ -516,11 +517,12 @@ def run_programs(jobs: Sequence[ProgramJob], *, limits: SandboxLimits | None = N
     Jobs of one ``group`` run one after the other, never side by side: what the kernel counts for every process at
     once and cannot hide from a run (the inode numbers of new pipes and sockets) then cannot carry one sample's
     answer to another sample of the same problem while both run (docs/sandbox.md). The order is random: the jobs of
-    all groups shuffled, each worker taking the first job whose group is not running, so the run before a sample on
-    the wall clock is as a rule another problem's and the samples of one problem are apart by a random number of
-    other runs; a job whose group has run before in this call starts after a random wait below
-    :data:`START_JITTER_S` (issue #60: a sample that ended at a chosen clock phase told the next sample of its
-    problem its answers)."""
+    all groups shuffled; of the jobs whose group is not running a worker takes the first of the group whose last run
+    ended longest ago (a group that has not run yet before any other), so the samples of all problems take turns: as
+    long as other problems have samples left, the run before a sample on the machine is another problem's and the
+    samples of one problem are apart by the runs of the others; a job whose group has run before in this call starts
+    after a random wait below :data:`START_JITTER_S` (issue #60: a sample that ended at a chosen clock phase told the
+    next sample of its problem its answers)."""
     if not jobs:
         return []
     workers = workers or len(os.sched_getaffinity(0))
@@ -530,16 +532,18 @@ def run_programs(jobs: Sequence[ProgramJob], *, limits: SandboxLimits | None = N
     results: list[ProgramResult | None] = [None] * len(jobs)
     running: set = set()
     started: set = set()
+    ended: dict = {}  # group -> the place of its last run's end in the order of ends
+    ends = itertools.count()
     ready = threading.Condition()
 
     def take() -> int | None:
         with ready:
             while order:
-                for at, index in enumerate(order):
-                    if groups[index] not in running:
-                        del order[at]
-                        running.add(groups[index])
-                        return index
+                free = [at for at, index in enumerate(order) if groups[index] not in running]
+                if free:  # min keeps the shuffled order among equals
+                    index = order.pop(min(free, key=lambda at: ended.get(groups[order[at]], -1)))
+                    running.add(groups[index])
+                    return index
                 ready.wait()
             return None
 
@@ -555,6 +559,7 @@ def run_programs(jobs: Sequence[ProgramJob], *, limits: SandboxLimits | None = N
             finally:
                 with ready:
                     running.discard(groups[index])
+                    ended[groups[index]] = next(ends)
                     ready.notify_all()
 
     parallel = max(1, min(workers, len(set(groups))))

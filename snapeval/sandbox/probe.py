@@ -94,7 +94,7 @@ class Isolation:
 
 
 #: The driver's parts (``driver.py`` loads the others from the bundle, see ``_load_part`` there).
-DRIVER_PARTS = ("driver", "official", "seccomp")
+DRIVER_PARTS = ("driver", "official", "seccomp", "wallclock")
 FIFO_DIR = "io"  # in the run directory: the run's own tmpfs holding its input and result FIFOs (``driver.py``)
 
 
