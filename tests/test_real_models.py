@@ -219,8 +219,8 @@ SCALED = {
         {"name": "longbench_v2_cot", "limit": 1, "generation": {"max_gen_toks": 8}, "metadata": {"max_input_tokens": 512}},
     ]),
     "paper_r1_distill": ("deepseek-r1-distill-qwen-7b", [
-        {"name": "aime24_snapeval_sampled", "limit": 1, "generation": {"max_gen_toks": 48}, "metadata": {"reasoning": True}},
-        {"name": "livecodebench_r1", "limit": 1, "generation": {"max_gen_toks": 48}},
+        {"name": "aime24_snapeval_sampled", "limit": 1, "generation": {"max_gen_toks": 16}, "metadata": {"reasoning": True}},
+        {"name": "livecodebench_r1", "limit": 1, "generation": {"max_gen_toks": 16}},
     ]),
 }
 
