@@ -28,14 +28,21 @@ import math
 from statistics import NormalDist
 
 import numpy as np
-from scipy import stats as _scipy_stats
+
+
+def _scipy_stats():
+    """scipy.stats, imported where a figure is computed (not when a command's parser is built: 1-3 s)."""
+    from scipy import stats
+
+    return stats
+
 
 _NORMAL = NormalDist()
 
 
 def _binom_pmf(n: int) -> np.ndarray:
     """P[X = k], k = 0..n, for X ~ Binomial(n, 1/2)."""
-    return _scipy_stats.binom.pmf(np.arange(n + 1), n, 0.5)
+    return _scipy_stats().binom.pmf(np.arange(n + 1), n, 0.5)
 
 
 def midp_all(discordant: int, alternative: str) -> np.ndarray:
