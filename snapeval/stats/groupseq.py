@@ -270,8 +270,8 @@ def reach_probability(worse, better, items, total, design_effect, margin: float,
     ``D`` has mean 0 and, at the worst-case ``design_effect`` of the layout, variance ``(total - items) p
     design_effect``; the final statistic is Tango's on the expected final counts, linear in ``D`` (its variance term at
     ``D = 0``). With no discordant item so far ``D = 0`` (every item left tied): 1 if a tied run reaches the boundary,
-    else 0 (``tied``: so whatever was seen). Vectorised; a futility rule only (non-binding), so its approximations cannot
-    touch the level."""
+    else 0 (``tied``: so whatever was seen). Vectorised; a futility rule only (non-binding), so its approximations
+    cannot touch the level."""
     w, b, n, total, deff = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64)
                                                   for x in (worse, better, items, total, design_effect)))
     left = np.maximum(total - n, 0.0)
