@@ -15,7 +15,12 @@
    results; no model runs): the search's method answers against the full grid's report, and the share of the grid's
    item-evaluations it used.
 
-Run: ``python -m benchmarks.sequential_search`` (seeds fixed below; about a minute of one core).
+3. **The group-sequential design against the fixed-sample grid** (issue #61, known truth): the shipped layouts
+   (400 independent items, LongBench-v2's documents, AIME's 30 problems x 8 samples), each candidate design of
+   :data:`CANDIDATES` on the same data sets, and what equally spaced looks can do at all on the canonical Brownian
+   model (:func:`brownian_limits`).
+
+Run: ``python -m benchmarks.sequential_search`` (seeds fixed below; a few minutes of one core).
 """
 from __future__ import annotations
 
@@ -104,9 +109,22 @@ def row(rng, name, sizes, icc, margin, scenario, p_better, datasets: int = DATAS
 GS_DATASETS = 2000
 GS_MARGINS = (0.02, 0.05, 0.10)
 GS_ICC = 0.3
-#: Candidate designs: (spending function, futility threshold on conditional power); the first is the default.
-CANDIDATES = (("obrien-fleming", 0.0), ("obrien-fleming", 0.05), ("obrien-fleming", 0.10), ("hsd-2", 0.0),
-              ("pocock", 0.0))
+#: Candidate designs (name, :func:`simulate_design` settings); the first is the default. The last three account for
+#: what changed since issue #61's design: that design (O'Brien-Fleming-like, the non-inferior side at every look, the
+#: items left taken as tied for reach), then each of this design's two changes alone.
+CANDIDATES = (
+    ("hsd-3", {"spending": "hsd-3"}),
+    ("obrien-fleming", {"spending": "obrien-fleming"}),
+    ("hsd-4", {"spending": "hsd-4"}),
+    ("hsd-2", {"spending": "hsd-2"}),
+    ("hsd-1", {"spending": "hsd-1"}),
+    ("pocock", {"spending": "pocock"}),
+    ("hsd-3, futility 0.05", {"spending": "hsd-3", "futility": 0.05}),
+    ("issue #61: obrien-fleming, non-inferior side at every look, tied reach",
+     {"spending": "obrien-fleming", "reachable_looks": False, "tied_reach": True}),
+    ("obrien-fleming, non-inferior side at every look", {"spending": "obrien-fleming", "reachable_looks": False}),
+    ("obrien-fleming, tied reach", {"spending": "obrien-fleming", "tied_reach": True}),
+)
 
 
 def gs_layouts() -> dict[str, np.ndarray]:
@@ -133,7 +151,17 @@ def counts(rng, sizes: np.ndarray, icc: float | None, p_worse: float, p_better: 
     return worse.astype(np.float64), better.astype(np.float64), m.astype(np.float64)
 
 
-def gs_rows(rng) -> list[dict]:
+def tied_reach_share(sizes: np.ndarray, margin: float) -> float:
+    """The least share of the items at which a tied run's statistic reaches ``z_(1 - alpha)`` (the layout's worst-case
+    design effect): no valid level-alpha boundary is lower, so no design of any looks stops a tied run as
+    non-inferior before it (at no change with no discordance, "worse only", every run is tied)."""
+    from snapeval.stats.binary import worst_case_design_effect
+    from snapeval.stats.groupseq import items_for_fixed_reach
+
+    return min(1.0, items_for_fixed_reach(margin, ALPHA, worst_case_design_effect(sizes)) / float(sizes.sum()))
+
+
+def gs_rows(rng, datasets: int = GS_DATASETS) -> list[dict]:
     out = []
     for name, sizes in gs_layouts().items():
         icc = None if (sizes == 1).all() else GS_ICC
@@ -141,14 +169,14 @@ def gs_rows(rng) -> list[dict]:
             for scenario, p_better in SCENARIOS.items():
                 data = {}
                 for truth_name, drop in (("at the margin", margin), ("no change", 0.0), ("3 margins", 3 * margin)):
-                    data[truth_name] = (counts(rng, sizes, icc, p_better + drop, p_better, GS_DATASETS), -drop)
-                for spending, futility in CANDIDATES:
+                    data[truth_name] = (counts(rng, sizes, icc, p_better + drop, p_better, datasets), -drop)
+                for design, options in CANDIDATES:
                     r = {"layout": name, "items": int(sizes.sum()), "clusters": int(sizes.size), "icc": icc,
-                         "margin": margin, "scenario": scenario, "spending": spending, "futility": futility,
-                         "datasets": GS_DATASETS}
+                         "margin": margin, "scenario": scenario, "design": design, "datasets": datasets,
+                         "tied_reach_share": tied_reach_share(sizes, margin)}
                     for truth_name, ((w, b, m), truth) in data.items():
-                        label, used, covered, fixed, fixed_cov = simulate_design(
-                            w, b, m, margin, truth, looks=4, alpha=ALPHA, spending=spending, futility=futility)
+                        label, used, covered, fixed, fixed_cov = simulate_design(w, b, m, margin, truth, looks=4,
+                                                                                 alpha=ALPHA, **options)
                         key = truth_name.replace(" ", "_")
                         r[f"{key}: non_inferior"] = float((label == 1).mean())
                         r[f"{key}: non_inferior_fixed"] = float((fixed == 1).mean())
@@ -162,7 +190,7 @@ def gs_rows(rng) -> list[dict]:
                     fixed_power = r["no_change: non_inferior_fixed"]
                     r["power_ratio"] = r["no_change: non_inferior"] / fixed_power if fixed_power > 0 else None
                     out.append(r)
-                    if (spending, futility) == CANDIDATES[0]:
+                    if design == CANDIDATES[0][0]:
                         print(f"GS {name:<40} margin {margin:.2f} {scenario:<17} false NI "
                               f"{r['at_the_margin: non_inferior']:.4f} (fixed {r['at_the_margin: non_inferior_fixed']:.4f})"
                               f" cov {r['at_the_margin: coverage']:.3f}/{r['no_change: coverage']:.3f} power "
@@ -172,17 +200,52 @@ def gs_rows(rng) -> list[dict]:
     return out
 
 
+def brownian_limits(looks=(3, 4, 5, 6, 8), families=("obrien-fleming", "hsd-4", "hsd-3", "hsd-2", "hsd-1", "pocock"),
+                    powers_mid=(0.5, 0.6, 0.7, 0.8, 0.9), powers_clear=(0.9, 0.95, 0.99)) -> dict:
+    """What equally spaced looks can do at all, on the canonical model (the statistic Brownian motion with unit
+    variance, no clusters, no discreteness; exact by recursive integration): per spending family and number of looks,
+    the worst power ratio against the fixed test over fixed-test powers 0.5-0.9 and the expected share of items at
+    fixed-test powers 0.9 / 0.95 / 0.99 (the drift ``z_(1 - alpha) + z_power``); and the least expected share at
+    each clear power among the designs that keep the power ratio at 0.9 or more."""
+    from scipy.stats import norm
+
+    from snapeval.stats.groupseq import efficacy_bounds, exit_probabilities
+
+    z = norm.ppf(1 - ALPHA)
+    table = []
+    for k in looks:
+        t = np.arange(1, k + 1) / k
+        for family in families:
+            bounds = efficacy_bounds(t, ALPHA, family)
+
+            def run(power, bounds=bounds, t=t):
+                p = exit_probabilities(bounds, t, drift=z + norm.ppf(power))
+                return float(p.sum()), float((p * t).sum() + 1 - p.sum())
+
+            ratio = min(run(p)[0] / p for p in powers_mid)
+            table.append({"looks": k, "spending": family, "last_boundary": float(bounds[-1]),
+                          "worst_power_ratio_fixed_power_0.5_to_0.9": ratio,
+                          "items_share": {f"{p:g}": run(p)[1] for p in powers_clear}})
+    best = {}
+    for p in powers_clear:
+        ok = [r for r in table if r["worst_power_ratio_fixed_power_0.5_to_0.9"] >= 0.9]
+        top = min(ok, key=lambda r: r["items_share"][f"{p:g}"])
+        best[f"{p:g}"] = {"items_share": top["items_share"][f"{p:g}"], "looks": top["looks"],
+                          "spending": top["spending"]}
+    return {"what": brownian_limits.__doc__.split("\n\n")[0].replace("\n   ", ""), "designs": table,
+            "least_items_share_with_power_ratio_at_least_0.9": best}
+
+
 def gs_summary(rows: list[dict]) -> dict:
     """Per candidate design and layout: the worst false non-inferior rate and coverage, the smallest power ratio
     where the fixed test's power is at least 0.5 (below it the ratio is of two small numbers; those rows are listed
     with their powers), and the largest mean share of items used where the effect is clear (no change, the fixed test's
-    power at least 0.9; a drop of 3 margins, the fixed test shows it with at least 0.9)."""
+    power at least 0.9; a drop of 3 margins, the fixed test shows it with at least 0.9), with the rows above 0.6."""
     out = {}
-    for spending, futility in CANDIDATES:
-        name = f"{spending}, futility {futility:g}"
+    for design, _ in CANDIDATES:
         per = {}
         for layout in dict.fromkeys(r["layout"] for r in rows):
-            mine = [r for r in rows if r["layout"] == layout and (r["spending"], r["futility"]) == (spending, futility)]
+            mine = [r for r in rows if r["layout"] == layout and r["design"] == design]
             powered = [r for r in mine if r["no_change: non_inferior_fixed"] >= 0.5]
             clear0 = [r for r in mine if r["no_change: non_inferior_fixed"] >= 0.9]
             clear3 = [r for r in mine if r["3_margins: not_non_inferior_fixed"] >= 0.9]
@@ -203,9 +266,17 @@ def gs_summary(rows: list[dict]) -> dict:
                 "largest_items_share_no_change_clear": max((r["no_change: mean_items_share"] for r in clear0),
                                                            default=None),
                 "rows_clear_no_change": len(clear0),
+                "rows_clear_no_change_above_0.6": [
+                    {"margin": r["margin"], "scenario": r["scenario"], "items_share": r["no_change: mean_items_share"],
+                     "fixed_power": r["no_change: non_inferior_fixed"], "tied_reach_share": r["tied_reach_share"]}
+                    for r in clear0 if r["no_change: mean_items_share"] > 0.6],
                 "largest_items_share_3_margins_clear": max((r["3_margins: mean_items_share"] for r in clear3),
                                                            default=None),
                 "rows_clear_3_margins": len(clear3),
+                "rows_clear_3_margins_above_0.6": [
+                    {"margin": r["margin"], "scenario": r["scenario"], "items_share": r["3_margins: mean_items_share"],
+                     "fixed_power": r["3_margins: not_non_inferior_fixed"]}
+                    for r in clear3 if r["3_margins: mean_items_share"] > 0.6],
                 "mean_items_share_no_change_all_rows": float(np.mean([r["no_change: mean_items_share"] for r in mine])),
                 "agreement_with_fixed_grid": {
                     t: [min(r[f"{t}: agreement"] for r in mine), max(r[f"{t}: agreement"] for r in mine)]
@@ -213,7 +284,7 @@ def gs_summary(rows: list[dict]) -> dict:
                 "agreement_on_non_inferior": [min(min(r[f"{t}: agreement_non_inferior"] for r in mine)
                                                   for t in ("at_the_margin", "no_change", "3_margins")), 1.0],
             }
-        out[name] = per
+        out[design] = per
     return out
 
 
@@ -347,14 +418,18 @@ def main() -> None:
         "group_sequential": {
             "design": "4 looks at 25/50/75/100% of the items (whole clusters, realised shares rounded to 0.01), "
                       "Lan-DeMets boundaries on Tango's statistic at -margin on worst-case design-effect counts (each "
-                      "side one-sided at alpha), out-of-reach futility (non-inferiority unreachable even if every "
-                      "item left ties, and 'not non-inferior' with conditional power < 0.10), optional futility on "
-                      "conditional power; the fixed-sample rule on the same data at the last look",
+                      "side one-sided at alpha); the non-inferior side only at the looks whose items, all tied, could "
+                      "reach z_(1-alpha) (plan time, the layout's worst-case design effect; the last look always), "
+                      "the other side at every look; out-of-reach futility (non-binding: the last look reached with "
+                      "probability < 0.05 if the items left show no change at the discordance seen so far, and 'not "
+                      "non-inferior' with conditional power < 0.10); the fixed-sample rule on the same data at the "
+                      "last look",
             "datasets_per_row": GS_DATASETS, "icc_clustered": GS_ICC,
+            "monte_carlo_se_at_0.05": math.sqrt(0.05 * 0.95 / GS_DATASETS),
             "truths": "at the margin: P(worse) = P(better) + margin; no change: P(worse) = P(better) (worse only: "
                       "no discordance at all); 3 margins: P(worse) = P(better) + 3 margins",
-            "candidates": [f"{s}, futility {f:g}" for s, f in CANDIDATES], "chosen": f"{CANDIDATES[0][0]}, futility "
-            f"{CANDIDATES[0][1]:g}", "summary": gs_summary(group_rows), "rows": group_rows,
+            "candidates": {name: options for name, options in CANDIDATES}, "chosen": CANDIDATES[0][0],
+            "summary": gs_summary(group_rows), "brownian_motion_limits": brownian_limits(), "rows": group_rows,
             "cpu_seconds": gs_cpu},
         "monotone_check": {"what": "budgets 1024 and 256 unchanged (each item flipped with probability 'churn' "
                                    "against a reference solving half), 512 dips by 3 margins; --monotone with the "

@@ -37,7 +37,7 @@ import numpy as np
 
 from snapeval.errors import SnapevalError
 from snapeval.stats.decision import DecisionRule
-from snapeval.stats.groupseq import FUTILITY, LOOKS, decide_look, efficacy_bounds, items_for_reach
+from snapeval.stats.groupseq import FUTILITY, LOOKS, decide_look, items_for_reach
 from snapeval.stats.sequential import INCONCLUSIVE, NON_INFERIOR, NOT_NON_INFERIOR, OPEN, decide
 
 #: The search's designs: planned looks with alpha spending (default), or a look after every batch (e-process).
@@ -53,7 +53,8 @@ NOT_REACHED = "not reached"
 @dataclass(frozen=True)
 class SearchSettings:
     """``design``: ``group-sequential`` (default: ``looks`` planned looks at equal shares of the items, whole
-    clusters, Lan-DeMets O'Brien-Fleming-like boundaries on the fixed rule's statistic and a non-binding futility rule
+    clusters, Lan-DeMets boundaries with Hwang-Shih-DeCani gamma -3 spending on the fixed rule's statistic, the
+    non-inferior side only at looks where a tied run could reach it, and a non-binding futility rule
     at conditional power ``futility``: :mod:`snapeval.stats.groupseq`) or ``e-process`` (a look after every batch of
     ``batch`` items, the anytime-valid test of :mod:`snapeval.stats.sequential`); ``seed``: the seed of the fixed
     random order of clusters; ``monotone``: the user accepts that accuracy does not fall as a method's budget grows
@@ -467,7 +468,8 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
     item-evaluations and time against the full grid."""
     if settings.design == GROUP_SEQUENTIAL:
         how = (f"group-sequential: {settings.looks} planned looks at equal shares of the items, Lan-DeMets "
-               f"O'Brien-Fleming-like boundaries on Tango's statistic (the fixed rule's), a cell stopped once "
+               f"boundaries (Hwang-Shih-DeCani γ = −3 spending) on Tango's statistic (the fixed rule's), the "
+               f"non-inferior side only at looks where a tied run could reach it, a cell stopped once "
                f"non-inferiority is out of reach" + (f" or at conditional power below {settings.futility:g}"
                                                       if settings.futility else "") + " (non-binding futility)")
     else:

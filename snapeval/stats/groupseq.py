@@ -8,26 +8,38 @@ worst-case design effect of the cluster sizes) exceeds ``z_(1 - alpha)``, and no
 ``K`` planned looks (by default at 25/50/75/100% of the items, whole clusters) and compares it with group-sequential
 boundaries, each side one-sided at ``alpha``:
 
-- **Boundaries**: Lan & DeMets, "Discrete sequential boundaries for clinical trials", Biometrika 70:659-663 (1983),
-  with the O'Brien-Fleming-like spending function ``alpha(t) = 2 - 2 Phi(z_(1 - alpha/2) / sqrt(t))`` (one-sided
-  level ``alpha``; :func:`obf_spending`) at the information fractions ``t_k`` (items at look ``k`` over the cell's
-  items). Boundary ``c_k`` solves ``P(T_1 < c_1, ..., T_(k-1) < c_(k-1), T_k >= c_k) = alpha(t_k) - alpha(t_(k-1))``
-  under the canonical joint distribution of score statistics (Jennison & Turnbull, "Group Sequential Methods with
+- **Boundaries**: Lan & DeMets, "Discrete sequential boundaries for clinical trials", Biometrika 70:659-663 (1983):
+  boundary ``c_k`` solves ``P(T_1 < c_1, ..., T_(k-1) < c_(k-1), T_k >= c_k) = alpha(t_k) - alpha(t_(k-1))`` under
+  the canonical joint distribution of score statistics (Jennison & Turnbull, "Group Sequential Methods with
   Applications to Clinical Trials", Chapman & Hall 2000, section 3.1 and chapter 19: the recursive numerical
-  integration, :func:`efficacy_bounds`). The same boundaries serve both sides (non-inferior: ``T_k >= c_k``; not
-  non-inferior: ``-T_k >= c_k``). ``tests/test_stats_groupseq.py`` matches published tables (gsDesign's sfLDOF
-  boundaries; Jennison & Turnbull's Tables 2.1 and 2.3 for Pocock's and O'Brien & Fleming's constants).
+  integration, :func:`efficacy_bounds`) at the information fractions ``t_k`` (items at look ``k`` over the cell's
+  items). The design spends with Hwang, Shih & DeCani's family at ``gamma = -3`` (:data:`DESIGN_SPENDING`; chosen by
+  simulation over O'Brien-Fleming-like, ``gamma`` -4 to -1 and Pocock-like spending: about O'Brien-Fleming's power on
+  the shipped layouts, with fewer items). ``tests/test_stats_groupseq.py``
+  matches published tables (gsDesign's sfLDOF boundaries; Jennison & Turnbull's Tables 2.1 and 2.3 for Pocock's and
+  O'Brien & Fleming's constants).
+- **Each side its own looks** (each one-sided at ``alpha``). The not-non-inferior side (``-T_k >= c_k``) tests at
+  every look. The non-inferior side (``T_k >= c_k``) tests only at the looks whose items, every one tied, could reach
+  ``z_(1 - alpha)`` under the layout's worst-case design effect (:func:`active_looks`, fixed at plan time from the
+  layout and the margin, never from the data): no valid boundary is lower than ``z_(1 - alpha)``, so a look below
+  that could only spend alpha a tied run cannot use, and on few clusters (AIME's 30 problems at a 10-point margin:
+  only the last look) it raised the last boundary above the fixed test's for nothing. Its alpha moves to the looks
+  kept (:func:`side_bounds`), so non-inferiority needs no more items than the fixed grid (:func:`items_for_reach`).
 - **Futility** (non-binding: the boundaries above ignore it, so stopping for it can only lower the false
-  "non-inferior" rate). A cell stops at an interim look when non-inferiority is **out of reach** (even if every
-  remaining item tied, no later look could reach its boundary: :func:`reachable`) and "not non-inferior" has
-  conditional power under the current trend below :data:`REACH_OTHER` (Lan, Simon & Halperin, Commun. Statist. C
-  1:207-219, 1982; Jennison & Turnbull section 10.2: ``1 - Phi((c_K - B_k / t_k) / sqrt(1 - t_k))`` with ``B_k = T_k
-  sqrt(t_k)``): a clearly broken cell runs on until it is shown not non-inferior. Optionally (``futility`` > 0, off
-  by default: ``benchmarks/sequential_search.py`` measured its cost in power) it also stops when both sides'
-  conditional power is below ``futility``. A cell stopped either way is inconclusive, never "not non-inferior".
-- **Repeated confidence interval** (Jennison & Turnbull chapter 9): at the look a cell stops, the differences whose
-  Tango statistic lies within ``+-c_k``; its ends are the decision (the interval holds every look's data at
-  ``1 - 2 alpha`` jointly).
+  "non-inferior" rate). A cell stops at an interim look when non-inferiority is **out of reach**: if the items left
+  showed no change at the discordance seen so far, the last look would reach its boundary with probability below
+  :data:`REACH` (:func:`reach_probability`; with no discordant item so far, the items left tie and it is 0 or 1),
+  and "not non-inferior" has conditional power under the current trend below :data:`REACH_OTHER` (Lan, Simon &
+  Halperin, Commun. Statist. C 1:207-219, 1982; Jennison & Turnbull section 10.2: ``1 - Phi((c_K - B_k / t_k) /
+  sqrt(1 - t_k))`` with ``B_k = T_k sqrt(t_k)``): a clearly broken cell runs on until it is shown not non-inferior.
+  (Issue #61's rule took the items left as tied even when items were discordant, a median-like forecast that
+  stopped cells with a fair chance: with it the power ratio against the fixed test was 0.81 on LongBench-v2's layout,
+  0.94 with this forecast; ``benchmarks/sequential_search.py``.) Optionally (``futility`` > 0, off
+  by default) it also stops when both sides' conditional power is below ``futility``. A cell stopped either way is
+  inconclusive, never "not non-inferior".
+- **Repeated confidence interval** (Jennison & Turnbull chapter 9): at the look a cell stops, the differences ``d``
+  with ``T_k(d) < c_k`` of the non-inferior side (its low end; -1 at a look that side skips) and ``-T_k(d) < c_k`` of
+  the other (its high end); each end holds every look's data at ``1 - alpha``, the interval at ``1 - 2 alpha``.
 
 Only 0/1 scores have this statistic; other scores (pass@1 over samples as one score, F1) use the anytime-valid
 e-process of :mod:`snapeval.stats.sequential` looked at at the same points.
@@ -48,9 +60,16 @@ from snapeval.stats.binary import tango_statistic, worst_case_design_effect
 _NORMAL = NormalDist()
 #: Default planned looks: 25/50/75/100% of a cell's items.
 LOOKS = 4
+#: The design's spending function (chosen by simulation, ``benchmarks/sequential_search.py``): Hwang-Shih-DeCani
+#: with gamma -3, between O'Brien-Fleming's and Pocock's.
+DESIGN_SPENDING = "hsd-3"
 #: Default futility threshold on conditional power under the current trend (0: off; the simulation in
 #: ``benchmarks/sequential_search.py`` found every positive threshold tried cost more than a tenth of the power).
 FUTILITY = 0.0
+#: Non-inferiority is out of reach when, if the items left showed no change at the discordance seen so far, the last
+#: look would reach its boundary with probability below this (:func:`reach_probability`; 0 or 1 when no item so far
+#: was discordant: every item left tied).
+REACH = 0.05
 #: A cell whose non-inferiority is out of reach stops once "not non-inferior" has less conditional power than this.
 REACH_OTHER = 0.10
 NON_INFERIOR, NOT_NON_INFERIOR, INCONCLUSIVE, OPEN = "non-inferior", "not non-inferior", "inconclusive", "open"
@@ -82,8 +101,8 @@ def hsd_spending(gamma: float):
     return spend
 
 
-SPENDING = {"obrien-fleming": obf_spending, "pocock": pocock_spending, "hsd-2": hsd_spending(-2.0),
-            "hsd-1": hsd_spending(-1.0)}
+SPENDING = {"obrien-fleming": obf_spending, "pocock": pocock_spending, "hsd-4": hsd_spending(-4.0),
+            "hsd-3": hsd_spending(-3.0), "hsd-2": hsd_spending(-2.0), "hsd-1": hsd_spending(-1.0)}
 
 
 def _grid(lo: float, hi: float, step: float) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +159,7 @@ def exit_probabilities(bounds, fractions, drift: float = 0.0, step: float = 0.01
     return np.array(out)
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=65536)
 def _bounds(fractions: tuple[float, ...], alpha: float, spending: str) -> tuple[float, ...]:
     cumulative = SPENDING[spending](np.array(fractions), alpha)
     bounds: list[float] = []
@@ -165,7 +184,7 @@ def _bounds(fractions: tuple[float, ...], alpha: float, spending: str) -> tuple[
 
 def efficacy_bounds(fractions, alpha: float, spending: str = "obrien-fleming") -> np.ndarray:
     """The one-sided boundaries ``c_k`` at information ``fractions`` (increasing, the last 1) spending ``alpha`` with
-    the Lan-DeMets ``spending`` function (``obrien-fleming`` or ``pocock``); ``inf`` where nothing is spent."""
+    the Lan-DeMets ``spending`` function (a key of :data:`SPENDING`); ``inf`` where nothing is spent."""
     f = tuple(round(float(x), 10) for x in fractions)
     if not f or any(b <= a for a, b in zip(f, f[1:])) or f[0] <= 0 or abs(f[-1] - 1) > 1e-9:
         raise SnapevalError(f"group-sequential looks: fractions={list(f)!r}; allowed: increasing, in (0, 1], the "
@@ -184,16 +203,21 @@ def tango_at_looks(worse, better, n, deff, margin: float) -> np.ndarray:
     return tango_array(w, b, m, -margin)
 
 
-def tango_array(w, b, n, delta) -> np.ndarray:
-    """:func:`snapeval.stats.binary.tango_statistic` over arrays (``delta`` broadcasts)."""
+def _tango_parts(w, b, n, delta):
+    """Tango's numerator and variance (:func:`snapeval.stats.binary.tango_statistic`) over arrays."""
     w, b, n, delta = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (w, b, n, delta)))
     with np.errstate(invalid="ignore", divide="ignore"):
         a = 2 * n
         bb = -b - w + (2 * n - b + w) * delta
         c = -w * delta * (1 - delta)
         q = (np.sqrt(np.maximum(0.0, bb * bb - 4 * a * c)) - bb) / (2 * a)
-        var = n * (2 * q + delta * (1 - delta))
-        num = b - w - n * delta
+        return b - w - n * delta, n * (2 * q + delta * (1 - delta))
+
+
+def tango_array(w, b, n, delta) -> np.ndarray:
+    """:func:`snapeval.stats.binary.tango_statistic` over arrays (``delta`` broadcasts)."""
+    num, var = _tango_parts(w, b, n, delta)
+    with np.errstate(invalid="ignore", divide="ignore"):
         out = num / np.sqrt(var)
         return np.where(var > 0, out, np.where(num == 0, 0.0, np.copysign(np.inf, num)))
 
@@ -207,29 +231,72 @@ def conditional_power(statistic, fraction, final_bound: float):
         return _scipy_stats.norm.sf((final_bound - b / t) / np.sqrt(np.maximum(1 - t, 1e-12)))
 
 
-def reachable(worse: float, better: float, items: float, deff_sums: tuple[float, float], margin: float,
-              look_items, bounds) -> bool:
-    """Can the non-inferior side still reach a boundary at a later look if every item left ties? ``(worse, better,
-    items)``: the counts so far; ``deff_sums``: ``(sum m^2, sum m)`` of the clusters so far; ``look_items``: the items
-    at each later look and ``bounds`` their boundaries. Ties add items and, in clusters, design effect: the later
-    design effect is taken as the layout's (the worst case for the remaining clusters, passed in by the caller as
-    ``deff_sums`` of the whole layout when known)."""
-    sq, total = deff_sums
-    for n_j, c_j in zip(look_items, bounds):
-        if not math.isfinite(c_j) or n_j <= 0:
-            continue
-        deff = max(1.0, sq / total) if total else 1.0
-        if tango_statistic(worse / deff, better / deff, n_j / deff, -margin) >= c_j:
-            return True
-    return False
+def items_for_fixed_reach(margin: float, alpha: float, design_effect: float = 1.0) -> float:
+    """The items (real-valued) from which Tango's statistic of ``n`` tied items, ``sqrt(n' margin / (1 - margin))``
+    with ``n' = n / design_effect``, reaches ``z_(1 - alpha)``: no valid one-sided level-``alpha`` boundary is lower
+    (``P(T_k >= c_k) <= alpha`` at every look), so below it no look can stop a tied run as non-inferior."""
+    z = _NORMAL.inv_cdf(1 - alpha)
+    return z * z * (1 - margin) / margin * design_effect
 
 
-def items_for_reach(margin: float, alpha: float, design_effect: float = 1.0, looks: int = LOOKS) -> int:
-    """The fewest items at which non-inferiority is reachable at all (every item tied, final look's boundary with
-    ``looks`` equal looks), under ``design_effect``: the smallest ``n`` with Tango's ``sqrt(n' margin / (1 -
-    margin))`` >= ``c_K``, ``n' = n / design_effect``."""
-    c = float(efficacy_bounds(np.arange(1, looks + 1) / looks, alpha)[-1])
-    return int(math.ceil(c * c * (1 - margin) / margin * design_effect))
+def active_looks(fractions, total_items: float, margin: float, alpha: float, design_effect: float = 1.0) -> np.ndarray:
+    """The looks at which the non-inferior side tests (a plan-time choice, from the layout alone): those whose items,
+    all tied, could reach ``z_(1 - alpha)`` (:func:`items_for_fixed_reach`, ``design_effect``: the layout's worst-case
+    one), and the last look always. A look below that could only spend alpha that no tied run can use; leaving it out
+    moves its alpha to the later looks (Lan-DeMets spending at the looks kept)."""
+    f = np.asarray(fractions, dtype=np.float64)
+    need = items_for_fixed_reach(margin, alpha, design_effect) if margin > 0 else math.inf
+    out = f * float(total_items) >= need - 1e-9
+    out[-1] = True
+    return out
+
+
+def side_bounds(fractions, active, alpha: float, spending: str = DESIGN_SPENDING) -> tuple[np.ndarray, np.ndarray]:
+    """``(non-inferior side, not-non-inferior side)`` boundaries: the non-inferior side's at its ``active`` looks
+    (``inf`` elsewhere: nothing spent there), the other side's at every look; each one-sided at ``alpha``."""
+    f = np.asarray(fractions, dtype=np.float64)
+    active = np.asarray(active, dtype=bool)
+    every = efficacy_bounds(f, alpha, spending)
+    if active.all():
+        return every, every
+    ni = np.full(f.size, math.inf)
+    ni[active] = efficacy_bounds(f[active], alpha, spending)
+    return ni, every
+
+
+def reach_probability(worse, better, items, total, design_effect, margin: float, final_bound, tied: bool = False):
+    """The probability that the last look reaches ``final_bound`` (non-inferior side) if the ``total - items`` items
+    left show **no change** at the discordance seen so far ``p = (worse + better) / items``: their summed difference
+    ``D`` has mean 0 and, at the worst-case ``design_effect`` of the layout, variance ``(total - items) p
+    design_effect``; the final statistic is Tango's on the expected final counts, linear in ``D`` (its variance term at
+    ``D = 0``). With no discordant item so far ``D = 0`` (every item left tied): 1 if a tied run reaches the boundary,
+    else 0 (``tied``: so whatever was seen). Vectorised; a futility rule only (non-binding), so its approximations
+    cannot touch the level."""
+    w, b, n, total, deff = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64)
+                                                  for x in (worse, better, items, total, design_effect)))
+    left = np.maximum(total - n, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where((n > 0) & (not tied), (w + b) / np.maximum(n, 1e-300), 0.0)
+        half = left * p / 2
+        _, var = _tango_parts((w + half) / deff, (b + half) / deff, total / deff, -margin)
+        need = np.asarray(final_bound, dtype=np.float64) * np.sqrt(var) * deff - (b - w) - total * margin
+        sd = np.sqrt(left * p * deff)
+        return np.where(sd > 0, _scipy_stats.norm.sf(need / np.where(sd > 0, sd, 1.0)), (need <= 1e-9) * 1.0)
+
+
+def items_for_reach(margin: float, alpha: float, design_effect: float = 1.0, looks: int = LOOKS,
+                    spending: str = DESIGN_SPENDING) -> int:
+    """The fewest items at which non-inferiority is reachable at all with every item tied, under ``design_effect``,
+    for ``looks`` equal looks with the non-inferior side's looks chosen by :func:`active_looks`: the fixed grid's
+    ``ceil(z_(1 - alpha)^2 (1 - margin) / margin x design_effect)`` (the design drops the looks below it, so the last
+    boundary there is ``z_(1 - alpha)`` itself; checked, and counted up, against the design's own boundary)."""
+    n = int(math.ceil(items_for_fixed_reach(margin, alpha, design_effect) - 1e-9))
+    fractions = np.arange(1, looks + 1) / looks
+    while True:
+        ni, _ = side_bounds(fractions, active_looks(fractions, n, margin, alpha, design_effect), alpha, spending)
+        if tango_statistic(0.0, 0.0, n / design_effect, -margin) >= ni[-1] - 1e-12:
+            return n
+        n += 1
 
 
 @dataclass(frozen=True)
@@ -238,8 +305,9 @@ class Look:
 
     ``label``: :data:`NON_INFERIOR`, :data:`NOT_NON_INFERIOR`, :data:`OPEN` (items remain) or :data:`INCONCLUSIVE`;
     ``why``: for an inconclusive cell stopped early, :data:`FUTILE` or :data:`OUT_OF_REACH` ("" otherwise);
-    ``statistic``: Tango's ``T_k`` at ``-margin``; ``bound``: ``c_k``; ``low``/``high``: the repeated confidence
-    interval of the difference (candidate - reference) at this look."""
+    ``statistic``: Tango's ``T_k`` at ``-margin``; ``bound``: the non-inferior side's ``c_k`` (``inf`` at a look it
+    skips); ``low``/``high``: the repeated confidence interval of the difference (candidate - reference) at this look
+    (the low end from the non-inferior side's boundary, -1 at a look it skips; the high end from the other side's)."""
 
     label: str
     why: str
@@ -252,24 +320,27 @@ class Look:
 
 
 def decide_look(worse: int, better: int, sizes, look: int, fractions, margin: float, alpha: float, *,
-                layout_sizes=None, futility: float = FUTILITY, total_items: int | None = None) -> Look:
+                layout_sizes=None, futility: float = FUTILITY, total_items: int | None = None,
+                spending: str = DESIGN_SPENDING) -> Look:
     """The group-sequential decision at look ``look`` (0-based) of ``fractions`` for 0/1 paired scores: ``worse`` and
     ``better`` discordant items so far among clusters of ``sizes`` (cumulative). ``layout_sizes``: the cluster sizes
-    of all the cell's items (the design effect for reachability; default: ``sizes``); ``total_items``: the items at
-    the last look (default: from the fraction)."""
+    of all the cell's items (their worst-case design effect chooses the non-inferior side's looks and prices the items
+    left for reach; default: ``sizes``); ``total_items``: the items at the last look (default: from the fraction)."""
     from snapeval.stats.binary import _tango_root
 
-    bounds = efficacy_bounds(fractions, alpha)
     m = np.asarray(sizes, dtype=np.float64)
     n = float(m.sum())
     deff = worst_case_design_effect(m)
     t = float(fractions[look])
     last = look == len(fractions) - 1
+    total = float(total_items) if total_items is not None else n / t
+    layout_deff = worst_case_design_effect(layout_sizes if layout_sizes is not None else m)
+    ni_bounds, bounds = side_bounds(fractions, active_looks(fractions, total, margin, alpha, layout_deff), alpha,
+                                    spending)
     stat = tango_statistic(worse / deff, better / deff, n / deff, -margin)
-    c = float(bounds[look])
-    cc = c if math.isfinite(c) else 40.0
-    low = _tango_root(worse / deff, better / deff, n / deff, cc)
-    high = _tango_root(worse / deff, better / deff, n / deff, -cc)
+    c, c_other = float(ni_bounds[look]), float(bounds[look])
+    low = _tango_root(worse / deff, better / deff, n / deff, min(c, 40.0))
+    high = _tango_root(worse / deff, better / deff, n / deff, -min(c_other, 40.0))
     estimate = (better - worse) / n
     low, high = min(low, estimate), max(high, estimate)
 
@@ -278,31 +349,30 @@ def decide_look(worse: int, better: int, sizes, look: int, fractions, margin: fl
 
     if stat >= c:
         return out(NON_INFERIOR)
-    if -stat >= c:
+    if -stat >= c_other:
         return out(NOT_NON_INFERIOR)
     if last:
         return out(INCONCLUSIVE)
-    total = total_items if total_items is not None else n / t
-    layout = np.asarray(layout_sizes if layout_sizes is not None else m, dtype=np.float64)
-    later = [total * f for f in fractions[look + 1:]]
-    in_reach = reachable(worse, better, n, (float((layout * layout).sum()), float(layout.sum())), margin,
-                         [max(x, n) for x in later], bounds[look + 1:])
-    final = float(bounds[-1])
-    other = float(conditional_power(-stat, t, final))  # of "not non-inferior", under the current trend
+    in_reach = float(reach_probability(worse, better, n, total, layout_deff, margin, ni_bounds[-1])) >= REACH
+    other = float(conditional_power(-stat, t, float(bounds[-1])))  # of "not non-inferior", under the current trend
     if not in_reach and other < REACH_OTHER:
         return out(INCONCLUSIVE, OUT_OF_REACH)
-    if futility > 0 and float(conditional_power(stat, t, final)) < futility and other < futility:
+    if futility > 0 and float(conditional_power(stat, t, float(ni_bounds[-1]))) < futility and other < futility:
         return out(INCONCLUSIVE, FUTILE)
     return out(OPEN)
 
 
 def simulate_design(worse, better, m, margin: float, truth: float, *, looks: int = LOOKS, alpha: float = 0.05,
-                    spending: str = "obrien-fleming", futility: float = FUTILITY):
+                    spending: str = DESIGN_SPENDING, futility: float = FUTILITY, reachable_looks: bool = True,
+                    tied_reach: bool = False):
     """:func:`decide_look` over many data sets at once (rows; columns: clusters in their order, 0/1 scores as each
     cluster's ``worse`` and ``better`` counts among ``m`` items), for simulation: per data set the label (0
     inconclusive, 1 non-inferior, -1 not non-inferior), the share of items used, whether the repeated confidence
     interval at the stopping look covers ``truth`` (the true difference), and the fixed-sample rule's label and
-    coverage (its ``1 - 2 alpha`` interval) on all the items."""
+    coverage (its ``1 - 2 alpha`` interval) on all the items. Two switches undo this design's changes for the
+    benchmark's account of them (the search runs neither): ``reachable_looks=False`` lets the non-inferior side test
+    at every look; ``tied_reach=True`` takes the items left as tied even where items were discordant (issue #61's
+    out-of-reach rule)."""
     rows, _ = m.shape
     n = m.sum(axis=1)
     cum_m, cum_w, cum_b, cum_sq = (np.cumsum(x, axis=1) for x in (m, worse, better, m * m))
@@ -319,28 +389,30 @@ def simulate_design(worse, better, m, margin: float, truth: float, *, looks: int
     used = n.copy()
     covered = np.ones(rows, dtype=bool)
     open_ = np.ones(rows, dtype=bool)
-    keys, inverse = np.unique(frac, axis=0, return_inverse=True)
-    bounds = np.stack([efficacy_bounds(k, alpha, spending) for k in keys])[inverse.ravel()]
+    active = np.stack([active_looks(f, t, margin, alpha, d) if reachable_looks else np.ones(looks, dtype=bool)
+                       for f, t, d in zip(frac, n, layout_deff)])
+    keys, inverse = np.unique(np.concatenate([frac, active], axis=1), axis=0, return_inverse=True)
+    pairs = [side_bounds(k[:looks], k[looks:].astype(bool), alpha, spending) for k in keys]
+    ni_bounds = np.stack([p[0] for p in pairs])[inverse.ravel()]
+    bounds = np.stack([p[1] for p in pairs])[inverse.ravel()]
     for k in range(looks):
-        c = bounds[:, k]
-        ni, bad = open_ & (stat[:, k] >= c), open_ & (-stat[:, k] >= c)
+        c, c_other = ni_bounds[:, k], bounds[:, k]
+        ni, bad = open_ & (stat[:, k] >= c), open_ & (-stat[:, k] >= c_other)
         stop = ni | bad
         if k == looks - 1:
             stop = open_.copy()
         else:
-            later = []
-            for j in range(k + 1, looks):  # ties only: counts fixed, items grow to look j's share of the layout
-                nj = np.maximum(n * frac[:, j], nk[:, k])
-                later.append(tango_array(wk[:, k] / layout_deff, bk[:, k] / layout_deff, nj / layout_deff, -margin)
-                             >= bounds[:, j])
-            reach = np.any(later, axis=0)
+            reach = reach_probability(wk[:, k], bk[:, k], nk[:, k], n, layout_deff, margin, ni_bounds[:, -1],
+                                      tied=tied_reach) >= REACH
             t = frac[:, k]
             other = conditional_power(-stat[:, k], t, bounds[:, -1])
-            futile = (futility > 0) & (conditional_power(stat[:, k], t, bounds[:, -1]) < futility) & (other < futility)
+            futile = ((futility > 0) & (conditional_power(stat[:, k], t, ni_bounds[:, -1]) < futility)
+                      & (other < futility))
             stop = stop | (open_ & ((~reach & (other < REACH_OTHER)) | futile))
         label = np.where(ni, 1, np.where(bad, -1, label))
         used = np.where(stop, nk[:, k], used)
-        covered = np.where(stop, np.abs(at_truth[:, k]) <= np.where(np.isfinite(c), c, 40.0), covered)
+        inside = (at_truth[:, k] <= np.minimum(c, 40.0)) & (-at_truth[:, k] <= np.minimum(c_other, 40.0))
+        covered = np.where(stop, inside, covered)
         open_ &= ~stop
     z = _NORMAL.inv_cdf(1 - alpha)
     fixed = np.where(stat[:, -1] >= z, 1, np.where(-stat[:, -1] >= z, -1, 0))
