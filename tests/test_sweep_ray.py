@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -29,7 +30,7 @@ RAW = {
 def local_ray(tmp_path_factory):
     log = tmp_path_factory.mktemp("raylog") / "calls.jsonl"
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "SNAPEVAL_FAKE_LOG": str(log),
-           "SNAPEVAL_FAKE_DELAY": "1.0"}
+           "SNAPEVAL_FAKE_DELAY": "1.0", "SNAPEVAL_FAKE_MEET": str(log.parent / "meet")}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env},
              _temp_dir=str(tmp_path_factory.mktemp("ray")))
     # Start both workers and import what a unit imports before any test measures overlap: on a loaded machine a
@@ -112,8 +113,13 @@ def test_ray_runs_a_groups_item_shards_in_parallel_with_the_models_resources(loc
     configuration of its items); the merged cells equal the same shards run in process."""
     local_ray.unlink(missing_ok=True)
     executor = RayExecutor()
-    summary = run_sweep(parse_config(RAW), tmp_path / "ray", executor=executor, evaluate=fake_evaluate,
-                        simulate=fake_simulate, stream=io.StringIO(), report=False)
+    meet = local_ray.parent / "meet"  # each worker's calls wait until the other's have begun: run one after the
+    meet.mkdir()                      # other, the first waits out its 120 s and the windows do not overlap
+    try:
+        summary = run_sweep(parse_config(RAW), tmp_path / "ray", executor=executor, evaluate=fake_evaluate,
+                            simulate=fake_simulate, stream=io.StringIO(), report=False)
+    finally:
+        shutil.rmtree(meet)
     assert summary.ok and len(summary.ran) == 4
     rows = calls(local_ray)
     assert len(rows) == 8 and len({r["pid"] for r in rows}) == 2  # 2 shards x 4 configurations, two workers
