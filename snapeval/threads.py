@@ -2,8 +2,9 @@
 take from it now, so that a busy neighbour costs about what one thread would, not the oversubscription of two threads
 fighting over one core (issue #62, 2 cores, passkey 8 items x 16 configurations: 71.8 s idle with two threads; 160.9
 s with two beside a busy core, 113.6 s with one). A neighbour counts by its priority (:func:`core_share`): a loop
-niced to 19 takes next to nothing from a run at nice 0, and beside it every core's thread was the faster choice
-(``results/bench/cpu_threads.json``).
+niced to 19 takes next to nothing from a run at nice 0, and beside it every core's thread is kept
+(``results/bench/cpu_threads.json``, passkey 4 items x 16 configurations, medians of two rounds: idle 113-128 s;
+beside a loop at the same priority 327.6 s with two threads, 131.7 s with the one chosen).
 
 ``SNAPEVAL_THREADS=N`` chooses ``N`` (``all``: every core this process may use), and an ``OMP_NUM_THREADS`` set by
 the user is kept. Nothing here imports torch: :func:`apply` sets ``OMP_NUM_THREADS`` before torch is imported (and
