@@ -58,7 +58,7 @@ def run(args, save=lambda payload: None) -> dict:
     from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget, engine_slots
 
     from benchmarks.gpu import benchmark_device, build_model, copy_bandwidth, release, sync
-    from benchmarks.paper_projection import step_bytes
+    from snapeval.projection import step_bytes
 
     smoke = args.smoke
     device = benchmark_device(smoke, "gpu_aime_engine")
