@@ -167,11 +167,11 @@ def time_decode_step(model, tokenizer, budget, slots, steps=20, rounds=3, *, mod
         with torch.inference_mode():
             sync()
             t0 = time.perf_counter()
-            engine._decode()
+            engine.step_rows()
             sync()
             first_call[name] = time.perf_counter() - t0
             for _ in range(2):
-                engine._decode()
+                engine.step_rows()
     round_ms = {name: [] for name in engines}
     with torch.inference_mode():
         for _ in range(rounds):
@@ -179,7 +179,7 @@ def time_decode_step(model, tokenizer, budget, slots, steps=20, rounds=3, *, mod
                 sync()
                 t0 = time.perf_counter()
                 for _ in range(steps):
-                    engine._decode()
+                    engine.step_rows()
                 sync()
                 round_ms[name].append((time.perf_counter() - t0) / steps * 1e3)
     out = {name: {"step_ms": statistics.median(ms), "rounds_ms": ms, "first_call_s": first_call[name]}

@@ -54,10 +54,11 @@ def run(args, save=lambda payload: None) -> dict:
     import torch
 
     from snapeval.engine import Engine, SamplingParams
+    from snapeval.run_args import DecodeChoices
     from snapeval.memory_plan import ModelShape, bytes_in_use, device_budget, engine_slots
 
     from benchmarks.gpu import benchmark_device, build_model, copy_bandwidth, release, sync
-    from benchmarks.paper_projection import step_bytes
+    from snapeval.projection import step_bytes
 
     smoke = args.smoke
     device = benchmark_device(smoke, "gpu_aime_engine")
@@ -82,7 +83,7 @@ def run(args, save=lambda payload: None) -> dict:
                   else shape.weight_bytes + args.samples * 2 * step_bytes(shape, config, 1, prompt_tokens, args.plan_new))
         slots = engine_slots(shape, config, prompt_tokens, args.plan_new, requests=args.samples, budget=budget,
                              in_use=bytes_in_use(device) if device.type == "cuda" else shape.weight_bytes)
-        engine = Engine(model, tokenizer, config, num_slots=slots, capture=device.type == "cuda")
+        engine = Engine(model, tokenizer, config, num_slots=slots, decoding=DecodeChoices(capture=device.type == "cuda"))
         entry = {"slots": slots, "captured": engine.captured}
         for name, params in (("greedy", SamplingParams(max_new_tokens=args.new)),
                              ("sampled", SamplingParams(max_new_tokens=args.new, do_sample=True, temperature=0.6,

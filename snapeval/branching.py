@@ -41,7 +41,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from snapeval.cache import MethodConfig, make_cache, method_info
+from snapeval.cache import MethodConfig, method_info
 from snapeval.cache.methods import build_cache
 from snapeval.cache.capture import PromptCapture
 from snapeval.cache.kernels import RAGGED_IN_PLACE, resolve_decode_kernel
@@ -93,12 +93,20 @@ class Prefilled:
     def cache(self, model, config: MethodConfig, cache_class=None, *, decode_kernel: str = "auto"):
         """A fresh one-row cache of ``config`` holding this prompt, compressed as ``config`` says (``cache_class``:
         another layout of the same method, such as the engine's static rows), decoding with ``decode_kernel``."""
-        if config in self.presses:
-            return self.presses[config].cache(model, cache_class, decode_kernel=decode_kernel)
-        cache = build_cache(cache_class or method_info(config).cache_class(), model, config,
-                            decode_kernel=decode_kernel)
-        load_caches(self.capture, [cache])
+        cache = new_cache(model, config, cache_class, presses=self.presses, decode_kernel=decode_kernel)
+        if config not in self.presses:
+            load_caches(self.capture, [cache])
         return cache
+
+
+def new_cache(model, config: MethodConfig, cache_class=None, *, presses: dict | None = None,
+              decode_kernel: str = "auto"):
+    """A one-row cache of ``config`` (of ``cache_class``, another layout of its method such as the engine's static
+    rows, when given), decoding with ``decode_kernel``: empty, to be filled from a capture, or, for a press of
+    ``presses`` (a prefill's hooks), whole as its hooks built it."""
+    if presses and config in presses:
+        return presses[config].cache(model, cache_class, decode_kernel=decode_kernel)
+    return build_cache(cache_class or method_info(config).cache_class(), model, config, decode_kernel=decode_kernel)
 
 
 @dataclass
@@ -120,14 +128,15 @@ class BranchStats:
 
     def count_decode(self, label: str, engine, segment: int | None = None) -> None:
         """Add one engine's :class:`~snapeval.engine.EngineStats` to ``label``'s decode totals; ``segment``: the
-        label's segment of a :class:`~snapeval.engine.segmented.SegmentedEngine` (its rows and active rows, every
+        label's segment of a :func:`~snapeval.engine.segmented.segmented_engine` (its rows and active rows, every
         step, and an even share of the steps' seconds; ``step_seconds``: the whole steps' seconds; ``shared_with``:
         the labels of the configurations that shared them)."""
         if segment is None:
             rows, seconds, active = engine.num_slots, engine.stats.decode_seconds, engine.stats.active_slot_steps
         else:
-            rows, active = engine.rows[segment], engine.active_by_segment[segment]
-            seconds = engine.stats.decode_seconds / len(engine.rows)
+            admission = engine.admission  # a SegmentAdmission: each segment's rows and active rows
+            rows, active = admission.rows[segment], admission.active_by_segment[segment]
+            seconds = engine.stats.decode_seconds / len(admission.rows)
         totals = self.decode.setdefault(label, {"rows": rows, "steps": 0, "seconds": 0.0, "step_seconds": 0.0,
                                                 "active_slot_steps": 0, "captured": engine.captured})
         totals["rows"] = max(totals["rows"], rows)
@@ -137,7 +146,7 @@ class BranchStats:
         totals["step_seconds"] += engine.stats.decode_seconds  # whole steps, shared or not: their mean is a step's
         totals["active_slot_steps"] += active
         if segment is not None:
-            totals["shared_with"] = sorted(set(totals.get("shared_with", ())) | {c.label for c in engine.configs})
+            totals["shared_with"] = sorted(set(totals.get("shared_with", ())) | {c.label for c in engine.admission.configs})
 
     def count_alone(self, label: str, steps: int, seconds: float) -> None:
         """Add one request decoded alone to ``label``'s totals."""
@@ -170,9 +179,9 @@ class BranchSet:
     fewer); ``max_memory``: the device's budget in bytes, weights included (default: what is in use plus what is
     free, less a margin; :func:`snapeval.memory_plan.device_budget`); ``max_host_memory``: on a GPU, the host's budget
     in bytes where the plan may keep held branches (default: what is in use there plus what is available, less a
-    margin); ``run_args``: the run's arguments
-    (:class:`~snapeval.run_args.RunArgs`), of which the branches read the decode kernel their caches carry and
-    whether the engines' decode steps are captured in CUDA graphs (:meth:`~snapeval.run_args.RunArgs.capture_on`).
+    margin); ``run_args``: the run's arguments (:class:`~snapeval.run_args.RunArgs`), resolved once for the
+    model's device into :attr:`decoding` (:class:`~snapeval.run_args.DecodeChoices`: the decode kernel every cache
+    carries and whether the engines' decode steps are captured in CUDA graphs), which every engine is handed.
     """
 
     def __init__(self, model, tokenizer, configs: Sequence[MethodConfig], *, batch: int = 8, seed: int = 0,
@@ -191,11 +200,9 @@ class BranchSet:
         self.from_capture = [c for c, b, info in zip(self.configs, self._branches, infos) if b and not info.prefill_hook]
         self.window = capture_window(self.from_capture)
         self.device = input_device(model)  # token ids go there; outputs come back there (a split model too)
-        self.decode_kernel = self.run_args.decode_kernel
-        #: The engines' ``capture=``: each engine records its decode step once as a CUDA graph (on CUDA unless the
-        #: run says no) and replays it.
-        self.capture = self.run_args.capture_on(self.device)
-        self.capture_required = self.run_args.capture == "true"  # a failed capture is then an error, not eager
+        #: The run's decode choices on this device, handed to every engine and cache: the decode kernel, and whether
+        #: each engine records its decode step once as a CUDA graph (on CUDA unless the run says no) and replays it.
+        self.decoding = self.run_args.decode_choices(self.device)
         self.stops = stop_token_ids(model, tokenizer)
         #: Whether any configuration builds its cache from the shared prefill.
         self.shares = any(self._branches)
@@ -241,7 +248,7 @@ class BranchSet:
         host = self.host_room() if host is None else host
         return plan_group(self.shape, self.configs, items, chunk=chunk, window=self.window,
                           budget=device_budget(self.device, self.max_memory), in_use=bytes_in_use(self.device),
-                          device=str(self.device), alone=alone, captured=self.capture,
+                          device=str(self.device), alone=alone, captured=self.decoding.capture,
                           one_step=self.one_step(), **host)
 
     def one_step(self) -> bool:
@@ -249,7 +256,7 @@ class BranchSet:
         run's ``shared_step`` allows it, and its decode kernel attends over every configuration's rows in one
         launch on this device (:data:`~snapeval.cache.kernels.RAGGED_IN_PLACE`: ``triton`` on CUDA)."""
         return (self.run_args.shared_step != "false"
-                and resolve_decode_kernel(self.decode_kernel, self.device) in RAGGED_IN_PLACE)
+                and resolve_decode_kernel(self.decoding.decode_kernel, self.device) in RAGGED_IN_PLACE)
 
     # --- prefill ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -301,7 +308,7 @@ class BranchSet:
         """A configuration that cannot branch prefills ``prompt`` through its own cache (a press and its hooks);
         returns ``(logits [V], cache)``."""
         start = time.perf_counter()
-        cache = make_cache(self.model, config, decode_kernel=self.decode_kernel)
+        cache = self._new_cache(config)
         logits = cache.prefill(self.model, torch.tensor([list(prompt)], device=self.device))
         self.stats.count_prefill(len(prompt), start)
         return logits, cache
@@ -310,7 +317,7 @@ class BranchSet:
         """``(logits [V], a fresh one-row cache)`` of ``config`` for a prompt: from the shared prefill when the
         method branches, else from its own prefill."""
         if self.branches(config):
-            return prefilled.logits, prefilled.cache(self.model, config, decode_kernel=self.decode_kernel)
+            return prefilled.logits, prefilled.cache(self.model, config, decode_kernel=self.decoding.decode_kernel)
         return self.own_prefill(config, prompt)
 
     # --- generation -------------------------------------------------------------------------------------------
@@ -476,7 +483,7 @@ class BranchSet:
                 # its branch is built into it layer by layer, so the branch never stands whole beside the row
                 one_row = {c: self._one_row_engine(self.configs[c], prompt_of(c, i), sampling[i]) for c in members
                            if route[c] == ONE_ROW_ENGINE}
-                caches = {c: self._empty_branch(c, prefilled, c in rows or c in one_row) for c in members}
+                caches = {c: self._new_cache(self.configs[c], prefilled, c in rows or c in one_row) for c in members}
                 built = [c for c in members if self.configs[c] not in prefilled.presses]
                 into_row = {id(caches[c]): one_row[c] for c in one_row}
                 held_ids = {id(caches[c]) for c in members if c in rows}
@@ -522,8 +529,7 @@ class BranchSet:
             seconds = {(c, i): waiting[i][2] for i in part}
             engine = Engine(self.model, self.tokenizer, self.configs[c],
                             num_slots=plan.decode_mode(self.configs[c].label).rows, seed=self.seed,
-                            capture=self.capture, decode_kernel=self.decode_kernel,
-                            capture_required=self.capture_required)
+                            decoding=self.decoding)
             completions = engine.generate([prompt_of(c, i) for i in part], [sampling[i] for i in part],
                                           prefill=lambda j, _prompt, waiting=waiting: waiting.pop(part[j])[:2])
             self.stats.count_decode(self.configs[c].label, engine)
@@ -549,19 +555,18 @@ class BranchSet:
     def _decode_in_one_step(self, members: list[int], part: list[int], plan: GroupPlan, held: dict, prompt_of,
                             sampling, done: dict) -> None:
         """The plan's ``shared_step``: configurations ``members`` decode the chunk's held branches in one
-        :class:`~snapeval.engine.segmented.SegmentedEngine`, each in its own segment of the plan's rows; requests
+        :func:`~snapeval.engine.segmented.segmented_engine`, each in its own segment of the plan's rows; requests
         go item by item (every configuration's request of an item, then the next item's), so every segment stays
         busy."""
-        from snapeval.engine.segmented import SegmentedEngine
+        from snapeval.engine.segmented import segmented_engine
 
         requests = [(c, i) for i in part for c in members if i in held[c]]
         if not requests:
             return
         seconds = {(c, i): held[c][i][2] for c, i in requests}
-        engine = SegmentedEngine(self.model, self.tokenizer, [self.configs[c] for c in members],
-                                 [plan.decode_mode(self.configs[c].label).rows for c in members], seed=self.seed,
-                                 capture=self.capture, decode_kernel=self.decode_kernel,
-                                 capture_required=self.capture_required)
+        engine = segmented_engine(self.model, self.tokenizer, [self.configs[c] for c in members],
+                                  [plan.decode_mode(self.configs[c].label).rows for c in members], seed=self.seed,
+                                  decoding=self.decoding)
         completions = engine.generate([prompt_of(c, i) for c, i in requests], [sampling[i] for _, i in requests],
                                       segments=[members.index(c) for c, _ in requests],
                                       prefill=lambda j, _prompt: held[requests[j][0]].pop(requests[j][1])[:2])
@@ -572,15 +577,13 @@ class BranchSet:
         del engine
         self._store_decoded(requests, completions, seconds, done)
 
-    def _empty_branch(self, c: int, prefilled: Prefilled, in_rows: bool):
-        """Configuration ``c``'s one-row cache for an item, to be filled from the capture (a press's comes whole
-        from the prefill's hooks): the engine's static-row layout when it decodes in rows, its own cache otherwise."""
-        config = self.configs[c]
+    def _new_cache(self, config: MethodConfig, prefilled: Prefilled | None = None, in_rows: bool = False):
+        """``config``'s one-row cache for an item (:func:`new_cache`, decoding with the run's kernel): to be filled
+        from ``prefilled``'s capture (a press's comes whole from the prefill's hooks), or by its own prefill
+        (``prefilled`` None); the engine's static-row layout when it decodes in rows, its own cache otherwise."""
         cache_class = method_info(config).static_cache_class() if in_rows else None
-        if config in prefilled.presses:
-            return prefilled.presses[config].cache(self.model, cache_class, decode_kernel=self.decode_kernel)
-        return build_cache(cache_class or method_info(config).cache_class(), self.model, config,
-                           decode_kernel=self.decode_kernel)
+        return new_cache(self.model, config, cache_class, presses=prefilled.presses if prefilled else None,
+                         decode_kernel=self.decoding.decode_kernel)
 
     def _seeded(self, params: SamplingParams, index: int) -> SamplingParams:
         """A sampled request without its own seed samples from ``seed + index`` (its index in the call, as
@@ -615,8 +618,7 @@ class BranchSet:
         run captures (the plan's route :data:`~snapeval.memory_plan.records.ONE_ROW_ENGINE`)."""
         from snapeval.engine import Engine
 
-        engine = Engine(self.model, self.tokenizer, config, num_slots=1, seed=self.seed, capture=True,
-                        decode_kernel=self.decode_kernel, capture_required=self.capture_required)
+        engine = Engine(self.model, self.tokenizer, config, num_slots=1, seed=self.seed, decoding=self.decoding)
         engine.reserve(len(prompt), params)
         return engine
 

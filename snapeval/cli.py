@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "snapeval.report.cli",        # report: tables and plots from a results directory
     "snapeval.stats.regress",     # regress: accuracy regression check against a baseline
     "snapeval.simulator.cli",     # simulate: SN40L memory and throughput
+    "snapeval.projection.cli",    # project: the paper grids in GPU-hours from measured rates
     "snapeval.models.cli",        # models: list the presets
     "snapeval.catalog",           # methods, tasks, hardware: what is installed (with plugins' entry points)
     "snapeval.demo",              # demo: long-document QA, full cache vs SnapStream

@@ -14,7 +14,7 @@ from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, pr
 from snapeval.decoding.prompts import encode_prompt
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device
-from snapeval.run_args import RunArgs
+from snapeval.run_args import DecodeChoices, RunArgs
 
 
 @dataclass
@@ -155,7 +155,7 @@ def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor, max_new
 def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor, config: MethodConfig,
                  params: SamplingParams | Sequence[SamplingParams], *, seed: int | None = None,
                  min_new_tokens: int = 0, on_step=None, static_full: bool = True,
-                 decode_kernel: str = "auto") -> GenerateRun:
+                 decoding: DecodeChoices | None = None) -> GenerateRun:
     """Left-padded rows ``input_ids``/``attention_mask`` ``[B, L]`` under a fresh cache of ``config``'s method:
     :func:`~snapeval.decoding.prefill` of the batch, then :func:`~snapeval.decoding.decode` until every row stops.
 
@@ -167,7 +167,8 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
     before that many tokens (Hugging Face's ``min_new_tokens``). ``on_step(cache)`` runs whenever a step's logits
     are ready. ``static_full``: the full cache decodes in static rows (:func:`cache_for`; the same greedy tokens as
     Hugging Face's ``DynamicCache``, ``tests/test_gpu_decode.py``); False keeps the ``DynamicCache``.
-    ``decode_kernel``: the run's decode kernel (``auto``: the device's, :func:`snapeval.cache.kernels.resolve_decode_kernel`).
+    ``decoding``: the run's decode choices (:class:`~snapeval.run_args.DecodeChoices`), of which the cache carries
+    the decode kernel (default ``auto``: the device's, :func:`snapeval.cache.kernels.resolve_decode_kernel`).
     """
     rows = input_ids.shape[0]
     params = [params] * rows if isinstance(params, SamplingParams) else list(params)
@@ -179,7 +180,7 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
                         stream=request_stream(p, seed, row))
                 for row, p in enumerate(params)]
     cache = cache_for(model, config, attention_mask, max(p.max_new_tokens for p in params) if static_full else 0,
-                      decode_kernel=decode_kernel)
+                      decode_kernel=(decoding or DecodeChoices()).decode_kernel)
     length = input_ids.shape[1]
     start = time.perf_counter()
     logits = prefill(model, cache, input_ids, attention_mask=attention_mask,
@@ -249,17 +250,18 @@ class EngineRun:
 @torch.inference_mode()
 def generate_on_engine(model, tokenizer, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                        config: MethodConfig, params: Sequence[SamplingParams], *, seed: int | None = None,
-                       capture: bool = True, decode_kernel: str = "auto", capture_required: bool = False) -> EngineRun:
+                       decoding: DecodeChoices = DecodeChoices(capture=True)) -> EngineRun:
     """The rows of :func:`generate_ids` (left-padded ``input_ids``/``attention_mask`` ``[B, L]``, one
     :class:`~snapeval.decoding.SamplingParams` per row) on a continuous-batching :class:`~snapeval.engine.Engine` of
     one slot per row that keeps its rows (each prompt prefilled alone, then every row decoded in static rows;
-    ``capture``: the step recorded once as a CUDA graph and replayed). The same greedy tokens as :func:`generate_ids`
+    ``decoding``: the run's decode choices, :class:`~snapeval.run_args.DecodeChoices`; by default the step is
+    recorded once as a CUDA graph and replayed). The same greedy tokens as :func:`generate_ids`
     where decoding is exact (float32 on the CPU), and the same draws: row ``r`` samples from the same stream."""
     from snapeval.engine import Engine
 
     rows = input_ids.shape[0]
-    engine = Engine(model, tokenizer, config, num_slots=rows, capture=capture, seed=sampling_seed(params, seed),
-                    decode_kernel=decode_kernel, keep_rows=True, capture_required=capture_required)
+    engine = Engine(model, tokenizer, config, num_slots=rows, seed=sampling_seed(params, seed), decoding=decoding,
+                    keep_rows=True)
     completions = engine.generate([row_prompt(input_ids, attention_mask, row) for row in range(rows)], list(params))
     engine.release()  # the recorded graph and its pool; the rows stay with the outputs
     return EngineRun(completions=completions, engine=engine)
@@ -335,15 +337,14 @@ def generate(
     input_ids, attention_mask = encode_prompts(tokenizer, prompts, chat=chat, system=system)
     device = input_device(model)
     run_args = RunArgs(device=device.type, decode_kernel=decode_kernel, capture=capture)  # checked as a run's are
+    decoding = run_args.decode_choices(device)
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    if (run_args.capture_on(device) and method_info(config).on_engine(run_args, device) and on_step is None
-            and not min_new_tokens):
+    if decoding.capture and method_info(config).on_engine(run_args, device) and on_step is None and not min_new_tokens:
         run = generate_on_engine(model, tokenizer, input_ids, attention_mask, config, [params] * len(input_ids),
-                                 seed=seed, decode_kernel=run_args.decode_kernel,
-                                 capture_required=run_args.capture == "true")
+                                 seed=seed, decoding=decoding)
     else:
         run = generate_ids(model, tokenizer, input_ids, attention_mask, config, params, seed=seed,
-                           min_new_tokens=min_new_tokens, on_step=on_step, decode_kernel=run_args.decode_kernel)
+                           min_new_tokens=min_new_tokens, on_step=on_step, decoding=decoding)
     new_tokens = run.token_ids
     outputs = [
         GenerationOutput(

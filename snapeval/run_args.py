@@ -348,10 +348,44 @@ class RunArgs:
             return on_cuda
         return self.capture == "true" and on_cuda
 
+    def decode_choices(self, device) -> DecodeChoices:
+        """The decode step's choices of this run on ``device`` (a torch device or its text): its decode kernel,
+        whether the engines capture their step (:meth:`capture_on`) and whether a failed capture is an error."""
+        return DecodeChoices(decode_kernel=self.decode_kernel, capture=self.capture_on(device),
+                             capture_required=self.capture == "true")
+
     def specprefill_options(self) -> dict[str, Any]:
         """The speculative-prefill arguments given, without their prefix (``keep``, ``chunk``, ...)."""
         return {name[len("specprefill_"):]: value for name, value in self.items()
                 if name.startswith("specprefill_") and name != "specprefill_draft" and value is not None}
+
+
+@dataclass(frozen=True)
+class DecodeChoices:
+    """A run's choices of the decode step, resolved once for the device it decodes on
+    (:meth:`RunArgs.decode_choices`): the one object every engine of the run is given
+    (``Engine(..., decoding=...)``), and from which every cache it builds takes its decode kernel.
+
+    Attributes:
+        decode_kernel: the attention kernel of a decode step (``auto`` or one of :data:`DECODE_KERNELS`), carried by
+            the caches to every layer (:func:`snapeval.cache.kernels.resolve_decode_kernel` resolves ``auto``).
+        capture: record an engine's decode step once as a CUDA graph and replay it (where every layer is on one CUDA
+            device; elsewhere the step stays eager, logged).
+        capture_required: the run asked for capture by name (``capture: true``): failing to record the step is an
+            error, not a fallback to eager.
+    """
+
+    decode_kernel: str = "auto"
+    capture: bool = False
+    capture_required: bool = False
+
+    def __post_init__(self) -> None:
+        if self.decode_kernel not in ("auto", *DECODE_KERNELS):
+            raise SnapevalError(f"decode_kernel={self.decode_kernel!r} is invalid; allowed: auto, "
+                                f"{', '.join(DECODE_KERNELS)}")
+        for name in ("capture", "capture_required"):
+            if not isinstance(getattr(self, name), bool):
+                raise SnapevalError(f"{name}={getattr(self, name)!r} is invalid; allowed: True, False")
 
 
 def add_run_flags(parser, *, defaults: dict[str, Any] | None = None) -> None:

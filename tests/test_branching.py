@@ -10,6 +10,7 @@ import torch
 
 from snapeval.branching import BranchSet
 from snapeval.cache import FullConfig, SnapKVConfig, SnapStreamConfig, StreamingLLMConfig, make_cache
+from snapeval.run_args import DecodeChoices
 from tests.conftest import TinyTokenizer, random_prompt, tiny_model
 
 CONFIGS = [
@@ -176,7 +177,7 @@ def test_a_short_prompts_held_branch_keeps_its_tokens_not_the_budget(config):
     branches = BranchSet(model, TinyTokenizer(), [config, FullConfig()])
     for length in (5, 15, 30):
         prefilled = branches.prefill(random_prompt(length, seed=length))
-        whole, cut = (branches._empty_branch(0, prefilled, True) for _ in range(2))
+        whole, cut = (branches._new_cache(branches.configs[0], prefilled, True) for _ in range(2))
         load_caches(prefilled.capture, [whole, cut],
                     after_layer=lambda cache, index: cache.compact_layer(index) if cache is cut else None)
         kept = cut.layers[0].keys.shape[-2]
@@ -214,8 +215,8 @@ def test_a_configuration_decoded_alone_is_captured_in_one_row_with_the_same_toke
 
     def full_alone(self, items, chunk=None, own=(), host=None):
         plan = real_plan(self, items, chunk, own, host)
-        route = ONE_ROW_ENGINE if self.capture else BRANCH_LOOP  # the route the plan hands over, as it would
-        return dataclasses.replace(plan, alone_captured=self.capture, configurations=tuple(
+        route = ONE_ROW_ENGINE if self.decoding.capture else BRANCH_LOOP  # the route the plan hands over, as it would
+        return dataclasses.replace(plan, alone_captured=self.decoding.capture, configurations=tuple(
             ConfigurationPlan(c.label, "alone", 1, 0, c.decode_bytes, route) if c.label in ("full", "streamingllm@40")
             else c for c in plan.configurations))
 
@@ -224,7 +225,7 @@ def test_a_configuration_decoded_alone_is_captured_in_one_row_with_the_same_toke
     monkeypatch.setattr(engine_module, "CapturedDecodeStep", ReplayOnCpu)
     ReplayOnCpu.recorded = []
     branches = BranchSet(model, TinyTokenizer(), configs, batch=2)
-    branches.capture = True  # what a CUDA device resolves to
+    branches.decoding = DecodeChoices(capture=True)  # what a CUDA device resolves to
     captured = branches.generate(prompts, params)
     for c in range(len(configs)):
         assert [d.token_ids for d in captured[c]] == [d.token_ids for d in eager[c]], configs[c].label

@@ -223,3 +223,29 @@ def test_a_neighbour_counts_by_its_priority(tmp_path):
     assert threads.choose(cores=2, busy=1.0 + threads.core_share(19))[0] == 1
     assert threads.choose(cores=2, busy=threads.core_share(19))[0] == 2
     assert threads.runnable_nices(tmp_path / "absent") is None
+
+
+def test_run_hands_the_lm_eval_model_the_configuration_it_resolved(monkeypatch, tmp_path):
+    """``snapeval run`` resolves the method configuration once and hands it on, with the resolved run arguments, as
+    a sweep cell does (``config=`` and ``run_args=``): the lm-eval model receives no method name, budget or setting
+    to resolve again. The output file is still named by the method, budget and settings."""
+    import importlib
+
+    from snapeval.cache import SnapStreamConfig, resolve_method
+    from snapeval.run_args import RunArgs
+
+    seen = {}
+
+    def fake_evaluate(model_args, tasks, **kwargs):
+        seen.update(model_args)
+        return {"results": {}, "snapeval": {"kv_cache_bytes": 0, "decode_tokens_per_s": None,
+                                            "prefill_tokens_per_s": None}}
+
+    monkeypatch.setattr(importlib.import_module("snapeval.harness.evaluate"), "evaluate", fake_evaluate)
+    out = tmp_path / "run.json"
+    assert cli(["run", "--tasks", "snapeval_passkey", "--method", "snapstream", "--budget", "64", "--method-arg",
+                "sink=8", "--decode-kernel", "split", "--output", str(out)]) == 0
+    assert sorted(seen) == ["config", "pretrained", "run_args"]
+    assert isinstance(seen["config"], SnapStreamConfig)
+    assert seen["config"] == resolve_method("snapstream", 64, sink=8) and seen["config"].sink == 8
+    assert seen["run_args"] == RunArgs(decode_kernel="split", max_gen_toks=256)  # the flag's shown default

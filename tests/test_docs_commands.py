@@ -81,7 +81,7 @@ RULES = [
     (r"^(\.venv/bin/)?jupyter lab ", "server", None),
     (r"^(\.venv/bin/)?jupyter execute notebooks/analysis\.ipynb$", "run", None),
     (r"(^|/)snapeval sweep configs/quickstart\.yaml( --out \S+)?( --executor ray)?$", "quickstart", None),
-    (r"(^|/)snapeval(-lm-eval)?( (run|sweep|report|regress|simulate))?$", "name", None),
+    (r"(^|/)snapeval(-lm-eval)?( (run|sweep|report|regress|simulate|project))?$", "name", None),
     (r"^snapeval run --[\w-]+$", "name", None),  # a flag named in prose (`snapeval run --engine`)
     (r"(^|/)snapeval (methods|tasks|hardware|models)$", "run", None),
     (r"(^|/)snapeval( \w+)? --help$", "run", None),
@@ -98,7 +98,9 @@ RULES = [
     (r"^snapeval-lm-eval ", "parse", None),  # a whole task (no --limit)
     (r"^lm_eval --model hf --model_args pretrained=/path/to/model", "parse", None),  # a model of yours
     (r"^echo /\.gpu/ >> \.git/info/exclude$", "setup", None),  # docs/engine.md: preparing the GPU call
-    (r"^(\.venv/bin/)?python -m benchmarks\.\w+( |$)", "benchmark", None),  # minutes, a GPU or the network
+    (r"^(\.venv/bin/)?python -m benchmarks(\.\w+)+( |$)", "benchmark", None),  # minutes, a GPU or the network
+    # minutes of arithmetic over every paper group (tests/test_paper_projection.py runs it and compares)
+    (r"(^|/)snapeval project ", "parse", None),
     (r"^snapeval run --(dtype|method|engine|max-gen-toks)", "fragment", None),  # flags shown, without --tasks
 ]
 

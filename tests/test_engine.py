@@ -9,6 +9,7 @@ from snapeval import SnapStreamConfig, generate
 from snapeval.cache import FullConfig, SnapKVConfig, StreamingLLMConfig
 from snapeval.engine import Engine, SamplingParams
 from snapeval.errors import SnapevalError
+from snapeval.run_args import DecodeChoices
 from tests.conftest import random_prompt, tiny_model
 
 CONFIGS = {
@@ -276,7 +277,7 @@ def test_a_captured_engine_records_once_per_allocation_and_keeps_greedy_tokens(m
     config = CONFIGS[method]
     prompts = [random_prompt(n, seed=n) for n in LENGTHS]
     params = [SamplingParams(max_new_tokens=k) for k in MAX_NEW]
-    captured = Engine(model, tiny_tokenizer, config, num_slots=3, capture=True)
+    captured = Engine(model, tiny_tokenizer, config, num_slots=3, decoding=DecodeChoices(capture=True))
     assert captured.captured
     first = captured.generate(prompts, params)
     again = captured.generate(prompts[:3], params[:3])  # rows large enough already: replayed, not recorded
@@ -285,12 +286,12 @@ def test_a_captured_engine_records_once_per_allocation_and_keeps_greedy_tokens(m
     assert [c.token_ids for c in again] == [c.token_ids for c in eager[:3]]
     assert len(ReplayOnCpu.recorded) == 1
     with pytest.raises(SnapevalError, match="capture=True with compile='reduce-overhead' is invalid"):
-        Engine(model, tiny_tokenizer, config, capture=True, compile="reduce-overhead")
+        Engine(model, tiny_tokenizer, config, decoding=DecodeChoices(capture=True), compile="reduce-overhead")
 
 
 def test_capture_on_the_cpu_decodes_eagerly_and_says_so(tiny_tokenizer, caplog):
     model = tiny_model("llama")
-    engine = Engine(model, tiny_tokenizer, 20, num_slots=2, capture=True)
+    engine = Engine(model, tiny_tokenizer, 20, num_slots=2, decoding=DecodeChoices(capture=True))
     assert not engine.captured
     assert "the decode step stays eager" in caplog.text
     engine.generate([random_prompt(30, seed=1)], SamplingParams(max_new_tokens=3))
@@ -310,7 +311,7 @@ def test_a_step_that_cannot_be_recorded_decodes_eagerly(tiny_tokenizer, monkeypa
     model = tiny_model("llama")
     prompts = [random_prompt(n, seed=n) for n in LENGTHS[:4]]
     params = [SamplingParams(max_new_tokens=k) for k in MAX_NEW[:4]]
-    engine = Engine(model, tiny_tokenizer, CONFIGS["snapstream"], num_slots=2, capture=True)
+    engine = Engine(model, tiny_tokenizer, CONFIGS["snapstream"], num_slots=2, decoding=DecodeChoices(capture=True))
     done = engine.generate(prompts, params)
     eager = Engine(model, tiny_tokenizer, CONFIGS["snapstream"], num_slots=2).generate(prompts, params)
     assert not engine.captured and "recording the decode step failed" in caplog.text
@@ -332,9 +333,9 @@ def engines_built(monkeypatch):
 
     built, real_engine = [], snapeval.engine.Engine
 
-    def recording_engine(*args, capture=False, keep_rows=False, **kwargs):
-        built.append((capture, kwargs.get("num_slots"), keep_rows))
-        return real_engine(*args, capture=capture, keep_rows=keep_rows, **kwargs)
+    def recording_engine(*args, decoding=None, keep_rows=False, **kwargs):
+        built.append((decoding.capture, kwargs.get("num_slots"), keep_rows))
+        return real_engine(*args, decoding=decoding, keep_rows=keep_rows, **kwargs)
 
     monkeypatch.setattr(snapeval.engine, "Engine", recording_engine)
     return built
@@ -413,17 +414,17 @@ def test_a_capture_that_fails_is_an_error_when_asked_for_and_a_recorded_fallback
 
     model, tokenizer, config = tiny_model("llama"), TinyTokenizer(), SnapStreamConfig(sink=2, recent=8, topk=6, observation=4)
     with pytest.raises(SnapevalError, match=r"^capture='true': the decode step cannot be recorded as one CUDA graph"):
-        Engine(model, tokenizer, config, num_slots=2, capture=True, capture_required=True)
-    assert not Engine(model, tokenizer, config, num_slots=2, capture=True).captured  # CPU layers: eager
+        Engine(model, tokenizer, config, num_slots=2, decoding=DecodeChoices(capture=True, capture_required=True))
+    assert not Engine(model, tokenizer, config, num_slots=2, decoding=DecodeChoices(capture=True)).captured  # CPU layers: eager
     def unrecordable(self, *args):  # what CUDA says of an operation a graph cannot hold
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(CapturedDecodeStep, "supports", staticmethod(lambda device: True))
     monkeypatch.setattr(CapturedDecodeStep, "_capture", unrecordable)
     with pytest.raises(SnapevalError, match=r"^capture='true': recording the decode step as a CUDA graph failed"):
-        Engine(model, tokenizer, config, num_slots=2, capture=True, capture_required=True).generate(
+        Engine(model, tokenizer, config, num_slots=2, decoding=DecodeChoices(capture=True, capture_required=True)).generate(
             [random_prompt(20, seed=1)])
-    engine = Engine(model, tokenizer, config, num_slots=2, capture=True)
+    engine = Engine(model, tokenizer, config, num_slots=2, decoding=DecodeChoices(capture=True))
     assert engine.captured
     with caplog.at_level("WARNING"):
         done = engine.generate([random_prompt(20, seed=1)])

@@ -14,6 +14,7 @@ from snapeval.cache import FullConfig, SnapStreamConfig, kernels
 from snapeval.cache.full import StaticFullCache
 from snapeval.decoding import SamplingParams, decode_step
 from snapeval.generation import encode_prompts, generate_ids
+from snapeval.run_args import DecodeChoices
 
 
 def repeat_kv_reference(query, key, value, valid, scaling):
@@ -72,7 +73,7 @@ def test_generate_full_cache_is_static_with_the_dynamic_cache_greedy_tokens(fami
     expected = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)[:, ids.shape[1]:].tolist()
     assert [e[:len(t)] for e, t in zip(expected, dynamic.token_ids)] == dynamic.token_ids
     for name in kernels.runnable_decode_kernels("cpu"):
-        static = generate_ids(model, tok, ids, mask, FullConfig(), params, decode_kernel=name)
+        static = generate_ids(model, tok, ids, mask, FullConfig(), params, decoding=DecodeChoices(decode_kernel=name))
         assert isinstance(static.cache, StaticFullCache), name
         assert {layer.kernel for layer in static.cache.layers} == {name}  # the cache carried it to every layer
         assert static.token_ids == dynamic.token_ids, name
@@ -213,7 +214,7 @@ def test_one_compiled_engine_step_has_no_graph_break_and_keeps_cuda_graphs(name)
     from snapeval.engine import Engine
 
     model, tok = tiny_model(), TinyTokenizer()
-    engine = Engine(model, tok, 24, num_slots=2, compile=False, decode_kernel=name)
+    engine = Engine(model, tok, 24, num_slots=2, compile=False, decoding=DecodeChoices(decode_kernel=name))
     for layer in engine.cache.layers:
         layer.always_mask = True  # as a compiled engine has it: one graph whatever the slots hold
     engine.generate([random_prompt(40, 1), random_prompt(30, 2)], SamplingParams(max_new_tokens=2))

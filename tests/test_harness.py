@@ -165,9 +165,9 @@ def test_on_a_captured_device_auto_decodes_full_and_snapkv_on_the_captured_engin
     built = []
     real_engine = snapeval.engine.Engine
 
-    def recording_engine(*engine_args, capture=False, **kwargs):
-        built.append(capture)
-        return real_engine(*engine_args, capture=capture, **kwargs)  # on the CPU it logs and decodes eagerly
+    def recording_engine(*engine_args, decoding=None, **kwargs):
+        built.append(decoding.capture)
+        return real_engine(*engine_args, decoding=decoding, **kwargs)  # on the CPU it logs and decodes eagerly
 
     monkeypatch.setattr(snapeval.engine, "Engine", recording_engine)
     monkeypatch.setattr(RunArgs, "capture_on", lambda self, device: True)

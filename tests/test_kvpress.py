@@ -281,6 +281,6 @@ def test_a_press_branch_row_carries_the_runs_decode_kernel():
     branches = BranchSet(model, TinyTokenizer(), [press, resolve_method("snapstream", 16)],
                          run_args=RunArgs(decode_kernel="split"))
     prefilled = branches.prefill(random_prompt(40, seed=3))
-    rows = branches._empty_branch(0, prefilled, True)
+    rows = branches._new_cache(branches.configs[0], prefilled, True)
     assert isinstance(rows, method_info(press).static_cache_class())
     assert rows.decode_kernel == "split"

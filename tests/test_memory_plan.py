@@ -54,7 +54,7 @@ def test_plan_byte_counts_equal_the_allocated_tensors(family):
 
         engine = Engine(model, TinyTokenizer(), config, num_slots=3)
         engine.generate([prompt] * 3, [SamplingParams(max_new_tokens=9)] * 3,
-                        prefill=lambda j, _p: (prefilled.logits, prefilled.cache(model, config, engine.cache_class)))
+                        prefill=lambda j, _p: (prefilled.logits, prefilled.cache(model, config, method_info(config).static_cache_class())))
         held = row_tensors_bytes(engine.cache) + nbytes(engine.input_ids, engine.position_ids)
         assert held == engine_bytes(shape, config, 3, 60, 9), config.label
 

@@ -1,18 +1,30 @@
-"""The paper-grid projection (issue 44 item 4): the group's schedule as the sweep runs it, the rates' fit, the smoke
-runs of the projection and of the engine at AIME's shape, and the one prepared GPU call."""
+"""The paper-grid projection (issue 44 item 4): the group's schedule as the sweep runs it, the rates' fit
+(:mod:`snapeval.projection`, ``snapeval project``), and the smoke runs of the GPU benchmarks that measure them (the
+projection's calibration, the engine at AIME's shape, the one prepared GPU call), each run as its documented command
+(``python -m benchmarks...``): the tests import nothing of ``benchmarks/``."""
 import json
 import math
+import os
+import subprocess
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from benchmarks import paper_projection as projection
+import snapeval.projection as projection
 from snapeval.cache import resolve_method
+from snapeval.cli import main as cli
 from snapeval.memory_plan import BRANCH_LOOP, ONE_ROW_ENGINE, SHARED_STEP_ROWS, ModelShape
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = ModelShape.of_preset("llama-3.1-8b-instruct")
+
+
+def benchmark(module: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m benchmarks.<module> ARGS`` from the checkout, as its docs run it (output captured)."""
+    return subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *args], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=1800)
 
 
 def unit_rates(**overrides) -> projection.Rates:
@@ -114,9 +126,11 @@ def test_every_task_of_the_paper_configs_has_its_items():
 def test_the_smoke_projection_predicts_the_steps_the_group_counts(tmp_path, data_dir, monkeypatch):
     """The whole projection on the CPU at tiny shapes: calibration, the slice (its predicted decode steps equal the
     engines' counted steps, configuration by configuration), and both grids projected."""
-    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
     # the grids with an engine per configuration (the shared step's planning of both grids is the next test's)
-    out = projection.main(["--smoke", "--shared-step", "false", "--out", str(tmp_path / "p.json")])
+    out = tmp_path / "p.json"
+    done = benchmark("paper_projection", "--smoke", "--shared-step", "false", "--out", str(out),
+                     env={"SNAPEVAL_DATA_DIR": str(data_dir)})
+    assert done.returncode == 0, done.stderr[-2000:]
     payload = json.loads(out.read_text())
     assert payload["smoke"] and len(payload["configurations"]) == 16 and len(payload["calibration"]) == 3
     measured, predicted = payload["slice"]["measured"], payload["slice"]["predicted"]
@@ -132,9 +146,9 @@ def test_the_smoke_projection_predicts_the_steps_the_group_counts(tmp_path, data
 
 
 def test_the_smoke_aime_engine_takes_the_plans_slots(tmp_path):
-    from benchmarks import gpu_aime_engine
-
-    out = gpu_aime_engine.main(["--smoke", "--samples", "6", "--out", str(tmp_path / "a.json")])
+    out = tmp_path / "a.json"
+    done = benchmark("gpu_aime_engine", "--smoke", "--samples", "6", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
     payload = json.loads(out.read_text())
     assert set(payload["budgets"]) == {"32", "64"}
     for entry in payload["budgets"].values():
@@ -156,14 +170,13 @@ def test_a_slowed_calibration_point_does_not_set_a_rate():
 def test_the_gpu_session_runs_each_section_in_its_own_process_and_records_it(tmp_path):
     """The one prepared GPU call, smoke-tested on the CPU (one section here; every section has its own smoke test):
     each section's JSON and the session's record of its status and time."""
-    from benchmarks import gpu_session
-
-    assert gpu_session.main(["--smoke", "--only", "gpu_aime_engine", "--out", str(tmp_path)]) == 0
+    done = benchmark("gpu_session", "--smoke", "--only", "gpu_aime_engine", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
     session = json.loads((tmp_path / "session.json").read_text())
     assert list(session["sections"]) == ["gpu_aime_engine"] and session["sections"]["gpu_aime_engine"]["status"] == 0
     assert json.loads((tmp_path / "gpu_aime_engine.json").read_text())["smoke"] is True
-    with pytest.raises(SystemExit):
-        gpu_session.main(["--smoke"])  # no --out: a one-line usage error
+    refused = benchmark("gpu_session", "--smoke")  # no --out: a one-line usage error
+    assert refused.returncode == 2 and "--out" in refused.stderr
 
 
 def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
@@ -191,12 +204,17 @@ def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
     floor = rates.step_s(SHAPE.weight_bytes)
     assert rates.prefill[0] == pytest.approx(floor)
     assert floor + 2 * SHAPE.weight_bytes / 2 * 1255 / 989e12 <= rates.prefill_s(1255) < 0.1
-    out = projection.main(["--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--out", str(tmp_path / "p.json")])
+    out = tmp_path / "p.json"
+    assert cli(["project", "--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--out", str(out)]) == 0
     payload = json.loads(out.read_text())
     committed = json.loads((ROOT / "results" / "bench" / "paper_projection_from_gpu_json.json").read_text())
     assert payload["slice"] is None
-    assert payload["grids"] == committed["grids"]  # pure arithmetic from committed figures: regenerated exactly
-    assert payload["paper_llama_longbench_pair_gpu_hours"] == committed["paper_llama_longbench_pair_gpu_hours"]
+    # pure arithmetic from committed figures: regenerated exactly, every field but the machine's (its description
+    # and load)
+    for key in ("grids", "paper_llama_longbench_pair_gpu_hours", "rates", "projected_rates", "projected_as",
+                "caveats", "device_bytes", "host_bytes_per_gpu", "new_tokens", "benchmark", "smoke"):
+        assert payload[key] == committed[key], key
+    assert set(committed) - set(payload) == {"machine"}
 
 
 def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch):
@@ -208,17 +226,19 @@ def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch):
 
     from snapeval.cache import FullConfig
 
+    from snapeval.projection import schedule
+
     configs = projection.paper_llama_configs()
     items = [(120_000, 32)] * 4
-    real_plan = projection.group_plan
+    real_plan = schedule.group_plan  # where project_group's chunks look it up
     def handed(plan, captured):  # the plan of a run that captures, or of one that does not: full's route says which
         return dataclasses.replace(plan, alone_captured=captured, configurations=tuple(
             dataclasses.replace(c, route=ONE_ROW_ENGINE if captured else BRANCH_LOOP) if c.decode == "alone" else c
             for c in plan.configurations))
 
     for captured in (True, False):
-        monkeypatch.setattr(projection, "group_plan", lambda *a, captured=captured, **k: handed(real_plan(*a, **k),
-                                                                                                captured))
+        monkeypatch.setattr(schedule, "group_plan", lambda *a, captured=captured, **k: handed(real_plan(*a, **k),
+                                                                                              captured))
         plain = projection.project_group(SHAPE, configs, items, unit_rates(), budget=int(80e9 * 0.92),
                                          one_step=False)
         assert plain["alone"] == [FullConfig().label] and plain["alone_captured"] is captured
@@ -246,7 +266,7 @@ def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch):
 
 def test_a_negative_host_memory_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        projection.main(["--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--host-gib", "-5"])
+        cli(["project", "--rates-from", str(ROOT / "results" / "bench" / "gpu.json"), "--host-gib", "-5"])
     assert exit_info.value.code == 2
     assert "--host-gib -5 is invalid; allowed: GiB of host memory per GPU, 0 or more" in capsys.readouterr().err
 

@@ -5,13 +5,14 @@ module-level switch."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 import torch
 
 from conftest import TinyTokenizer, random_prompt, tiny_model
 from snapeval.errors import SnapevalError
-from snapeval.run_args import SURFACES, RunArgs, add_run_flags
+from snapeval.run_args import SURFACES, DecodeChoices, RunArgs, add_run_flags
 
 #: A valid value other than the default, per run argument, as a user would type it on a command line.
 NON_DEFAULT = {"dtype": "bfloat16", "device": "cpu", "device_map": "balanced", "batch_size": "4",
@@ -176,7 +177,7 @@ def test_the_engine_carries_its_kernel_to_every_layer_and_attention(kernel, monk
 
     monkeypatch.setattr(attention, "decode_attention", spy)
     prompts = [random_prompt(40, 1), random_prompt(30, 2)]
-    engine = Engine(model, tok, 24, num_slots=2, decode_kernel=kernel)
+    engine = Engine(model, tok, 24, num_slots=2, decoding=DecodeChoices(decode_kernel=kernel))
     out = engine.generate(prompts, SamplingParams(max_new_tokens=4))
     assert {layer.kernel for layer in engine.cache.layers} == {kernel}
     assert set(seen) == ({kernel} if kernel != "sdpa" else set())  # sdpa keeps Hugging Face's own call
@@ -195,21 +196,21 @@ def test_on_a_cuda_device_the_shared_group_engines_are_captured(monkeypatch):
     configs = [SnapStreamConfig.from_budget(24), SnapStreamConfig.from_budget(32)]
     monkeypatch.setattr(branching, "input_device", lambda m: torch.device("cuda"))
     on_gpu = branching.BranchSet(model, tok, configs, run_args=RunArgs(device="cuda"))
-    assert on_gpu.capture is True and on_gpu.decode_kernel == "auto"
+    assert on_gpu.decoding == DecodeChoices(decode_kernel="auto", capture=True)
     off = branching.BranchSet(model, tok, configs, run_args=RunArgs(device="cuda", capture="false"))
-    assert off.capture is False
+    assert off.decoding.capture is False
     monkeypatch.undo()
 
     built = []
     real_engine = __import__("snapeval.engine", fromlist=["Engine"]).Engine
 
-    def recording_engine(*args, capture=False, decode_kernel="auto", **kwargs):
-        built.append((capture, decode_kernel))
-        return real_engine(*args, capture=False, decode_kernel=decode_kernel, **kwargs)  # run eagerly on the CPU
+    def recording_engine(*args, decoding=None, **kwargs):
+        built.append((decoding.capture, decoding.decode_kernel))
+        return real_engine(*args, decoding=dataclasses.replace(decoding, capture=False), **kwargs)  # eager on the CPU
 
     monkeypatch.setattr("snapeval.engine.Engine", recording_engine)
     on_cpu = branching.BranchSet(model, tok, configs, run_args=RunArgs(decode_kernel="split"))
-    on_cpu.capture = True  # what the CUDA device above resolved to
+    on_cpu.decoding = dataclasses.replace(on_cpu.decoding, capture=True)  # as the CUDA device above
     on_cpu.generate([random_prompt(40, 1), random_prompt(50, 2)], [SamplingParams(max_new_tokens=3)] * 2)
     assert built and set(built) == {(True, "split")}
 

@@ -8,6 +8,7 @@ import torch
 
 from snapeval.decoding import SamplingParams
 from snapeval.decoding.sampling import SampleStream, SlotSampler, choose, filtered_logits, sample_rows, uniform_noise
+from snapeval.run_args import DecodeChoices
 
 
 def test_the_noise_is_uniform_and_reproducible():
@@ -110,7 +111,7 @@ def test_a_captured_sampled_step_draws_what_the_eager_engine_draws(tiny_tokenize
     prompts = [random_prompt(n, seed=n) for n in (30, 12, 55, 41)]
     sampled = [SamplingParams(max_new_tokens=12, do_sample=True, temperature=1.2, top_p=0.9, top_k=30, seed=s)
                for s in range(4)]
-    captured = Engine(model, tiny_tokenizer, 20, num_slots=3, capture=True)
+    captured = Engine(model, tiny_tokenizer, 20, num_slots=3, decoding=DecodeChoices(capture=True))
     drawn = captured.generate(prompts, sampled)
     greedy = captured.generate(prompts, SamplingParams(max_new_tokens=6))
     again = captured.generate(prompts, sampled)

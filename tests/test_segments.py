@@ -1,4 +1,4 @@
-"""One decode step for several configurations' rows (:class:`~snapeval.engine.segmented.SegmentedEngine`): each
+"""One decode step for several configurations' rows (:func:`~snapeval.engine.segmented.segmented_engine`): each
 row decodes the tokens its configuration's own engine decodes (float32), with continuous batching per segment."""
 import dataclasses
 
@@ -11,7 +11,9 @@ from snapeval.cache import (METHOD_TABLE, FullConfig, SnapKVConfig, SnapStreamCo
 from snapeval.branching import BranchSet
 from snapeval.cache.segments import SegmentedCache
 from snapeval.engine import Engine, SamplingParams
-from snapeval.engine.segmented import SegmentedEngine
+from snapeval.engine.segmented import SegmentAdmission, segmented_engine
+from snapeval.errors import SnapevalError
+from snapeval.run_args import DecodeChoices
 from snapeval.memory_plan import IN_ROWS, SHARED_STEP_ROWS, Item
 from tests.conftest import random_prompt, tiny_model
 
@@ -28,11 +30,11 @@ def test_every_segment_decodes_the_tokens_of_its_own_engine(family, kernel, tiny
     prompts = [random_prompt(n, seed=n) for n in LENGTHS]
     params = [SamplingParams(max_new_tokens=k) for k in MAX_NEW]
     rows = [2, 3, 1, 2]
-    own = [Engine(model, tiny_tokenizer, config, num_slots=r, decode_kernel=kernel) for config, r in zip(CONFIGS, rows)]
+    own = [Engine(model, tiny_tokenizer, config, num_slots=r, decoding=DecodeChoices(decode_kernel=kernel)) for config, r in zip(CONFIGS, rows)]
     expected = [engine.generate(prompts, params) for engine in own]
     # every configuration's requests, item by item; each row built by its own configuration's batch-1 prefill
     requests = [(c, i) for i in range(len(prompts)) for c in range(len(CONFIGS))]
-    engine = SegmentedEngine(model, tiny_tokenizer, CONFIGS, rows, decode_kernel=kernel)
+    engine = segmented_engine(model, tiny_tokenizer, CONFIGS, rows, decoding=DecodeChoices(decode_kernel=kernel))
     done = engine.generate([prompts[i] for _, i in requests], [params[i] for _, i in requests],
                            segments=[c for c, _ in requests],
                            prefill=lambda j, prompt: own[requests[j][0]].prefill(j, prompt))
@@ -48,18 +50,27 @@ def test_every_segment_decodes_the_tokens_of_its_own_engine(family, kernel, tiny
     layouts = [cache.layers[0].keys.shape for cache in engine.cache.caches]  # views of the pool
     assert [shape[0] for shape in layouts] == rows
     assert layouts[0][2] == CONFIGS[0].budget and layouts[1][2] == CONFIGS[1].budget
-    assert engine.stats.decode_steps > 0 and sum(engine.active_by_segment) == engine.stats.active_slot_steps
+    assert engine.stats.decode_steps > 0 and sum(engine.admission.active_by_segment) == engine.stats.active_slot_steps
 
 
 def test_a_segmented_engine_refuses_what_it_cannot_do(tiny_tokenizer):
     model = tiny_model("llama")
     with pytest.raises(ValueError, match="one count each"):
-        SegmentedEngine(model, tiny_tokenizer, CONFIGS, [1, 2])
-    engine = SegmentedEngine(model, tiny_tokenizer, CONFIGS[:2], [1, 1])
+        segmented_engine(model, tiny_tokenizer, CONFIGS, [1, 2])
+    engine = segmented_engine(model, tiny_tokenizer, CONFIGS[:2], [1, 1])
+    assert type(engine) is Engine  # admission is a policy the engine is given (SegmentAdmission), not a subclass
     with pytest.raises(ValueError, match="segments"):
         engine.generate([[5, 6]], segments=[2], prefill=lambda j, p: None)
-    with pytest.raises(ValueError, match="prefill"):
+    with pytest.raises(SnapevalError, match="^prefill: this engine decodes rows built by its caller"):
         engine.prefill(0, [5, 6])
+    with pytest.raises(SnapevalError, match="^prefill: this engine decodes rows built by its caller"):
+        engine.generate([[5, 6]], segments=[0])
+    with pytest.raises(ValueError, match="segments must give each of the 1 prompts"):
+        engine.reserve(4, SamplingParams(max_new_tokens=2))  # a row in place needs its segment
+    with pytest.raises(SnapevalError, match="^segments: an engine of one configuration has one group of rows"):
+        Engine(model, tiny_tokenizer, CONFIGS[0], num_slots=1).generate([[5, 6]], segments=[0])
+    with pytest.raises(SnapevalError, match="is given with an admission"):
+        Engine(model, tiny_tokenizer, CONFIGS[0], admission=SegmentAdmission(CONFIGS[:2], [1, 1]))
 
 
 def test_the_segmented_cache_routes_each_row_to_its_segment():
@@ -208,11 +219,11 @@ def test_a_segmented_step_dispatches_what_one_configuration_s_step_does(monkeypa
     def step_operations(engine) -> int:
         counter = _CountOperations()
         with torch.inference_mode(), counter:
-            engine._decode()
+            engine.step_rows()
         return counter.count
 
-    one = Engine(model, tiny_tokenizer, configs[0], num_slots=2, decode_kernel="split")
-    counts = [step_operations(SegmentedEngine(model, tiny_tokenizer, configs[:k], [2] * k, decode_kernel="split"))
+    one = Engine(model, tiny_tokenizer, configs[0], num_slots=2, decoding=DecodeChoices(decode_kernel="split"))
+    counts = [step_operations(segmented_engine(model, tiny_tokenizer, configs[:k], [2] * k, decoding=DecodeChoices(decode_kernel="split")))
               for k in (2, 3, 6)]
     assert len(set(counts)) == 1 and counts[0] == step_operations(one) + 4
 
@@ -243,7 +254,7 @@ def test_a_dropped_segmented_engine_frees_its_rows_at_once(tiny_tokenizer):
 
     model = tiny_model("llama")
     prompts = [random_prompt(n, seed=n) for n in LENGTHS[:2]]
-    engine = SegmentedEngine(model, tiny_tokenizer, CONFIGS[:2], [1, 1])
+    engine = segmented_engine(model, tiny_tokenizer, CONFIGS[:2], [1, 1])
     engine.generate(prompts, [SamplingParams(max_new_tokens=3)] * 2, segments=[0, 1],
                     prefill=lambda j, prompt: Engine(model, tiny_tokenizer, CONFIGS[j], num_slots=1).prefill(j, prompt))
     engine_ref, rows_ref = weakref.ref(engine), weakref.ref(engine.slot_tensors()[0])

@@ -718,7 +718,7 @@ def test_selection_network_counts_are_the_textbook_bitonic_network(width, keep):
     top-k, checked against the networks run on random scores (which they sort, or whose top ``keep`` they keep)."""
     import random
 
-    from benchmarks.simulator_calibration import selection_network
+    from benchmarks.studies.simulator_prefill import selection_network
 
     scores = [random.Random(i * 7919 + width).random() for i in range(width)]
     ranked, stages, moved = _bitonic(scores)
@@ -736,7 +736,7 @@ def test_selection_network_counts_are_the_textbook_bitonic_network(width, keep):
 def test_the_calibrations_llama_shapes_have_their_published_parameter_counts():
     """The Llama 3 shapes the calibration builds beside the presets (the 70B and 405B targets of the per-user speeds,
     the Llama-3.2-1B draft of its what-if) count exactly the parameters their public releases state."""
-    from benchmarks.simulator_calibration import LLAMA_1B, LLAMA_70B, LLAMA_405B
+    from benchmarks.studies.sn40l_points import LLAMA_1B, LLAMA_70B, LLAMA_405B
 
     for shape, published in ((LLAMA_70B, 70_553_706_496), (LLAMA_405B, 405_853_388_800),
                              (LLAMA_1B, 1_235_814_400)):

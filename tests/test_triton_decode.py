@@ -301,7 +301,7 @@ import json
 import snapeval.cache.segments as segments
 from snapeval.cache import FullConfig, SnapKVConfig, SnapStreamConfig, StreamingLLMConfig, triton_decode
 from snapeval.engine import Engine, SamplingParams
-from snapeval.engine.segmented import SegmentedEngine
+from snapeval.engine.segmented import segmented_engine
 from tests.conftest import TinyTokenizer, random_prompt, tiny_model
 
 calls = []
@@ -319,7 +319,7 @@ requests = [(c, i) for i in range(len(prompts)) for c in range(len(configs))]
 # every pool the engine allocates (it grows its appending segments per call) attends with "triton" on CPU tensors,
 # which no CPU run resolves to
 segments.resolve_decode_kernel = lambda choice, device: "triton"
-engine = SegmentedEngine(model, tokenizer, configs, rows)
+engine = segmented_engine(model, tokenizer, configs, rows)
 done = engine.generate([prompts[i] for _, i in requests], [params[i] for _, i in requests],
                        segments=[c for c, _ in requests], prefill=lambda j, p: own[requests[j][0]].prefill(j, p))
 print(json.dumps({"same": [d.token_ids == expected[c][i].token_ids for d, (c, i) in zip(done, requests)],

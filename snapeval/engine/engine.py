@@ -47,6 +47,7 @@ from snapeval.decoding.step import prefill as prefill_prompt
 from snapeval.errors import SnapevalError, check_int, is_int
 from snapeval.models.devices import input_device, layer_devices
 from snapeval.models.presets import head_dim
+from snapeval.run_args import DecodeChoices
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +115,76 @@ STEPS = {False: greedy_step, True: sampled_step}
 #: ``prefill(request_index, prompt_ids) -> (logits [V] of the last prompt position, a compressed cache whose row 0
 #: holds the prompt)``: how a prompt becomes a decode row (default: :meth:`Engine.prefill`, a batch-1 prefill).
 PrefillFn = Callable[[int, list], "tuple[torch.Tensor, object]"]
+#: The one line of an engine asked to prefill whose admission builds no rows (a segmented engine's).
+PREFILL_BY_CALLER = ("prefill: this engine decodes rows built by its caller (its admission builds none); allowed: "
+                     "generate(..., prefill=...)")
 #: ``torch.compile`` modes the decode step accepts (``compile=`` one of these, or ``True`` for the default mode).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class Admission:
+    """How an engine's rows are laid out and which row a request is admitted into: the policy an engine is given
+    (as vLLM keeps admission in a scheduler its model runner does not inherit from). This one, every engine's
+    default: ``num_slots`` rows of one configuration's static-row cache; a request goes into the first free row (into
+    the row of its index where the engine keeps its rows). A fixed-size method's rows hold its budget; an appending
+    one's the largest kept prompt and new tokens of a call, grown when a call needs more.
+    (:class:`~snapeval.engine.segmented.SegmentAdmission` lays several configurations' rows out in one step.)
+
+    What an engine asks of its admission: :attr:`num_slots`, :attr:`configs`, :meth:`prefill_cache`,
+    :meth:`allocate`, :meth:`grow`, :meth:`assign`, :meth:`next` and :meth:`stepped`.
+    """
+
+    def __init__(self, config: MethodConfig, num_slots: int, keep_rows: bool = False):
+        check_int("num_slots", num_slots, 1)
+        self.config, self.configs, self.num_slots, self.keep_rows = config, [config], num_slots, bool(keep_rows)
+        self.fixed_size = method_info(config).fixed_size
+        self.slots = config.budget if self.fixed_size else 1  # each row's slots
+
+    def prefill_cache(self, engine):
+        """The reusable batch-1 cache a prompt is prefilled into (:meth:`Engine.prefill`); None where the caller
+        builds every row (a segmented engine's)."""
+        return self._rows_cache(engine)
+
+    def _rows_cache(self, engine):
+        """A cache of the configuration's static-row class, decoding with the engine's kernel."""
+        return method_info(self.config).static_cache_class()(engine.model, self.config,
+                                                             decode_kernel=engine.decoding.decode_kernel)
+
+    def allocate(self, engine) -> None:
+        """(Re)allocate :attr:`Engine.cache`'s rows at :attr:`slots` slots each."""
+        if engine.cache is None:
+            engine.cache = self._rows_cache(engine)
+        engine.cache.allocate_rows(self.num_slots, *engine.row_shape, engine.dtype, engine.layer_devices,
+                                   always_mask=engine.always_mask, slots=self.slots)
+
+    def assign(self, requests: list[Request], groups: Sequence[int] | None) -> None:
+        """A call's requests (``groups``: each request's group of rows, for a policy that has groups; None here)."""
+        if groups is not None:
+            raise SnapevalError("segments: an engine of one configuration has one group of rows; allowed: None")
+        if self.keep_rows and len(requests) > self.num_slots:
+            raise SnapevalError(f"prompts: {len(requests)} requests for an engine of num_slots={self.num_slots} that "
+                                f"keeps its rows; allowed: at most {self.num_slots} (one slot each)")
+
+    def grow(self, requests: list[Request]) -> bool:
+        """Whether the rows must be reallocated for ``requests``: an appending cache needs, per row, its kept prompt
+        plus every token it may decode (rows are sized for the call's largest request, grown only)."""
+        if self.fixed_size:
+            return False
+        needed = (max(self.config.kept_tokens(len(r.prompt)) for r in requests)
+                  + max(r.params.max_new_tokens for r in requests))
+        if needed <= self.slots:
+            return False
+        self.slots = needed
+        return True
+
+    def next(self, queue: deque, active: dict[int, Request]) -> tuple[Request, int] | None:
+        """The request to admit next, taken off ``queue``, and its slot: the queue's head in the first free slot (in
+        the slot of its index when the engine keeps its rows); None: no request can be admitted now."""
+        slot = queue[0].index if self.keep_rows else next(s for s in range(self.num_slots) if s not in active)
+        return queue.popleft(), slot
+
+    def stepped(self, active: dict[int, Request]) -> None:
+        """A decode step ran over ``active`` (slot -> request): a policy's own counts (none here)."""
 
 
 class Engine:
@@ -133,15 +202,19 @@ class Engine:
         compile: run the decode step through ``torch.compile``: ``True`` (its default mode) or a mode name from
             :data:`COMPILE_MODES` (``"reduce-overhead"`` captures the step in CUDA graphs on a GPU). Off by default:
             it brought no reliable gain on CPU (``docs/engine.md``), and each new shape costs a compilation.
-        capture: record the decode step once per row allocation as a CUDA graph and replay it
+        decoding: the run's choices of the decode step (:class:`~snapeval.run_args.DecodeChoices`, resolved for
+            its device by :meth:`snapeval.run_args.RunArgs.decode_choices`; default: the ``auto`` kernel, eager):
+            ``decode_kernel``, the attention kernel every cache of the engine carries to every layer; ``capture``,
+            record the decode step once per row allocation as a CUDA graph and replay it
             (:class:`~snapeval.decoding.graphs.CapturedDecodeStep`): the launch overhead of a step gone without a
             compiler (a capture costs a few steps' time, where a compilation costs tens of seconds per shape). The
             graph is recorded on parked rows before the first request is admitted, which are parked again after.
-            Needs every layer on one CUDA device (a model split over devices decodes eagerly, logged). A run's
-            ``capture`` argument resolves to it (:meth:`snapeval.run_args.RunArgs.capture_on`: on CUDA by default).
+            Needs every layer on one CUDA device (a model split over devices decodes eagerly, logged; an error with
+            ``capture_required``).
         seed: base seed of requests whose :class:`SamplingParams` gives none.
-        decode_kernel: the attention kernel of a decode step (the run's ``decode_kernel``, :mod:`snapeval.run_args`:
-            ``auto`` or a kernel name), carried by the engine's caches to every layer's attention.
+        admission: how the rows are laid out and filled (:class:`Admission` of ``config``, ``num_slots`` and
+            ``keep_rows`` by default; :class:`~snapeval.engine.segmented.SegmentAdmission`: several configurations'
+            rows in one step, ``config`` then None).
         keep_rows: every request of a call decodes in the slot of its index and keeps its row when it finishes
             (never parked, never refilled: row ``i`` of :attr:`cache` holds request ``i`` when the call ends, as
             row ``i`` of a padded batch does, for :func:`snapeval.generate`'s introspection); a call then takes at
@@ -149,9 +222,55 @@ class Engine:
             as a padded batch's finished row does; rows sized for the call's largest request hold every such step.
     """
 
-    def __init__(self, model, tokenizer, config: MethodConfig | int, method: str = "snapstream",
-                 num_slots: int = 8, *, compile: bool | str = False, capture: bool = False, seed: int = 0,
-                 decode_kernel: str = "auto", keep_rows: bool = False, capture_required: bool = False):
+    def __init__(self, model, tokenizer, config: MethodConfig | int | None = None, method: str = "snapstream",
+                 num_slots: int = 8, *, compile: bool | str = False, decoding: DecodeChoices | None = None,
+                 seed: int = 0, keep_rows: bool = False, admission: Admission | None = None):
+        if admission is None:
+            admission = Admission(self._configuration(config, method), num_slots, keep_rows)
+        elif config is not None:
+            raise SnapevalError(f"config={config!r} is given with an admission, which names the configurations; "
+                                "allowed: one of them")
+        if not isinstance(compile, bool) and compile not in COMPILE_MODES:
+            raise SnapevalError(f"compile={compile!r} is invalid; allowed: True, False or one of {', '.join(COMPILE_MODES)}")
+        decoding = DecodeChoices() if decoding is None else decoding
+        if decoding.capture and compile:
+            raise SnapevalError(f"capture=True with compile={compile!r} is invalid; allowed: one of them (capture "
+                                "records the eager step as a CUDA graph, compile's reduce-overhead mode its own)")
+        self.model, self.tokenizer, self.seed, self.decoding = model, tokenizer, seed, decoding
+        self.admission, self.num_slots = admission, admission.num_slots
+        self.config = admission.configs[0]  # the first (an engine of one configuration: its only) configuration
+        self.device = input_device(model)  # token ids, positions and logits; each layer's rows live on its device
+        self.layer_devices = layer_devices(model)
+        self.dtype = next(model.parameters()).dtype
+        self.row_shape = (model.config.num_key_value_heads, head_dim(model.config))
+        self.prefill_cache = admission.prefill_cache(self)  # reset, reused by prefills (None: the caller's rows)
+        #: a capture the run asked for by name (``capture: true``): failing to record it is an error, not a fallback
+        self.capture_required = decoding.capture and decoding.capture_required
+        self.captured = decoding.capture and self._can_capture(model)
+        self.always_mask = bool(compile) or self.captured
+        #: the recorded steps (greedy, sampled), each at the first generate that needs it after each allocation
+        self._graphs: dict[bool, CapturedDecodeStep] = {}
+        self._sampling = False  # whether the current call samples (its step also draws: SlotSampler)
+        self.stops = stop_token_ids(model, tokenizer)
+        self.pad_id = pad_token_id(tokenizer)
+        self.input_ids = torch.full((self.num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
+        self.position_ids = torch.zeros(self.num_slots, 1, dtype=torch.long, device=self.device)
+        self.sampler = SlotSampler(self.num_slots, self.device)
+        for tensor in (self.input_ids, self.position_ids, *self.sampler.tensors()):  # written in place: graphs read them
+            torch._dynamo.mark_static_address(tensor)
+        self.compiled = bool(compile)
+        mode = compile if isinstance(compile, str) else None
+        # the step function, not a bound method: an engine that held its own method would sit in a reference cycle,
+        # and its rows (gigabytes on a GPU) would outlive it until the cyclic collector happened to run
+        self._step_functions = {sampled: torch.compile(step, dynamic=False, mode=mode) if compile else step
+                                for sampled, step in STEPS.items()}
+        self.cache = None
+        self._allocate()
+        self.stats = EngineStats(num_slots=self.num_slots)
+
+    @staticmethod
+    def _configuration(config: MethodConfig | int, method: str) -> MethodConfig:
+        """``config`` as a method configuration the engine runs (an integer: a budget of ``method``)."""
         if is_int(config):
             config = resolve_method(method, budget=config)
         if not isinstance(config, MethodConfig):
@@ -162,46 +281,7 @@ class Engine:
                 f"method={config.method!r} is not supported by the engine; choose one of: {', '.join(ENGINE_METHODS)} "
                 "(methods with a static-row layout; use snapeval.generate for the others)"
             )
-        if not isinstance(compile, bool) and compile not in COMPILE_MODES:
-            raise SnapevalError(f"compile={compile!r} is invalid; allowed: True, False or one of {', '.join(COMPILE_MODES)}")
-        if capture and compile:
-            raise SnapevalError(f"capture=True with compile={compile!r} is invalid; allowed: one of them (capture "
-                                "records the eager step as a CUDA graph, compile's reduce-overhead mode its own)")
-        check_int("num_slots", num_slots, 1)
-        self.model, self.tokenizer, self.config, self.num_slots, self.seed = model, tokenizer, config, num_slots, seed
-        self.keep_rows = bool(keep_rows)
-        self.device = input_device(model)  # token ids, positions and logits; each layer's rows live on its device
-        self.layer_devices = layer_devices(model)
-        self.dtype = next(model.parameters()).dtype
-        cfg = model.config
-        self.cache_class = method_info(config).static_cache_class()
-        self.fixed_size = method_info(config).fixed_size
-        self.cache = self.cache_class(model, config, decode_kernel=decode_kernel)
-        self.prefill_cache = self.cache_class(model, config, decode_kernel=decode_kernel)  # reset, reused by prefills
-        self.decode_kernel = decode_kernel
-        self._row_shape = (cfg.num_key_value_heads, head_dim(cfg))
-        #: a capture the run asked for by name (``capture: true``): failing to record it is an error, not a fallback
-        self.capture_required = bool(capture) and bool(capture_required)
-        self.captured = bool(capture) and self._can_capture(model)
-        self._always_mask = bool(compile) or self.captured
-        #: the recorded steps (greedy, sampled), each at the first generate that needs it after each allocation
-        self._graphs: dict[bool, CapturedDecodeStep] = {}
-        self._sampling = False  # whether the current call samples (its step also draws: SlotSampler)
-        self.stops = stop_token_ids(model, tokenizer)
-        self.pad_id = pad_token_id(tokenizer)
-        self.input_ids = torch.full((num_slots, 1), self.pad_id, dtype=torch.long, device=self.device)
-        self.position_ids = torch.zeros(num_slots, 1, dtype=torch.long, device=self.device)
-        self.sampler = SlotSampler(num_slots, self.device)
-        for tensor in (self.input_ids, self.position_ids, *self.sampler.tensors()):  # written in place: graphs read them
-            torch._dynamo.mark_static_address(tensor)
-        self.compiled = bool(compile)
-        mode = compile if isinstance(compile, str) else None
-        # the step function, not a bound method: an engine that held its own method would sit in a reference cycle,
-        # and its rows (gigabytes on a GPU) would outlive it until the cyclic collector happened to run
-        self._step_functions = {sampled: torch.compile(step, dynamic=False, mode=mode) if compile else step
-                                for sampled, step in STEPS.items()}
-        self._allocate(config.budget if self.fixed_size else 1)
-        self.stats = EngineStats(num_slots=num_slots)
+        return config
 
     @property
     def method(self) -> str:
@@ -220,39 +300,33 @@ class Engine:
                        "device; this model's layers are on %s)", ", ".join(sorted(map(str, devices))))
         return False
 
-    def _allocate(self, slots: int) -> None:
-        """(Re)allocate every row with ``slots`` slots (compiled or captured: one graph, the mask always given;
+    def _allocate(self) -> None:
+        """(Re)allocate every row at its admission's slots (compiled or captured: one graph, the mask always given;
         eager: no mask when every slot is valid). A recorded graph of the old rows is dropped."""
         self._release_graph()
-        self.cache.allocate_rows(self.num_slots, *self._row_shape, self.dtype, self.layer_devices,
-                                 always_mask=self._always_mask, slots=slots)
-        self.slots = slots
+        self.admission.allocate(self)
         for slot in range(self.num_slots):
             self._park(slot)
-
-    def _size_rows(self, requests: list[Request]) -> None:
-        """An appending cache needs, per row, its kept prompt plus every token it may decode: rows are sized for the
-        largest request of the call (reallocated only when they must grow)."""
-        if self.fixed_size:
-            return
-        kept = max(self.config.kept_tokens(len(r.prompt)) for r in requests)
-        needed = kept + max(r.params.max_new_tokens for r in requests)
-        if needed > self.slots:
-            self._allocate(needed)
 
     # --- public API ---------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompts: Sequence[Sequence[int] | str],
                  sampling: SamplingParams | Sequence[SamplingParams] | None = None, *,
-                 prefill: PrefillFn | None = None) -> list[Completion]:
+                 prefill: PrefillFn | None = None, segments: Sequence[int] | None = None) -> list[Completion]:
         """Run every prompt to completion; completions come back in input order. :attr:`stats` holds the totals.
 
         ``prompts``: token-id lists (used as given) or strings (tokenized without special tokens).
         ``sampling``: one :class:`SamplingParams` for all, one per prompt, or ``None`` (greedy, defaults).
         ``prefill``: how a prompt becomes a decode row (default :meth:`prefill`); a shared prefill
-        (:mod:`snapeval.branching`) passes rows it built from one prefill for several methods and budgets.
+        (:mod:`snapeval.branching`) passes rows it built from one prefill for several methods and budgets; required
+        where the admission builds no rows itself (a segmented engine's).
+        ``segments``: each request's group of rows, where the admission has groups
+        (:class:`~snapeval.engine.segmented.SegmentAdmission`: request ``i`` decodes in segment ``segments[i]``).
         """
         requests = self._requests(prompts, sampling)
+        if prefill is None and self.prefill_cache is None:
+            raise SnapevalError(PREFILL_BY_CALLER)
+        self.admission.assign(requests, segments)
         install(self.model)  # the `snapstream` attention (idempotent; another caller may have switched it)
         self._prepare(requests)
         return self._run(requests, prefill or self.prefill)
@@ -262,14 +336,14 @@ class Engine:
         any row is loaded: a caller that then builds a request's row in place (:meth:`~snapeval.cache.base.
         CompressedKVCache.load_row_layer` into :attr:`cache`, one layer at a time) decodes it with :meth:`generate`
         and a ``prefill`` that returns ``(logits, None)``."""
-        self._prepare([Request(index=0, prompt=[self.pad_id] * prompt_tokens, params=sampling)])
+        request = Request(index=0, prompt=[self.pad_id] * prompt_tokens, params=sampling)
+        self.admission.assign([request], None)
+        self._prepare([request])
 
     def _prepare(self, requests: list[Request]) -> None:
         """Rows sized for ``requests``, and the step of their kind (greedy, or sampling) recorded if it is not yet."""
-        if self.keep_rows and len(requests) > self.num_slots:
-            raise SnapevalError(f"prompts: {len(requests)} requests for an engine of num_slots={self.num_slots} that "
-                                f"keeps its rows; allowed: at most {self.num_slots} (one slot each)")
-        self._size_rows(requests)
+        if self.admission.grow(requests):
+            self._allocate()
         self._sampling = any(r.params.do_sample for r in requests)
         if self.captured and self._sampling not in self._graphs:
             self._record_graph()
@@ -289,7 +363,7 @@ class Engine:
         on the same addresses."""
         self._graphs[self._sampling] = CapturedDecodeStep(step=STEPS[self._sampling])
         try:
-            self._decode()
+            self.step_rows()
         except RuntimeError as exc:  # under auto, a step that cannot be captured decodes eagerly (captured: false)
             reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             if self.capture_required:
@@ -307,6 +381,8 @@ class Engine:
         """Prefill one prompt alone (batch 1) into the reusable prefill cache, which compresses it.
         Returns the last position's logits ``[V]`` and that cache."""
         cache = self.prefill_cache
+        if cache is None:
+            raise SnapevalError(PREFILL_BY_CALLER)
         cache.reset()
         return prefill_prompt(self.model, cache, torch.tensor([prompt], device=self.device))[0], cache
 
@@ -319,13 +395,13 @@ class Engine:
         self.stats = stats = EngineStats(num_slots=self.num_slots, requests=len(requests),
                                          prompt_tokens=sum(len(r.prompt) for r in requests))
         queue, active, done = deque(requests), {}, {}
-        if self.keep_rows:  # the previous call's rows, kept, go idle
+        if self.admission.keep_rows:  # the previous call's rows, kept, go idle
             for slot in range(self.num_slots):
                 self._park(slot)
         start = time.perf_counter()
         while queue or active:
             while queue and len(active) < self.num_slots:  # admission: refill free slots, one batch-1 prefill each
-                admitted = self._next_admission(queue, active)
+                admitted = self.admission.next(queue, active)
                 if admitted is None:
                     break
                 request, slot = admitted
@@ -342,12 +418,6 @@ class Engine:
         stats.generated_tokens = sum(c.generated_tokens for c in done.values())
         stats.prefill_seconds = sum(c.prefill_seconds for c in done.values())
         return [done[i] for i in range(len(requests))]
-
-    def _next_admission(self, queue: deque, active: dict[int, Request]) -> tuple[Request, int] | None:
-        """The request to admit next, taken off ``queue``, and its slot: the queue's head in the first free slot (in
-        the slot of its index when the engine keeps its rows); None: no request can be admitted now."""
-        slot = queue[0].index if self.keep_rows else next(s for s in range(self.num_slots) if s not in active)
-        return queue.popleft(), slot
 
     def _requests(self, prompts, sampling) -> list[Request]:
         if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
@@ -375,7 +445,7 @@ class Engine:
         request.first_token_at = time.perf_counter() - start
         finished = request.check_stop(token, self.stops, self.tokenizer)
         request.kv_bytes = cache.row_kv_bytes(0) if cache is not None else self.cache.row_kv_bytes(slot)
-        if cache is not None and (not finished or self.keep_rows):
+        if cache is not None and (not finished or self.admission.keep_rows):
             self.cache.load_row(slot, cache)
         if not finished:
             self.input_ids[slot, 0] = token
@@ -393,13 +463,15 @@ class Engine:
             return graph(self.model, self.cache, input_ids, position_ids, self.sampler)
         return self._step_functions[self._sampling](self.model, self.cache, input_ids, position_ids, self.sampler)
 
-    def _decode(self) -> torch.Tensor:
-        """One static decode step of every slot from :attr:`input_ids`; returns ``[num_slots, V]`` logits."""
+    def step_rows(self) -> torch.Tensor:
+        """One static decode step of every slot from :attr:`input_ids` (each slot's next token written back into it);
+        returns ``[num_slots, V]`` logits. What :meth:`generate` steps its rows with (a benchmark times it alone)."""
         self.position_ids.copy_(self.cache.next_positions()[:, None])
         return self._forward(self.input_ids, self.position_ids)
 
     def _step(self, active: dict[int, Request], done: dict[int, Completion], start: float) -> None:
-        self._decode()
+        self.admission.stepped(active)
+        self.step_rows()
         tokens = self.input_ids[:, 0].tolist()  # what the step chose for every slot: the one copy to the host
         self.stats.decode_steps += 1
         self.stats.active_slot_steps += len(active)
@@ -410,7 +482,7 @@ class Engine:
                 request.kv_bytes = self.cache.row_kv_bytes(slot)
                 done[request.index] = request.completion(self.tokenizer, time.perf_counter() - start)
                 del active[slot]
-                if not self.keep_rows:
+                if not self.admission.keep_rows:
                     self._park(slot)
 
     def _park(self, slot: int) -> None:

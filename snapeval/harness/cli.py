@@ -137,9 +137,9 @@ def run(args) -> int:
     limit = args.limit
     if limit is not None and limit >= 1:
         limit = int(limit)
-    model_args = {"pretrained": args.model, "method": args.method, "budget": args.budget, "run_args": run_args,
-                  **{f"press_{k}": v for k, v in press.items()}, **settings}
-    out = args.output or default_output(tasks, model_args, limit=limit, seed=args.seed, metadata=metadata)
+    named = {"pretrained": args.model, "method": args.method, "budget": args.budget, "run_args": run_args,
+             **{f"press_{k}": v for k, v in press.items()}, **settings}  # what the output file is named by
+    out = args.output or default_output(tasks, named, limit=limit, seed=args.seed, metadata=metadata)
     from snapeval.preflight import check_output_file
 
     check_output_file(out, "--output")
@@ -148,6 +148,9 @@ def run(args) -> int:
     threads.apply()  # the cores free now, before torch is imported (a busy neighbour costs one thread, not two)
     from snapeval.harness.evaluate import evaluate
 
+    # the method configuration and the run arguments, each resolved once above, handed on unchanged (as a sweep
+    # cell hands on its own: snapeval.sweep.grid.Cell.evaluate_kwargs); the lm-eval model resolves neither again
+    model_args = {"pretrained": args.model, "config": config, "run_args": run_args}
     results = evaluate(model_args, tasks, limit=limit, seed=args.seed, metadata=metadata,
                        max_gen_toks_cap=run_args.max_gen_toks or 256)  # parsed, not the flag's text
     write_results(out, results)

@@ -291,6 +291,9 @@ class SnapStreamLM(HFLM):
         self.documents: dict[str, list[int]] | None = None
         self.stats = RunStats()
         self.use_engine = engine_on
+        #: the run's decode choices on the model's device (its kernel, whether the engine captures its step), resolved
+        #: once and handed to every engine and decode call
+        self.decoding = run_args.decode_choices(self.device)
         #: The engine's slots: as the run says; else on CUDA from the memory plan of each call's requests (None),
         #: and elsewhere max(batch size, 8).
         self.engine_slots = run_args.engine_slots
@@ -486,9 +489,7 @@ class SnapStreamLM(HFLM):
         slots = self.engine_slots if self.engine_slots is not None else self._planned_slots(prompts, params)
         if self._engine is None or self._engine.num_slots != slots:
             self._engine = Engine(self.model, self.tokenizer, self.method_config, num_slots=slots,
-                                  capture=self.run_args.capture_on(self.device),
-                                  decode_kernel=self.run_args.decode_kernel,
-                                  capture_required=self.run_args.capture == "true")
+                                  decoding=self.decoding)
         return self._finish_generations(requests, self._engine.generate(prompts, params))
 
     def _planned_slots(self, prompts, params) -> int:
@@ -535,7 +536,7 @@ class SnapStreamLM(HFLM):
             context = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=input_device(self.model))
             mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=context.device)
             run = generate_ids(self.model, self.tokenizer, context, mask, self.method_config, row_params,
-                               decode_kernel=self.run_args.decode_kernel)
+                               decoding=self.decoding)
             done = [request.completion(self.tokenizer, 0.0).text for request in run.requests]
             for request, text in zip(requests[start:start + size], done):
                 self.cache_hook.add_partial("generate_until", request.args, text)

@@ -81,8 +81,8 @@ class GroupPlan:
             back into an engine row on admission); the device holds none of them.
         host_budget_bytes, host_in_use_bytes: the host's budget for the group (in use included; None: not
             considered) and what the process held there when the group started.
-        shared_step: the configurations decoded in rows share one engine (:class:`~snapeval.engine.segmented.
-            SegmentedEngine`): one step decodes every one of their rows, each in its own segment, the weights read
+        shared_step: the configurations decoded in rows share one engine (:func:`~snapeval.engine.segmented.
+            segmented_engine`): one step decodes every one of their rows, each in its own segment, the weights read
             once for all of them; each has ``rows`` rows and the engines' rows are held together.
     """
 

@@ -3,7 +3,7 @@
 Everything is closed-form arithmetic on the model architecture (``ModelPreset``), the hardware spec, the deployment
 and the cache method's own description of itself (a resolved :class:`~snapeval.cache.config.MethodConfig`: its KV
 slots, its kept tokens over the decode, its prefill work), so one point costs well under a millisecond.
-docs/simulator.md explains each term and the source of each default; ``benchmarks/simulator_calibration.py``
+docs/simulator.md explains each term and the source of each default; ``benchmarks/studies/simulator_calibration.py``
 compares the results with every published figure.
 
 Decode step, per socket (the slowest socket sets the pace):
