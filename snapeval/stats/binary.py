@@ -30,7 +30,7 @@ from statistics import NormalDist
 import numpy as np
 
 
-def _scipy_stats():
+def scipy_stats():
     """scipy.stats, imported where a figure is computed (not when a command's parser is built: 1-3 s)."""
     from scipy import stats
 
@@ -42,7 +42,7 @@ _NORMAL = NormalDist()
 
 def _binom_pmf(n: int) -> np.ndarray:
     """P[X = k], k = 0..n, for X ~ Binomial(n, 1/2)."""
-    return _scipy_stats().binom.pmf(np.arange(n + 1), n, 0.5)
+    return scipy_stats().binom.pmf(np.arange(n + 1), n, 0.5)
 
 
 def midp_all(discordant: int, alternative: str) -> np.ndarray:

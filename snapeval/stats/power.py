@@ -29,15 +29,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from snapeval.stats.binary import midp_all
-
-
-def _scipy_stats():
-    """scipy.stats, imported where a figure is computed (not when a command's parser is built: 1-3 s)."""
-    from scipy import stats
-
-    return stats
-
+from snapeval.stats.binary import midp_all, scipy_stats
 
 POWER = 0.80
 #: The drop `snapeval regress` reports its power against, and `configs/regression.yaml` is sized for.
@@ -73,11 +65,12 @@ def mcnemar_power(n: int, p_worse: float, p_better: float, alpha: float, alterna
         return 0.0
     worse_at, better_at = _rejection_region(int(n), float(alpha), alternative)
     d = np.arange(n + 1)
-    p_d = _scipy_stats().binom.pmf(d, n, min(psi, 1.0))
+    binom = scipy_stats().binom
+    p_d = binom.pmf(d, n, min(psi, 1.0))
     share = p_worse / psi
-    reject = _scipy_stats().binom.sf(worse_at - 1, d, share)  # P(W >= worse_at)
+    reject = binom.sf(worse_at - 1, d, share)  # P(W >= worse_at)
     if alternative == "two-sided":
-        reject = reject + np.where(better_at >= 0, _scipy_stats().binom.cdf(better_at, d, share), 0.0)
+        reject = reject + np.where(better_at >= 0, binom.cdf(better_at, d, share), 0.0)
     return float(np.clip((p_d * reject).sum(), 0.0, 1.0))
 
 
