@@ -240,10 +240,11 @@ def gguf_tokenizer_folder(gguf: Path) -> Path:
     made, else one of the tokenizer alone, made once (a tokenizer needs none of the weights the conversion
     dequantizes)."""
     gguf = gguf.resolve()
-    converted = cache_dir() / "models" / _gguf_folder_name(gguf)
+    name = _gguf_folder_name(gguf)
+    converted = cache_dir() / "models" / name
     if (converted / "config.json").is_file():
         return converted
-    return build_model_folder(cache_dir() / "tokenizers" / _gguf_folder_name(gguf),
+    return build_model_folder(cache_dir() / "tokenizers" / name,
                               lambda tmp: tokenizer_from_gguf(gguf).save_pretrained(tmp), marker="tokenizer_config.json")
 
 
