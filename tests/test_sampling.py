@@ -184,3 +184,53 @@ def test_the_sampled_steps_bytes_per_row_bound_every_tensor_it_holds():
         sample_rows(logits, *settings)
     per_row = peak.peak / rows
     assert per_row <= sampling_bytes_per_row(vocab) <= 1.6 * per_row, (per_row, sampling_bytes_per_row(vocab))
+
+
+def test_an_eager_step_draws_each_sampling_slot_what_every_row_drawn_draws():
+    """Differential: :meth:`SlotSampler.choose_eager` (an eager engine's step: draws only for the slots whose request
+    samples, from the candidates where they fit) gives every sampling slot the token :meth:`SlotSampler.choose` (every
+    row, the whole row sorted: what a captured step runs) gives it, with mixed settings in one batch (rows that fit the
+    candidates, rows that fall back, greedy rows); a parked slot and a greedy one get the argmax, every counter
+    advances."""
+    from snapeval.decoding import sampling
+
+    g = torch.Generator().manual_seed(3)
+    settings = [(0.1, 0, 0.95), (1.0, 0, 1.0), (0.6, 40, 0.95), (2.0, 0, 0.999), (1.0, 0, 0.9)]
+    fell_back = fit = 0
+    for case in range(40):
+        logits = torch.randn(7, 3000, generator=g) * (1 + case % 4)
+        if case % 2:
+            logits = logits.bfloat16().float()  # ties at the boundaries
+        every, eager = SlotSampler(7, "cpu"), SlotSampler(7, "cpu")
+        params = [SamplingParams(do_sample=True, temperature=t, top_k=k, top_p=p, seed=case * 10 + i)
+                  for i, (t, k, p) in enumerate(settings)] + [SamplingParams(), SamplingParams(do_sample=True, seed=9)]
+        for slot, p in enumerate(params):
+            for sampler in (every, eager):
+                sampler.assign(slot, p, SampleStream(p.seed, drawn=case) if p.do_sample else None)
+        eager.park(6)  # idle: its output is ignored
+        fits = sampling.filter_candidates(logits[:5], every.temperature[:5], every.top_k[:5], every.top_p[:5],
+                                          candidates=sampling.CANDIDATES)[2]
+        fit, fell_back = fit + int(fits.sum()), fell_back + int((~fits).sum())
+        reference, tokens = every.choose(logits), eager.choose_eager(logits)
+        assert tokens[:5].tolist() == reference[:5].tolist()
+        assert tokens[5:].tolist() == logits[5:].argmax(-1).tolist()
+        assert torch.equal(eager.drawn, every.drawn)
+    assert fit > 40 and fell_back > 40  # both paths taken
+
+
+def test_an_eager_engine_samples_what_a_step_over_every_row_samples(tiny_tokenizer, monkeypatch):
+    """An eager engine (slots left idle, a greedy request beside sampled ones) decodes the same tokens as the same
+    engine stepping with :func:`~snapeval.engine.engine.sampled_step` (every row drawn, what a captured or compiled
+    step runs)."""
+    from snapeval.engine import Engine
+    from snapeval.engine import engine as engine_module
+    from tests.conftest import random_prompt, tiny_model
+
+    model = tiny_model("llama")
+    prompts = [random_prompt(n, seed=n) for n in (30, 12, 55, 41, 23)]
+    sampling = [SamplingParams(max_new_tokens=9 + s, do_sample=True, temperature=0.8, top_p=0.9, seed=s)
+                for s in range(4)] + [SamplingParams(max_new_tokens=7)]
+    eager = [c.token_ids for c in Engine(model, tiny_tokenizer, 20, num_slots=4).generate(prompts, sampling)]
+    monkeypatch.setitem(engine_module.EAGER_STEPS, True, engine_module.sampled_step)
+    every_row = [c.token_ids for c in Engine(model, tiny_tokenizer, 20, num_slots=4).generate(prompts, sampling)]
+    assert eager == every_row and len({tuple(t) for t in eager}) == 5

@@ -100,3 +100,38 @@ def test_env_data_dir_and_offline_fail_fast(broken_dir, monkeypatch):
 
     monkeypatch.setattr(data.socket, "create_connection", no_network)  # fail fast = no connection attempted at all
     assert data.hub_offline()
+
+
+def test_a_data_file_is_parsed_once_per_content(broken_dir, monkeypatch):
+    """A file loaded again is not parsed again while its bytes are unchanged (a sweep builds its tasks once per
+    cell), each load gets its own rows, and a file rewritten (the same size, the same second) is read anew."""
+    path = _write(broken_dir, [GOOD, GOOD.replace('"x"', '"y"')])
+    parsed = []
+    real = data.read_jsonl_located
+    monkeypatch.setattr(data, "read_jsonl_located", lambda p, schema: parsed.append(p) or real(p, schema))
+    first = aime.load(broken_dir)
+    first.rows[0]["Problem"] = "changed by a caller"
+    second = aime.load(broken_dir)
+    assert len(parsed) == 1 and second.rows[0]["Problem"] == "p" and second.sha256 == first.sha256
+    path.write_text(path.read_text().replace('"y"', '"z"'))  # the same size
+    third = aime.load(broken_dir)
+    assert len(parsed) == 2 and third.rows[1]["ID"] == "z" and third.sha256 != first.sha256
+
+
+def test_rows_shared_as_one_dataset_equal_the_rows_converted_whole():
+    """:func:`snapeval.tasks.hooks.dataset_with` (the rows' columns converted once per process, a task's columns added)
+    builds what :func:`~snapeval.tasks.hooks.as_dataset` of the whole rows builds: the same columns in the same order,
+    types and values (lm-eval hashes each doc as JSON: key order matters); a column a row already has falls back."""
+    from snapeval.tasks.hooks import as_dataset, dataset_with
+
+    rows = [{"ID": f"i{i}", "n": i, "text": "word " * i, "flag": i % 2 == 0} for i in range(7)]
+    loaded = data.LoadedData("toy", rows, "toy.jsonl", "digest-of-toy", len(rows))
+    extra = {"cot": True, "max_input_tokens": 512, "tokenizer_name": "", "data_rows_used": 7}
+    clusters = [f"c{i // 2}" for i in range(7)]
+    for _ in range(2):  # converted, then shared
+        ours = dataset_with(loaded, extra, {"cluster": clusters})["test"]
+        whole = as_dataset([{**r, **extra, "cluster": c} for r, c in zip(rows, clusters)])["test"]
+        assert ours.features == whole.features and ours.column_names == whole.column_names
+        assert [json.dumps(d) for d in ours] == [json.dumps(d) for d in whole]
+    clash = dataset_with(loaded, {"n": 0}, {"cluster": clusters})["test"]
+    assert clash["n"] == [0] * 7 and clash.column_names == ["ID", "n", "text", "flag", "cluster"]

@@ -144,11 +144,33 @@ def _row_settings(params: SamplingParams, device) -> tuple[torch.Tensor, ...]:
             torch.tensor([params.top_k], device=device), torch.tensor([params.top_p], device=device))
 
 
+def draw_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+              seeds: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    """The draw of every row of ``logits`` ``[R, V]`` (every row samples; settings ``[R]``), as :func:`sample_rows`
+    draws it, reading only the :data:`CANDIDATES` most likely tokens of each row whose top-k / top-p keeps fewer (a
+    partial top-k, no sort of the vocabulary) and sorting the whole row of the others. Eager only: it reads on the host
+    which rows fit (a captured or compiled step calls :func:`sample_rows`)."""
+    tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+    narrow = ((top_k > 0) | (top_p < 1.0)).nonzero()[:, 0]  # rows whose kept set may fit the candidates
+    whole = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
+    if len(narrow):
+        ordered, order, fits = filter_candidates(logits[narrow], temperature[narrow], top_k[narrow], top_p[narrow],
+                                                 candidates=CANDIDATES)
+        if bool(fits.any()):
+            fit = fits.nonzero()[:, 0]
+            rows = narrow[fit]
+            tokens[rows] = _draw(ordered[fit], order[fit], seeds[rows], drawn[rows])
+            whole[rows] = False
+    rest = whole.nonzero()[:, 0]
+    if len(rest):
+        ordered, order = filter_rows(logits[rest], temperature[rest], top_k[rest], top_p[rest])
+        tokens[rest] = _draw(ordered, order, seeds[rest], drawn[rest])
+    return tokens
+
+
 def choose(logits: torch.Tensor, params: SamplingParams, stream: SampleStream | None) -> int:
     """The next token of one request from its ``[V]`` logits (its stream advances by one draw when it samples):
-    :func:`sample_rows` of one row, so a request draws the same token alone as in any batch. A draw that top-k or
-    top-p confines to the :data:`CANDIDATES` most likely tokens reads only those (a partial top-k, no sort of the
-    vocabulary); one that needs more sorts the whole row, with the same result."""
+    :func:`draw_rows` of one row, so a request draws the same token alone as in any batch (:func:`sample_rows`)."""
     if not params.do_sample:
         return int(logits.argmax())
     device = logits.device
@@ -156,17 +178,14 @@ def choose(logits: torch.Tensor, params: SamplingParams, stream: SampleStream | 
     seeds = torch.tensor([stream.seed], device=device)
     drawn = torch.tensor([stream.drawn], device=device)
     stream.drawn += 1
-    if params.top_k or params.top_p < 1.0:
-        ordered, order, fits = filter_candidates(logits[None], *settings[1:4], candidates=CANDIDATES)
-        if bool(fits[0]):
-            return int(_draw(ordered, order, seeds, drawn)[0])
-    return int(sample_rows(logits[None], *settings, seeds, drawn)[0])
+    return int(draw_rows(logits[None], *settings[1:4], seeds, drawn)[0])
 
 
 class SlotSampler:
     """The sampling settings of an engine's ``rows`` slots as static tensors (``do_sample``, ``temperature``,
     ``top_k``, ``top_p``, ``seeds``, ``drawn``: ``[rows]``), written in place when a request takes a slot, read by
-    :meth:`choose` inside the (captured) step, whose ``drawn`` counters advance on the device."""
+    :meth:`choose` inside the (captured or compiled) step, whose ``drawn`` counters advance on the device; an eager
+    step calls :meth:`choose_eager`, which draws only for the slots whose request samples (kept on the host too)."""
 
     def __init__(self, rows: int, device):
         self.do_sample = torch.zeros(rows, dtype=torch.bool, device=device)
@@ -175,6 +194,7 @@ class SlotSampler:
         self.top_p = torch.ones(rows, dtype=torch.float32, device=device)
         self.seeds = torch.zeros(rows, dtype=torch.long, device=device)
         self.drawn = torch.zeros(rows, dtype=torch.long, device=device)
+        self.sampling_slots: set[int] = set()  # slots whose current request samples (host side, for choose_eager)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return self.do_sample, self.temperature, self.top_k, self.top_p, self.seeds, self.drawn
@@ -187,9 +207,26 @@ class SlotSampler:
         self.top_p[slot] = params.top_p
         self.seeds[slot] = stream.seed if stream is not None else 0
         self.drawn[slot] = stream.drawn if stream is not None else 0
+        (self.sampling_slots.add if params.do_sample else self.sampling_slots.discard)(slot)
+
+    def park(self, slot: int) -> None:
+        """Slot ``slot`` went idle: its output is ignored, so :meth:`choose_eager` no longer draws for it."""
+        self.sampling_slots.discard(slot)
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
-        """Every slot's next token ``[rows]`` from ``logits`` ``[rows, V]``; each slot's counter advances."""
+        """Every slot's next token ``[rows]`` from ``logits`` ``[rows, V]``; each slot's counter advances. Pure tensor
+        operations: what a captured or compiled step runs."""
         tokens = sample_rows(logits, *self.tensors())
+        self.drawn.add_(1)
+        return tokens
+
+    def choose_eager(self, logits: torch.Tensor) -> torch.Tensor:
+        """:meth:`choose` with the same token for every slot whose request samples (the argmax for the others, idle
+        ones included), drawn only for those (:func:`draw_rows`), not for every row of the engine."""
+        tokens = logits.argmax(-1)
+        if self.sampling_slots:
+            rows = torch.tensor(sorted(self.sampling_slots), device=logits.device)
+            tokens[rows] = draw_rows(logits[rows], self.temperature[rows], self.top_k[rows], self.top_p[rows],
+                                     self.seeds[rows], self.drawn[rows])
         self.drawn.add_(1)
         return tokens

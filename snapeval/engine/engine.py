@@ -107,9 +107,21 @@ def sampled_step(model, cache, input_ids: torch.Tensor, position_ids: torch.Tens
     return logits
 
 
-#: The engine's step per kind of call (whether any request samples): what runs eagerly, compiled, or is recorded
-#: as a CUDA graph, sampling included.
+def eager_sampled_step(model, cache, input_ids: torch.Tensor, position_ids: torch.Tensor, sampler: SlotSampler
+                       ) -> torch.Tensor:
+    """:func:`sampled_step` of an engine that neither compiles nor captures its step: the same tokens, drawn only for
+    the slots whose request samples (:meth:`~snapeval.decoding.sampling.SlotSampler.choose_eager`), not for every
+    row (the whole vocabulary of every row sorted at every step)."""
+    logits = decode_step(model, cache, input_ids, position_ids)
+    input_ids[:, 0].copy_(sampler.choose_eager(logits))
+    return logits
+
+
+#: The engine's step per kind of call (whether any request samples): what runs compiled, or is recorded as a CUDA
+#: graph, sampling included (pure tensor operations) ...
 STEPS = {False: greedy_step, True: sampled_step}
+#: ... and what runs eagerly: the same tokens, a sampled call drawing only for the slots that sample.
+EAGER_STEPS = {False: greedy_step, True: eager_sampled_step}
 
 
 #: ``prefill(request_index, prompt_ids) -> (logits [V] of the last prompt position, a compressed cache whose row 0
@@ -262,8 +274,8 @@ class Engine:
         mode = compile if isinstance(compile, str) else None
         # the step function, not a bound method: an engine that held its own method would sit in a reference cycle,
         # and its rows (gigabytes on a GPU) would outlive it until the cyclic collector happened to run
-        self._step_functions = {sampled: torch.compile(step, dynamic=False, mode=mode) if compile else step
-                                for sampled, step in STEPS.items()}
+        self._step_functions = ({sampled: torch.compile(step, dynamic=False, mode=mode) for sampled, step in STEPS.items()}
+                                if compile else dict(EAGER_STEPS))
         self.cache = None
         self._allocate()
         self.stats = EngineStats(num_slots=self.num_slots)
@@ -489,4 +501,5 @@ class Engine:
         """Idle ``slot`` (:meth:`~snapeval.cache.base.CompressedKVCache.park_row`) fed the pad token (later steps
         feed it whatever they chose for it; its output is ignored)."""
         self.cache.park_row(slot)
+        self.sampler.park(slot)
         self.input_ids[slot, 0] = self.pad_id

@@ -198,16 +198,38 @@ def load_dataset_rows(spec: DatasetSpec, data_dir: str | os.PathLike | None = No
     else:
         rows, where, digests = [], [], []
         for rel in spec.local_files:
-            path = directory / rel
-            part, located = read_jsonl_located(path, spec.schema)
+            part, located, digest = _read_local(spec, directory / rel)
             rows.extend(part)
             where.extend(located)
-            digests.append(sha256_file(path))
+            digests.append(digest)
         source = ",".join(str(directory / rel) for rel in spec.local_files)
         data = LoadedData(spec.name, rows, source, digests[0] if len(digests) == 1 else "+".join(digests), len(rows),
                           where=where)
     register_loaded(data)
     return data
+
+
+#: Local data files this process has read and validated, by (dataset, path, SHA-256 of the bytes): their rows and
+#: ``file:line`` of each. A sweep builds a task once per cell; LongBench-v2's file (137 MB) takes seconds to parse
+#: and validate and a fraction of that to hash, so a file is hashed at every load and parsed once per content.
+_READ: dict[tuple[str, str, str], tuple[list[dict], list[str]]] = {}
+_READ_LOCK = threading.Lock()
+
+
+def _read_local(spec: DatasetSpec, path: Path) -> tuple[list[dict], list[str], str]:
+    """``path``'s validated rows (copies: a caller may change them), ``file:line`` of each, and its SHA-256."""
+    if not path.is_file():
+        read_jsonl_located(path, spec.schema)  # its one-line error
+    digest = sha256_file(path)
+    key = (spec.name, str(path), digest)
+    with _READ_LOCK:
+        known = _READ.get(key)
+    if known is None:
+        known = read_jsonl_located(path, spec.schema)
+        with _READ_LOCK:
+            _READ[key] = known
+    rows, where = known
+    return [dict(r) for r in rows], list(where), digest
 
 
 def _hub_rows(spec: DatasetSpec) -> Iterable[dict]:
