@@ -109,21 +109,31 @@ def row(rng, name, sizes, icc, margin, scenario, p_better, datasets: int = DATAS
 GS_DATASETS = 2000
 GS_MARGINS = (0.02, 0.05, 0.10)
 GS_ICC = 0.3
-#: Candidate designs (name, :func:`simulate_design` settings); the first is the default. The last three account for
-#: what changed since issue #61's design: that design (O'Brien-Fleming-like, the non-inferior side at every look, the
-#: items left taken as tied for reach), then each of this design's two changes alone.
+#: Candidate designs (name, :func:`simulate_design` settings); the first is the default (Hwang-Shih-DeCani -3, the
+#: non-inferior side re-planned where a tied run would stop only after 60% of the items: :func:`plan_bounds`), the
+#: second the default before that re-plan, the rest without it. Three account for what changed since issue #61's
+#: design: that design (O'Brien-Fleming-like, the non-inferior side at every look, the items left taken as tied for
+#: reach), then each of the two changes alone. The last five: the re-plan at the target's own ratio, the out-of-reach
+#: stop turned off, and the not-non-inferior side spending faster.
 CANDIDATES = (
-    ("hsd-3", {"spending": "hsd-3"}),
-    ("obrien-fleming", {"spending": "obrien-fleming"}),
-    ("hsd-4", {"spending": "hsd-4"}),
-    ("hsd-2", {"spending": "hsd-2"}),
-    ("hsd-1", {"spending": "hsd-1"}),
-    ("pocock", {"spending": "pocock"}),
-    ("hsd-3, futility 0.05", {"spending": "hsd-3", "futility": 0.05}),
+    ("hsd-3, tied run re-planned", {"spending": "hsd-3"}),
+    ("hsd-3", {"spending": "hsd-3", "tied_ratio": 0.0}),
+    ("obrien-fleming", {"spending": "obrien-fleming", "tied_ratio": 0.0}),
+    ("hsd-4", {"spending": "hsd-4", "tied_ratio": 0.0}),
+    ("hsd-2", {"spending": "hsd-2", "tied_ratio": 0.0}),
+    ("hsd-1", {"spending": "hsd-1", "tied_ratio": 0.0}),
+    ("pocock", {"spending": "pocock", "tied_ratio": 0.0}),
+    ("hsd-3, futility 0.05", {"spending": "hsd-3", "futility": 0.05, "tied_ratio": 0.0}),
     ("issue #61: obrien-fleming, non-inferior side at every look, tied reach",
-     {"spending": "obrien-fleming", "reachable_looks": False, "tied_reach": True}),
-    ("obrien-fleming, non-inferior side at every look", {"spending": "obrien-fleming", "reachable_looks": False}),
-    ("obrien-fleming, tied reach", {"spending": "obrien-fleming", "tied_reach": True}),
+     {"spending": "obrien-fleming", "reachable_looks": False, "tied_reach": True, "tied_ratio": 0.0}),
+    ("obrien-fleming, non-inferior side at every look",
+     {"spending": "obrien-fleming", "reachable_looks": False, "tied_ratio": 0.0}),
+    ("obrien-fleming, tied reach", {"spending": "obrien-fleming", "tied_reach": True, "tied_ratio": 0.0}),
+    ("hsd-3, tied run re-planned at a canonical power ratio of 0.90", {"spending": "hsd-3", "tied_ratio": 0.9}),
+    ("hsd-3, no out-of-reach stop", {"spending": "hsd-3", "tied_ratio": 0.0, "reach_level": 0.0}),
+    ("hsd-3, not-non-inferior side hsd-2", {"spending": "hsd-3", "other_spending": "hsd-2", "tied_ratio": 0.0}),
+    ("hsd-3, not-non-inferior side hsd-1", {"spending": "hsd-3", "other_spending": "hsd-1", "tied_ratio": 0.0}),
+    ("hsd-3, not-non-inferior side hsd0", {"spending": "hsd-3", "other_spending": "hsd0", "tied_ratio": 0.0}),
 )
 
 
@@ -189,6 +199,9 @@ def gs_rows(rng, datasets: int = GS_DATASETS) -> list[dict]:
                         r[f"{key}: agreement_non_inferior"] = float(((label == 1) == (fixed == 1)).mean())
                     fixed_power = r["no_change: non_inferior_fixed"]
                     r["power_ratio"] = r["no_change: non_inferior"] / fixed_power if fixed_power > 0 else None
+                    fixed_other = r["3_margins: not_non_inferior_fixed"]
+                    r["power_ratio_not_non_inferior"] = (r["3_margins: not_non_inferior"] / fixed_other
+                                                         if fixed_other > 0 else None)
                     out.append(r)
                     if design == CANDIDATES[0][0]:
                         print(f"GS {name:<40} margin {margin:.2f} {scenario:<17} false NI "
@@ -259,6 +272,9 @@ def gs_summary(rows: list[dict]) -> dict:
                                                 r["3_margins: coverage_fixed"]) for r in mine),
                 "smallest_power_ratio_where_fixed_power_at_least_0.5": min(
                     (r["power_ratio"] for r in powered), default=None),
+                "smallest_not_non_inferior_power_ratio_at_3_margins_where_fixed_at_least_0.5": min(
+                    (r["power_ratio_not_non_inferior"] for r in mine if r["3_margins: not_non_inferior_fixed"] >= 0.5),
+                    default=None),
                 "rows_with_fixed_power_at_least_0.5": len(powered),
                 "low_power_rows": [[r["margin"], r["scenario"], r["no_change: non_inferior"],
                                     r["no_change: non_inferior_fixed"]] for r in mine
@@ -286,6 +302,79 @@ def gs_summary(rows: list[dict]) -> dict:
             }
         out[design] = per
     return out
+
+
+def reach_bounds(rows: list[dict], looks: int = 4, powers=(0.9, 0.925, 0.95, 0.975, 0.99)) -> dict:
+    """What no design can do, for the rows where the default design uses more than 60% of the items on a clear effect
+    (no change with the fixed test's power >= 0.9, or a drop of 3 margins it shows with >= 0.9), on the canonical
+    model (:mod:`snapeval.stats.groupseq`: :func:`tied_stop_ratio`, :func:`least_share_bound`), each row placed at the
+    drift where the fixed test has the row's own power. A **tied run** (no change, worse only: no item discordant)
+    stops by 60% only if some look at or below 0.6 rejects everything from its statistic up; the largest worst power
+    ratio any design that does can keep is the Neyman-Pearson bound. **Other rows**: the least expected share of any
+    design at the search's equal looks keeping the power ratio >= 0.9 (Lagrangian dual of the optimal design
+    problem), with stops for futility allowed, and without (the not-non-inferior side has none of its own)."""
+    from snapeval.stats.groupseq import RATIO, least_share_bound, tied_stop_ratio
+
+    fractions = np.arange(1, looks + 1) / looks
+    table = {}
+    for power in powers:
+        got = table[f"{power:g}"] = {"any_design": least_share_bound(fractions, power, ALPHA)[0],
+                                     "no_futility_stops": least_share_bound(fractions, power, ALPHA, futility=False)[0]}
+        print(f"bound at fixed power {power:g}, {looks} looks: expected share >= {got['any_design']:.3f} (no futility "
+              f"stops {got['no_futility_stops']:.3f})", flush=True)
+    by_looks = {str(k): least_share_bound(np.arange(1, k + 1) / k, 0.9, ALPHA)[0] for k in (2, 3, 4, 5, 6, 8, 10)}
+    print("bound at fixed power 0.9 by equal looks: " + ", ".join(f"{k}: {v:.3f}" for k, v in by_looks.items()),
+          flush=True)
+    chosen = CANDIDATES[0][0]
+    out = []
+    for r in rows:
+        if r["design"] != chosen:
+            continue
+        for truth, key, fixed_key in (("no change", "no_change", "no_change: non_inferior_fixed"),
+                                      ("3 margins", "3_margins", "3_margins: not_non_inferior_fixed")):
+            fixed, share = r[fixed_key], r[f"{key}: mean_items_share"]
+            if fixed < 0.9 or share <= 0.6:
+                continue
+            entry = {"layout": r["layout"], "margin": r["margin"], "scenario": r["scenario"], "truth": truth,
+                     "items_share": share, "fixed_power": fixed}
+            if truth == "no change" and r["scenario"] == "worse only":
+                tied = r["tied_reach_share"]
+                best = {k: max([(tied_stop_ratio(j / k, tied, ALPHA), j / k) for j in range(1, k + 1)
+                                if tied - 1e-12 <= j / k <= 0.6 + 1e-12], default=(0.0, None)) for k in range(1, 11)}
+                top = max(best, key=lambda k: best[k][0])
+                entry.update({"tied_reach_share": tied, "tied_stop_ratio_bound": best[looks][0],
+                              "tied_stop_look": best[looks][1], "best_equal_looks": top,
+                              "tied_stop_ratio_bound_best_looks": best[top][0]})
+                if tied > 0.6:
+                    entry["verdict"] = (f"out of reach for any design: a tied run's statistic reaches z_(1-alpha), "
+                                        f"below which no valid boundary lies, only at {tied:.2f} of the items")
+                elif best[looks][0] < RATIO:
+                    entry["verdict"] = (f"out of reach with {looks} equal looks: a design stopping a tied run by 60% "
+                                        f"keeps at most {best[looks][0]:.3f} of the fixed test's power (< {RATIO}); "
+                                        f"with {top} equal looks at most {best[top][0]:.3f} (a look at "
+                                        f"{best[top][1]:.2f})")
+                else:
+                    entry["verdict"] = (f"not out of reach: a design stopping a tied run at {best[looks][1]:.2f} can "
+                                        f"keep up to {best[looks][0]:.3f} of the fixed test's power")
+            else:
+                power = min(fixed, 0.999)
+                bound = least_share_bound(fractions, power, ALPHA)[0]
+                plain = least_share_bound(fractions, power, ALPHA, futility=False)[0]
+                entry.update({"least_share_any_design": bound, "least_share_no_futility_stops": plain})
+                if bound > 0.6:
+                    entry["verdict"] = f"out of reach for any {looks}-look design: expected share >= {bound:.3f}"
+                elif plain > 0.6:
+                    entry["verdict"] = (f"out of reach for {looks}-look designs without stops for futility (>= "
+                                        f"{plain:.3f}); with them >= {bound:.3f}, not shown out of reach")
+                else:
+                    entry["verdict"] = (f"not out of reach: the bound is {bound:.3f} ({plain:.3f} without stops for "
+                                        "futility)")
+            print(f"bound: {entry['layout'][:24]} {entry['margin']:.2f} {entry['scenario']:<17} {truth:<9} items "
+                  f"{share:.3f}: {entry['verdict']}", flush=True)
+            out.append(entry)
+    return {"what": reach_bounds.__doc__.split("\n\n")[0].replace("\n   ", ""), "looks": looks,
+            "ratio": RATIO, "least_share_by_fixed_power": table,
+            "least_share_at_fixed_power_0.9_by_equal_looks": by_looks, "rows": out}
 
 
 def monotone_dips(rng, datasets: int = 400) -> list[dict]:
@@ -420,7 +509,10 @@ def main() -> None:
                       "Lan-DeMets boundaries on Tango's statistic at -margin on worst-case design-effect counts (each "
                       "side one-sided at alpha); the non-inferior side only at the looks whose items, all tied, could "
                       "reach z_(1-alpha) (plan time, the layout's worst-case design effect; the last look always), "
-                      "the other side at every look; out-of-reach futility (non-binding: the last look reached with "
+                      "re-planned where that design stops a tied run only after 60% of the items and a look at or "
+                      "below 60% can stop it keeping a canonical worst power ratio >= 0.94 (that look, at the tied "
+                      "run's own statistic, and the last with the rest of alpha), the other side at every look; "
+                      "out-of-reach futility (non-binding: the last look reached with "
                       "probability < 0.05 if the items left show no change at the discordance seen so far, and 'not "
                       "non-inferior' with conditional power < 0.10); the fixed-sample rule on the same data at the "
                       "last look",
@@ -429,7 +521,8 @@ def main() -> None:
             "truths": "at the margin: P(worse) = P(better) + margin; no change: P(worse) = P(better) (worse only: "
                       "no discordance at all); 3 margins: P(worse) = P(better) + 3 margins",
             "candidates": {name: options for name, options in CANDIDATES}, "chosen": CANDIDATES[0][0],
-            "summary": gs_summary(group_rows), "brownian_motion_limits": brownian_limits(), "rows": group_rows,
+            "summary": gs_summary(group_rows), "brownian_motion_limits": brownian_limits(),
+            "reach_bounds": reach_bounds(group_rows), "rows": group_rows,
             "cpu_seconds": gs_cpu},
         "monotone_check": {"what": "budgets 1024 and 256 unchanged (each item flipped with probability 'churn' "
                                    "against a reference solving half), 512 dips by 3 margins; --monotone with the "

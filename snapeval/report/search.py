@@ -54,7 +54,8 @@ NOT_REACHED = "not reached"
 class SearchSettings:
     """``design``: ``group-sequential`` (default: ``looks`` planned looks at equal shares of the items, whole
     clusters, Lan-DeMets boundaries with Hwang-Shih-DeCani gamma -3 spending on the fixed rule's statistic, the
-    non-inferior side only at looks where a tied run could reach it, and a non-binding futility rule
+    non-inferior side only at looks where a tied run could reach it (re-planned to stop a tied run by 60% of the
+    items where that keeps the power: :func:`snapeval.stats.groupseq.plan_bounds`), and a non-binding futility rule
     at conditional power ``futility``: :mod:`snapeval.stats.groupseq`) or ``e-process`` (a look after every batch of
     ``batch`` items, the anytime-valid test of :mod:`snapeval.stats.sequential`); ``seed``: the seed of the fixed
     random order of clusters; ``monotone``: the user accepts that accuracy does not fall as a method's budget grows
@@ -469,7 +470,8 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
     if settings.design == GROUP_SEQUENTIAL:
         how = (f"group-sequential: {settings.looks} planned looks at equal shares of the items, Lan-DeMets "
                f"boundaries (Hwang-Shih-DeCani γ = −3 spending) on Tango's statistic (the fixed rule's), the "
-               f"non-inferior side only at looks where a tied run could reach it, a cell stopped once "
+               f"non-inferior side only at looks where a tied run could reach it (re-planned to stop a tied run by "
+               f"60% of the items where that keeps the power), a cell stopped once "
                f"non-inferiority is out of reach" + (f" or at conditional power below {settings.futility:g}"
                                                       if settings.futility else "") + " (non-binding futility)")
     else:
