@@ -93,3 +93,56 @@ def test_bad_arguments(tok):
         synthetic.kv_needle(tok, 500, num_needles=2, num_queries=3)
     with pytest.raises(SnapevalError, match="depth=1.5"):
         synthetic.passkey(tok, 500, depth=1.5)
+
+
+def _bisect_from_zero(tokens, length: int, guess: int) -> int:
+    """The search :func:`synthetic.most_that_fit` replaced: a bisection from 0 (its bracket doubled until it no
+    longer fits), the reference it must equal."""
+    lo, hi = 0, max(1, guess) * 2 + 8
+    while tokens(hi) <= length:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if tokens(mid) <= length else (lo, mid)
+    return lo
+
+
+def test_the_secant_search_finds_what_a_bisection_from_zero_finds():
+    """Differential: on random nondecreasing token counts (plateaus included) and guesses from far below to far above
+    the answer, :func:`synthetic.most_that_fit` returns the largest count that fits, as the bisection does."""
+    import random
+
+    rng = random.Random(5)
+    for case in range(400):
+        steps = [rng.choice((0, 1, 4, 5, 6, 7, 11)) for _ in range(3000)]
+        counts = [rng.randint(0, 60)]
+        for s in steps:
+            counts.append(counts[-1] + s)
+        tokens = lambda n: counts[n] if n < len(counts) else counts[-1] + 7 * (n - len(counts) + 1)
+        length = rng.randint(counts[0], counts[1500])
+        truth = max(n for n in range(len(counts)) if counts[n] <= length)
+        guess = max(0, int(truth * rng.choice((0.01, 0.5, 0.97, 1.0, 1.03, 2.0, 10.0))))
+        assert synthetic.most_that_fit(tokens, length, guess) == truth == _bisect_from_zero(tokens, length, guess)
+
+
+@pytest.mark.parametrize("task", synthetic.TASKS)
+def test_prompts_are_those_of_the_bisection_on_a_real_tokenizer(task, monkeypatch):
+    """The same prompts, needles and token counts on SmolLM2's own tokenizer as with the bisection from 0 (whose
+    prompts the committed quickstart and regression baseline hold), at 256 and 1,024 tokens, in fewer tokenizations."""
+    from snapeval.models import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    counted = {"count": 0}
+    real = synthetic.count_tokens
+
+    def counting(tok, text):
+        counted["count"] += 1
+        return real(tok, text)
+
+    monkeypatch.setattr(synthetic, "count_tokens", counting)
+    ours = [s.to_doc() for s in synthetic.generate(task, tokenizer, [256, 1024], 3, seed=1)]
+    fewer = counted["count"]
+    monkeypatch.setattr(synthetic, "most_that_fit", _bisect_from_zero)
+    counted["count"] = 0
+    assert ours == [s.to_doc() for s in synthetic.generate(task, tokenizer, [256, 1024], 3, seed=1)]
+    assert fewer < counted["count"]
