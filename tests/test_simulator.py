@@ -645,7 +645,7 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
     assert [p["fits"] for p in sweep["points"]] == [True, True, False]
     # any method of the table, its settings, a budget sweep of that method, a draft model
     assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
-                 "--method", "snapkv", "--budget", "2048", "--method-arg", "kernel=7", "--json"]) == 0
+                 "--method", "snapkv", "--budget", "2048", "--method-arg", "pool_kernel=7", "--json"]) == 0
     point = json.loads(capsys.readouterr().out)
     assert point["method"] == "snapkv@2048" and point["kv_bytes_per_seq"] == (2048 + 1024) * 131072
     assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",

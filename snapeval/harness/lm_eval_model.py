@@ -242,7 +242,7 @@ class SnapStreamLM(HFLM):
             raise SnapevalError("run_args must be a RunArgs given alone; allowed: run_args=RunArgs(...) or the "
                                 f"run arguments as model_args ({', '.join(RunArgs.names('model_args'))})")
         # A method's settings (every name some method of the table declares), typed as the method declares them.
-        given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in METHOD_TABLE.setting_names()]}
+        given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in METHOD_TABLE.user_keys()]}  # old ones too
         settings = settings_from_text(method, {k: v for k, v in given.items() if _coerce(k, v) is not None})
         press = {k[len("press_"):]: press_value(kwargs.pop(k)) for k in [k for k in kwargs if k.startswith("press_")]}
         if "cache_config" in kwargs:  # the old name of ``config`` (a documented argument until this release)
