@@ -159,7 +159,8 @@ def check_declared_architecture(pretrained: str, config: MethodConfig) -> None:
             declared = json.loads(Path(pretrained, "config.json").read_text()).get("model_type")
         except (OSError, ValueError):
             declared = None
-    if declared is not None and declared not in SUPPORTED_ARCHITECTURES and config.method != "full":
+    if declared is not None and declared not in SUPPORTED_ARCHITECTURES \
+            and not METHOD_TABLE.is_reference(config.method):  # the uncompressed reference runs any architecture
         raise SnapevalError(f"model {pretrained!r} is a {declared!r} model; method={config.method!r} supports: "
                             f"{', '.join(SUPPORTED_ARCHITECTURES)}")
 

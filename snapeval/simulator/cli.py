@@ -144,13 +144,13 @@ def _split(items: list[str], observation: int | float | None) -> dict:
 def method_for(name: str | None, settings: dict):
     """The resolved method configuration of a budget (None: the full cache): ``name`` (default snapstream) with
     its ``settings``; one-line errors from :func:`snapeval.cache.resolve_method`."""
-    from snapeval.cache import resolve_method
+    from snapeval.cache import METHOD_TABLE, resolve_method
     from snapeval.cache.methods import typed_settings
 
     settings = typed_settings(name or "snapstream", settings, where="--method-arg ")  # warned once, not per budget
 
     def resolve(budget: int | None):
-        if budget is None and name in (None, "full"):
+        if budget is None and (name is None or METHOD_TABLE.is_reference(name)):
             return resolve_method("full")
         return resolve_method(name or "snapstream", budget, **settings)
 
