@@ -140,3 +140,17 @@ def test_no_import_cycle_between_folders():
 @pytest.mark.parametrize("ground", GROUND)
 def test_ground_modules_import_nothing_of_snapeval(ground):
     assert import_graph()[ground] == set()
+
+
+def test_no_test_imports_benchmarks():
+    """A benchmark or a study is tested as its docs run it (``python -m benchmarks.<name> ...`` in a subprocess), and
+    a function a test needs belongs to ``snapeval/``: no test file imports ``benchmarks`` (at the top or inside a
+    function)."""
+    importing = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            importing += [f"{path.relative_to(ROOT)}:{node.lineno}" for name in names
+                          if name == "benchmarks" or name.startswith("benchmarks.")]
+    assert importing == []

@@ -15,10 +15,10 @@ from tests.conftest import TinyTokenizer, random_prompt, tiny_model
 
 CONFIGS = [
     FullConfig(),
-    SnapStreamConfig.from_budget(16), SnapStreamConfig.from_budget(24, observation=6, kernel=3),
+    SnapStreamConfig.from_budget(16), SnapStreamConfig.from_budget(24, observation=6, pool_kernel=3),
     SnapStreamConfig(sink=2, recent=8, topk=10, observation=8, pooling="max"),
     StreamingLLMConfig.from_budget(16), StreamingLLMConfig.from_budget(40),
-    SnapKVConfig.from_budget(16), SnapKVConfig(budget=24, observation=6, kernel=3),
+    SnapKVConfig.from_budget(16), SnapKVConfig(budget=24, observation=6, pool_kernel=3),
 ]
 
 

@@ -21,7 +21,7 @@ def test_budget_is_the_sum_of_the_split():
 
 def test_from_budget_documented_defaults():
     cfg = SnapStreamConfig.from_budget(1024)
-    assert (cfg.sink, cfg.recent, cfg.topk, cfg.observation, cfg.kernel, cfg.pooling) == (4, 512, 508, 32, 5, "avg")
+    assert (cfg.sink, cfg.recent, cfg.topk, cfg.observation, cfg.pool_kernel, cfg.pooling) == (4, 512, 508, 32, 5, "avg")
     assert cfg.budget == 1024
     small = SnapStreamConfig.from_budget(16)
     assert small.budget == 16 and small.topk == 0  # the ring must hold the observation window before top-k exists
@@ -34,9 +34,10 @@ def test_from_budget_documented_defaults():
         (dict(recent=0), "recent"),
         (dict(topk=-3), "topk"),
         (dict(observation=0), "observation"),
-        (dict(kernel=4), "kernel"),
-        (dict(kernel=0), "kernel"),
-        (dict(kernel=-3), "kernel"),
+        (dict(pool_kernel=4), "pool_kernel"),
+        (dict(pool_kernel=0), "pool_kernel"),
+        (dict(pool_kernel=-3), "pool_kernel"),
+        (dict(kernel=4), "pool_kernel"),  # the old spelling: the error names the setting as it is typed now
         (dict(pooling="median"), "pooling"),
         (dict(recent=8, topk=4, observation=16), "observation"),
         (dict(sink=1.5), "sink"),

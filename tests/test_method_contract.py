@@ -285,3 +285,21 @@ def test_the_example_method_is_a_sweep_method_entry():
     raw["methods"][1]["stride"] = 0
     with pytest.raises(SnapevalError, match=r"methods\[1\]\.stride: stride=0 is invalid; allowed: an integer >= 1"):
         parse_config(raw)
+
+
+def test_the_architecture_rule_asks_the_method_table_which_method_is_the_reference(tmp_path):
+    """A model of an architecture the compressed caches do not support is refused before loading unless its method is
+    the table's uncompressed reference (Hugging Face's own cache runs any architecture): the rule reads
+    ``METHOD_TABLE.is_reference``, not the name ``"full"``."""
+    import json
+
+    from snapeval.harness.lm_eval_model import check_declared_architecture
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    for name in METHOD_TABLE.names():
+        config = resolve_method(name, None if METHOD_TABLE.is_reference(name) else 64)
+        if METHOD_TABLE.is_reference(name):
+            check_declared_architecture(str(tmp_path), config)
+        else:
+            with pytest.raises(SnapevalError, match=f"is a 'gpt2' model; method='{name}' supports: llama"):
+                check_declared_architecture(str(tmp_path), config)

@@ -291,17 +291,18 @@ def test_an_unknown_method_argument_and_deprecated_spellings(tiny_dir, capsys):
 
     argv = ["run", "--task", "x", "--model", str(tiny_dir), "--method", "snapkv", "--budget", "64"]
     assert cli([*argv, "--method-arg", "sink=4"]) == 2
-    _one_line(capsys.readouterr().err, "'sink'", "allowed settings: observation, kernel, pooling")
+    _one_line(capsys.readouterr().err, "'sink'", "allowed settings: observation, pool_kernel, pooling")
     assert cli([*argv, "--method-arg", "kernel"]) == 2
     _one_line(capsys.readouterr().err, "--method-arg='kernel'", "NAME=VALUE")
     assert cli([*argv, "--method-arg", "kernel=3", "--method-arg", "kernel=5"]) == 2
     _one_line(capsys.readouterr().err, "kernel is given twice")
-    with pytest.warns(DeprecationWarning, match="--method-arg kernel=4"):
+    with pytest.warns(DeprecationWarning, match="--method-arg pool_kernel=4") as warned:
         assert cli([*argv, "--kernel", "4"]) == 2  # the old flag still reaches the method's check
-    _one_line(capsys.readouterr().err, "kernel=4", "a positive odd integer")
+    assert len(warned) == 1  # one line: the flag's, which names the setting as it is typed now
+    _one_line(capsys.readouterr().err, "pool_kernel=4", "a positive odd integer")
     with pytest.warns(DeprecationWarning, match="--split"):
-        assert cli(["simulate", "--budget", "64", "--split", "kernel=4"]) == 2
-    _one_line(capsys.readouterr().err, "kernel=4")
+        assert cli(["simulate", "--budget", "64", "--split", "pool_kernel=4"]) == 2
+    _one_line(capsys.readouterr().err, "pool_kernel=4")
 
 
 def test_the_lm_eval_model_is_registered_as_snapeval_and_snapstream_is_a_deprecated_alias(tiny_dir):

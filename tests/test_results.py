@@ -304,7 +304,7 @@ def test_a_cells_method_is_rebuilt_from_its_identity():
 
     configs = [resolve_method(name, None if name == "full" else 300) for name in METHOD_TABLE.names()]
     configs += [resolve_method("snapstream", 300, sink=0, recent=100), resolve_method("streamingllm", 64, sink=2),
-                resolve_method("snapkv", 300, observation=16, kernel=7, pooling="max")]
+                resolve_method("snapkv", 300, observation=16, pool_kernel=7, pooling="max")]
     try:
         import kvpress  # noqa: F401
         configs.append(resolve_method("kvpress:SnapKVPress", 300, window_size=16))

@@ -1082,11 +1082,16 @@ def test_each_run_has_a_cpu_share_of_its_own():
 
 
 def _bomb(name: str, harness_memory_mb: int = 0) -> dict:
-    """What one of the benchmark's bombs costs the harness, measured in a fresh interpreter (its peak RSS is the
-    harness's alone: the run is another process)."""
-    from benchmarks.sandbox import bomb_in_fresh_process
+    """What one of the benchmark's bombs costs the harness, measured as the benchmark's docs run it, in a fresh
+    interpreter (``python -m benchmarks.sandbox --bomb NAME``: its peak RSS is the harness's alone, the run is
+    another process); the last line it prints is the cost as JSON."""
+    import subprocess
 
-    return bomb_in_fresh_process(name, harness_memory_mb)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sandbox", "--bomb", name, "--harness-memory-mb",
+                          str(harness_memory_mb)], capture_output=True, text=True, timeout=600, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("name", ["16M_tokens_one_line", "4M_empty_lists"])

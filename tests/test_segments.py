@@ -69,8 +69,13 @@ def test_a_segmented_engine_refuses_what_it_cannot_do(tiny_tokenizer):
         engine.reserve(4, SamplingParams(max_new_tokens=2))  # a row in place needs its segment
     with pytest.raises(SnapevalError, match="^segments: an engine of one configuration has one group of rows"):
         Engine(model, tiny_tokenizer, CONFIGS[0], num_slots=1).generate([[5, 6]], segments=[0])
-    with pytest.raises(SnapevalError, match="is given with an admission"):
-        Engine(model, tiny_tokenizer, CONFIGS[0], admission=SegmentAdmission(CONFIGS[:2], [1, 1]))
+    for given, named in (({"config": CONFIGS[0]}, "config="), ({"num_slots": 4}, "num_slots=4"),
+                         ({"keep_rows": False}, "keep_rows=False"), ({"num_slots": 2, "keep_rows": True},
+                                                                     "num_slots=2, keep_rows=True")):
+        with pytest.raises(SnapevalError) as err:  # the admission decides them: given beside it, never ignored
+            Engine(model, tiny_tokenizer, admission=SegmentAdmission(CONFIGS[:2], [1, 1]), **given)
+        assert str(err.value).startswith(named) and "given with an admission" in str(err.value)
+        assert "allowed: the admission alone" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_the_segmented_cache_routes_each_row_to_its_segment():

@@ -46,7 +46,7 @@ def reference_snapstream(q, k, cfg):
     """Positions kept per KV head: sinks, last `recent`, top-k middle (as a set)."""
     length = k.shape[1]
     keep = []
-    scores = reference_scores(q, k, cfg.observation, cfg.kernel, cfg.pooling, cfg.sink, length - cfg.recent)
+    scores = reference_scores(q, k, cfg.observation, cfg.pool_kernel, cfg.pooling, cfg.sink, length - cfg.recent)
     for h in range(k.shape[0]):
         sinks = set(range(min(cfg.sink, length)))
         recent = set(range(max(cfg.sink, length - cfg.recent), length))
@@ -59,7 +59,7 @@ def reference_snapstream(q, k, cfg):
 @pytest.mark.parametrize("hq, hkv", [(4, 4), (6, 2), (4, 1)])
 def test_snapstream_selection_matches_loops(pooling, hq, hkv):
     torch.manual_seed(hq * 10 + hkv)
-    cfg = SnapStreamConfig(sink=2, recent=6, topk=7, observation=5, kernel=3, pooling=pooling)
+    cfg = SnapStreamConfig(sink=2, recent=6, topk=7, observation=5, pool_kernel=3, pooling=pooling)
     lengths = [40, 33, 9]  # the last one is shorter than sink + recent: nothing to select
     padded = max(lengths)
     dim = 8
@@ -81,7 +81,7 @@ def test_snapstream_selection_matches_loops(pooling, hq, hkv):
 
 def test_snapkv_keeps_window_and_top_scores():
     torch.manual_seed(0)
-    cfg = SnapKVConfig(budget=12, observation=4, kernel=5, pooling="avg")
+    cfg = SnapKVConfig(budget=12, observation=4, pool_kernel=5, pooling="avg")
     q = torch.randn(1, 4, 30, 8, dtype=torch.float64)
     k = torch.randn(1, 2, 30, 8, dtype=torch.float64)
     valid = torch.ones(1, 30, dtype=torch.bool)

@@ -645,7 +645,7 @@ def test_cli_table_json_and_sweep_plot(capsys, tmp_path):
     assert [p["fits"] for p in sweep["points"]] == [True, True, False]
     # any method of the table, its settings, a budget sweep of that method, a draft model
     assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
-                 "--method", "snapkv", "--budget", "2048", "--method-arg", "kernel=7", "--json"]) == 0
+                 "--method", "snapkv", "--budget", "2048", "--method-arg", "pool_kernel=7", "--json"]) == 0
     point = json.loads(capsys.readouterr().out)
     assert point["method"] == "snapkv@2048" and point["kv_bytes_per_seq"] == (2048 + 1024) * 131072
     assert main(["simulate", "--model", "llama-3.1-8b-instruct", "--hardware", "sn40l-8", "--prompt-len", "32k",
@@ -680,67 +680,40 @@ def test_cli_bad_values_exit_2_with_one_line(capsys, argv, match):
     assert err.startswith("snapeval: error:") and match in err and err.count("\n") == 1
 
 
-def _bitonic(values: list[float], topk: int | None = None) -> tuple[list[float], int, int]:
-    """The textbook bitonic network, run: a full sort (``topk`` None) or a bitonic top-k (sort runs of ``topk``
-    in alternating directions; then, round after round, keep the larger of each pair of elements of two adjacent runs
-    and merge the kept bitonic run again). Returns (the result, stages, element reads + writes)."""
-    a, n = list(values), len(values)
-    stages = moved = 0
+def _calibration_checks() -> dict:
+    """``python -m benchmarks.studies.simulator_calibration --check``, as its docs run it: the study's checks of what
+    it builds by hand (it exits non-zero where one is off), printed as JSON."""
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    def merge_stages(length: int, size: int) -> None:  # the compare-exchange stages for blocks of ``size``
-        nonlocal stages, moved
-        j = size // 2
-        while j:
-            for i in range(length):
-                partner = i ^ j
-                if partner > i and (a[i] > a[partner]) == ((i & size) == 0):
-                    a[i], a[partner] = a[partner], a[i]
-            stages, moved, j = stages + 1, moved + 2 * length, j // 2
-
-    run = topk or n
-    size = 2
-    while size <= run:
-        merge_stages(n, size)
-        size *= 2
-    while topk and len(a) > topk:  # keep the larger half of each (ascending, descending) pair of runs
-        kept = []
-        for start in range(0, len(a), 2 * topk):
-            kept += [max(a[start + i], a[start + topk + i]) for i in range(topk)]
-        stages, moved, a = stages + 1, moved + len(a) + len(kept), kept
-        merge_stages(len(a), topk)
-    return a, stages, moved
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "benchmarks.studies.simulator_calibration", "--check"], cwd=repo,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("width,keep", [(16, 4), (64, 8), (256, 32), (1024, 1024)])
-def test_selection_network_counts_are_the_textbook_bitonic_network(width, keep):
-    """The calibration prices SnapStream's top-k as a static graph's selection network: its stage and element-pass
-    counts are those of the textbook bitonic sort (log2(w)(log2(w)+1)/2 stages of w/2 compare-exchanges) and bitonic
-    top-k, checked against the networks run on random scores (which they sort, or whose top ``keep`` they keep)."""
-    import random
-
-    from benchmarks.studies.simulator_prefill import selection_network
-
-    scores = [random.Random(i * 7919 + width).random() for i in range(width)]
-    ranked, stages, moved = _bitonic(scores)
-    assert ranked == sorted(scores)
-    s = width.bit_length() - 1
-    assert selection_network(width, keep, topk=False) == (stages, moved / 2) == (s * (s + 1) // 2,
-                                                                                width * s * (s + 1) / 2)
-    if keep < width:
-        kept, stages, moved = _bitonic(scores, keep)
-        assert sorted(kept) == sorted(scores)[-keep:]
-        assert selection_network(width, keep, topk=True) == (stages, pytest.approx(moved / 2))
-        assert selection_network(width, keep, topk=True)[1] < selection_network(width, keep, topk=False)[1]
+def test_the_calibrations_selection_network_counts_are_the_textbook_bitonic_network():
+    """The calibration prices SnapStream's top-k as a static graph's selection network: the study checks its stage
+    and element-pass counts against bitonic networks it runs on random scores (sorted, or their top ``keep`` kept);
+    here the full sort's are the textbook ones (log2(w)(log2(w)+1)/2 stages of w/2 compare-exchanges) and a top-k
+    costs less than the sort."""
+    networks = _calibration_checks()["selection_networks"]
+    assert [(n["width"], n["keep"]) for n in networks] == [(16, 4), (64, 8), (256, 32), (1024, 1024)]
+    for n in networks:
+        s = n["width"].bit_length() - 1
+        assert n["sort"] == [s * (s + 1) // 2, n["width"] * s * (s + 1) / 2]
+        if n["keep"] < n["width"]:
+            assert n["topk"][0] < n["sort"][0] and n["topk"][1] < n["sort"][1]
 
 
 def test_the_calibrations_llama_shapes_have_their_published_parameter_counts():
     """The Llama 3 shapes the calibration builds beside the presets (the 70B and 405B targets of the per-user speeds,
     the Llama-3.2-1B draft of its what-if) count exactly the parameters their public releases state."""
-    from benchmarks.studies.sn40l_points import LLAMA_1B, LLAMA_70B, LLAMA_405B
-
-    for shape, published in ((LLAMA_70B, 70_553_706_496), (LLAMA_405B, 405_853_388_800),
-                             (LLAMA_1B, 1_235_814_400)):
-        assert shape.param_count() == published, shape.name
+    assert _calibration_checks()["llama_shapes"] == {"llama-3.1-70b": 70_553_706_496,
+                                                     "llama-3.1-405b": 405_853_388_800,
+                                                     "llama-3.2-1b-instruct": 1_235_814_400}
 
 
 def test_a_result_record_never_simulates_again():

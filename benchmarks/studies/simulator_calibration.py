@@ -9,9 +9,11 @@ linearly with the prompt can give, the top-k priced as a static graph's bitonic 
 per prefill kernel; sensitivity of the figures to every parameter set from a figure, to the decode attention tiling
 and to every discrete choice that decides a batch) and two PNGs of sensitivity panels, and prints the Markdown
 tables copied into docs/simulator.md. Everything but ``seconds_per_point`` (the cost of one simulated point, a
-timing) is deterministic.
+timing) is deterministic. It first checks what it builds by hand (:func:`checks`: the Llama shapes' parameter counts,
+the selection network's counts against bitonic networks run); ``--check`` does only that, in a second, and writes
+nothing.
 
-    python -m benchmarks.studies.simulator_calibration
+    python -m benchmarks.studies.simulator_calibration [--check]
 """
 from __future__ import annotations
 
@@ -21,13 +23,13 @@ import platform
 import time
 from pathlib import Path
 
-from benchmarks.studies.simulator_prefill import prefill_bound, prefill_hypotheses
+from benchmarks.studies.simulator_prefill import check_selection_network, prefill_bound, prefill_hypotheses
 from benchmarks.studies.simulator_sensitivity import sensitivity
 from benchmarks.studies.sn40l_points import (ACCEPTANCE, CLOUD, CLOUD_PUBLISHED, CONTEXTS, DRAFT, GIB, LLAMA_1B,
                                              LLAMA_405B, LLAMA_70B, LOOP_MODELS, PUBLISHED_GAIN, PUBLISHED_SHARES,
-                                             PUBLISHED_STEP_MS, R1_GEN, R1_LAYERS, R1_PROMPT, TOLERANCE, _hw, cloud,
-                                             decode_point, gain_at_max_batch, looping_speedups, r1, rel, row,
-                                             window_for_share)
+                                             PUBLISHED_STEP_MS, R1_GEN, R1_LAYERS, R1_PROMPT, TOLERANCE, _hw,
+                                             check_shapes, cloud, decode_point, gain_at_max_batch, looping_speedups,
+                                             r1, rel, row, window_for_share)
 from snapeval.cache import resolve_method
 from snapeval.errors import SnapevalError
 from snapeval.models.presets import get_preset
@@ -482,7 +484,25 @@ def _status(value, pub) -> str:
     return f"{err * 100:+.0f}%" + (" (explained)" if abs(err) <= TOLERANCE else " (**not explained**)")
 
 
-def main() -> dict:
+def checks() -> dict:
+    """What the study builds by hand, checked before it prices anything (a ``ValueError`` naming the first that is
+    off): the Llama shapes' parameter counts against their published counts, and the selection network's counts
+    against bitonic networks run on random scores."""
+    return {"llama_shapes": check_shapes(), "selection_networks": check_selection_network()}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the SN40L simulator against every published figure")
+    parser.add_argument("--check", action="store_true",
+                        help="only check the shapes and the selection network the study builds; print them as JSON "
+                             "and write nothing")
+    args = parser.parse_args(argv)
+    checked = checks()
+    if args.check:
+        print(json.dumps(checked))
+        return checked
     window = window_for_share()
     rows = calibration(window)
     tables = {

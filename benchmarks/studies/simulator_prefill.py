@@ -59,6 +59,70 @@ def selection_network(width: int, keep: int, topk: bool) -> tuple[int, float]:
     return stages, passes
 
 
+def bitonic(values: list[float], topk: int | None = None) -> tuple[list[float], int, int]:
+    """The textbook bitonic network, run: a full sort (``topk`` None) or a bitonic top-k (sort runs of ``topk``
+    in alternating directions; then, round after round, keep the larger of each pair of elements of two adjacent runs
+    and merge the kept bitonic run again). Returns (the result, stages, element reads + writes)."""
+    a, n = list(values), len(values)
+    stages = moved = 0
+
+    def merge_stages(length: int, size: int) -> None:  # the compare-exchange stages for blocks of ``size``
+        nonlocal stages, moved
+        j = size // 2
+        while j:
+            for i in range(length):
+                partner = i ^ j
+                if partner > i and (a[i] > a[partner]) == ((i & size) == 0):
+                    a[i], a[partner] = a[partner], a[i]
+            stages, moved, j = stages + 1, moved + 2 * length, j // 2
+
+    size = 2
+    while size <= (topk or n):
+        merge_stages(n, size)
+        size *= 2
+    while topk and len(a) > topk:  # keep the larger half of each (ascending, descending) pair of runs
+        kept = []
+        for start in range(0, len(a), 2 * topk):
+            kept += [max(a[start + i], a[start + topk + i]) for i in range(topk)]
+        stages, moved, a = stages + 1, moved + len(a) + len(kept), kept
+        merge_stages(len(a), topk)
+    return a, stages, moved
+
+
+#: (width, keep) of the networks :func:`check_selection_network` runs.
+CHECKED_NETWORKS = ((16, 4), (64, 8), (256, 32), (1024, 1024))
+
+
+def check_selection_network() -> list[dict]:
+    """:func:`selection_network`'s counts against the networks run (:func:`bitonic`) on random scores at
+    :data:`CHECKED_NETWORKS`: the full sort sorts and has log2(w)(log2(w)+1)/2 stages of w/2 compare-exchanges, the
+    top-k keeps the ``keep`` largest, and each count is the network's (element passes: reads and writes / 2). A
+    ``ValueError`` naming the first that differs; else what was checked."""
+    import random
+
+    out = []
+    for width, keep in CHECKED_NETWORKS:
+        scores = [random.Random(i * 7919 + width).random() for i in range(width)]
+        ranked, stages, moved = bitonic(scores)
+        s = width.bit_length() - 1
+        full = selection_network(width, keep, topk=False)
+        if ranked != sorted(scores) or full != (stages, moved / 2) or stages != s * (s + 1) // 2:
+            raise ValueError(f"selection_network({width}, {keep}, topk=False) = {full}; the network run: "
+                             f"({stages}, {moved / 2}), sorted: {ranked == sorted(scores)}")
+        entry = {"width": width, "keep": keep, "sort": list(full)}
+        if keep < width:
+            kept, stages, moved = bitonic(scores, keep)
+            top = selection_network(width, keep, topk=True)
+            if sorted(kept) != sorted(scores)[-keep:] or top[0] != stages or not math.isclose(top[1], moved / 2) \
+                    or not top[1] < full[1]:
+                right = sorted(kept) == sorted(scores)[-keep:]
+                raise ValueError(f"selection_network({width}, {keep}, topk=True) = {top}; the network run: "
+                                 f"({stages}, {moved / 2}), kept the top {keep}: {right}")
+            entry["topk"] = list(top)
+        out.append(entry)
+    return out
+
+
 #: Bytes of one ranked element: an fp32 score and an int32 token index travel together.
 RANKED_ELEMENT_BYTES = 8.0
 

@@ -73,6 +73,19 @@ LLAMA_1B = with_overrides(get_preset("llama-3.1-8b-instruct"), name="llama-3.2-1
                           tie_word_embeddings=True, published_params=1_235_814_400)
 
 
+def check_shapes() -> dict[str, int]:
+    """The Llama 3 shapes built beside the presets (the 70B and 405B targets of the per-user speeds, the
+    Llama-3.2-1B draft of the what-if), each counting exactly the parameters its public release states: their
+    counts by name (a ``ValueError`` naming the first that differs)."""
+    counts = {}
+    for shape in (LLAMA_70B, LLAMA_405B, LLAMA_1B):
+        counts[shape.name] = shape.param_count()
+        if counts[shape.name] != shape.published_params:
+            raise ValueError(f"{shape.name} counts {counts[shape.name]:,} parameters; published: "
+                             f"{shape.published_params:,}")
+    return counts
+
+
 def r1(prompt: int, budget: int | None, batch: int | None = None, hardware="sn40l-16", gen: int = R1_GEN, **kw):
     """DeepSeek-R1 at ``prompt`` with SnapStream at ``budget`` (None: full cache), at ``batch`` (None: its max),
     generating ``gen`` tokens."""

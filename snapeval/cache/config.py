@@ -6,15 +6,18 @@ cache) and its identity (``config.identity()``, the dict hashed into a sweep cel
 and a budget with :func:`snapeval.cache.resolve_method`, or directly.
 
 Paper names (arXiv 2511.03092) -> field: ``sink_token_length`` -> ``sink``, ``recent_token_length`` -> ``recent``,
-``topk_length`` -> ``topk``, ``snapkv_observation_length`` -> ``observation``, ``snapkv_kernel_size`` -> ``kernel``.
+``topk_length`` -> ``topk``, ``snapkv_observation_length`` -> ``observation``, ``snapkv_kernel_size`` ->
+``pool_kernel`` (stored as ``kernel``: see :attr:`Setting.stored`).
 The paper does not publish how it divides the budget; the defaults below come from the reference code of the methods it combines
 (StreamingLLM: 4 sinks; SnapKV: observation window 32, average pooling with kernel 5, as in its released code).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import warnings
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from snapeval.errors import check_int, is_int
 
@@ -52,6 +55,12 @@ class Setting:
         fraction: besides a number of tokens, a fraction of the budget in (0, 1] (a float) may be given; the
             configuration stores the tokens.
         default_text: what ``from_budget`` takes when it is left out, in words.
+        stored: the key its value is stored under where it differs from its name: in a configuration's identity
+            (hashed into cell ids), a results table's column, a cell view, the name of a ``snapeval run`` output;
+            and the old spelling a user may still write on every surface (warned once, :meth:`MethodConfig.typed`).
+            ``pool_kernel`` is stored as ``kernel``, its name before it said which kernel, so that every cell id
+            and committed result stays the same. Empty when declared: the name (filled in by
+            :meth:`MethodConfig.settings`).
         name: the field's name (filled in by :meth:`MethodConfig.settings`).
         default: the field's default (filled in by :meth:`MethodConfig.settings`).
     """
@@ -63,6 +72,7 @@ class Setting:
     odd: bool = False
     fraction: bool = False
     default_text: str = ""
+    stored: str = ""
     name: str = ""
     default: Any = None
 
@@ -121,6 +131,29 @@ def setting(default: Any, help: str, **declaration) -> Any:
     """A configuration field that users set: ``sink: int = setting(4, "attention sinks", minimum=0)`` (the
     arguments of :class:`Setting`)."""
     return dataclasses.field(default=default, metadata={SETTING: Setting(help=help, **declaration)})
+
+
+def accepts_old_names(cls):
+    """Class decorator (above ``@dataclass``) of a configuration with a setting stored under another key than its
+    name (:attr:`Setting.stored`): its constructor and ``from_budget`` also take the old spelling
+    (:meth:`MethodConfig.typed`: one ``DeprecationWarning`` line naming both keys; :func:`dataclasses.replace`, which
+    passes every field by its name, takes the name only)."""
+    init, from_budget = cls.__init__, cls.__dict__.get("from_budget")
+
+    @functools.wraps(init)
+    def __init__(self, *args, **settings):
+        init(self, *args, **cls.typed(settings))
+
+    cls.__init__ = __init__
+    if from_budget is not None:
+        function = from_budget.__func__
+
+        @functools.wraps(function)
+        def typed_from_budget(owner, *args, **settings):
+            return function(owner, *args, **owner.typed(settings))
+
+        cls.from_budget = classmethod(typed_from_budget)
+    return cls
 
 
 def _require_int(field: str, value, minimum: int, owner: str) -> None:
@@ -232,8 +265,55 @@ class MethodConfig:
     @classmethod
     def settings(cls) -> tuple[Setting, ...]:
         """The method's settings, in field order: every dataclass field declared with :func:`setting`."""
-        return tuple(dataclasses.replace(f.metadata[SETTING], name=f.name, default=f.default)
+        return tuple(dataclasses.replace(f.metadata[SETTING], name=f.name, default=f.default,
+                                         stored=f.metadata[SETTING].stored or f.name)
                      for f in dataclasses.fields(cls) if SETTING in f.metadata)
+
+    @classmethod
+    def old_names(cls) -> dict[str, str]:
+        """``{stored name: name}`` of the settings stored under another key than their name (:attr:`Setting.stored`):
+        the old spellings a user may still write."""
+        return {s.stored: s.name for s in cls.settings() if s.stored != s.name}
+
+    @classmethod
+    def typed(cls, given: Mapping[str, Any], *, warn: bool = True, where: str = "") -> dict[str, Any]:
+        """``given`` settings with each old spelling (:meth:`old_names`) replaced by its name, in place: one
+        ``DeprecationWarning`` line naming both keys per old spelling (``warn``: a user wrote it; not for keys read
+        back from a stored identity or view); both spellings given is a one-line ``ValueError``. ``where``: the
+        surface's prefix in the messages (``"--method-arg "``, ``"methods[0]."``)."""
+        old = cls.old_names()
+        out: dict[str, Any] = {}
+        for key, value in given.items():
+            name = old.get(key, key)
+            if name != key:
+                if name in given:
+                    raise ValueError(f"{where}{key} and {where}{name} are the same setting of {cls.__name__} (its old "
+                                     f"and its new name); allowed: {name} alone")
+                if warn:
+                    warnings.warn(f"{where}{key} is deprecated; use {where}{name} (the same setting of {cls.__name__}, "
+                                  f"still stored as {key!r})", DeprecationWarning, stacklevel=3)
+            out[name] = value
+        return out
+
+    @classmethod
+    def stored_keys(cls, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """``settings`` by the keys they are stored under (:attr:`Setting.stored`); other keys unchanged."""
+        stored = {s.name: s.stored for s in cls.settings()}
+        return {stored.get(k, k): v for k, v in settings.items()}
+
+    def stored_value(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key`` (a results table's setting column): the setting stored under it, else the
+        attribute of that name, else ``default``."""
+        return getattr(self, self.old_names().get(key, key), default)
+
+    def __getattr__(self, name: str) -> Any:
+        """A setting read by its old name (:meth:`old_names`): its value, with a ``DeprecationWarning``."""
+        if name.startswith("__") or name not in type(self).old_names():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        new = type(self).old_names()[name]
+        warnings.warn(f"{type(self).__name__}.{name} is deprecated; read .{new} (the same setting)",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
 
     @classmethod
     def setting_named(cls, name: str) -> Setting:
@@ -289,7 +369,8 @@ class MethodConfig:
 
     def identity(self) -> dict[str, Any]:
         """``{"method": ..., "budget": ..., <every field>}``: what makes two configurations the same experiment."""
-        out = {"method": self.method, **asdict(self)}
+        stored = {s.name: s.stored for s in self.settings()}
+        out = {"method": self.method, **{stored.get(k, k): v for k, v in asdict(self).items()}}
         if self.budget is not None:
             out["budget"] = self.budget
         return out
@@ -321,6 +402,7 @@ class FullConfig(MethodConfig):
         return cls()
 
 
+@accepts_old_names
 @dataclass(frozen=True)
 class SnapStreamConfig(MethodConfig):
     """Cache layout ``[sink | ring | top-k]`` of ``budget = sink + recent + topk`` slots per layer and KV head.
@@ -332,7 +414,9 @@ class SnapStreamConfig(MethodConfig):
         observation: number of last prompt queries that score the middle tokens. ``>= 1``; when ``topk > 0`` it
             must not exceed ``recent``, so the queries that chose the top-k stay in the cache (as SnapKV keeps its
             observation window).
-        kernel: 1-D pooling kernel along the key axis (stride 1, padding ``kernel // 2``): a positive odd integer.
+        pool_kernel: width of the 1-D pooling along the key axis (stride 1, padding ``pool_kernel // 2``): a
+            positive odd integer. Stored as ``kernel`` (identities, results columns), its old name, which is still
+            accepted with a warning (:attr:`Setting.stored`).
         pooling: ``"avg"`` (the paper's equation and SnapKV's released code) or ``"max"``.
     """
 
@@ -347,8 +431,8 @@ class SnapStreamConfig(MethodConfig):
                         default_text="the rest of the budget (an explicit value must add up)")
     observation: int = setting(DEFAULT_OBSERVATION, "last prompt queries that score the middle tokens", minimum=1,
                                fraction=True, default_text=str(DEFAULT_OBSERVATION))
-    kernel: int = setting(DEFAULT_KERNEL, "pooling kernel over the scores along the key axis", odd=True,
-                          default_text=str(DEFAULT_KERNEL))
+    pool_kernel: int = setting(DEFAULT_KERNEL, "pooling width over the scores along the key axis (stored as kernel)",
+                               odd=True, stored="kernel", default_text=str(DEFAULT_KERNEL))
     pooling: str = setting(DEFAULT_POOLING, "pooling of the scores", type=str, choices=POOLINGS,
                            default_text=DEFAULT_POOLING)
 
@@ -390,7 +474,7 @@ class SnapStreamConfig(MethodConfig):
         recent: int | float | None = None,
         topk: int | None = None,
         observation: int | float = DEFAULT_OBSERVATION,
-        kernel: int = DEFAULT_KERNEL,
+        pool_kernel: int = DEFAULT_KERNEL,
         pooling: str = DEFAULT_POOLING,
         recent_fraction: float | None = None,
     ) -> "SnapStreamConfig":
@@ -414,7 +498,7 @@ class SnapStreamConfig(MethodConfig):
                 raise ValueError(f"{cls.__name__}.observation={observation!r} is a fraction of the budget; without "
                                  "a budget allowed: an integer >= 1")
             return cls(sink=DEFAULT_SINK if sink is None else sink, recent=recent, topk=topk, observation=observation,
-                       kernel=kernel, pooling=pooling)
+                       pool_kernel=pool_kernel, pooling=pooling)
         check_budget(budget, cls)
         observation = cls.setting_named("observation").in_tokens(observation, budget, cls.__name__)
         fraction = DEFAULT_RECENT_FRACTION
@@ -437,7 +521,8 @@ class SnapStreamConfig(MethodConfig):
                 f"{cls.__name__}.topk={topk} does not add up: budget {budget} = sink {sink} + recent {recent} "
                 f"+ topk {left}; allowed: {left} or leave it out"
             )
-        return cls(sink=sink, recent=recent, topk=left, observation=observation, kernel=kernel, pooling=pooling)
+        return cls(sink=sink, recent=recent, topk=left, observation=observation, pool_kernel=pool_kernel,
+                   pooling=pooling)
 
 
 @dataclass(frozen=True)
@@ -479,9 +564,11 @@ class StreamingLLMConfig(MethodConfig):
         return cls(sink=sink, recent=budget - sink)
 
 
+@accepts_old_names
 @dataclass(frozen=True)
 class SnapKVConfig(MethodConfig):
-    """``budget`` prompt tokens kept (observation window included); ``kernel`` odd; ``pooling`` avg or max."""
+    """``budget`` prompt tokens kept (observation window included); ``pool_kernel`` odd (stored as ``kernel``);
+    ``pooling`` avg or max."""
 
     method: ClassVar[str] = "snapkv"
 
@@ -489,8 +576,8 @@ class SnapKVConfig(MethodConfig):
     observation: int = setting(DEFAULT_OBSERVATION, "last prompt queries that score the earlier tokens (always kept)",
                                minimum=1, fraction=True,
                                default_text=f"{DEFAULT_OBSERVATION}, or half a budget below {2 * DEFAULT_OBSERVATION}")
-    kernel: int = setting(DEFAULT_KERNEL, "pooling kernel over the scores along the key axis", odd=True,
-                          default_text=str(DEFAULT_KERNEL))
+    pool_kernel: int = setting(DEFAULT_KERNEL, "pooling width over the scores along the key axis (stored as kernel)",
+                               odd=True, stored="kernel", default_text=str(DEFAULT_KERNEL))
     pooling: str = setting(DEFAULT_POOLING, "pooling of the scores", type=str, choices=POOLINGS,
                            default_text=DEFAULT_POOLING)
 
@@ -515,15 +602,16 @@ class SnapKVConfig(MethodConfig):
                            score_inputs=("queries",), gathered_tokens=self.budget, gathered_segments=2)
 
     @classmethod
-    def from_budget(cls, budget: int, *, observation: int | float | None = None, kernel: int = DEFAULT_KERNEL,
-                    pooling: str = DEFAULT_POOLING) -> "SnapKVConfig":
+    def from_budget(cls, budget: int, *, observation: int | float | None = None,
+                    pool_kernel: int = DEFAULT_KERNEL, pooling: str = DEFAULT_POOLING) -> "SnapKVConfig":
         """The observation window defaults to 32, or half the budget when the budget is under 64; it may be given
         as tokens or as a float fraction of the budget in (0, 1]."""
         check_budget(budget, cls)
         if observation is None:
             observation = min(DEFAULT_OBSERVATION, max(1, budget // 2))
         observation = cls.setting_named("observation").in_tokens(observation, budget, cls.__name__)
-        return cls(budget=budget, observation=observation, kernel=kernel, pooling=pooling)
+        return cls(budget=budget, observation=observation, pool_kernel=pool_kernel,
+                   pooling=pooling)
 
 
 @dataclass(frozen=True)

@@ -167,8 +167,7 @@ def check_setting_names(info: MethodInfo) -> None:
     allowed = (f"a lower-case identifier that snapeval does not read beside the settings (not seed, budget, method, "
                f"model, task, limit, ...: snapeval.cache.methods.RESERVED_SETTING_NAMES; not starting with "
                f"{', '.join(RESERVED_SETTING_PREFIXES)})")
-    for declared in info.settings():
-        name = declared.name
+    for name in dict.fromkeys(n for declared in info.settings() for n in (declared.name, declared.stored)):
         if name in RESERVED_SETTING_NAMES or name.startswith(RESERVED_SETTING_PREFIXES):
             raise ValueError(f"method {info.name!r}: setting name {name!r} is reserved; allowed: {allowed}")
         if not SETTING_NAME.match(name):
@@ -349,13 +348,20 @@ class MethodTable:
         """The names of :meth:`settings` (``methods``: default every method of the table)."""
         return tuple(s.name for s in self.settings(methods))
 
+    def user_keys(self, methods=None) -> tuple[str, ...]:
+        """The keys a user may write for the settings of ``methods`` (default: every method of the table): each
+        setting's name, then the old spellings still accepted (:meth:`~snapeval.cache.config.MethodConfig.typed`)."""
+        declared = self.settings(methods)
+        return tuple(dict.fromkeys([*(s.name for s in declared), *(s.stored for s in declared)]))
+
     def column_settings(self, methods=()) -> tuple[str, ...]:
-        """The setting columns of a results table or a cell view whose cells ran ``methods``: snapeval's own
-        methods' settings, always (so the shipped tables' columns never move), then the settings of the other
-        ``methods`` (a plugin's settings are columns only of the tables that ran it). A family's method adds none."""
+        """The setting columns of a results table or a cell view whose cells ran ``methods``, by the key each
+        setting is stored under (:attr:`~snapeval.cache.config.Setting.stored`): snapeval's own methods' settings,
+        always (so the shipped tables' columns never move), then the settings of the other ``methods`` (a plugin's
+        settings are columns only of the tables that ran it). A family's method adds none."""
         others = [m for m in dict.fromkeys(methods) if m not in self._builtin and isinstance(m, str) and ":" not in m
                   and m in self]
-        return tuple(dict.fromkeys([*self.setting_names(self._builtin), *self.setting_names(others)]))
+        return tuple(dict.fromkeys(s.stored for s in [*self.settings(self._builtin), *self.settings(others)]))
 
     def allowed(self) -> str:
         """Every method name, without loading a plugin (``--help``, error messages)."""
@@ -439,6 +445,7 @@ def resolve_method(method: str, budget: int | None = None, **settings) -> Method
     try:
         if ":" in method:  # a family's method (kvpress:<Press>): its config class reads the name and its arguments
             return config_class.from_method_name(method, budget, **settings)
+        settings = config_class.typed(settings)  # an old spelling: its name, warned once
         declared = {s.name: s for s in config_class.settings()}
         unknown = sorted(set(settings) - set(declared))
         if unknown:
@@ -453,12 +460,26 @@ def resolve_method(method: str, budget: int | None = None, **settings) -> Method
         raise SnapevalError(str(exc).splitlines()[0]) from None
 
 
+def typed_settings(method: str, given: Mapping[str, Any], *, warn: bool = True, where: str = "") -> dict[str, Any]:
+    """``given`` settings of ``method`` with each old spelling replaced by its name
+    (:meth:`~snapeval.cache.config.MethodConfig.typed`: warned once where ``warn``, a user wrote it; a family's
+    method's arguments unchanged); both spellings given is a one-line :class:`SnapevalError`."""
+    if ":" in method:
+        return dict(given)
+    try:
+        return METHOD_TABLE.get(method).config_class().typed(given, warn=warn, where=where)
+    except ValueError as exc:
+        raise SnapevalError(str(exc)) from None
+
+
 def settings_from_text(method: str, given: Mapping[str, Any]) -> dict[str, Any]:
-    """Settings given as text (``snapeval run`` flags, lm-eval model_args) as their declared types: each one the
-    method declares is parsed and checked (one-line :class:`SnapevalError` naming it); the others are passed on
-    unchanged, for :func:`resolve_method` to name."""
+    """Settings given as text (``snapeval run`` flags, lm-eval model_args) as their declared types, by their names
+    (an old spelling warned once, :func:`typed_settings`): each one the method declares is parsed and checked
+    (one-line :class:`SnapevalError` naming it); the others are passed on unchanged, for :func:`resolve_method` to
+    name."""
     info = METHOD_TABLE.get(method)
     declared = {s.name: s for s in info.settings()} if ":" not in method else {}
+    given = typed_settings(method, given)
     out = {}
     for name, value in given.items():
         try:

@@ -49,16 +49,16 @@ def window_attention(queries: torch.Tensor, keys: torch.Tensor, key_valid: torch
     return probs.sum(dim=3)
 
 
-def pooled_scores(summed: torch.Tensor, candidate: torch.Tensor, *, kernel: int, pooling: str) -> torch.Tensor:
+def pooled_scores(summed: torch.Tensor, candidate: torch.Tensor, *, pool_kernel: int, pooling: str) -> torch.Tensor:
     """Pool :func:`window_attention`'s sums inside each row's candidate range and average each KV group's heads.
 
     Args:
         summed: ``[B, Hkv, G, L]`` from :func:`window_attention`.
         candidate: ``[B, L]`` bool, True on the eviction candidates of each row: one contiguous range (for SnapKV
             the prompt before the observation window; for SnapStream the middle between the sinks and the ring).
-        kernel: odd pooling kernel along the key axis (stride 1, padding ``kernel // 2``). At the edges of the
-            candidate range the pool sees zeros (average pooling divides by ``kernel``, as ``avg_pool1d`` on the
-            candidate slice does); scores are non-negative, so max pooling ignores them.
+        pool_kernel: odd pooling width along the key axis (stride 1, padding ``pool_kernel // 2``). At the edges of
+            the candidate range the pool sees zeros (average pooling divides by ``pool_kernel``, as ``avg_pool1d``
+            on the candidate slice does); scores are non-negative, so max pooling ignores them.
         pooling: ``"avg"`` or ``"max"``.
 
     Returns:
@@ -67,22 +67,24 @@ def pooled_scores(summed: torch.Tensor, candidate: torch.Tensor, *, kernel: int,
     batch, num_kv_heads, groups, length = summed.shape
     inside = summed.masked_fill(~candidate[:, None, None, :], 0.0).reshape(batch * num_kv_heads * groups, 1, length)
     if pooling == "avg":
-        pooled = F.avg_pool1d(inside, kernel_size=kernel, stride=1, padding=kernel // 2)
+        pooled = F.avg_pool1d(inside, kernel_size=pool_kernel, stride=1, padding=pool_kernel // 2)
     elif pooling == "max":
-        pooled = F.max_pool1d(inside, kernel_size=kernel, stride=1, padding=kernel // 2)
+        pooled = F.max_pool1d(inside, kernel_size=pool_kernel, stride=1, padding=pool_kernel // 2)
     else:
         raise ValueError(f"pooling={pooling!r} is invalid; allowed: avg, max")
     return pooled.view(batch, num_kv_heads, groups, length).mean(dim=2)
 
 
-def snapkv_scores(queries, keys, key_valid, candidate, *, scaling: float, kernel: int, pooling: str) -> torch.Tensor:
+def snapkv_scores(queries, keys, key_valid, candidate, *, scaling: float, pool_kernel: int,
+                  pooling: str) -> torch.Tensor:
     """:func:`window_attention` then :func:`pooled_scores`: ``[B, Hkv, L]`` scores of the candidates."""
     summed = window_attention(queries, keys, key_valid, scaling=scaling)
-    return pooled_scores(summed, candidate, kernel=kernel, pooling=pooling)
+    return pooled_scores(summed, candidate, pool_kernel=pool_kernel, pooling=pooling)
 
 
-def observation_scores(prompt, candidate: torch.Tensor, observation: int, *, kernel: int, pooling: str) -> torch.Tensor:
+def observation_scores(prompt, candidate: torch.Tensor, observation: int, *, pool_kernel: int,
+                       pooling: str) -> torch.Tensor:
     """SnapKV's scores of a prefilled ``prompt`` (a :class:`~snapeval.cache.base.LayerPrompt`): its last
     ``observation`` queries' attention (computed once per window size and shared, ``prompt.window_attention``), then
     :func:`pooled_scores` over ``candidate`` ``[B, L]``. ``[B, Hkv, L]``."""
-    return pooled_scores(prompt.window_attention(observation), candidate, kernel=kernel, pooling=pooling)
+    return pooled_scores(prompt.window_attention(observation), candidate, pool_kernel=pool_kernel, pooling=pooling)

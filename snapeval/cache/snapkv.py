@@ -21,7 +21,7 @@ class SnapKVLayer(ScoredSelectionLayer):
 
     def score(self, prompt, candidate):
         cfg = self.config
-        return observation_scores(prompt, candidate, cfg.observation, kernel=cfg.kernel, pooling=cfg.pooling)
+        return observation_scores(prompt, candidate, cfg.observation, pool_kernel=cfg.pool_kernel, pooling=cfg.pooling)
 
 
 class SnapKVCache(CompressedKVCache):

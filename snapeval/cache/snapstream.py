@@ -38,7 +38,7 @@ class SnapStreamLayer(ScoredSelectionLayer):
 
     def score(self, prompt, candidate):
         cfg = self.config
-        return observation_scores(prompt, candidate, cfg.observation, kernel=cfg.kernel, pooling=cfg.pooling)
+        return observation_scores(prompt, candidate, cfg.observation, pool_kernel=cfg.pool_kernel, pooling=cfg.pooling)
 
     def sinks(self) -> int:
         return self.config.sink

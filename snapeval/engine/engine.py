@@ -127,6 +127,9 @@ EAGER_STEPS = {False: greedy_step, True: eager_sampled_step}
 #: ``prefill(request_index, prompt_ids) -> (logits [V] of the last prompt position, a compressed cache whose row 0
 #: holds the prompt)``: how a prompt becomes a decode row (default: :meth:`Engine.prefill`, a batch-1 prefill).
 PrefillFn = Callable[[int, list], "tuple[torch.Tensor, object]"]
+#: Requests an engine decodes together when its caller names no ``num_slots`` (nor an admission).
+DEFAULT_SLOTS = 8
+
 #: The one line of an engine asked to prefill whose admission builds no rows (a segmented engine's).
 PREFILL_BY_CALLER = ("prefill: this engine decodes rows built by its caller (its admission builds none); allowed: "
                      "generate(..., prefill=...)")
@@ -210,7 +213,7 @@ class Engine:
         method: the method of an integer budget (``snapstream`` or ``streamingllm``, or any method with a static-row
             layout). ``full``/``snapkv`` caches grow while decoding: the engine runs them too, its rows reallocated
             to the largest request of a call.
-        num_slots: requests decoded together (the static batch size).
+        num_slots: requests decoded together (the static batch size; default :data:`DEFAULT_SLOTS`).
         compile: run the decode step through ``torch.compile``: ``True`` (its default mode) or a mode name from
             :data:`COMPILE_MODES` (``"reduce-overhead"`` captures the step in CUDA graphs on a GPU). Off by default:
             it brought no reliable gain on CPU (``docs/engine.md``), and each new shape costs a compilation.
@@ -226,7 +229,8 @@ class Engine:
         seed: base seed of requests whose :class:`SamplingParams` gives none.
         admission: how the rows are laid out and filled (:class:`Admission` of ``config``, ``num_slots`` and
             ``keep_rows`` by default; :class:`~snapeval.engine.segmented.SegmentAdmission`: several configurations'
-            rows in one step, ``config`` then None).
+            rows in one step). Given, it decides the configurations, the slots and the rows kept: ``config``,
+            ``num_slots`` or ``keep_rows`` given beside it is a one-line :class:`SnapevalError`.
         keep_rows: every request of a call decodes in the slot of its index and keeps its row when it finishes
             (never parked, never refilled: row ``i`` of :attr:`cache` holds request ``i`` when the call ends, as
             row ``i`` of a padded batch does, for :func:`snapeval.generate`'s introspection); a call then takes at
@@ -235,13 +239,18 @@ class Engine:
     """
 
     def __init__(self, model, tokenizer, config: MethodConfig | int | None = None, method: str = "snapstream",
-                 num_slots: int = 8, *, compile: bool | str = False, decoding: DecodeChoices | None = None,
-                 seed: int = 0, keep_rows: bool = False, admission: Admission | None = None):
+                 num_slots: int | None = None, *, compile: bool | str = False,
+                 decoding: DecodeChoices | None = None, seed: int = 0, keep_rows: bool | None = None,
+                 admission: Admission | None = None):
         if admission is None:
-            admission = Admission(self._configuration(config, method), num_slots, keep_rows)
-        elif config is not None:
-            raise SnapevalError(f"config={config!r} is given with an admission, which names the configurations; "
-                                "allowed: one of them")
+            admission = Admission(self._configuration(config, method), DEFAULT_SLOTS if num_slots is None else
+                                  num_slots, bool(keep_rows))
+        else:  # the admission lays the rows out: what it decides is not given twice
+            given = [f"{name}={value!r}" for name, value in (("config", config), ("num_slots", num_slots),
+                                                              ("keep_rows", keep_rows)) if value is not None]
+            if given:
+                raise SnapevalError(f"{', '.join(given)} given with an admission, which names the configurations "
+                                    "and lays out their rows; allowed: the admission alone")
         if not isinstance(compile, bool) and compile not in COMPILE_MODES:
             raise SnapevalError(f"compile={compile!r} is invalid; allowed: True, False or one of {', '.join(COMPILE_MODES)}")
         decoding = DecodeChoices() if decoding is None else decoding

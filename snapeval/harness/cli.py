@@ -46,8 +46,10 @@ def register(subparsers) -> None:
 MAX_SEED = 2**32 - 1
 
 #: The flags of snapeval's own methods' settings before ``--method-arg`` (deprecated aliases: ``--sink 4`` is
-#: ``--method-arg sink=4``); a method added since has only ``--method-arg``.
-DEPRECATED_SETTING_FLAGS = ("sink", "recent", "topk", "observation", "kernel", "pooling")
+#: ``--method-arg sink=4``, ``--kernel 7`` is ``--method-arg pool_kernel=7``), flag -> setting; a method added
+#: since has only ``--method-arg``.
+DEPRECATED_SETTING_FLAGS = {"sink": "sink", "recent": "recent", "topk": "topk", "observation": "observation",
+                            "kernel": "pool_kernel", "pooling": "pooling"}
 
 
 def add_method_arg_flags(p) -> None:
@@ -57,8 +59,9 @@ def add_method_arg_flags(p) -> None:
     import argparse
 
     p.add_argument("--method-arg", action="append", default=[], metavar="NAME=VALUE",
-                   help="a setting of --method, repeatable (e.g. --method-arg recent=0.5; a kvpress press's own "
-                        "arguments too); `snapeval methods` lists each method's settings and defaults")
+                   help="a setting of --method, repeatable (e.g. --method-arg recent=0.5, --method-arg "
+                        "pool_kernel=7; a kvpress press's own arguments too); `snapeval methods` lists each "
+                        "method's settings and defaults")
     p.add_argument("--press-arg", action="append", default=[], metavar="NAME=VALUE", help=argparse.SUPPRESS)
     for name in DEPRECATED_SETTING_FLAGS:
         p.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
@@ -72,8 +75,8 @@ def method_args(args) -> tuple[dict, dict]:
 
     given: dict[str, str] = {}
     items = [("--method-arg", item) for item in args.method_arg] + [("--press-arg", item) for item in args.press_arg]
-    items += [(f"--{name}", f"{name}={getattr(args, name)}") for name in DEPRECATED_SETTING_FLAGS
-              if getattr(args, name, None) is not None]
+    items += [(f"--{flag}", f"{name}={getattr(args, flag)}") for flag, name in DEPRECATED_SETTING_FLAGS.items()
+              if getattr(args, flag, None) is not None]
     for flag, item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
@@ -138,7 +141,8 @@ def run(args) -> int:
     if limit is not None and limit >= 1:
         limit = int(limit)
     named = {"pretrained": args.model, "method": args.method, "budget": args.budget, "run_args": run_args,
-             **{f"press_{k}": v for k, v in press.items()}, **settings}  # what the output file is named by
+             **{f"press_{k}": v for k, v in press.items()},
+             **config.stored_keys(settings)}  # what the output file is named by (a setting by its stored key)
     out = args.output or default_output(tasks, named, limit=limit, seed=args.seed, metadata=metadata)
     from snapeval.preflight import check_output_file
 

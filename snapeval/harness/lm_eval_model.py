@@ -159,7 +159,8 @@ def check_declared_architecture(pretrained: str, config: MethodConfig) -> None:
             declared = json.loads(Path(pretrained, "config.json").read_text()).get("model_type")
         except (OSError, ValueError):
             declared = None
-    if declared is not None and declared not in SUPPORTED_ARCHITECTURES and config.method != "full":
+    if declared is not None and declared not in SUPPORTED_ARCHITECTURES \
+            and not METHOD_TABLE.is_reference(config.method):  # the uncompressed reference runs any architecture
         raise SnapevalError(f"model {pretrained!r} is a {declared!r} model; method={config.method!r} supports: "
                             f"{', '.join(SUPPORTED_ARCHITECTURES)}")
 
@@ -242,7 +243,7 @@ class SnapStreamLM(HFLM):
             raise SnapevalError("run_args must be a RunArgs given alone; allowed: run_args=RunArgs(...) or the "
                                 f"run arguments as model_args ({', '.join(RunArgs.names('model_args'))})")
         # A method's settings (every name some method of the table declares), typed as the method declares them.
-        given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in METHOD_TABLE.setting_names()]}
+        given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in METHOD_TABLE.user_keys()]}  # old ones too
         settings = settings_from_text(method, {k: v for k, v in given.items() if _coerce(k, v) is not None})
         press = {k[len("press_"):]: press_value(kwargs.pop(k)) for k in [k for k in kwargs if k.startswith("press_")]}
         if "cache_config" in kwargs:  # the old name of ``config`` (a documented argument until this release)

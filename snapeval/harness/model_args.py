@@ -149,7 +149,7 @@ def check_model_args(raw: dict[str, Any]) -> None:
     kvpress press's ``press_*`` arguments), engine with the method, and every other name (an argument of lm-eval's
     Hugging Face model, else a one-line error listing the allowed names)."""
     from snapeval.cache import METHOD_TABLE, resolve_method
-    from snapeval.cache.methods import settings_from_text
+    from snapeval.cache.methods import settings_from_text, typed_settings
     from snapeval.models.loading import check_model_reference
     from snapeval.run_args import RunArgs
 
@@ -171,12 +171,12 @@ def check_model_args(raw: dict[str, Any]) -> None:
         raise SnapevalError(f"budget={budget!r} is invalid; allowed: an integer")
     run_args = RunArgs.from_mapping({n: raw.pop(n) for n in RunArgs.names("model_args") if n in raw},
                                     surface="model_args")
-    names = {*METHOD_TABLE.setting_names(METHOD_TABLE.builtin_names()), *(s.name for s in
-             METHOD_TABLE.get(method).settings())} if ":" not in method else set(METHOD_TABLE.setting_names(
-             METHOD_TABLE.builtin_names()))  # no other plugin loaded
+    names = {*METHOD_TABLE.user_keys(METHOD_TABLE.builtin_names()), *(METHOD_TABLE.user_keys([method])
+             if ":" not in method else ())}  # no other plugin loaded; old spellings too (warned once, as typed)
     given = {n: raw.pop(n) for n in [n for n in raw if n in names]}
     given = {n: v for n, v in given.items() if not (v is None or v == "" or v == "None")}
-    settings = settings_from_text(method, given)
+    # an old spelling: warned by the model, which lm-eval builds next from the same model_args, not twice
+    settings = settings_from_text(method, typed_settings(method, given, warn=False))
     press = {n[len("press_"):]: raw.pop(n) for n in [n for n in raw if n.startswith("press_")]}
     config = resolve_method(method, budget, **settings, **press)
     pretrained = raw.pop("pretrained", "smollm2-135m-instruct")

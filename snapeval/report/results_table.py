@@ -174,8 +174,8 @@ def build_table(views: list[dict[str, Any]], results: dict[str, CellResult], sim
                          "primary": (m.subtask, m.key) == primary, "higher_is_better": m.higher_is_better,
                          "value": m.value, "stderr": m.stderr, "n_samples": m.n})
     table = pd.DataFrame(rows, columns=columns(methods))
-    integer_settings = [s.name for s in METHOD_TABLE.settings([*METHOD_TABLE.builtin_names(), *methods])
-                        if s.type is int and s.name in settings]
+    integer_settings = [s.stored for s in METHOD_TABLE.settings([*METHOD_TABLE.builtin_names(), *methods])
+                        if s.type is int and s.stored in settings]
     for col in ("budget", *integer_settings, "limit", "kv_cache_bytes",
                 "prompt_tokens", "generated_tokens", "sim_prompt_len", "sim_gen_len", "sim_batch", "sim_max_batch",
                 "sim_full_max_batch", "n_samples", "seed", "paired_n", "paired_clusters", "items_worse", "items_better",

@@ -48,7 +48,7 @@ def register(subparsers) -> None:
                         "priced by what it holds and computes (docs/simulator.md)")
     p.add_argument("--budget", type=_int, default=None, help="cache budget in tokens per layer and KV head")
     p.add_argument("--method-arg", action="append", default=[], metavar="NAME=VALUE",
-                   help="a setting of --method (sink=4, recent=512, kernel=7; a press's own argument such as "
+                   help="a setting of --method (sink=4, recent=512, pool_kernel=7; a press's own argument such as "
                         "window_size=64), repeatable; `snapeval methods` lists them")
     p.add_argument("--split", action="append", default=[], metavar="NAME=VALUE", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=_int, default=1, help="sequences decoded together")
@@ -144,10 +144,13 @@ def _split(items: list[str], observation: int | float | None) -> dict:
 def method_for(name: str | None, settings: dict):
     """The resolved method configuration of a budget (None: the full cache): ``name`` (default snapstream) with
     its ``settings``; one-line errors from :func:`snapeval.cache.resolve_method`."""
-    from snapeval.cache import resolve_method
+    from snapeval.cache import METHOD_TABLE, resolve_method
+    from snapeval.cache.methods import typed_settings
+
+    settings = typed_settings(name or "snapstream", settings, where="--method-arg ")  # warned once, not per budget
 
     def resolve(budget: int | None):
-        if budget is None and name in (None, "full"):
+        if budget is None and (name is None or METHOD_TABLE.is_reference(name)):
             return resolve_method("full")
         return resolve_method(name or "snapstream", budget, **settings)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
+from snapeval.cache.methods import typed_settings
 from snapeval.errors import SnapevalError
 from snapeval.tasks.families import typical_lengths
 
@@ -111,6 +112,7 @@ def method_from_identity(policy: Mapping[str, Any]) -> MethodConfig:
     name, budget = fields.pop("method", None), fields.pop("budget", None)
     if not isinstance(name, str):
         raise SnapevalError(f"a cell's policy {dict(policy)!r} names no method")
+    fields = typed_settings(name, fields, warn=False)  # stored keys (pool_kernel's "kernel"), read back
     try:
         config = resolve_method(name, budget, **fields)
     except SnapevalError:
@@ -126,7 +128,7 @@ def view_method(view: Mapping[str, Any]) -> MethodConfig:
     """The configuration of a cell from its flat view (``method``, ``budget`` and the settings it lists), for
     cells whose result carries no policy identity."""
     name = view["method"]
-    settings = {k: view[k] for k in method_info(name).setting_names() if view.get(k) is not None}
+    settings = {s.name: view[s.stored] for s in method_info(name).settings() if view.get(s.stored) is not None}
     return resolve_method(name, view.get("budget"), **settings)
 
 

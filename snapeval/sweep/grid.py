@@ -282,12 +282,12 @@ class Cell:
     def view(self) -> CellView:
         """The flat description of this cell that the results table and reports use (stored in the manifest)."""
         config = self.config
-        names = dict.fromkeys([*METHOD_TABLE.column_settings(), *(s.name for s in config.settings())])
+        names = dict.fromkeys([*METHOD_TABLE.column_settings(), *(s.stored for s in config.settings())])
         return CellView(
             cell_id=self.cell_id, label=self.label, model=self.model.name, dtype=self.model.dtype,
             simulate_as=self.model.simulate_as, task=self.task.name, metric=self.task.metric,
             method=config.method, budget=config.budget,
-            settings=tuple((name, getattr(config, name, None)) for name in names), seed=self.seed,
+            settings=tuple((name, config.stored_value(name)) for name in names), seed=self.seed,
             limit=self.task.limit,
             sim_prompt_len=self.task.sim.prompt_len, sim_gen_len=self.task.sim.gen_len, group_id=self.group_id,
         )

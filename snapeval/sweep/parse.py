@@ -41,7 +41,7 @@ A method entry's keys besides ``method``, ``budgets`` and ``press`` are the sett
 (:class:`~snapeval.cache.config.Setting` on its configuration class), each checked as declared; a new method's
 settings are keys here without a change to this file. Fields left out take the cache's documented defaults (:mod:`snapeval.cache.config`): 4 sinks, a ring of half the
 budget (at least the observation window), an observation window of 32 (SnapKV: at most half the budget) and an
-average-pooling kernel of 5.
+average pooling of width 5 (``pool_kernel``, stored as ``kernel``).
 """
 from __future__ import annotations
 
@@ -271,8 +271,8 @@ def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | Non
     named = raw.get("method") if isinstance(raw, dict) else None
     own = ()
     if isinstance(named, str) and named in METHOD_TABLE:
-        own = tuple(s.name for s in METHOD_TABLE.get(named).settings())
-    keys = (*_METHOD_KEYS, *dict.fromkeys([*METHOD_TABLE.setting_names(METHOD_TABLE.builtin_names()), *own]))
+        own = METHOD_TABLE.user_keys([named])
+    keys = (*_METHOD_KEYS, *dict.fromkeys([*METHOD_TABLE.user_keys(METHOD_TABLE.builtin_names()), *own]))
     raw = ctx.mapping(raw, path, keys, required=("method",))
     method = ctx.string(raw["method"], f"{path}.method")
     try:
@@ -291,6 +291,11 @@ def _parse_method(ctx: _Ctx, raw: Any, path: str, budgets: tuple[int, ...] | Non
     else:
         raise ctx.fail(f"{path}.budgets", f"method {method!r} needs budgets (here or in the top-level 'budgets')")
     declared = {s.name: s for s in info.settings()}
+    try:  # an old spelling (pool_kernel's "kernel"): its name, warned once
+        raw = {**{k: v for k, v in raw.items() if k in _METHOD_KEYS},
+               **info.config_class().typed({k: v for k, v in raw.items() if k not in _METHOD_KEYS}, where=f"{path}.")}
+    except ValueError as exc:
+        raise ctx.fail(path, str(exc)) from None
     settings = []
     for key in [k for k in raw if k not in _METHOD_KEYS]:  # a setting: checked as its method declares it
         if key not in declared:
