@@ -47,8 +47,9 @@ The package, one module per concern: ``units`` (bytes, the plan's constants), ``
 model's sizes and the bytes of each tensor the plan counts), ``sizes`` (what each configuration holds), ``records``
 (:class:`GroupPlan`, :class:`ConfigurationPlan` with its route, :data:`ROUTES`, :class:`Item`), ``chunk`` (one chunk in bytes: each
 configuration's decode and the phases), ``cost`` (bytes per decoded token at the rates of the device's hardware
-sheet), ``search`` (:func:`plan_group`), ``order`` (the order a group takes its items), ``device`` (the device's
-budget and the measured peak) and ``paper`` (the paper-scale prediction). Import from the package.
+sheet), ``search`` (:func:`plan_group`: best first, by bounds), ``order`` (the order a group takes its items),
+``device`` (the device's budget and the measured peak) and ``paper`` (the paper-scale prediction). Import from the
+package.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from snapeval.memory_plan.records import (BRANCH_LOOP, ENGINE_ROWS, IN_ROWS, ONE
                                           SHARED_STEP_ROWS, ConfigurationPlan, Item)
 from snapeval.memory_plan.shape import ModelShape
 from snapeval.memory_plan.sizes import (alone_cache_bytes, branch_bytes, captures_alone, engine_bytes,
-                                        holds_whole_prompt, is_press, row_bytes, static_rows)
+                                        holds_whole_prompt, is_press, layout_bytes, row_bytes, static_rows)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Candidate:
 
 def decodes_in_rows(ask: Ask, config: MethodConfig, chunk: int, batch_whole: bool) -> bool:
     """Whether ``config`` decodes in rows (see :func:`configuration_plans`)."""
-    if config.label in ask.alone or not static_rows(config):
+    if (ask.alone and config.label in ask.alone) or not static_rows(config):  # no label formatted for an empty one
         return False
     prompt, max_new = ask.largest.prompt, ask.largest.max_new
     if not batch_whole and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):
@@ -110,19 +110,30 @@ def configuration_plans(ask: Ask, candidate: Candidate, in_rows: Sequence[bool],
     for config, rows_of_it in zip(ask.configs, in_rows):
         if rows_of_it:
             per_row = together or row_bytes(shape, config, prompt, max_new)
-            rows = chunk if room is None else max(1, min(chunk, room // per_row))
+            rows = rows_that_fit(chunk, room, per_row)
             plans.append(ConfigurationPlan(config.label, "rows", rows, branch_bytes(shape, config, prompt),
                                            engine_bytes(shape, config, rows, prompt, max_new), in_rows_route))
             continue
-        route = (OWN_PREFILL if config.label in ask.alone
-                 else ONE_ROW_ENGINE if captures_alone(config, ask.captured) else BRANCH_LOOP)
-        if captures_alone(config, ask.captured):  # its bytes: an engine of one row (a method prefilled alone too)
-            plans.append(ConfigurationPlan(config.label, "alone", 1, 0, engine_bytes(shape, config, 1, prompt, max_new),
-                                           route))
-        else:
-            plans.append(ConfigurationPlan(config.label, "alone", 1, 0,
-                                           alone_cache_bytes(shape, config, prompt, max(max_new - 1, 0)), route))
+        plans.append(alone_plan(ask, config))
     return tuple(plans)
+
+
+def alone_plan(ask: Ask, config: MethodConfig) -> ConfigurationPlan:
+    """The decode of ``config`` alone (:func:`configuration_plans`), whatever the candidate: its route and, in a
+    ``captured`` run, an engine of one row's bytes (a method prefilled alone too), else its cache decoded alone."""
+    shape, prompt, max_new = ask.shape, ask.largest.prompt, ask.largest.max_new
+    route = (OWN_PREFILL if config.label in ask.alone
+             else ONE_ROW_ENGINE if captures_alone(config, ask.captured) else BRANCH_LOOP)
+    if captures_alone(config, ask.captured):
+        return ConfigurationPlan(config.label, "alone", 1, 0, engine_bytes(shape, config, 1, prompt, max_new), route)
+    return ConfigurationPlan(config.label, "alone", 1, 0, alone_cache_bytes(shape, config, prompt, max(max_new - 1, 0)),
+                             route)
+
+
+def rows_that_fit(chunk: int, room: int | None, per_row: int) -> int:
+    """An engine's rows: as many as fit ``room`` (None: unbounded) at ``per_row`` bytes each, at most the chunk and at
+    least 1."""
+    return chunk if room is None else max(1, min(chunk, room // per_row))
 
 
 def _alone_built(ask: Ask, pairs) -> tuple[list, int]:
@@ -146,7 +157,7 @@ def _branch_phase(ask: Ask, candidate: Candidate, pairs, earlier: int, prefix: i
     # a captured one-row engine's row is allocated whole before the capture's layers move into the branches
     one_rows = sum(p.decode_bytes for _, p in shared_alone if p.route == ONE_ROW_ENGINE)
     # a held branch's layer is built at the whole layout before it is cut to its kept prompt
-    whole = held_one + alone_built + sum(shape.rows_cache_bytes(c.cache_slots(prompt, 0)) - p.branch_bytes
+    whole = held_one + alone_built + sum(layout_bytes(shape, c, prompt) - p.branch_bytes
                                          for c, p in pairs if p.route in IN_ROWS and not is_press(c))
     return (earlier + prefix + presses + max(on_device, built - one_rows) + one_rows + layer
             + whole // shape.layers + shape.window_transient_bytes(prompt, ask.window))

@@ -8,7 +8,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from snapeval.memory_plan.records import ConfigurationPlan, GroupPlan
+from snapeval.memory_plan.records import ConfigurationPlan, Decoding, GroupPlan
 from snapeval.memory_plan.shape import ModelShape
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def cost_model(device: str) -> CostModel:
     return CostModel.of(DEFAULT_HARDWARE)
 
 
-def bytes_per_token(shape: ModelShape, plan: GroupPlan, captured: bool = False,
+def bytes_per_token(shape: ModelShape, plan: GroupPlan | Decoding, captured: bool = False,
                     cost: CostModel | None = None) -> float:
     """Bytes a GPU moves per decoded token of one item over every configuration of ``plan``: a configuration in
     ``rows`` rows reads the weights once per step for all of them and its rows' cache, so ``(weights + its engine's
@@ -79,7 +79,8 @@ def bytes_per_token(shape: ModelShape, plan: GroupPlan, captured: bool = False,
     the host's launches, the others' do not). A ``shared_step`` plan's configurations in rows count one step for all
     of them: the fixed time and the weights once, every engine's rows. Branches held in host memory add their trip
     there and back at :data:`HOST_LINK_BYTES_PER_S`, counted as the device bytes moved in that time. ``cost``: the
-    rates (default: :func:`cost_model` of the plan's device)."""
+    rates (default: :func:`cost_model` of the plan's device). ``plan`` may be a candidate's :class:`Decoding` (the
+    search prices it before its phases are counted): its decode is all this reads."""
     cost = cost_model(plan.device) if cost is None else cost
 
     def weight(c: ConfigurationPlan) -> float:
@@ -98,7 +99,12 @@ def bytes_per_token(shape: ModelShape, plan: GroupPlan, captured: bool = False,
     moved = sum(weight(c) * step([c]) / tokens_per_step(c) for c in plan.configurations if c not in shared)
     if shared:  # one step for every row of them: its fixed time and the weights paid once
         moved += step(shared) / tokens_per_step(shared[0])
-    if plan.branches_on_host:  # an item's branches go to the host and back, as device bytes of the same time
-        moved += (2 * sum(c.branch_bytes for c in plan.configurations) * cost.device_bytes_per_s
-                  / HOST_LINK_BYTES_PER_S / max(1, plan.max_new_tokens))
+    if plan.branches_on_host:
+        moved += host_trip_bytes(sum(c.branch_bytes for c in plan.configurations), plan.max_new_tokens, cost)
     return moved
+
+
+def host_trip_bytes(held_one: int, max_new: int, cost: CostModel) -> float:
+    """What an item's held branches (``held_one`` bytes) cost per decoded token of its ``max_new`` on their trip to
+    the host and back at :data:`HOST_LINK_BYTES_PER_S`: the device bytes moved in the same time."""
+    return 2 * held_one * cost.device_bytes_per_s / HOST_LINK_BYTES_PER_S / max(1, max_new)

@@ -1,5 +1,5 @@
-"""What a plan says: each configuration's decode and bytes (:class:`ConfigurationPlan`), the group's
-(:class:`GroupPlan`), and an item's lengths (:class:`Item`)."""
+"""What a plan says: each configuration's decode and bytes (:class:`ConfigurationPlan`), a candidate's decode
+(:class:`Decoding`), the group's (:class:`GroupPlan`), and an item's lengths (:class:`Item`)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -54,6 +54,21 @@ class ConfigurationPlan:
         out = asdict(self)
         del out["route"]
         return out
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """A candidate plan's decode, before the bytes of its phases are counted: what
+    :func:`~snapeval.memory_plan.cost.bytes_per_token` reads of a plan (the fields are :class:`GroupPlan`'s), so that
+    the search (:mod:`snapeval.memory_plan.search`) prices a candidate without building it."""
+
+    device: str
+    chunk: int
+    max_new_tokens: int
+    configurations: tuple[ConfigurationPlan, ...]
+    branches_on_host: bool = False
+    shared_step: bool = False
+    alone_captured: bool = False
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,13 @@ def branch_bytes(shape: ModelShape, config: MethodConfig, prompt: int) -> int:
 
 
 @_remembered
+def layout_bytes(shape: ModelShape, config: MethodConfig, prompt: int) -> int:
+    """One item's one-row branch of ``config`` at the engine's whole layout for ``prompt`` (as each layer is built,
+    before it is cut to its kept prompt: :func:`branch_bytes`)."""
+    return shape.rows_cache_bytes(config.cache_slots(prompt, 0))
+
+
+@_remembered
 def row_slots(config: MethodConfig, prompt: int, max_new: int) -> int:
     """Slots of one engine row for a request (:meth:`~snapeval.cache.config.MethodConfig.cache_slots`)."""
     return config.cache_slots(prompt, max_new)
