@@ -260,18 +260,40 @@ def test_reduced_long_tokens_read_as_decimal_reads_them(token, expected):
 def test_zero_padded_correct_answers_cost_what_the_reference_costs():
     """Issue #60: 16 M leading Arabic-Indic zeros before a correct answer took 4.3 s of grading (42x the reference
     bomb, two tests), ``3.000...0`` of 32 MB 1 s; each is graded here within 2.5x the CPU of the reference line of
-    16 M one-character tokens (measured in the same process; the benchmark's figures: docs/sandbox.md)."""
+    16 M one-character tokens (measured in the same process; the benchmark's figures: docs/sandbox.md), and so are
+    ASCII zeros before the answer and zeros of three scripts in a random order (no repeated unit to skip by)."""
     def cpu(got, expected):
         start = time.process_time()
         verdict = stdout_matches(got, expected)
         return time.process_time() - start, verdict
 
+    import random
+
     size = 8 << 20  # a quarter of the cap: seconds, not tens of seconds, on a busy machine
     reference, _ = cpu(b"0 " * (size // 2 - 1) + b"0", b"5")
+    mixed = "".join(random.Random(5).choice("0\u0660\u06f0") for _ in range(size // 2)).encode()
     for got in ("\u0660".encode() * (size // 2) + b"5", b"5." + b"0" * size, b"5e" + b"0" * size,
-                b"5" + b"0" * size + b"e-%d" % size):
+                b"5" + b"0" * size + b"e-%d" % size, b"0" * size + b"5", mixed + b"5", b"5." + mixed):
         seconds, verdict = cpu(got, b"5")
         assert verdict and seconds < 2.5 * reference + 0.02, (got[:8], seconds, reference)
+
+
+def test_the_zero_table_knows_every_zero_and_nothing_else():
+    """Issue #60: runs of zeros of mixed scripts are looked up byte by byte (``grading._zero_scan``): at every
+    character of Unicode (one string of all of them, UTF-8) the look-up says zero exactly for :data:`_ZEROS`' zeros
+    and ``_``, and counts the zero digits."""
+    import numpy as np
+
+    from snapeval.tasks.livecodebench.grading import _ZEROS, _zero_digits, _zero_scan
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    data = "".join(chars).encode()
+    marks, digits = _zero_scan(data)
+    starts = (np.frombuffer(data, np.uint8) & 0xC0) != 0x80
+    assert marks[~starts].all()
+    assert (marks[starts] == np.array([c in _ZEROS for c in chars])).all()
+    assert digits == len(_ZEROS) - 1
+    assert _zero_digits("0\u0660_\U0001D7CE".encode() * 5) == 15 and _zero_digits("0\u0661".encode()) == -1
 
 
 @pytest.mark.parametrize("name", sorted(STDIN_BOMBS))

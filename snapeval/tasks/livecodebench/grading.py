@@ -195,22 +195,27 @@ def _token_count(buf: bytes, start: int, end: int) -> int:
     return count
 
 
+#: Each lead byte of a multi-byte whitespace -> the first two bytes of the whitespace it leads (a piece holding the
+#: lead byte but none of these holds none of them: the digits of Myanmar, Khmer, Mongolian... start with E1 too).
+_WIDE_STARTS = {lead: {s[:2] for s in _WIDE_SPACES if s[0] == lead} for lead in _WIDE_LEADS}
 #: Pieces at least this long are first checked for any whitespace at all (:func:`_no_whitespace`, numpy).
 _SCAN_FROM = 1 << 14
 
 
 def _no_whitespace(piece: bytes) -> bool:
     """Whether ``piece`` (whole characters of UTF-8) holds no whitespace character: its smallest byte is past the
-    ASCII whitespace (all at most 32) and it holds no lead byte of a multi-byte one (``C2``, ``E1``-``E3``) up to its
-    largest byte: two reductions on the array and a ``memchr`` or two, about 0.2 ms a MiB, where marking every byte
-    (a translation and a count) cost about 3 ms (a long number token, issue #60)."""
+    ASCII whitespace (all at most 32) and, for each lead byte of a multi-byte one (``C2``, ``E1``-``E3``) up to its
+    largest byte that it holds, none of the two-byte starts that lead byte has there: two reductions on the array and
+    a ``memchr`` or two, about 0.2 ms a MiB, where marking every byte (a translation and a count) cost about 3 ms (a
+    long number token, issue #60)."""
     import numpy as np
 
     data = np.frombuffer(piece, np.uint8)
     if data.min() <= 32:
         return False
     top = data.max()
-    return all(lead > top or bytes((lead,)) not in piece for lead in _WIDE_LEADS)
+    return all(lead > top or bytes((lead,)) not in piece or not any(start in piece for start in _WIDE_STARTS[lead])
+               for lead in _WIDE_LEADS)
 
 
 def _token_spans(buf: bytes, start: int, end: int):
@@ -344,6 +349,87 @@ def _strip_zeros(text, backwards: bool):
     return text.rstrip(_ZEROS) if backwards else text.lstrip(_ZEROS)
 
 
+#: The lead bytes of the multi-byte zeros; each byte's row of :func:`_zero_tables`: ``0`` and ``_`` row 1, a
+#: continuation byte row 2, each lead of a multi-byte zero a row of its own from 3, any other byte 0.
+_ZERO_LEADS = bytes(sorted({z.encode()[0] for z in _ZEROS if not z.isascii()}))
+_ZERO_ROWS = bytes(1 if b == 48 else 2 if 0x80 <= b < 0xC0 else 3 if b == 95 else _ZERO_LEADS.index(b) + 4
+                   if b in _ZERO_LEADS else 0 for b in range(256))
+
+
+@functools.cache
+def _zero_tables():
+    """``(table, fourth)``: ``table[row << 16 | b1 << 8 | b2]`` for a byte of row ``row`` (:data:`_ZERO_ROWS`)
+    followed by ``b1 b2``: 2 where a zero of up to three bytes starts there, 1 where nothing starts there but nothing
+    is wrong either (a continuation byte, ``_``), ``3 + i`` where the three bytes begin the four-byte zeros of prefix
+    ``i``, 0 elsewhere; ``fourth[k << 8 | b3]`` the same for a position whose ``table`` value is ``k`` followed by
+    ``b3`` (``k`` < 3: ``k`` whatever ``b3`` is; else 2 where prefix ``k - 3`` followed by ``b3`` is a zero)."""
+    import numpy as np
+
+    table = np.zeros((4 + len(_ZERO_LEADS)) << 16, np.uint8)
+    table[1 << 16:2 << 16], table[2 << 16:4 << 16] = 2, 1
+    prefixes: dict[bytes, int] = {}
+    for zero in _ZEROS:
+        code = zero.encode("utf-8")
+        if len(code) == 1:
+            continue
+        at = _ZERO_ROWS[code[0]] << 16 | code[1] << 8
+        if len(code) == 2:
+            table[at:at + 256] = 2
+        elif len(code) == 3:
+            table[at | code[2]] = 2
+        else:
+            table[at | code[2]] = 3 + prefixes.setdefault(code[:3], len(prefixes))
+    fourth = np.zeros((3 + len(prefixes)) << 8, np.uint8)
+    fourth[:3 << 8] = np.repeat(np.arange(3, dtype=np.uint8), 256)
+    for zero in _ZEROS:
+        code = zero.encode("utf-8")
+        if len(code) == 4:
+            fourth[(3 + prefixes[code[:3]]) << 8 | code[3]] = 2
+    return table, fourth
+
+
+def _zero_scan(piece: bytes, stop_early: bool = False):
+    """``(marks, digits)`` for ``piece`` (whole characters of UTF-8): for each byte, as a numpy array of booleans,
+    where a character starts whether it is a zero of any script or ``_``, elsewhere (continuation bytes) True; and
+    how many zero digits start in it. Each byte is looked up with the two after it in :func:`_zero_tables` (a
+    four-byte zero: its fourth byte too), ``_WINDOW`` bytes at a time, as :func:`_whitespace` does: zeros of mixed
+    scripts cost a few ns a byte, where stripping them as text cost tens (a string of 70 characters searched for
+    every character). ``stop_early``: at the end of the first window holding something else."""
+    import numpy as np
+
+    table, fourth = _zero_tables()
+    size, digits = len(piece), 0
+    rows, data = piece.translate(_ZERO_ROWS), np.frombuffer(piece + b"\0\0\0", np.uint8)
+    marks = np.empty(size, np.bool_)
+    for at in range(0, size, _WINDOW):
+        end = min(at + _WINDOW, size)
+        code = np.frombuffer(rows, np.uint8, end - at, at).astype(np.uint32)
+        code <<= 8
+        code |= data[at + 1:end + 1]
+        code <<= 8
+        code |= data[at + 2:end + 2]
+        kinds = table.take(code)
+        del code
+        if kinds.max() >= 3:  # four-byte zeros: every position looked up again with its fourth byte
+            code = kinds.astype(np.uint16)
+            code <<= 8
+            code |= data[at + 3:end + 3]
+            kinds = fourth.take(code)
+            del code
+        np.greater(kinds, 0, out=marks[at:end])
+        digits += int(np.count_nonzero(kinds == 2))
+        if stop_early and not marks[at:end].all():
+            return marks[:end], digits
+    return marks, digits
+
+
+def _zero_digits(piece: bytes) -> int:
+    """How many zero digits ``piece`` (whole characters) holds where it is nothing but zeros (any scripts, any mix)
+    and ``_``; -1 where it holds anything else (:func:`_zero_scan`, stopped at the first window that does)."""
+    marks, digits = _zero_scan(piece, stop_early=True)
+    return digits if marks.all() else -1
+
+
 #: Bytes of a run of one repeated string compared at a time (:func:`_skip_repeats`).
 _RUN_WINDOW = 1 << 16
 
@@ -356,17 +442,18 @@ def _repeated(unit: bytes, window: int) -> bytes:
 
 def _skip_repeats(buf: bytes, start: int, end: int, units, backwards: bool = False) -> tuple[int, int, bytes]:
     """The bound of ``buf[start:end]`` once whole windows of one of ``units`` repeated are skipped from its start
-    (``backwards``: from its end), how many windows' bytes were skipped, and the unit: each window is one slice
-    compared with a prepared ``unit * n`` (a copy and a ``memcmp`` in C, about 0.1 ms a MiB), the first unit that
-    matches kept for the rest. Nothing is skipped where no unit fills the first window."""
+    (``backwards``: from its end), how many windows' bytes were skipped, and the unit: each window is compared in
+    place with a prepared ``unit * n`` (``startswith``/``endswith`` at an offset: a ``memcmp`` in C, no copy, about
+    0.1 ms a MiB), the first unit that matches kept for the rest. Nothing is skipped where no unit fills the first
+    window."""
     for unit in units:
         pattern = _repeated(unit, _RUN_WINDOW)
         size, skipped = len(pattern), 0
         if backwards:
-            while end - start >= size and buf[end - size:end] == pattern:
+            while end - start >= size and buf.endswith(pattern, start, end):
                 end, skipped = end - size, skipped + size
         else:
-            while end - start >= size and buf[start:start + size] == pattern:
+            while end - start >= size and buf.startswith(pattern, start, end):
                 start, skipped = start + size, skipped + size
         if skipped:
             return (end if backwards else start), skipped, unit
@@ -430,7 +517,11 @@ def _skip_zeros(buf: bytes, start: int, end: int, backwards: bool = False) -> tu
         else:
             edge = piece[-4:] if backwards else piece[:4]
             char = edge.decode("utf-8", "ignore")[-1 if backwards else 0:][:1].encode("utf-8")
-            if char and char.decode("utf-8") in _ZEROS and len(char) > 1:
+            if len(piece) >= _SCAN_FROM:  # zeros of one script or several, looked up byte by byte
+                if (count := _zero_digits(piece)) >= 0:
+                    zeros += count
+                    continue
+            elif char and char.decode("utf-8") in _ZEROS and len(char) > 1:
                 count = piece.count(char)
                 if count * len(char) == len(piece):
                     zeros += count
