@@ -67,6 +67,16 @@ BOMBS = {
                                                "stdin", "2 3\n", "5\n"),
     "3.000...0_of_32MB": ("import sys\nsys.stdout.write('5.' + '0' * (32 * 10**6 - 2) + '\\n')\n", "stdin", "2 3\n",
                           "5\n"),
+    # zeros of several scripts in a random order (no repeated unit to skip by): three scripts of one and two bytes,
+    # then ASCII and astral (four-byte) zeros, about 32 MB each
+    "random_zeros_of_three_scripts_then_the_answer": (
+        "import os, sys\nletters = os.urandom(19_000_000).translate(bytes(b'abc'[i % 3] for i in range(256)))\n"
+        "sys.stdout.write(letters.decode().replace('a', '0').replace('b', '\\u0660').replace('c', '\\u06f0') + '5\\n')\n",
+        "stdin", "2 3\n", "5\n"),
+    "random_ascii_and_astral_zeros_then_the_answer": (
+        "import os, sys\nletters = os.urandom(12_800_000).translate(bytes(b'ab'[i % 2] for i in range(256)))\n"
+        "sys.stdout.write(letters.decode().replace('a', '0').replace('b', '\\U0001FBF0') + '5\\n')\n",
+        "stdin", "2 3\n", "5\n"),
     "fraction_of_2MiB_parts": ("from fractions import Fraction\nclass Solution:\n    def f(self, x):\n"
                                "        return Fraction((1 << 16_777_216) + 3, (1 << 16_777_216) + 1, _normalize=False)\n",
                                "functional", "0", "3"),

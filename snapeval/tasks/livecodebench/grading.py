@@ -150,15 +150,15 @@ def _needs_look_up(piece: bytes) -> bool:
     return not piece.isascii() and (b"\xe1" in piece or b"\xe2" in piece)
 
 
-def _whitespace(piece: bytes):
-    """Whether each byte of ``piece`` (whole characters of UTF-8) belongs to a whitespace character, as a numpy array
-    of booleans: each byte looked up with the two after it (one translation to a row of the table, then a handful of
-    array operations, ``_WINDOW`` bytes at a time: a few arrays of that size, whatever the piece's)."""
+def _looked_up(piece: bytes, rows: bytes, table):
+    """``(start, end, values, data)`` for each window of ``_WINDOW`` bytes of ``piece``: ``values[i]`` is
+    ``table[rows[b] << 16 | b1 << 8 | b2]`` for the window's byte ``b`` and the two bytes after it (one translation of
+    the piece to rows, then a handful of array operations a window: a few arrays of that size, whatever the piece's);
+    ``data`` is the piece as a numpy array, three zero bytes after it."""
     import numpy as np
 
-    size, table = len(piece), _wide_space_widths()
-    rows, data = piece.translate(_LEAD_ROWS), np.frombuffer(piece + b"\0\0", np.uint8)
-    space = np.zeros(size, np.bool_)
+    size = len(piece)
+    rows, data = piece.translate(rows), np.frombuffer(piece + b"\0\0\0", np.uint8)
     for at in range(0, size, _WINDOW):
         end = min(at + _WINDOW, size)
         code = np.frombuffer(rows, np.uint8, end - at, at).astype(np.uint32)
@@ -166,8 +166,17 @@ def _whitespace(piece: bytes):
         code |= data[at + 1:end + 1]
         code <<= 8
         code |= data[at + 2:end + 2]
-        widths = table.take(code)
-        del code
+        yield at, end, table.take(code), data
+
+
+def _whitespace(piece: bytes):
+    """Whether each byte of ``piece`` (whole characters of UTF-8) belongs to a whitespace character, as a numpy array
+    of booleans: each byte looked up with the two after it (one translation to a row of the table, then a handful of
+    array operations, ``_WINDOW`` bytes at a time: a few arrays of that size, whatever the piece's)."""
+    import numpy as np
+
+    space = np.zeros(len(piece), np.bool_)
+    for at, end, widths, _ in _looked_up(piece, _LEAD_ROWS, _wide_space_widths()):
         for byte in range(3):  # a whitespace of width w covers its first byte and the w - 1 bytes after it
             covered = space[at + byte:end + byte]
             covered |= widths[:len(covered)] > byte
@@ -398,18 +407,8 @@ def _zero_scan(piece: bytes, stop_early: bool = False):
     import numpy as np
 
     table, fourth = _zero_tables()
-    size, digits = len(piece), 0
-    rows, data = piece.translate(_ZERO_ROWS), np.frombuffer(piece + b"\0\0\0", np.uint8)
-    marks = np.empty(size, np.bool_)
-    for at in range(0, size, _WINDOW):
-        end = min(at + _WINDOW, size)
-        code = np.frombuffer(rows, np.uint8, end - at, at).astype(np.uint32)
-        code <<= 8
-        code |= data[at + 1:end + 1]
-        code <<= 8
-        code |= data[at + 2:end + 2]
-        kinds = table.take(code)
-        del code
+    marks, digits = np.empty(len(piece), np.bool_), 0
+    for at, end, kinds, data in _looked_up(piece, _ZERO_ROWS, table):
         if kinds.max() >= 3:  # four-byte zeros: every position looked up again with its fourth byte
             code = kinds.astype(np.uint16)
             code <<= 8
