@@ -278,6 +278,27 @@ def test_zero_padded_correct_answers_cost_what_the_reference_costs():
         assert verdict and seconds < 2.5 * reference + 0.02, (got[:8], seconds, reference)
 
 
+def test_long_numbers_are_compared_by_their_significant_digits():
+    """Issue #60: a long token's number is compared by the count and exponent of its significant digits before any
+    digit is converted (16 M wrong Arabic-Indic digits made a ``Decimal`` of 16 M digits): the same verdicts as
+    lcb_runner's, digits of other scripts, zeros inside and at either end, signs, exponents, NaN and infinities."""
+    ones = "\u0661" * 3000
+    cases = [(ones, "1" * 3000), (ones, "1" * 2999 + "2"), (ones, "1" * 2999), ("0" * 80 + ones + "0" * 70, "1" * 3000
+             + "0" * 70), ("-" + ones + ".000", "-" + "1" * 3000), ("-" + ones, "1" * 3000), (ones + "e-3000", "0." +
+             "1" * 3000), (ones + "e-2999", "0." + "1" * 3000), ("\u0660" * 100 + "1" + "0" * 90, "1e90"),
+             ("0" * 100, "-0.0"), ("0" * 100, "0e7"), ("0." + "0" * 99 + "1", "1e-100"), ("1" + "0" * 99, "1e99"),
+             (ones, "NaN"), (ones, "Infinity"), ("\U0001D7CF" * 100, "1" * 100), ("1_" * 50 + "1", "1" * 51),
+             ("12" * 50, "1" * 100)]
+    for got, expected in cases:
+        for line in (got, got + " 7"):
+            want = expected + (" 7" if line != got else "")
+            ours = _outcome(stdout_matches, line.encode(), want)
+            official = _outcome(official_verdict, line, want)
+            assert (ours is True) == (official is True), (line[:20], want[:20], ours, official)
+    with pytest.raises(ArithmeticError):  # a signaling NaN against a long number raises there too
+        stdout_matches(ones.encode(), "sNaN")
+
+
 def test_the_zero_table_knows_every_zero_and_nothing_else():
     """Issue #60: runs of zeros of mixed scripts are looked up byte by byte (``grading._zero_scan``): at every
     character of Unicode (one string of all of them, UTF-8) the look-up says zero exactly for :data:`_ZEROS`' zeros
