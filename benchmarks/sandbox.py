@@ -103,14 +103,15 @@ def bomb(name: str, harness_memory_mb: int = 0) -> dict:
     """Run one of :data:`BOMBS` here and return its verdict and what it cost this process: CPU seconds and the growth
     of its peak RSS. ``harness_memory_mb`` > 0 puts this process under an address-space limit of that much beyond
     what it maps now (the run raises its own limit to the program's)."""
-    from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
+    from snapeval.tasks.livecodebench import functional_matches, grading, load_json, stdout_matches
 
     code, mode, test_input, expected = BOMBS[name]
     judge = ((lambda index, out: stdout_matches(out, expected)) if mode == "stdin"
              else (lambda index, value: functional_matches(value, load_json(expected))))
     isolation()  # probed once per process (and the files a run maps read): not this bomb's cost
-    # nor what grading builds once per process: the table of non-ASCII digits, the whitespace look-up (numpy)
+    # nor what grading builds once per process: the table of non-ASCII digits, the whitespace and zero look-ups (numpy)
     assert stdout_matches("\u2003\u3000\u0663".encode(), "3")
+    grading._zero_tables()
     if harness_memory_mb:
         with open("/proc/self/status", encoding="ascii") as f:
             mapped = int(next(line for line in f if line.startswith("VmSize")).split()[1]) << 10

@@ -52,25 +52,35 @@ def test_byte_comparison_equals_official_verdict(got, expected, small_windows):
         (got, expected, official, ours)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=3000, deadline=None)
 @given(st.lists(st.sampled_from([b"a", b"\xd9\xa0", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xe2\x80\x83", b"\x80",
-                                 b"\xc0", b"\xed", b"\xf4\x90", b"\xe0\x80", b"\xff", b"\xf0"]), max_size=30).map(b"".join),
-       st.integers(4, 9))
-def test_utf8_check_equals_the_decoder(data, chunk):
+                                 b"\xc0", b"\xed", b"\xf4\x90", b"\xe0\x80", b"\xff", b"\xf0", b"\xc2", b"\xc1\xbf",
+                                 b"\xe0\xa0\x80", b"\xe0\x9f\xbf", b"\xf0\x90\x80\x80", b"\xf0\x8f\xbf\xbf",
+                                 b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xed\xbf\xbf"]),
+                max_size=30).map(b"".join),
+       st.integers(4, 9), st.booleans())
+def test_utf8_check_equals_the_decoder(data, chunk, on_the_array):
     """Issue #60: a standard output is checked 64 KiB at a time on a view (pieces of 4-9 bytes here, characters cut
-    by their ends): it is refused exactly when ``bytes.decode("utf-8", "surrogatepass")`` refuses it."""
-    from snapeval.sandbox.protocol import check_utf8
+    by their ends), or on a numpy array 64 KiB at a time (here every payload, windows of ``chunk`` bytes): it is
+    refused exactly when ``bytes.decode("utf-8", "surrogatepass")`` refuses it."""
+    from snapeval.sandbox import protocol
 
     try:
         data.decode("utf-8", "surrogatepass")
         valid = True
     except UnicodeDecodeError:
         valid = False
+    saved = protocol._ARRAY_CHECK_FROM, protocol._ARRAY_WINDOW
+    if on_the_array:
+        protocol._ARRAY_CHECK_FROM, protocol._ARRAY_WINDOW = 0, chunk
+        assert protocol._utf8_on_the_array(bytearray(data)) == valid or not data, data
     try:
-        check_utf8(bytearray(data), chunk)
+        protocol.check_utf8(bytearray(data), chunk)
         ours = True
     except UnicodeDecodeError:
         ours = False
+    finally:
+        protocol._ARRAY_CHECK_FROM, protocol._ARRAY_WINDOW = saved
     assert ours == valid, (data, chunk)
 
 
@@ -161,8 +171,10 @@ def test_result_skeleton_equals_a_json_lexer(value, ascii_only, piece):
 # ------------------------------------------------------------------------------------------- bounded by the bytes
 def _grading_peak(mode, payload, judge):
     """The harness's peak of new memory while it grades one result frame of ``payload``, as a ratio to its size."""
-    judge(0, "٣ 𝟓\u3000".encode())  # what is built once per process (the tables of non-ASCII digits and wide
-    # spaces, numpy) is not this output's
+    from snapeval.tasks.livecodebench.grading import _zero_tables
+
+    judge(0, "٣ 𝟓\u3000".encode())  # what is built once per process (the tables of non-ASCII digits, wide
+    _zero_tables()  # spaces and zeros, numpy) is not this output's
     reader = FrameReader(len(payload))
     assert reader.feed(b'{"status": "ok", "bytes": %d}\n' % len(payload) + payload)
     tracemalloc.start()
