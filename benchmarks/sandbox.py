@@ -67,6 +67,16 @@ BOMBS = {
                                                "stdin", "2 3\n", "5\n"),
     "3.000...0_of_32MB": ("import sys\nsys.stdout.write('5.' + '0' * (32 * 10**6 - 2) + '\\n')\n", "stdin", "2 3\n",
                           "5\n"),
+    # zeros of several scripts in a random order (no repeated unit to skip by): three scripts of one and two bytes,
+    # then ASCII and astral (four-byte) zeros, about 32 MB each
+    "random_zeros_of_three_scripts_then_the_answer": (
+        "import os, sys\nletters = os.urandom(19_000_000).translate(bytes(b'abc'[i % 3] for i in range(256)))\n"
+        "sys.stdout.write(letters.decode().replace('a', '0').replace('b', '\\u0660').replace('c', '\\u06f0') + '5\\n')\n",
+        "stdin", "2 3\n", "5\n"),
+    "random_ascii_and_astral_zeros_then_the_answer": (
+        "import os, sys\nletters = os.urandom(12_800_000).translate(bytes(b'ab'[i % 2] for i in range(256)))\n"
+        "sys.stdout.write(letters.decode().replace('a', '0').replace('b', '\\U0001FBF0') + '5\\n')\n",
+        "stdin", "2 3\n", "5\n"),
     "fraction_of_2MiB_parts": ("from fractions import Fraction\nclass Solution:\n    def f(self, x):\n"
                                "        return Fraction((1 << 16_777_216) + 3, (1 << 16_777_216) + 1, _normalize=False)\n",
                                "functional", "0", "3"),
@@ -93,14 +103,15 @@ def bomb(name: str, harness_memory_mb: int = 0) -> dict:
     """Run one of :data:`BOMBS` here and return its verdict and what it cost this process: CPU seconds and the growth
     of its peak RSS. ``harness_memory_mb`` > 0 puts this process under an address-space limit of that much beyond
     what it maps now (the run raises its own limit to the program's)."""
-    from snapeval.tasks.livecodebench import functional_matches, load_json, stdout_matches
+    from snapeval.tasks.livecodebench import functional_matches, grading, load_json, stdout_matches
 
     code, mode, test_input, expected = BOMBS[name]
     judge = ((lambda index, out: stdout_matches(out, expected)) if mode == "stdin"
              else (lambda index, value: functional_matches(value, load_json(expected))))
     isolation()  # probed once per process (and the files a run maps read): not this bomb's cost
-    # nor what grading builds once per process: the table of non-ASCII digits, the whitespace look-up (numpy)
+    # nor what grading builds once per process: the table of non-ASCII digits, the whitespace and zero look-ups (numpy)
     assert stdout_matches("\u2003\u3000\u0663".encode(), "3")
+    grading._zero_tables()
     if harness_memory_mb:
         with open("/proc/self/status", encoding="ascii") as f:
             mapped = int(next(line for line in f if line.startswith("VmSize")).split()[1]) << 10

@@ -34,12 +34,54 @@ _TEXT = st.lists(_TOKENS, max_size=12).map("".join)
 
 
 @settings(max_examples=3000, deadline=None)
-@given(_TEXT, _TEXT)
-def test_byte_comparison_equals_official_verdict(got, expected):
+@given(_TEXT, _TEXT, st.booleans())
+def test_byte_comparison_equals_official_verdict(got, expected, small_windows):
+    """``small_windows``: the paths meant for long outputs taken by these short ones (a piece checked for whitespace
+    at all, runs of zeros compared by windows of 6 bytes)."""
+    from snapeval.tasks.livecodebench import grading as lcb
+
     official = _outcome(official_verdict, got, expected)
-    ours = _outcome(stdout_matches, got.encode("utf-8", "surrogatepass"), expected)
+    saved = lcb._SCAN_FROM, lcb._RUN_WINDOW, lcb._REDUCE_FROM
+    if small_windows:
+        lcb._SCAN_FROM, lcb._RUN_WINDOW, lcb._REDUCE_FROM = 0, 6, 0
+    try:
+        ours = _outcome(stdout_matches, got.encode("utf-8", "surrogatepass"), expected)
+    finally:
+        lcb._SCAN_FROM, lcb._RUN_WINDOW, lcb._REDUCE_FROM = saved
     assert (official is True) == (ours is True) and isinstance(official, str) == isinstance(ours, str), \
         (got, expected, official, ours)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b"\xd9\xa0", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xe2\x80\x83", b"\x80",
+                                 b"\xc0", b"\xed", b"\xf4\x90", b"\xe0\x80", b"\xff", b"\xf0", b"\xc2", b"\xc1\xbf",
+                                 b"\xe0\xa0\x80", b"\xe0\x9f\xbf", b"\xf0\x90\x80\x80", b"\xf0\x8f\xbf\xbf",
+                                 b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xed\xbf\xbf"]),
+                max_size=30).map(b"".join),
+       st.integers(4, 9), st.booleans())
+def test_utf8_check_equals_the_decoder(data, chunk, on_the_array):
+    """Issue #60: a standard output is checked 64 KiB at a time on a view (pieces of 4-9 bytes here, characters cut
+    by their ends), or on a numpy array 64 KiB at a time (here every payload, windows of ``chunk`` bytes): it is
+    refused exactly when ``bytes.decode("utf-8", "surrogatepass")`` refuses it."""
+    from snapeval.sandbox import protocol
+
+    try:
+        data.decode("utf-8", "surrogatepass")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    saved = protocol._ARRAY_CHECK_FROM, protocol._ARRAY_WINDOW
+    if on_the_array:
+        protocol._ARRAY_CHECK_FROM, protocol._ARRAY_WINDOW = 0, chunk
+        assert protocol._utf8_on_the_array(bytearray(data)) == valid or not data, data
+    try:
+        protocol.check_utf8(bytearray(data), chunk)
+        ours = True
+    except UnicodeDecodeError:
+        ours = False
+    finally:
+        protocol._ARRAY_CHECK_FROM, protocol._ARRAY_WINDOW = saved
+    assert ours == valid, (data, chunk)
 
 
 def test_byte_comparison_examples():
@@ -129,8 +171,10 @@ def test_result_skeleton_equals_a_json_lexer(value, ascii_only, piece):
 # ------------------------------------------------------------------------------------------- bounded by the bytes
 def _grading_peak(mode, payload, judge):
     """The harness's peak of new memory while it grades one result frame of ``payload``, as a ratio to its size."""
-    judge(0, "٣ 𝟓\u3000".encode())  # what is built once per process (the tables of non-ASCII digits and wide
-    # spaces, numpy) is not this output's
+    from snapeval.tasks.livecodebench.grading import _zero_tables
+
+    judge(0, "٣ 𝟓\u3000".encode())  # what is built once per process (the tables of non-ASCII digits, wide
+    _zero_tables()  # spaces and zeros, numpy) is not this output's
     reader = FrameReader(len(payload))
     assert reader.feed(b'{"status": "ok", "bytes": %d}\n' % len(payload) + payload)
     tracemalloc.start()
@@ -162,7 +206,8 @@ STDIN_BOMBS.update({  # issue #60: correct answers padded with zeros (4 MiB each
 })
 
 _NUMBER_PARTS = st.sampled_from(["0", "00", "٠", "۰", "०", "𝟎", "_", "5", "٣", "𝟓", "1", "9", ".", "e", "E", "+", "-",
-                                 "x", "é", "٠" * 40, "0" * 70, "_0" * 30, "NaN", "Inf"])
+                                 "x", "é", "٠" * 40, "0" * 70, "_0" * 30, "NaN", "Inf", "٠0" * 20, "𝟎_" * 9,
+                                 "०٠𝟎" * 7])
 
 
 def test_a_returned_fraction_is_compared_as_the_program_holds_it():
@@ -212,30 +257,76 @@ def test_reduced_long_tokens_read_as_decimal_reads_them(token, expected):
         assert (ours is None) == (official is None), (token, reduced)
         if ours is not None and not official.is_nan():
             assert ours == official, (token, reduced)
-    saved, lcb._REDUCE_FROM = lcb._REDUCE_FROM, 0  # every token through the reduced path
-    try:
-        ours_verdict = _outcome(stdout_matches, data, expected)
-    finally:
-        lcb._REDUCE_FROM = saved
     official_verdict_ = _outcome(official_verdict, token, expected)
-    assert (official_verdict_ is True) == (ours_verdict is True), (token, expected, official_verdict_, ours_verdict)
+    saved = lcb._REDUCE_FROM, lcb._RUN_WINDOW, lcb._SCAN_FROM
+    for window in (1 << 16, 6, 1):  # runs of zeros skipped by windows of 6 bytes and of one unit too
+        lcb._REDUCE_FROM, lcb._RUN_WINDOW, lcb._SCAN_FROM = 0, window, 0  # every token through the reduced path
+        try:
+            ours_verdict = _outcome(stdout_matches, data, expected)
+        finally:
+            lcb._REDUCE_FROM, lcb._RUN_WINDOW, lcb._SCAN_FROM = saved
+        assert (official_verdict_ is True) == (ours_verdict is True), \
+            (token, expected, window, official_verdict_, ours_verdict)
 
 
 def test_zero_padded_correct_answers_cost_what_the_reference_costs():
     """Issue #60: 16 M leading Arabic-Indic zeros before a correct answer took 4.3 s of grading (42x the reference
     bomb, two tests), ``3.000...0`` of 32 MB 1 s; each is graded here within 2.5x the CPU of the reference line of
-    16 M one-character tokens (measured in the same process; the benchmark's figures: docs/sandbox.md)."""
+    16 M one-character tokens (measured in the same process; the benchmark's figures: docs/sandbox.md), and so are
+    ASCII zeros before the answer and zeros of three scripts in a random order (no repeated unit to skip by)."""
     def cpu(got, expected):
         start = time.process_time()
         verdict = stdout_matches(got, expected)
         return time.process_time() - start, verdict
 
+    import random
+
     size = 8 << 20  # a quarter of the cap: seconds, not tens of seconds, on a busy machine
     reference, _ = cpu(b"0 " * (size // 2 - 1) + b"0", b"5")
+    mixed = "".join(random.Random(5).choice("0\u0660\u06f0") for _ in range(size // 2)).encode()
     for got in ("\u0660".encode() * (size // 2) + b"5", b"5." + b"0" * size, b"5e" + b"0" * size,
-                b"5" + b"0" * size + b"e-%d" % size):
+                b"5" + b"0" * size + b"e-%d" % size, b"0" * size + b"5", mixed + b"5", b"5." + mixed):
         seconds, verdict = cpu(got, b"5")
         assert verdict and seconds < 2.5 * reference + 0.02, (got[:8], seconds, reference)
+
+
+def test_long_numbers_are_compared_by_their_significant_digits():
+    """Issue #60: a long token's number is compared by the count and exponent of its significant digits before any
+    digit is converted (16 M wrong Arabic-Indic digits made a ``Decimal`` of 16 M digits): the same verdicts as
+    lcb_runner's, digits of other scripts, zeros inside and at either end, signs, exponents, NaN and infinities."""
+    ones = "\u0661" * 3000
+    cases = [(ones, "1" * 3000), (ones, "1" * 2999 + "2"), (ones, "1" * 2999), ("0" * 80 + ones + "0" * 70, "1" * 3000
+             + "0" * 70), ("-" + ones + ".000", "-" + "1" * 3000), ("-" + ones, "1" * 3000), (ones + "e-3000", "0." +
+             "1" * 3000), (ones + "e-2999", "0." + "1" * 3000), ("\u0660" * 100 + "1" + "0" * 90, "1e90"),
+             ("0" * 100, "-0.0"), ("0" * 100, "0e7"), ("0." + "0" * 99 + "1", "1e-100"), ("1" + "0" * 99, "1e99"),
+             (ones, "NaN"), (ones, "Infinity"), ("\U0001D7CF" * 100, "1" * 100), ("1_" * 50 + "1", "1" * 51),
+             ("12" * 50, "1" * 100)]
+    for got, expected in cases:
+        for line in (got, got + " 7"):
+            want = expected + (" 7" if line != got else "")
+            ours = _outcome(stdout_matches, line.encode(), want)
+            official = _outcome(official_verdict, line, want)
+            assert (ours is True) == (official is True), (line[:20], want[:20], ours, official)
+    with pytest.raises(ArithmeticError):  # a signaling NaN against a long number raises there too
+        stdout_matches(ones.encode(), "sNaN")
+
+
+def test_the_zero_table_knows_every_zero_and_nothing_else():
+    """Issue #60: runs of zeros of mixed scripts are looked up byte by byte (``grading._zero_scan``): at every
+    character of Unicode (one string of all of them, UTF-8) the look-up says zero exactly for :data:`_ZEROS`' zeros
+    and ``_``, and counts the zero digits."""
+    import numpy as np
+
+    from snapeval.tasks.livecodebench.grading import _ZEROS, _zero_digits, _zero_scan
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    data = "".join(chars).encode()
+    marks, digits = _zero_scan(data)
+    starts = (np.frombuffer(data, np.uint8) & 0xC0) != 0x80
+    assert marks[~starts].all()
+    assert (marks[starts] == np.array([c in _ZEROS for c in chars])).all()
+    assert digits == len(_ZEROS) - 1
+    assert _zero_digits("0\u0660_\U0001D7CE".encode() * 5) == 15 and _zero_digits("0\u0661".encode()) == -1
 
 
 @pytest.mark.parametrize("name", sorted(STDIN_BOMBS))

@@ -86,14 +86,63 @@ class FrameReader:
         return max(0, len(self.buffer) - self.end) if self.end >= 0 else 0
 
 
-def check_utf8(payload: bytes, chunk: int = 1 << 14) -> None:
+#: A payload at least this long that is not ASCII is checked on the array (:func:`_utf8_on_the_array`).
+_ARRAY_CHECK_FROM = 1 << 20
+_ARRAY_WINDOW = 1 << 16
+
+
+def check_utf8(payload: bytes, chunk: int = 1 << 16) -> None:
     """Raise ``UnicodeDecodeError`` unless ``payload`` is UTF-8 (lone surrogates allowed: what the driver writes for
-    any ``str``), decoding 16 KiB at a time and keeping nothing: a standard output is graded as bytes."""
-    decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
-    view = memoryview(payload)
-    for start in range(0, len(payload), chunk):
-        decoder.decode(view[start:start + chunk])
-    decoder.decode(b"", final=True)
+    any ``str``), keeping nothing: a standard output is graded as bytes. ASCII throughout is one ``isascii`` (a word
+    at a time, in C); a long payload is checked on the array (:func:`_utf8_on_the_array`: the same few operations
+    whatever the characters, where decoding text of randomly mixed widths cost about 4 ns a byte), and decoded only
+    where that finds it malformed, for the decoder's error; anything else is decoded 64 KiB at a time from the payload
+    itself (``utf_8_decode`` on a view, an unfinished character carried to the next piece), no copy of a piece made
+    first (the incremental decoder copied each 16 KiB before decoding it: 1.4x the time on 32 MB of Arabic-Indic
+    digits)."""
+    if payload.isascii() or (len(payload) >= _ARRAY_CHECK_FROM and _utf8_on_the_array(payload)):
+        return
+    view, at, size = memoryview(payload), 0, len(payload)
+    while at < size:
+        final = at + chunk >= size
+        _, used = codecs.utf_8_decode(view[at:at + chunk], "surrogatepass", final)
+        if not used and not final:  # a piece of 64 KiB always ends within 3 bytes of a whole character
+            codecs.utf_8_decode(view[at:at + chunk], "surrogatepass", True)
+        at += used
+
+
+def _utf8_on_the_array(payload: bytes) -> bool:
+    """Whether ``payload`` is UTF-8 with lone surrogates allowed (what ``decode("utf-8", "surrogatepass")``
+    accepts), on a numpy array, 64 KiB at a time: no byte ``C0``, ``C1`` or past ``F4``; every byte a lead of two,
+    three or four bytes announces after it a continuation byte (``80``-``BF``); as many continuation bytes as the
+    leads announce (the bytes a lead claims are continuations, so no two leads claim one byte, and then every
+    continuation byte is claimed); after ``E0`` at least ``A0`` (no overlong form), after ``F0`` at least ``90``,
+    after ``F4`` at most ``8F`` (nothing past U+10FFFF); ``ED`` (surrogates) takes any continuation byte."""
+    import numpy as np
+
+    data, size = np.frombuffer(payload, np.uint8), len(payload)
+    continuations = claims = 0
+    for at in range(0, size, _ARRAY_WINDOW):
+        end = min(at + _ARRAY_WINDOW, size)
+        ahead = data[at:min(end + 3, size)]
+        if len(ahead) < end - at + 3:  # the last window: what follows the payload continues nothing
+            ahead = np.concatenate([ahead, np.zeros(end - at + 3 - len(ahead), np.uint8)])
+        window = ahead[:end - at]
+        if window.max() > 0xF4 or payload.find(b"\xc0", at, end) >= 0 or payload.find(b"\xc1", at, end) >= 0:
+            return False
+        follows = (ahead & 0xC0) == 0x80
+        for width, lead in enumerate((0xC0, 0xE0, 0xF0), 1):  # each lead of at least width + 1 bytes
+            leads = window >= lead
+            if not (follows[width:width + end - at] >= leads).all():
+                return False
+            claims += int(np.count_nonzero(leads))
+        continuations += int(np.count_nonzero(follows[:end - at]))
+        second = ahead[1:end - at + 1]  # a continuation byte after each lead (checked above): its range
+        for lead, low, high in ((0xE0, 0xA0, 0xBF), (0xF0, 0x90, 0xBF), (0xF4, 0x80, 0x8F)):
+            if payload.find(bytes((lead,)), at, end) >= 0 and (
+                    (window == lead) & ((second < low) if high == 0xBF else (second > high))).any():
+                return False
+    return continuations == claims
 
 
 def _parse_header(line: bytes, cap: int) -> dict:
