@@ -11,7 +11,6 @@ offset in the prompt and the token offset (tokens of the prompt before the needl
 """
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -82,48 +81,22 @@ def _compose(tokenizer: Tokenizer, length: int, prefix: str, suffix: str, needle
         parts.append(suffix)
         return "".join(parts), offsets
 
-    counted: dict[int, int] = {}
-
-    def tokens(n: int) -> int:
-        if n not in counted:
-            counted[n] = count_tokens(tokenizer, build(n)[0])
-        return counted[n]
-
-    base = tokens(0)
+    base_text, _ = build(0)
+    base = count_tokens(tokenizer, base_text)
     if base > length:
         raise SnapevalError(f"length={length} is too small for this task: the prompt without filler has {base} tokens")
     per = max(1e-3, count_tokens(tokenizer, " ".join(FILLER * 20)) / (len(FILLER) * 20))
-    lo = most_that_fit(tokens, length, int((length - base) / per))
-    text, offsets = build(lo)
-    return text, tokens(lo), offsets
-
-
-def most_that_fit(tokens: Callable[[int], int], length: int, guess: int) -> int:
-    """The largest ``n >= 0`` with ``tokens(n) <= length``, for ``tokens`` increasing in ``n`` with ``tokens(0) <=
-    length``: two secant steps from ``guess`` (the tokens a sentence of this very haystack costs), then a bracket
-    doubling from there and a bisection. About 5 tokenizations of the prompt where a bisection from 0 takes 10 (1,024
-    tokens) to 17 (65,536); the same answer (``tests/test_tasks_synthetic.py`` holds it to a bisection from 0)."""
-    base, n = tokens(0), max(1, guess)
-    for _ in range(2):
-        rate = max(1e-3, (tokens(n) - base) / n)
-        n = max(0, n + math.floor((length - tokens(n)) / rate))
-    step = 1
-    if tokens(n) <= length:  # invariant below: tokens(lo) fits, tokens(hi) does not
-        lo = n
-        while tokens(lo + step) <= length:
-            lo, step = lo + step, step * 2
-        hi = lo + step
-    else:
-        hi = n
-        while True:
-            lo = max(0, hi - step)
-            if lo == 0 or tokens(lo) <= length:
-                break
-            hi, step = lo, step * 2
-    while hi - lo > 1:
+    lo, hi = 0, int((length - base) / per * 1.25) + 8
+    while count_tokens(tokenizer, build(hi)[0]) <= length:  # make sure hi is above the answer
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # invariant: build(lo) fits, build(hi) does not
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if tokens(mid) <= length else (lo, mid)
-    return lo
+        if count_tokens(tokenizer, build(mid)[0]) <= length:
+            lo = mid
+        else:
+            hi = mid
+    text, offsets = build(lo)
+    return text, count_tokens(tokenizer, text), offsets
 
 
 def _rng(task: str, seed: int, length: int, index: int) -> random.Random:
