@@ -118,20 +118,27 @@ def test_a_data_file_is_parsed_once_per_content(broken_dir, monkeypatch):
     assert len(parsed) == 2 and third.rows[1]["ID"] == "z" and third.sha256 != first.sha256
 
 
-def test_rows_shared_as_one_dataset_equal_the_rows_converted_whole():
-    """:func:`snapeval.tasks.hooks.dataset_with` (the rows' columns converted once per process, a task's columns added)
-    builds what :func:`~snapeval.tasks.hooks.as_dataset` of the whole rows builds: the same columns in the same order,
-    types and values (lm-eval hashes each doc as JSON: key order matters); a column a row already has falls back."""
-    from snapeval.tasks.hooks import as_dataset, dataset_with
+def test_a_files_rows_are_converted_once_and_give_the_dataset_converted_whole(broken_dir, monkeypatch):
+    """:func:`snapeval.tasks.hooks.as_dataset` of a data file's rows with a task's own columns after them (as every
+    dataset hook builds them) converts the file's columns once per process and adds the task's: the same columns in
+    the same order, types and values as converting the rows whole (lm-eval hashes each doc as JSON: key order
+    matters); rows that are not a read file's (a value changed) are converted whole."""
+    import datasets
 
-    rows = [{"ID": f"i{i}", "n": i, "text": "word " * i, "flag": i % 2 == 0} for i in range(7)]
-    loaded = data.LoadedData("toy", rows, "toy.jsonl", "digest-of-toy", len(rows))
-    extra = {"cot": True, "max_input_tokens": 512, "tokenizer_name": "", "data_rows_used": 7}
-    clusters = [f"c{i // 2}" for i in range(7)]
-    for _ in range(2):  # converted, then shared
-        ours = dataset_with(loaded, extra, {"cluster": clusters})["test"]
-        whole = as_dataset([{**r, **extra, "cluster": c} for r, c in zip(rows, clusters)])["test"]
+    from snapeval.tasks.hooks import as_dataset
+
+    _write(broken_dir, [json.dumps({"ID": f"i{i}", "Problem": "word " * i, "Solution": "s", "Answer": i})
+                        for i in range(7)])
+    converted = []
+    real = datasets.Dataset.from_list
+    monkeypatch.setattr(datasets.Dataset, "from_list", lambda rows, **kw: converted.append(len(rows)) or real(rows, **kw))
+    for cot, limit in ((True, 512), (False, 1024), (True, 512)):  # the file's rows converted at the first only
+        loaded = aime.load(broken_dir)
+        rows = [{**r, "cot": cot, "max_input_tokens": limit, "cluster": f"c{i // 2}"} for i, r in enumerate(loaded.rows)]
+        ours = as_dataset(rows)["test"]
+        whole = real([dict(r) for r in rows], split=datasets.Split.TEST)
         assert ours.features == whole.features and ours.column_names == whole.column_names
         assert [json.dumps(d) for d in ours] == [json.dumps(d) for d in whole]
-    clash = dataset_with(loaded, {"n": 0}, {"cluster": clusters})["test"]
-    assert clash["n"] == [0] * 7 and clash.column_names == ["ID", "n", "text", "flag", "cluster"]
+    assert converted == [7]
+    changed = [{**r, "Answer": str(r["Answer"])} for r in aime.load(broken_dir).rows]  # AIME's hook does this
+    assert as_dataset(changed)["test"]["Answer"] == [str(i) for i in range(7)] and converted == [7, 7]

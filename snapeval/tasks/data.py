@@ -232,6 +232,19 @@ def _read_local(spec: DatasetSpec, path: Path) -> tuple[list[dict], list[str], s
     return [dict(r) for r in rows], list(where), digest
 
 
+def rows_read_for(rows: list[dict]) -> list[dict] | None:
+    """The validated rows of a local file this process read (:func:`_read_local`) that ``rows`` copy: as many, each
+    row of ``rows`` opening with that file's row, its keys in the same order and its values the same objects (a copy
+    from :func:`load_dataset_rows`, a task's own keys after them); None if no file's rows are."""
+    with _READ_LOCK:
+        candidates = [read for read, _ in _READ.values() if len(read) == len(rows)]
+    for read in candidates:
+        if all(len(row) >= len(own) and list(row)[:len(own)] == list(own) and all(row[k] is v for k, v in own.items())
+               for row, own in zip(rows, read)):
+            return read
+    return None
+
+
 def _hub_rows(spec: DatasetSpec) -> Iterable[dict]:
     import datasets
 

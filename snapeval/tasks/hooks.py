@@ -21,10 +21,12 @@ Unknown keys (model arguments such as ``batch_size``) are ignored.
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache
 from typing import Any
 
 from snapeval.errors import SnapevalError
+from snapeval.tasks.data import rows_read_for
 from snapeval.tasks.metrics import mean_present
 
 #: HF's "no limit" ``model_max_length`` is about 1e30: anything above this is no limit.
@@ -90,33 +92,31 @@ def get_tokenizer(name: str):
 
 
 def as_dataset(rows: list[dict]) -> dict[str, Any]:
+    """``{"test": datasets.Dataset.from_list(rows)}``. Where ``rows`` are the rows of a data file this process read,
+    each with the task's own columns after the file's (:func:`snapeval.tasks.data.rows_read_for`: the file's values,
+    the same objects), the file's columns are converted once per process and the task's added to that table (not
+    copied): LongBench-v2's 137 MB of documents take seconds to convert, and a sweep builds its tasks once per cell.
+    The same dataset either way: columns, their order and types, values (``tests/test_tasks_data.py``)."""
     import datasets
 
-    return {"test": datasets.Dataset.from_list(rows, split=datasets.Split.TEST)}
-
-
-#: Each dataset's rows as a ``datasets.Dataset``, converted once per process (by source and digest): LongBench-v2's
-#: 137 MB of documents take seconds to convert, and a sweep builds its tasks once per cell.
-_ROWS_AS_DATASET: dict[tuple[str, str], Any] = {}
-
-
-def dataset_with(data, extra: dict[str, Any], per_row: dict[str, list]) -> dict[str, Any]:
-    """:func:`as_dataset` of ``[{**row, **extra, name: values[i] for name, values in per_row} for row i of data]``
-    (``data``: a :class:`~snapeval.tasks.data.LoadedData`), the rows' own columns converted once per process and
-    shared (the task's columns are added to the shared table, which is not copied)."""
-    import datasets
-
-    if set(extra) & set(per_row) or (data.rows and (set(extra) | set(per_row)) & set(data.rows[0])):
-        return as_dataset([{**row, **extra, **{k: v[i] for k, v in per_row.items()}} for i, row in enumerate(data.rows)])
-    key = (data.source, data.sha256)
-    table = _ROWS_AS_DATASET.get(key)
-    if table is None:
-        table = _ROWS_AS_DATASET[key] = datasets.Dataset.from_list(data.rows, split=datasets.Split.TEST)
-    for name, value in extra.items():
-        table = table.add_column(name, [value] * len(table))
-    for name, values in per_row.items():
-        table = table.add_column(name, values)
+    base = rows_read_for(rows) if rows else None
+    keys = list(rows[0]) if rows else []
+    if base is None or any(list(row) != keys for row in rows) or any(list(own) != keys[:len(base[0])] for own in base):
+        return {"test": datasets.Dataset.from_list(rows, split=datasets.Split.TEST)}
+    with _CONVERTED_LOCK:
+        known = _CONVERTED.get(id(base))
+        if known is None:
+            known = _CONVERTED[id(base)] = (base, datasets.Dataset.from_list(base, split=datasets.Split.TEST))
+    table = known[1]
+    for name in keys[len(base[0]):]:  # the task's own columns, after the file's
+        table = table.add_column(name, [row[name] for row in rows])
     return {"test": table}
+
+
+#: Data files' rows converted to a ``datasets.Dataset`` (:func:`as_dataset`), by the identity of the rows read (kept
+#: beside their table, so that the identity is not reused).
+_CONVERTED: dict[int, tuple[list[dict], Any]] = {}
+_CONVERTED_LOCK = threading.Lock()
 
 
 def provenance(data) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 from snapeval.errors import SnapevalError
 from snapeval.tasks import longbench
 from snapeval.tasks.followup import read_two_pass
-from snapeval.tasks.hooks import (NO_LIMIT, cluster_of, dataset_with, flag, get_tokenizer, int_value, provenance,
+from snapeval.tasks.hooks import (NO_LIMIT, as_dataset, cluster_of, flag, get_tokenizer, int_value, provenance,
                                   reasoning, tokenizer_name)
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,7 @@ def _longbench(md: dict, cot: bool) -> dict[str, Any]:
     extra = {"cot": cot, "max_input_tokens": limit or 0, "tokenizer_name": name or "",
              "reasoning": reasoning(md), "strip_thinking": flag(md, "strip_thinking"), **provenance(data)}
     # questions on one document are one cluster (38 of the 395 local questions share 10 documents)
-    clusters = [cluster_of("longbench_v2", longbench.FAMILY.cluster(row)) for row in data.rows]
-    return dataset_with(data, extra, {"cluster": clusters})
+    return as_dataset([{**row, **extra, "cluster": cluster_of("longbench_v2", longbench.FAMILY.cluster(row))} for row in data.rows])
 
 
 def longbench_v2_dataset(**md: Any) -> dict[str, Any]:
