@@ -211,13 +211,16 @@ def load_dataset_rows(spec: DatasetSpec, data_dir: str | os.PathLike | None = No
 
 #: Local data files this process has read and validated, by (dataset, path, SHA-256 of the bytes): their rows and
 #: ``file:line`` of each. A sweep builds a task once per cell; LongBench-v2's file (137 MB) takes seconds to parse
-#: and validate and a fraction of that to hash, so a file is hashed at every load and parsed once per content.
+#: and validate and a fraction of that to hash, so a file is hashed at every load and parsed once per content. The
+#: :data:`READ_KEPT` last read are kept.
 _READ: dict[tuple[str, str, str], tuple[list[dict], list[str]]] = {}
 _READ_LOCK = threading.Lock()
+READ_KEPT = 8
 
 
 def _read_local(spec: DatasetSpec, path: Path) -> tuple[list[dict], list[str], str]:
-    """``path``'s validated rows (copies: a caller may change them), ``file:line`` of each, and its SHA-256."""
+    """``path``'s validated rows (each a copy: a caller may set its keys, not change the objects they hold),
+    ``file:line`` of each, and its SHA-256."""
     if not path.is_file():
         read_jsonl_located(path, spec.schema)  # its one-line error
     digest = sha256_file(path)
@@ -228,6 +231,8 @@ def _read_local(spec: DatasetSpec, path: Path) -> tuple[list[dict], list[str], s
         known = read_jsonl_located(path, spec.schema)
         with _READ_LOCK:
             _READ[key] = known
+            while len(_READ) > READ_KEPT:
+                del _READ[next(iter(_READ))]
     rows, where = known
     return [dict(r) for r in rows], list(where), digest
 

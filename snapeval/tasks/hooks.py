@@ -26,7 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from snapeval.errors import SnapevalError
-from snapeval.tasks.data import rows_read_for
+from snapeval.tasks.data import READ_KEPT, rows_read_for
 from snapeval.tasks.metrics import mean_present
 
 #: HF's "no limit" ``model_max_length`` is about 1e30: anything above this is no limit.
@@ -107,6 +107,8 @@ def as_dataset(rows: list[dict]) -> dict[str, Any]:
         known = _CONVERTED.get(id(base))
         if known is None:
             known = _CONVERTED[id(base)] = (base, datasets.Dataset.from_list(base, split=datasets.Split.TEST))
+            while len(_CONVERTED) > READ_KEPT:  # as many as the files kept read
+                del _CONVERTED[next(iter(_CONVERTED))]
     table = known[1]
     for name in keys[len(base[0]):]:  # the task's own columns, after the file's
         table = table.add_column(name, [row[name] for row in rows])
