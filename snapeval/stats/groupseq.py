@@ -188,6 +188,15 @@ class _Recursion:
             density = (self.mass[None, :] * _scipy_stats.norm.pdf(x[:, None], self.x[None, :] + shift, sd)).sum(1)
         self.x, self.mass, self.t = x, density * w, t
 
+    def boundary(self, target: float, t: float, steps: int = 50) -> float:
+        """The boundary ``c`` at look ``t`` whose :meth:`exit` is ``target`` (bisection over [-1, 40], ``steps``
+        halvings: the exit probability falls as ``c`` grows)."""
+        lo, hi = -1.0, 40.0
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self.exit(mid, t) > target else (lo, mid)
+        return (lo + hi) / 2
+
 
 def exit_probabilities(bounds, fractions, drift: float = 0.0, step: float = 0.01) -> np.ndarray:
     """``P(T_1 < c_1, ..., T_(k-1) < c_(k-1), T_k >= c_k)`` for each look ``k`` (one-sided upper boundaries) when
@@ -210,14 +219,7 @@ def _bounds(fractions: tuple[float, ...], alpha: float, spending: str) -> tuple[
         if target <= 1e-15:
             bounds.append(math.inf)
         else:
-            lo, hi = -1.0, 40.0
-            for _ in range(50):  # the exit probability falls as c_k grows
-                mid = (lo + hi) / 2
-                if walk.exit(mid, t) > target:
-                    lo = mid
-                else:
-                    hi = mid
-            bounds.append((lo + hi) / 2)
+            bounds.append(walk.boundary(target, t))
         if k < len(fractions) - 1:
             walk.advance(bounds[-1], t)
     return tuple(bounds)
@@ -321,19 +323,16 @@ def _plan_bounds(fractions: tuple[float, ...], total: float, margin: float, alph
         return tuple(ni), tuple(other), -1  # the spending already stops it by then
     share = items_for_fixed_reach(margin, alpha, design_effect) / total
     looks = [k for k in range(f.size - 1) if share - 1e-9 <= f[k] <= TIED_STOP_SHARE + 1e-9 and tied[k] > 0]
-    best = max(looks, key=lambda k: tied_stop_ratio(f[k], share, alpha), default=None)
-    if best is None or tied_stop_ratio(f[best], share, alpha) < tied_ratio:
+    ratios = {k: tied_stop_ratio(f[k], share, alpha) for k in looks}
+    best = max(looks, key=ratios.__getitem__, default=None)
+    if best is None or ratios[best] < tied_ratio:
         return tuple(ni), tuple(other), -1
     c = float(tied[best]) * (1 - 1e-9)
     walk = _Recursion()
     spent = walk.exit(c, float(f[best]))
     walk.advance(c, float(f[best]))
-    lo, hi = -1.0, 40.0
-    for _ in range(60):  # the last boundary spends the rest of alpha
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if walk.exit(mid, 1.0) > alpha - spent else (lo, mid)
     out = np.full(f.size, math.inf)
-    out[best], out[-1] = c, (lo + hi) / 2
+    out[best], out[-1] = c, walk.boundary(alpha - spent, 1.0, steps=60)  # the last spends the rest of alpha
     return tuple(out), tuple(other), best
 
 
