@@ -86,13 +86,16 @@ def decode(ask: Ask, candidate: Candidate, in_rows: Sequence[bool] | None = None
     """Each configuration's decode under one candidate (:func:`configuration_plans`; ``in_rows``: which decode in
     rows, default :func:`decodes_in_rows`): as many rows as fit what one engine may take once the chunk's branches
     are held. Enough to price the candidate (:func:`bytes_per_token`); :func:`build` adds the phases."""
-    shape, largest = ask.shape, ask.largest
     if in_rows is None:
         in_rows = [decodes_in_rows(ask, c, candidate.chunk, candidate.batch_whole) for c in ask.configs]
-    held_one = sum(branch_bytes(shape, c, largest.prompt) for c, r in zip(ask.configs, in_rows) if r)
-    plans = configuration_plans(ask, candidate, in_rows, _room(ask, candidate, held_one))
-    return Decoding(ask.device, candidate.chunk, largest.max_new, plans, candidate.held_on_host,
+    plans = configuration_plans(ask, candidate, in_rows, _room(ask, candidate, _held_per_item(ask, in_rows)))
+    return Decoding(ask.device, candidate.chunk, ask.largest.max_new, plans, candidate.held_on_host,
                     any(p.route == SHARED_STEP_ROWS for p in plans), ask.captured)
+
+
+def _held_per_item(ask: Ask, in_rows: Sequence[bool]) -> int:
+    """The bytes of an item's branches held for their rows: those of the configurations that decode in rows."""
+    return sum(branch_bytes(ask.shape, c, ask.largest.prompt) for c, r in zip(ask.configs, in_rows) if r)
 
 
 def _room(ask: Ask, candidate: Candidate, held_one: int) -> int | None:
@@ -179,8 +182,7 @@ def _candidates(ask: Ask, tokens: int) -> list[Candidate]:
     if ask.host_budget is not None:
         hosts = (False, True)
         for batch_whole in wholes:
-            held_one = sum(branch_bytes(ask.shape, c, ask.largest.prompt) for c in ask.configs
-                           if decodes_in_rows(ask, c, 1, batch_whole))  # an item's branches held for its rows
+            held_one = _held_per_item(ask, [decodes_in_rows(ask, c, 1, batch_whole) for c in ask.configs])
             if held_one:
                 sizes.append(max(1, min(ask.chunk, (ask.host_budget - ask.host_in_use) // held_one)))
     return [Candidate(n, tokens, held_on_host=held_on_host, shared=shared, batch_whole=batch_whole)
