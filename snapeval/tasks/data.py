@@ -132,11 +132,16 @@ def read_jsonl(path: Path, schema: Schema) -> list[dict]:
     return read_jsonl_located(path, schema)[0]
 
 
-def read_jsonl_located(path: Path, schema: Schema) -> tuple[list[dict], list[str]]:
-    """:func:`read_jsonl` plus the ``file:line`` of every row (blank lines counted, so numbers are the file's)."""
-    path = Path(path)
+def _existing(path: Path) -> Path:
+    """``path``, or a one-line error naming it and the setting that points at its folder."""
     if not path.is_file():
         raise SnapevalError(f"{path}: data file not found (set --data-dir or {DATA_DIR_ENV} to the folder holding it)")
+    return path
+
+
+def read_jsonl_located(path: Path, schema: Schema) -> tuple[list[dict], list[str]]:
+    """:func:`read_jsonl` plus the ``file:line`` of every row (blank lines counted, so numbers are the file's)."""
+    path = _existing(Path(path))
     rows, where = [], []
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -221,9 +226,7 @@ READ_KEPT = 8
 def _read_local(spec: DatasetSpec, path: Path) -> tuple[list[dict], list[str], str]:
     """``path``'s validated rows (each a copy: a caller may set its keys, not change the objects they hold),
     ``file:line`` of each, and its SHA-256."""
-    if not path.is_file():
-        read_jsonl_located(path, spec.schema)  # its one-line error
-    digest = sha256_file(path)
+    digest = sha256_file(_existing(path))
     key = (spec.name, str(path), digest)
     with _READ_LOCK:
         known = _READ.get(key)
