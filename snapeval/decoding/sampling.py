@@ -150,8 +150,13 @@ def draw_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tens
     draws it, reading only the :data:`CANDIDATES` most likely tokens of each row whose top-k / top-p keeps fewer (a
     partial top-k, no sort of the vocabulary) and sorting the whole row of the others. Eager only: it reads on the host
     which rows fit (a captured or compiled step calls :func:`sample_rows`)."""
+    confined = (top_k > 0) | (top_p < 1.0)  # rows whose kept set may fit the candidates
+    if bool(confined.all()):  # the common case (one row of the eager loop, a call's rows alike): no row gathered
+        ordered, order, fits = filter_candidates(logits, temperature, top_k, top_p, candidates=CANDIDATES)
+        if bool(fits.all()):
+            return _draw(ordered, order, seeds, drawn)
     tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
-    narrow = ((top_k > 0) | (top_p < 1.0)).nonzero()[:, 0]  # rows whose kept set may fit the candidates
+    narrow = confined.nonzero()[:, 0]
     whole = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
     if len(narrow):
         ordered, order, fits = filter_candidates(logits[narrow], temperature[narrow], top_k[narrow], top_p[narrow],
