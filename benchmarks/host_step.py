@@ -13,7 +13,8 @@ Two measurements, each a ratio inside this one process (the machine's load is re
   never let top-p confine a draw) greedy, sampled with top-p (the distills' 0.6 / 0.95: the partial top-k path
   wherever the nucleus fits the candidates), with top-k 40 (QwQ's AIME setting) and at temperature alone (the
   whole-row sort); the batched :func:`~snapeval.decoding.sampling.sample_rows` a captured step runs (the whole-row
-  sort) for 8 and 64 rows at the R1 vocabulary beside their argmax; and
+  sort) for 8 and 64 rows at the R1 vocabulary beside their argmax; an eager engine's choice for 8 slots there,
+  drawing only for the slots that sample against every row; and
   :func:`~snapeval.decoding.sampling.sampling_bytes_per_row` there.
 
     python -m benchmarks.host_step            # writes results/bench/host_step.json (about a minute)
@@ -124,7 +125,42 @@ def sampled_step_times(positions: int) -> dict:
         out[f"captured_rows_{count}_vocab_{vocab}"] = {
             "sampled_us": 1e6 * statistics.median(sampled), "greedy_us": 1e6 * statistics.median(greedy),
             "sampled_vs_greedy": statistics.median(sampled) / statistics.median(greedy)}
+    out["eager_engine_rows_8_vocab_152064"] = eager_engine_step(vocab)
     out["sampling_bytes_per_row_vocab_152064"] = sampling_bytes_per_row(vocab)
+    return out
+
+
+def eager_engine_step(vocab: int, rows: int = 8) -> dict:
+    """An eager engine's token choice for ``rows`` slots at ``vocab`` (random logits: the sampled rows sort their whole
+    row), :meth:`~snapeval.decoding.sampling.SlotSampler.choose_eager` (draws only for the slots that sample) against
+    :meth:`~snapeval.decoding.sampling.SlotSampler.choose` (every row drawn: what an eager step ran before, and what
+    a captured step runs), with 1 and with every slot sampling; the same tokens either way."""
+    import torch
+
+    from snapeval.decoding import SamplingParams
+    from snapeval.decoding.sampling import SampleStream, SlotSampler
+
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(1)) * 4
+    out = {}
+    for sampling in (1, rows):
+        times = {"every_row": [], "sampling_slots_only": []}
+        for _ in range(5):
+            for name in times:
+                sampler = SlotSampler(rows, "cpu")
+                for slot in range(rows):
+                    params = SamplingParams(do_sample=slot < sampling, temperature=0.6, top_p=0.95, seed=slot)
+                    sampler.assign(slot, params, SampleStream(slot) if params.do_sample else None)
+                choice = sampler.choose if name == "every_row" else sampler.choose_eager
+                t0 = time.perf_counter()
+                tokens = choice(logits)
+                times[name].append(time.perf_counter() - t0)
+                if name == "every_row":
+                    reference = tokens
+                else:
+                    assert torch.equal(tokens[:sampling], reference[:sampling])
+        every, only = (statistics.median(times[k]) for k in ("every_row", "sampling_slots_only"))
+        out[f"{sampling}_of_{rows}_sampling"] = {"every_row_us": 1e6 * every, "sampling_slots_only_us": 1e6 * only,
+                                                 "every_row_vs_sampling_slots_only": every / only}
     return out
 
 
@@ -160,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         if key.startswith("captured_rows_"):
             print(f"{key}: sampled {row['sampled_us']:.0f} us, greedy {row['greedy_us']:.0f} us "
                   f"({row['sampled_vs_greedy']:.0f}x)")
+    for key, row in sampled["eager_engine_rows_8_vocab_152064"].items():
+        print(f"eager engine, 8 rows, {key}: every row drawn {row['every_row_us']:.0f} us, the sampling slots only "
+              f"{row['sampling_slots_only_us']:.0f} us ({row['every_row_vs_sampling_slots_only']:.1f}x)")
     print(f"{sampled['sampling_bytes_per_row_vocab_152064'] / 2**20:.1f} MiB per sampled row at vocab 152,064")
     print(f"wrote {path}")
     return 0
