@@ -43,9 +43,13 @@ def run_demo(args) -> int:
     document = args.document or default_document()
     if not document.is_file():
         raise SnapevalError(f"document={str(document)!r}: no such file")
+    from snapeval.cache import FullConfig, resolve_method
+
+    # every configuration resolved (a bad budget: one line) before anything heavy is loaded
+    configs = [FullConfig()] + [resolve_method("snapstream", budget=b) for b in budgets]
     import torch
 
-    from snapeval import FullConfig, SnapStreamConfig, load_model
+    from snapeval import load_model
     from snapeval.branching import BranchSet
     from snapeval.decoding import SamplingParams
     from snapeval.generation import encode_prompts
@@ -56,7 +60,6 @@ def run_demo(args) -> int:
     text = document.read_text(errors="replace")
     prompt = f"Read the document and answer the question.\n\nDocument:\n{text}\n\nQuestion: {args.question}"
     ids = encode_prompts(tokenizer, [prompt], chat=True)[0][0].tolist()
-    configs = [FullConfig()] + [SnapStreamConfig.from_budget(b) for b in budgets]
     print(f"model: {args.model}   document: {document} ")
     print(f"question: {args.question}\n")
     branches = BranchSet(model, tokenizer, configs, batch=1)

@@ -777,3 +777,14 @@ def test_a_closed_pipe_is_not_a_disk_error():
                             env={**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""})
     assert reader.stdout.startswith("sweep "), reader
     assert "disk" not in reader.stderr and "Traceback" not in reader.stderr and "status=141" in reader.stderr, reader
+
+
+@pytest.mark.parametrize("budgets, expected", [
+    ("0", "SnapStreamConfig.budget=0 is invalid; allowed: an integer >= 2"),
+    ("256,x", "budgets='256,x' is invalid; allowed: comma-separated integers >= "),
+])
+def test_demo_budgets_answer_in_one_line_before_the_model_loads(capsys, monkeypatch, budgets, expected):
+    import snapeval.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    one_line_exit_2(capsys, ["demo", "--budgets", budgets], expected)
