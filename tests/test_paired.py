@@ -100,7 +100,7 @@ def test_drop_check_and_the_smallest_p():
     three = drop_check(_cell({i: 1 for i in range(3)}), _cell({i: 0 for i in range(3)}), "acc,none", alpha=0.05)
     assert three.smallest_p == pytest.approx(0.0625) and three.p_value >= 0.05  # 3 items cannot reject at 5%
     big = drop_check(_cell({i: 1 for i in range(64)}), _cell({i: 1 for i in range(64)}), "acc,none", alpha=0.05)
-    assert big.power == pytest.approx(0.894, abs=1e-3)  # configs/regression.yaml's size
+    assert big.power == pytest.approx(0.894, abs=1e-3)  # 64 items
 
 
 def test_no_shared_item_is_a_one_line_error():

@@ -179,12 +179,14 @@ def test_max_gen_toks_caps_a_tasks_own_budget():
 
 @pytest.mark.slow
 def test_run_max_gen_toks_lowers_the_budget_in_a_real_run(tmp_path, tiny_dir):
-    """Through evaluate(): a task whose YAML asks for 32 tokens generates at most the cap."""
+    """Through evaluate(): a task whose YAML asks for 32 tokens generates at most the cap (one short passkey prompt:
+    the task's default 60 prompts of up to 4,096 tokens would only add tokenizing)."""
     from snapeval.harness.evaluate import evaluate
 
     model_args = {"pretrained": str(tiny_dir), "method": "full", "max_gen_toks": 4}
     def budget(cap):
-        out = evaluate(model_args, ["snapeval_passkey"], limit=1, max_gen_toks_cap=cap)
+        out = evaluate(model_args, ["snapeval_passkey"], limit=1, max_gen_toks_cap=cap,
+                       metadata={"max_seq_lengths": [256], "num_samples": 1})
         return out["samples"]["snapeval_passkey"][0]["arguments"][0][1]["max_gen_toks"]
 
     assert budget(None) == 32 and budget(4) == 4  # the task's own 32, then the cap

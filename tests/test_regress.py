@@ -270,7 +270,7 @@ def test_the_config_claims_what_ci_runs():
     text = (REPO / "configs" / "regression.yaml").read_text()
     config = yaml.safe_load(text)
     retrieval = [t for t in config["tasks"] if t["name"].startswith("snapeval_")]
-    assert {t["metadata"]["num_samples"] for t in retrieval} == {64} and len(retrieval) == 2
+    assert {t["metadata"]["num_samples"] for t in retrieval} == {32} and len(retrieval) == 2
     assert [t["name"] for t in config["tasks"] if t not in retrieval] == ["longbench_v2"]
     _, entries = load_entries(REPO / "results" / "regression" / "baseline.json")
     greedy = [e for e in entries if e.result.deterministic]
@@ -281,9 +281,9 @@ def test_the_config_claims_what_ci_runs():
     comment = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
     assert "regress applies its greedy rule: any change of a per-item score or generated text fails" in comment
     assert "The sampled paired test (Holm over sampled cells, with its stated power) is never run here" in comment
-    assert f"{mcnemar_power(64, REGRESSION_DROP, 0.0, 0.05, 'less'):.0%} power at alpha 0.05 on a single cell" \
+    assert f"only {mcnemar_power(32, REGRESSION_DROP, 0.0, 0.05, 'less'):.0%} power at alpha 0.05 on a single cell" \
         in comment
-    assert f"but {mcnemar_power(64, REGRESSION_DROP, 0.0, 0.05 / 8, 'less'):.0%} at alpha 0.05 / 8" in comment
+    assert f"and {mcnemar_power(32, REGRESSION_DROP, 0.0, 0.05 / 8, 'less'):.0%} at alpha 0.05 / 8" in comment
 
 
 def test_exact_sampled_holds_a_sampled_cell_to_every_item(tmp_path, capsys):
@@ -331,33 +331,33 @@ def test_below_the_n_that_can_reject_the_tolerance_rule_applies_too(tmp_path, ca
 
 
 def test_the_committed_baseline_guards_at_the_ci_size(tmp_path, capsys):
-    """results/regression/baseline.json itself: an identical copy passes; a planted 10-point drop on one cell (7 of
-    its 64 solved items scored 0, texts unchanged) fails, named item by item; so does one changed text."""
+    """results/regression/baseline.json itself: an identical copy passes; a planted 10-point drop on one cell (3 of
+    its 32 solved items scored 0, texts unchanged) fails, named item by item; so does one changed text."""
     import copy
 
     baseline = REPO / "results" / "regression" / "baseline.json"
     _, entries = load_entries(baseline)
-    assert {len(e.result.samples) for e in entries if e.result.deterministic} == {64}  # the greedy retrieval cells
+    assert {len(e.result.samples) for e in entries if e.result.deterministic} == {32}  # the greedy retrieval cells
     assert regress(capsys, baseline, _results_dir(tmp_path, "same", entries), "--exact-sampled")[0] == 0
     target = max((e for e in entries if e.result.deterministic),
                  key=lambda e: sum(s.scores["score,none"] for s in e.result.samples))
     solved = [s for s in target.result.samples if s.scores["score,none"] == 1.0]
-    assert len(solved) >= 7
+    assert len(solved) >= 3
     planted = copy.deepcopy(target.result)
-    broken = {s.doc_id for s in solved[:7]}
+    broken = {s.doc_id for s in solved[:3]}
     for s in planted.samples:
         if s.doc_id in broken:
             s.scores.update({k: 0.0 for k in s.scores if k.startswith("score")})
     current = [Entry(e.view, planted) if e is target else e for e in entries]
     code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "drop", current))
-    assert code == 1 and "7 of 64 items changed" in text
+    assert code == 1 and "3 of 32 items changed" in text
     assert all(f"doc {d}: score score,none 1 -> 0" in text for d in broken)
     edited = copy.deepcopy(target.result)
     first = edited.samples[0]
     edited.samples[0] = dataclasses.replace(first, generations=(first.generations[0] + " ",))
     code, text, _ = regress(capsys, baseline, _results_dir(tmp_path, "text", [Entry(e.view, edited) if e is target
                                                                                else e for e in entries]))
-    assert code == 1 and "1 of 64 items changed" in text and "text changed" in text
+    assert code == 1 and "1 of 32 items changed" in text and "text changed" in text
 
 
 # --------------------------------------------------------------------------------------------------------------------
