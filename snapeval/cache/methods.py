@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from snapeval.cache.config import MethodConfig, Setting
 from snapeval.errors import SnapevalError
-from snapeval.run_args import RunArgs
+from snapeval.run_args import DecodeChoices, RunArgs
 
 
 def load_object(path: str):
@@ -490,20 +490,24 @@ def settings_from_text(method: str, given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def make_cache(model, config: MethodConfig, *, decode_kernel: str = "auto"):
-    """A fresh cache for one ``generate``/forward sequence: the cache class of ``config.method``, decoding with the
-    run's ``decode_kernel`` (:mod:`snapeval.run_args`; a cache that grows as Hugging Face's ``DynamicCache`` decodes
-    through Hugging Face's own attention and takes none)."""
-    if not isinstance(config, MethodConfig):
-        raise SnapevalError(f"config={config!r} is not a method configuration; build one with resolve_method()")
-    return build_cache(method_info(config).cache_class(), model, config, decode_kernel=decode_kernel)
+    """A fresh cache for one ``generate``/forward sequence: the cache class of ``config.method``, decoding with
+    ``decode_kernel`` (a user's choice, as the run argument of that name: :mod:`snapeval.run_args`; a cache that grows
+    as Hugging Face's ``DynamicCache`` decodes through Hugging Face's own attention and takes none). Inside a run,
+    caches are built from the run's :class:`~snapeval.run_args.DecodeChoices` (:func:`build_cache`)."""
+    return build_cache(model, config, decoding=DecodeChoices(decode_kernel=decode_kernel))
 
 
-def build_cache(cache_class, model, config, *, decode_kernel: str = "auto", **options):
-    """``cache_class(model, config, **options)``, given the run's ``decode_kernel`` where the class decodes through
-    snapeval's kernels (a :class:`~snapeval.cache.base.CompressedKVCache`): the one place a cache is built with its
-    kernel."""
+def build_cache(model, config: MethodConfig, cache_class=None, *, decoding: DecodeChoices | None = None, **options):
+    """``cache_class(model, config, **options)`` (``cache_class``: the method's own cache class when None, or another
+    layout of it, such as the engine's static rows), decoding as the run's ``decoding`` says
+    (:class:`~snapeval.run_args.DecodeChoices`; None: the defaults) where the class decodes through snapeval's
+    kernels (a :class:`~snapeval.cache.base.CompressedKVCache`): the one place a cache is handed its kernel, so that
+    every builder passes on the run's one object."""
     from snapeval.cache.base import CompressedKVCache
 
+    if not isinstance(config, MethodConfig):
+        raise SnapevalError(f"config={config!r} is not a method configuration; build one with resolve_method()")
+    cache_class = cache_class or method_info(config).cache_class()
     if issubclass(cache_class, CompressedKVCache):
-        options["decode_kernel"] = decode_kernel
+        options["decode_kernel"] = (decoding or DecodeChoices()).decode_kernel
     return cache_class(model, config, **options)
