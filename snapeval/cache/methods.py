@@ -445,7 +445,7 @@ def resolve_method(method: str, budget: int | None = None, **settings) -> Method
     try:
         if ":" in method:  # a family's method (kvpress:<Press>): its config class reads the name and its arguments
             return config_class.from_method_name(method, budget, **settings)
-        settings = config_class.typed(settings)  # an old spelling: its name, warned once
+        settings = config_class.typed(settings)  # an old spelling: its name, warned once (if a surface has not)
         declared = {s.name: s for s in config_class.settings()}
         unknown = sorted(set(settings) - set(declared))
         if unknown:
@@ -460,26 +460,14 @@ def resolve_method(method: str, budget: int | None = None, **settings) -> Method
         raise SnapevalError(str(exc).splitlines()[0]) from None
 
 
-def typed_settings(method: str, given: Mapping[str, Any], *, warn: bool = True, where: str = "") -> dict[str, Any]:
-    """``given`` settings of ``method`` with each old spelling replaced by its name
-    (:meth:`~snapeval.cache.config.MethodConfig.typed`: warned once where ``warn``, a user wrote it; a family's
-    method's arguments unchanged); both spellings given is a one-line :class:`SnapevalError`."""
-    if ":" in method:
-        return dict(given)
-    try:
-        return METHOD_TABLE.get(method).config_class().typed(given, warn=warn, where=where)
-    except ValueError as exc:
-        raise SnapevalError(str(exc)) from None
-
-
-def settings_from_text(method: str, given: Mapping[str, Any]) -> dict[str, Any]:
+def settings_from_text(method: str, given: Mapping[str, Any], *, warn: bool = True) -> dict[str, Any]:
     """Settings given as text (``snapeval run`` flags, lm-eval model_args) as their declared types, by their names
-    (an old spelling warned once, :func:`typed_settings`): each one the method declares is parsed and checked
-    (one-line :class:`SnapevalError` naming it); the others are passed on unchanged, for :func:`resolve_method` to
-    name."""
+    (an old spelling replaced by its name, :meth:`~snapeval.cache.config.MethodConfig.typed`: warned once where
+    ``warn``): each one the method declares is parsed and checked (one-line :class:`SnapevalError` naming it); the
+    others are passed on unchanged, for :func:`resolve_method` to name."""
     info = METHOD_TABLE.get(method)
     declared = {s.name: s for s in info.settings()} if ":" not in method else {}
-    given = typed_settings(method, given)
+    given = info.config_class().typed(given, warn=warn)
     out = {}
     for name, value in given.items():
         try:
