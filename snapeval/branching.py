@@ -53,7 +53,7 @@ from snapeval.memory_plan import (BRANCH_LOOP, ENGINE_ROWS, IN_ROWS, ONE_ROW_ENG
                                   is_out_of_memory, longest_first, plan_group, shares_documents)
 from snapeval.memory_plan import document_families, shared_prefix, whole_families
 from snapeval.models.devices import input_device
-from snapeval.run_args import RunArgs
+from snapeval.run_args import DecodeChoices, RunArgs
 
 
 def capture_window(configs: Sequence[MethodConfig]) -> int:
@@ -90,23 +90,24 @@ class Prefilled:
     seconds: float
     presses: dict = field(default_factory=dict)
 
-    def cache(self, model, config: MethodConfig, cache_class=None, *, decode_kernel: str = "auto"):
+    def cache(self, model, config: MethodConfig, cache_class=None, *, decoding: DecodeChoices | None = None):
         """A fresh one-row cache of ``config`` holding this prompt, compressed as ``config`` says (``cache_class``:
-        another layout of the same method, such as the engine's static rows), decoding with ``decode_kernel``."""
-        cache = new_cache(model, config, cache_class, presses=self.presses, decode_kernel=decode_kernel)
+        another layout of the same method, such as the engine's static rows), decoding as the run's ``decoding``
+        says (:class:`~snapeval.run_args.DecodeChoices`)."""
+        cache = new_cache(model, config, cache_class, presses=self.presses, decoding=decoding)
         if config not in self.presses:
             load_caches(self.capture, [cache])
         return cache
 
 
 def new_cache(model, config: MethodConfig, cache_class=None, *, presses: dict | None = None,
-              decode_kernel: str = "auto"):
+              decoding: DecodeChoices | None = None):
     """A one-row cache of ``config`` (of ``cache_class``, another layout of its method such as the engine's static
-    rows, when given), decoding with ``decode_kernel``: empty, to be filled from a capture, or, for a press of
-    ``presses`` (a prefill's hooks), whole as its hooks built it."""
+    rows, when given), decoding as the run's ``decoding`` says (:func:`~snapeval.cache.methods.build_cache`): empty,
+    to be filled from a capture, or, for a press of ``presses`` (a prefill's hooks), whole as its hooks built it."""
     if presses and config in presses:
-        return presses[config].cache(model, cache_class, decode_kernel=decode_kernel)
-    return build_cache(cache_class or method_info(config).cache_class(), model, config, decode_kernel=decode_kernel)
+        return presses[config].cache(model, cache_class, decoding=decoding)
+    return build_cache(model, config, cache_class, decoding=decoding)
 
 
 @dataclass
@@ -317,7 +318,7 @@ class BranchSet:
         """``(logits [V], a fresh one-row cache)`` of ``config`` for a prompt: from the shared prefill when the
         method branches, else from its own prefill."""
         if self.branches(config):
-            return prefilled.logits, prefilled.cache(self.model, config, decode_kernel=self.decoding.decode_kernel)
+            return prefilled.logits, prefilled.cache(self.model, config, decoding=self.decoding)
         return self.own_prefill(config, prompt)
 
     # --- generation -------------------------------------------------------------------------------------------
@@ -583,7 +584,7 @@ class BranchSet:
         (``prefilled`` None); the engine's static-row layout when it decodes in rows, its own cache otherwise."""
         cache_class = method_info(config).static_cache_class() if in_rows else None
         return new_cache(self.model, config, cache_class, presses=prefilled.presses if prefilled else None,
-                         decode_kernel=self.decoding.decode_kernel)
+                         decoding=self.decoding)
 
     def _seeded(self, params: SamplingParams, index: int) -> SamplingParams:
         """A sampled request without its own seed samples from ``seed + index`` (its index in the call, as

@@ -7,7 +7,8 @@ from typing import Sequence
 
 import torch
 
-from snapeval.cache import FullConfig, MethodConfig, make_cache, method_info, resolve_method
+from snapeval.cache import FullConfig, MethodConfig, method_info, resolve_method
+from snapeval.cache.methods import build_cache
 from snapeval.cache.full import StaticFullCache
 from snapeval.decoding import (Request, SamplingParams, decode, pad_token_id, prefill, request_stream,
                                stop_token_ids)
@@ -137,15 +138,16 @@ class GenerateRun:
 
 
 def cache_for(model, config: MethodConfig, attention_mask: torch.Tensor, max_new_tokens: int = 0, *,
-              decode_kernel: str = "auto"):
+              decoding: DecodeChoices | None = None):
     """A fresh cache of ``config``'s method for left-padded rows (``attention_mask`` ``[B, L]``). The full cache
     decodes in static rows (:class:`~snapeval.cache.full.StaticFullCache` with ``max_new_tokens`` free slots after
     each prompt: decoded tokens written by index, no per-step concatenation, the decode kernel of the device) when
     ``max_new_tokens`` is given; otherwise it is Hugging Face's ``DynamicCache``, which learns each row's padding for
-    its slot-position introspection. ``decode_kernel``: the run's (:mod:`snapeval.run_args`), carried by the cache."""
+    its slot-position introspection. ``decoding``: the run's choices (:class:`~snapeval.run_args.DecodeChoices`), whose
+    decode kernel the cache carries (:func:`~snapeval.cache.methods.build_cache`)."""
     if max_new_tokens and isinstance(config, FullConfig):
-        return StaticFullCache(model, config, reserve=max_new_tokens, decode_kernel=decode_kernel)
-    cache = make_cache(model, config, decode_kernel=decode_kernel)
+        return build_cache(model, config, StaticFullCache, decoding=decoding, reserve=max_new_tokens)
+    cache = build_cache(model, config, decoding=decoding)
     if hasattr(cache, "padding"):
         cache.padding = (attention_mask == 0).sum(dim=1).cpu()
     return cache
@@ -180,7 +182,7 @@ def generate_ids(model, tokenizer, input_ids: torch.Tensor, attention_mask: torc
                         stream=request_stream(p, seed, row))
                 for row, p in enumerate(params)]
     cache = cache_for(model, config, attention_mask, max(p.max_new_tokens for p in params) if static_full else 0,
-                      decode_kernel=(decoding or DecodeChoices()).decode_kernel)
+                      decoding=decoding)
     length = input_ids.shape[1]
     start = time.perf_counter()
     logits = prefill(model, cache, input_ids, attention_mask=attention_mask,

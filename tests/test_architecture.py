@@ -154,3 +154,36 @@ def test_no_test_imports_benchmarks():
             importing += [f"{path.relative_to(ROOT)}:{node.lineno}" for name in names
                           if name == "benchmarks" or name.startswith("benchmarks.")]
     assert importing == []
+
+
+#: The most places in ``snapeval/`` that pass ``decode_kernel=`` by hand: the run's choices travel as one
+#: :class:`~snapeval.run_args.DecodeChoices` (``decoding=``), and one builder hands its kernel to a cache
+#: (``snapeval.cache.methods.build_cache``).
+HAND_PASSED_KERNEL_LIMIT = 5
+
+
+def hand_passed(keyword: str, root: Path = PACKAGE) -> list[str]:
+    """``path:line`` of every call in ``root`` that passes ``keyword=`` (or stores it by hand into an options
+    mapping, ``options["keyword"] = ...``)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            passed = isinstance(node, ast.Call) and any(k.arg == keyword for k in node.keywords)
+            stored = (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                      and isinstance(node.slice, ast.Constant) and node.slice.value == keyword)
+            if passed or stored:
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return sorted(found)
+
+
+def test_the_rule_sees_a_hand_passed_keyword(tmp_path):
+    (tmp_path / "a.py").write_text("f(decode_kernel='auto')\noptions['decode_kernel'] = k\ng(kernel=1)\n")
+    assert hand_passed("decode_kernel", tmp_path) == [f"{tmp_path.name}/a.py:1", f"{tmp_path.name}/a.py:2"]
+
+
+def test_the_decode_kernel_is_passed_by_hand_in_a_handful_of_places():
+    """A run's decode kernel reaches its caches inside its :class:`~snapeval.run_args.DecodeChoices`, not as a
+    keyword every builder passes on: ``decode_kernel=`` is written by hand in at most
+    :data:`HAND_PASSED_KERNEL_LIMIT` places."""
+    places = hand_passed("decode_kernel")
+    assert len(places) <= HAND_PASSED_KERNEL_LIMIT, places

@@ -181,3 +181,42 @@ def test_the_simulator_takes_both_keys(capsys):
     assert capsys.readouterr().out == new
     (message,) = deprecations(record)  # once, not once per budget of the sweep
     assert message.startswith("--method-arg kernel is deprecated; use --method-arg pool_kernel")
+
+
+def test_every_surface_translates_the_old_key_through_one_entry_point(monkeypatch, tiny_dir):
+    """The constructor, ``from_budget``, ``resolve_method``, ``--method-arg``, a sweep's method entry, lm-eval's
+    model_args and ``snapeval simulate`` all hand the settings a user wrote to ``MethodConfig.typed`` (the one place
+    the old key becomes ``pool_kernel`` and is warned about) before their own checks."""
+    from snapeval.cache.config import MethodConfig
+    from snapeval.harness.cli import DEPRECATED_SETTING_FLAGS, method_args
+    from snapeval.harness.model_args import check_model_args
+    from snapeval.simulator.cli import method_for
+    from snapeval.sweep import parse_config
+
+    typed, seen = MethodConfig.typed.__func__, []
+
+    def recording(cls, given, **options):
+        seen.append("kernel" in given)
+        return typed(cls, given, **options)
+
+    monkeypatch.setattr(MethodConfig, "typed", classmethod(recording))
+    surfaces = {
+        "constructor": lambda: SnapKVConfig(budget=64, kernel=7),
+        "from_budget": lambda: SnapStreamConfig.from_budget(64, kernel=7),
+        "resolve_method": lambda: resolve_method("snapkv", 64, kernel=7),
+        "--method-arg": lambda: method_args(Namespace(method="snapkv", method_arg=["kernel=7"], press_arg=[],
+                                                      **dict.fromkeys(DEPRECATED_SETTING_FLAGS))),
+        "sweep": lambda: parse_config({"name": "t", "models": ["smollm2-135m-instruct"],
+                                       "tasks": [{"name": "snapeval_passkey", "limit": 4,
+                                                  "metadata": {"max_seq_lengths": [512]}}],
+                                       "methods": [{"method": "snapkv", "budgets": [64], "kernel": 7}]}),
+        "model_args": lambda: check_model_args({"pretrained": str(tiny_dir), "method": "snapkv", "budget": "64",
+                                                "kernel": "7"}),
+        "simulate": lambda: method_for("snapkv", {"kernel": 7})(64),
+    }
+    for surface, call in surfaces.items():
+        seen.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            call()
+        assert seen and seen[0], f"{surface} did not hand the old key to MethodConfig.typed first"

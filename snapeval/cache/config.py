@@ -19,7 +19,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Mapping
 
-from snapeval.errors import check_int, is_int
+from snapeval.errors import SnapevalError, check_int, is_int
 
 POOLINGS = ("avg", "max")
 
@@ -279,16 +279,23 @@ class MethodConfig:
     def typed(cls, given: Mapping[str, Any], *, warn: bool = True, where: str = "") -> dict[str, Any]:
         """``given`` settings with each old spelling (:meth:`old_names`) replaced by its name, in place: one
         ``DeprecationWarning`` line naming both keys per old spelling (``warn``: a user wrote it; not for keys read
-        back from a stored identity or view); both spellings given is a one-line ``ValueError``. ``where``: the
-        surface's prefix in the messages (``"--method-arg "``, ``"methods[0]."``)."""
+        back from a stored identity or view); both spellings given is a one-line :class:`SnapevalError`. ``where``:
+        the surface's prefix in the messages (``"--method-arg "``, ``"methods[0]."``).
+
+        The one entry point of the old spellings: every surface a user sets a method's settings on calls it before
+        its own checks (the constructor and ``from_budget`` through :func:`accepts_old_names`,
+        :func:`~snapeval.cache.resolve_method`, ``--method-arg`` and lm-eval's model_args through
+        :func:`~snapeval.cache.methods.settings_from_text`, a sweep's method entries, ``snapeval simulate``), and so
+        does a stored identity read back (``warn=False``); a family's method (``kvpress:<Press>``) declares no old
+        spelling, so its arguments pass unchanged."""
         old = cls.old_names()
         out: dict[str, Any] = {}
         for key, value in given.items():
             name = old.get(key, key)
             if name != key:
                 if name in given:
-                    raise ValueError(f"{where}{key} and {where}{name} are the same setting of {cls.__name__} (its old "
-                                     f"and its new name); allowed: {name} alone")
+                    raise SnapevalError(f"{where}{key} and {where}{name} are the same setting of {cls.__name__} "
+                                        f"(its old and its new name); allowed: {name} alone")
                 if warn:
                     warnings.warn(f"{where}{key} is deprecated; use {where}{name} (the same setting of {cls.__name__}, "
                                   f"still stored as {key!r})", DeprecationWarning, stacklevel=3)

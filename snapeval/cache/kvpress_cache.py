@@ -10,8 +10,10 @@ from snapeval.cache.attention import check_architecture
 from snapeval.cache.base import CompressedKVCache
 from snapeval.cache.full import FullCache
 from snapeval.cache.kvpress import RATIO_SCORED, KVPressConfig, branch_refusal, keeps_budget_per_layer
+from snapeval.cache.methods import build_cache
 from snapeval.cache.snapkv import SnapKVLayer
 from snapeval.errors import SnapevalError
+from snapeval.run_args import DecodeChoices
 
 
 class KVPressCache(FullCache):
@@ -52,12 +54,12 @@ class PressBranch:
         self.config, self.prompt_length = config, prompt_length
         self.layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
 
-    def cache(self, model, cache_class=None, *, decode_kernel: str = "auto"):
+    def cache(self, model, cache_class=None, *, decoding: DecodeChoices | None = None):
         """A fresh one-row cache of the compressed prompt: a :class:`KVPressCache` (decoded alone, or scored), or,
-        with ``cache_class`` :class:`KVPressRows`, a row the engine loads into its static rows, decoding with the
-        run's ``decode_kernel``."""
+        with ``cache_class`` :class:`KVPressRows`, a row the engine loads into its static rows, decoding as the run's
+        ``decoding`` says (:func:`~snapeval.cache.methods.build_cache`)."""
         if cache_class is not None and issubclass(cache_class, KVPressRows):
-            rows = cache_class(model, self.config, decode_kernel=decode_kernel)
+            rows = build_cache(model, self.config, cache_class, decoding=decoding)
             rows.load_kept(self.layers, self.prompt_length)
             return rows
         cache = KVPressCache(model, self.config)

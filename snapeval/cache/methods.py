@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from snapeval.cache.config import MethodConfig, Setting
 from snapeval.errors import SnapevalError
-from snapeval.run_args import RunArgs
+from snapeval.run_args import DecodeChoices, RunArgs
 
 
 def load_object(path: str):
@@ -445,7 +445,7 @@ def resolve_method(method: str, budget: int | None = None, **settings) -> Method
     try:
         if ":" in method:  # a family's method (kvpress:<Press>): its config class reads the name and its arguments
             return config_class.from_method_name(method, budget, **settings)
-        settings = config_class.typed(settings)  # an old spelling: its name, warned once
+        settings = config_class.typed(settings)  # an old spelling: its name, warned once (if a surface has not)
         declared = {s.name: s for s in config_class.settings()}
         unknown = sorted(set(settings) - set(declared))
         if unknown:
@@ -460,26 +460,14 @@ def resolve_method(method: str, budget: int | None = None, **settings) -> Method
         raise SnapevalError(str(exc).splitlines()[0]) from None
 
 
-def typed_settings(method: str, given: Mapping[str, Any], *, warn: bool = True, where: str = "") -> dict[str, Any]:
-    """``given`` settings of ``method`` with each old spelling replaced by its name
-    (:meth:`~snapeval.cache.config.MethodConfig.typed`: warned once where ``warn``, a user wrote it; a family's
-    method's arguments unchanged); both spellings given is a one-line :class:`SnapevalError`."""
-    if ":" in method:
-        return dict(given)
-    try:
-        return METHOD_TABLE.get(method).config_class().typed(given, warn=warn, where=where)
-    except ValueError as exc:
-        raise SnapevalError(str(exc)) from None
-
-
-def settings_from_text(method: str, given: Mapping[str, Any]) -> dict[str, Any]:
+def settings_from_text(method: str, given: Mapping[str, Any], *, warn: bool = True) -> dict[str, Any]:
     """Settings given as text (``snapeval run`` flags, lm-eval model_args) as their declared types, by their names
-    (an old spelling warned once, :func:`typed_settings`): each one the method declares is parsed and checked
-    (one-line :class:`SnapevalError` naming it); the others are passed on unchanged, for :func:`resolve_method` to
-    name."""
+    (an old spelling replaced by its name, :meth:`~snapeval.cache.config.MethodConfig.typed`: warned once where
+    ``warn``): each one the method declares is parsed and checked (one-line :class:`SnapevalError` naming it); the
+    others are passed on unchanged, for :func:`resolve_method` to name."""
     info = METHOD_TABLE.get(method)
     declared = {s.name: s for s in info.settings()} if ":" not in method else {}
-    given = typed_settings(method, given)
+    given = info.config_class().typed(given, warn=warn)
     out = {}
     for name, value in given.items():
         try:
@@ -490,20 +478,24 @@ def settings_from_text(method: str, given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def make_cache(model, config: MethodConfig, *, decode_kernel: str = "auto"):
-    """A fresh cache for one ``generate``/forward sequence: the cache class of ``config.method``, decoding with the
-    run's ``decode_kernel`` (:mod:`snapeval.run_args`; a cache that grows as Hugging Face's ``DynamicCache`` decodes
-    through Hugging Face's own attention and takes none)."""
-    if not isinstance(config, MethodConfig):
-        raise SnapevalError(f"config={config!r} is not a method configuration; build one with resolve_method()")
-    return build_cache(method_info(config).cache_class(), model, config, decode_kernel=decode_kernel)
+    """A fresh cache for one ``generate``/forward sequence: the cache class of ``config.method``, decoding with
+    ``decode_kernel`` (a user's choice, as the run argument of that name: :mod:`snapeval.run_args`; a cache that grows
+    as Hugging Face's ``DynamicCache`` decodes through Hugging Face's own attention and takes none). Inside a run,
+    caches are built from the run's :class:`~snapeval.run_args.DecodeChoices` (:func:`build_cache`)."""
+    return build_cache(model, config, decoding=DecodeChoices(decode_kernel=decode_kernel))
 
 
-def build_cache(cache_class, model, config, *, decode_kernel: str = "auto", **options):
-    """``cache_class(model, config, **options)``, given the run's ``decode_kernel`` where the class decodes through
-    snapeval's kernels (a :class:`~snapeval.cache.base.CompressedKVCache`): the one place a cache is built with its
-    kernel."""
+def build_cache(model, config: MethodConfig, cache_class=None, *, decoding: DecodeChoices | None = None, **options):
+    """``cache_class(model, config, **options)`` (``cache_class``: the method's own cache class when None, or another
+    layout of it, such as the engine's static rows), decoding as the run's ``decoding`` says
+    (:class:`~snapeval.run_args.DecodeChoices`; None: the defaults) where the class decodes through snapeval's
+    kernels (a :class:`~snapeval.cache.base.CompressedKVCache`): the one place a cache is handed its kernel, so that
+    every builder passes on the run's one object."""
     from snapeval.cache.base import CompressedKVCache
 
+    if not isinstance(config, MethodConfig):
+        raise SnapevalError(f"config={config!r} is not a method configuration; build one with resolve_method()")
+    cache_class = cache_class or method_info(config).cache_class()
     if issubclass(cache_class, CompressedKVCache):
-        options["decode_kernel"] = decode_kernel
+        options["decode_kernel"] = (decoding or DecodeChoices()).decode_kernel
     return cache_class(model, config, **options)

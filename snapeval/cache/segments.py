@@ -26,8 +26,10 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from snapeval.cache.attention import PendingAttention, hand_off
 from snapeval.cache.base import ROW_TENSORS, CompressedKVCache, mark_static
 from snapeval.cache.kernels import RaggedRows, resolve_decode_kernel
+from snapeval.cache.methods import build_cache
 from snapeval.cache.snapstream import ring_slot
 from snapeval.errors import SnapevalError
+from snapeval.run_args import DecodeChoices
 
 
 class SegmentedLayer(CacheLayerMixin):
@@ -90,17 +92,19 @@ class SegmentedCache(Cache):
     """``SegmentedCache(model, configs, rows, slots, num_kv_heads, head_dim, dtype, devices)``: each
     configuration's ``rows`` rows of ``slots`` slots (static-row methods), consecutive segments of one decode batch
     in one pool per layer. Its row methods take a global row and act on that row of its segment's cache
-    (:attr:`caches`, one per configuration, decoding in views of the pool)."""
+    (:attr:`caches`, one per configuration, decoding in views of the pool, each built as the run's ``decoding``
+    says: :func:`~snapeval.cache.methods.build_cache`)."""
 
     def __init__(self, model, configs: Sequence, rows: Sequence[int], slots: Sequence[int], num_kv_heads: int,
-                 head_dim: int, dtype, devices: Sequence, *, decode_kernel: str = "auto", always_mask: bool = False):
+                 head_dim: int, dtype, devices: Sequence, *, decoding: DecodeChoices | None = None,
+                 always_mask: bool = False):
         from snapeval.cache import method_info
 
         if not configs or not len(configs) == len(rows) == len(slots):
             raise ValueError(f"{len(configs)} configurations, {len(rows)} row counts and {len(slots)} slot counts; "
                              "allowed: one of each per configuration")
         self.caches: list[CompressedKVCache] = [
-            method_info(c).static_cache_class()(model, c, decode_kernel=decode_kernel) for c in configs]
+            build_cache(model, c, method_info(c).static_cache_class(), decoding=decoding) for c in configs]
         self.bounds: list[tuple[int, int]] = []
         start = 0
         for count in rows:
@@ -135,7 +139,7 @@ class SegmentedCache(Cache):
                          pool["next_position"][first:end], pool["fill"][first:end])
                 cache.adopt_layer_rows(index, views, dtype, device, always_mask=always_mask)
                 offset += size
-            kernel = resolve_decode_kernel(decode_kernel, device)
+            kernel = resolve_decode_kernel(self.caches[0].decode_kernel, device)  # the run's, as its segments'
             layers.append(SegmentedLayer(index, pool, rule, num_kv_heads, max(slots),
                                          sum(s * r for s, r in zip(slots, rows)), kernel))
         super().__init__(layers=layers)

@@ -38,6 +38,7 @@ import torch
 
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
 from snapeval.cache.config import MIN_BUDGET
+from snapeval.cache.methods import build_cache
 from snapeval.cache.attention import install
 from snapeval.decoding.graphs import CapturedDecodeStep
 from snapeval.decoding import (Completion, Request, SamplingParams, SlotSampler, choose, decode_step, pad_token_id,
@@ -162,8 +163,8 @@ class Admission:
 
     def _rows_cache(self, engine):
         """A cache of the configuration's static-row class, decoding with the engine's kernel."""
-        return method_info(self.config).static_cache_class()(engine.model, self.config,
-                                                             decode_kernel=engine.decoding.decode_kernel)
+        return build_cache(engine.model, self.config, method_info(self.config).static_cache_class(),
+                           decoding=engine.decoding)
 
     def allocate(self, engine) -> None:
         """(Re)allocate :attr:`Engine.cache`'s rows at :attr:`slots` slots each."""

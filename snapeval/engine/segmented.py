@@ -65,7 +65,7 @@ class SegmentAdmission:
         """Every segment's rows at its own slots, in one :class:`~snapeval.cache.segments.SegmentedCache`."""
         engine.cache = None  # the old pool goes before the new one is allocated
         engine.cache = SegmentedCache(engine.model, self.configs, self.rows, self.slots, *engine.row_shape,
-                                      engine.dtype, engine.layer_devices, decode_kernel=engine.decoding.decode_kernel,
+                                      engine.dtype, engine.layer_devices, decoding=engine.decoding,
                                       always_mask=engine.always_mask)
 
     def assign(self, requests: list[Request], segments: Sequence[int] | None) -> None:

@@ -149,7 +149,7 @@ def check_model_args(raw: dict[str, Any]) -> None:
     kvpress press's ``press_*`` arguments), engine with the method, and every other name (an argument of lm-eval's
     Hugging Face model, else a one-line error listing the allowed names)."""
     from snapeval.cache import METHOD_TABLE, resolve_method
-    from snapeval.cache.methods import settings_from_text, typed_settings
+    from snapeval.cache.methods import settings_from_text
     from snapeval.models.loading import check_model_reference
     from snapeval.run_args import RunArgs
 
@@ -176,7 +176,7 @@ def check_model_args(raw: dict[str, Any]) -> None:
     given = {n: raw.pop(n) for n in [n for n in raw if n in names]}
     given = {n: v for n, v in given.items() if not (v is None or v == "" or v == "None")}
     # an old spelling: warned by the model, which lm-eval builds next from the same model_args, not twice
-    settings = settings_from_text(method, typed_settings(method, given, warn=False))
+    settings = settings_from_text(method, given, warn=False)
     press = {n[len("press_"):]: raw.pop(n) for n in [n for n in raw if n.startswith("press_")]}
     config = resolve_method(method, budget, **settings, **press)
     pretrained = raw.pop("pretrained", "smollm2-135m-instruct")

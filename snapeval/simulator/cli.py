@@ -145,9 +145,9 @@ def method_for(name: str | None, settings: dict):
     """The resolved method configuration of a budget (None: the full cache): ``name`` (default snapstream) with
     its ``settings``; one-line errors from :func:`snapeval.cache.resolve_method`."""
     from snapeval.cache import METHOD_TABLE, resolve_method
-    from snapeval.cache.methods import typed_settings
 
-    settings = typed_settings(name or "snapstream", settings, where="--method-arg ")  # warned once, not per budget
+    # an old spelling: its name, warned once (not once per budget)
+    settings = METHOD_TABLE.get(name or "snapstream").config_class().typed(settings, where="--method-arg ")
 
     def resolve(budget: int | None):
         if budget is None and (name is None or METHOD_TABLE.is_reference(name)):

@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from snapeval.cache import METHOD_TABLE, MethodConfig, method_info, resolve_method
-from snapeval.cache.methods import typed_settings
 from snapeval.errors import SnapevalError
 from snapeval.tasks.families import typical_lengths
 
@@ -112,7 +111,7 @@ def method_from_identity(policy: Mapping[str, Any]) -> MethodConfig:
     name, budget = fields.pop("method", None), fields.pop("budget", None)
     if not isinstance(name, str):
         raise SnapevalError(f"a cell's policy {dict(policy)!r} names no method")
-    fields = typed_settings(name, fields, warn=False)  # stored keys (pool_kernel's "kernel"), read back
+    fields = method_info(name).config_class().typed(fields, warn=False)  # stored keys (pool_kernel's "kernel")
     try:
         config = resolve_method(name, budget, **fields)
     except SnapevalError:
