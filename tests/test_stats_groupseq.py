@@ -339,6 +339,11 @@ def test_look_shares_are_a_design_parameter():
     assert [len(b) for b in look_batches(clusters, (0.3, 0.6, 1.0), 0)] == [12, 12, 16]
     assert [len(b) for b in look_batches(clusters, SearchSettings().looks, 0)] == [8] * 5
     assert items_for_reach(0.02, 0.05, looks=(0.3, 0.6, 1.0)) == items_for_reach(0.02, 0.05) == 133
+    from snapeval.sweep.search import _equal_looks  # the live search's batches are equal item shards
+
+    assert _equal_looks(SearchSettings()) == 5
+    with pytest.raises(SnapevalError, match=r"^--until-decided: looks=\(0\.3, 0\.6, 1\.0\); allowed: a number"):
+        _equal_looks(SearchSettings(looks=(0.3, 0.6, 1.0)))
 
 
 def _plans():
