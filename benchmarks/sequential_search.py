@@ -152,7 +152,8 @@ CANDIDATES = (
     ("obrien-fleming, non-inferior side at every look",
      {**_FOUR, "spending": "obrien-fleming", "reachable_looks": False}),
     ("obrien-fleming, tied reach", {**_FOUR, "spending": "obrien-fleming", "tied_reach": True}),
-    ("hsd-3, tied run re-planned at a canonical power ratio of 0.90", {**_FOUR, "spending": "hsd-3", "tied_ratio": 0.9}),
+    ("hsd-3, tied run re-planned at a canonical power ratio of 0.90",
+     {**_FOUR, "spending": "hsd-3", "tied_ratio": 0.9}),
     ("hsd-3, no out-of-reach stop", {**_FOUR, "spending": "hsd-3", "reach_level": 0.0}),
     ("hsd-3, not-non-inferior side hsd-2", {**_FOUR, "spending": "hsd-3", "other_spending": "hsd-2"}),
     ("hsd-3, not-non-inferior side hsd-1", {**_FOUR, "spending": "hsd-3", "other_spending": "hsd-1"}),
@@ -363,10 +364,10 @@ def reach_bounds(rows: list[dict], powers=(0.9, 0.925, 0.95, 0.975, 0.99)) -> di
     ratio any design that does can keep is the Neyman-Pearson bound. **Other rows**: the least expected share of any
     design at the default design's looks keeping the power ratio >= 0.9 (Lagrangian dual of the optimal design
     problem), with stops for futility allowed, and without (the not-non-inferior side has none of its own)."""
-    from snapeval.stats.groupseq import LOOKS, RATIO, least_share_bound, look_shares
+    from snapeval.stats.groupseq import LOOKS, RATIO, least_share_bound, look_shares, looks_text
 
     fractions = np.array(look_shares(CANDIDATES[0][1].get("looks", LOOKS)))
-    looks = "/".join(f"{100 * s:g}" for s in fractions) + "%"
+    looks = looks_text(CANDIDATES[0][1].get("looks", LOOKS))
     table = {}
     for power in powers:
         got = table[f"{power:g}"] = {"any_design": least_share_bound(fractions, power, ALPHA)[0],

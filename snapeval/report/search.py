@@ -37,7 +37,7 @@ import numpy as np
 
 from snapeval.errors import SnapevalError
 from snapeval.stats.decision import DecisionRule
-from snapeval.stats.groupseq import FUTILITY, LOOKS, decide_look, items_for_reach, look_shares
+from snapeval.stats.groupseq import FUTILITY, LOOKS, decide_look, items_for_reach, look_shares, looks_text
 from snapeval.stats.sequential import INCONCLUSIVE, NON_INFERIOR, NOT_NON_INFERIOR, OPEN, decide
 
 #: The search's designs: planned looks with alpha spending (default), or a look after every batch (e-process).
@@ -475,8 +475,9 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
     """Markdown: per group the method answers, the items each cell used and how it was settled, and the
     item-evaluations and time against the full grid."""
     if settings.design == GROUP_SEQUENTIAL:
-        how = (f"group-sequential: {settings.looks} planned looks at equal shares of the items, Lan-DeMets "
-               f"boundaries (Hwang-Shih-DeCani γ = −3 spending) on Tango's statistic (the fixed rule's), the "
+        how = (f"group-sequential: {len(look_shares(settings.looks))} planned looks at {looks_text(settings.looks)} of "
+               f"the items, Lan-DeMets boundaries on Tango's statistic (the fixed rule's; Hwang-Shih-DeCani spending, "
+               f"γ = −3 for non-inferiority, −1 for not non-inferior), the "
                f"non-inferior side only at looks where a tied run could reach it (re-planned to stop a tied run by "
                f"60% of the items where that keeps the power), a cell stopped once "
                f"non-inferiority is out of reach" + (f" or at conditional power below {settings.futility:g}"
