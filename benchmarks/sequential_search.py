@@ -109,31 +109,55 @@ def row(rng, name, sizes, icc, margin, scenario, p_better, datasets: int = DATAS
 GS_DATASETS = 2000
 GS_MARGINS = (0.02, 0.05, 0.10)
 GS_ICC = 0.3
-#: Candidate designs (name, :func:`simulate_design` settings); the first is the default (Hwang-Shih-DeCani -3, the
-#: non-inferior side re-planned where a tied run would stop only after 60% of the items: :func:`plan_bounds`), the
-#: second the default before that re-plan, the rest without it. Three account for what changed since issue #61's
-#: design: that design (O'Brien-Fleming-like, the non-inferior side at every look, the items left taken as tied for
-#: reach), then each of the two changes alone. The last five: the re-plan at the target's own ratio, the out-of-reach
-#: stop turned off, and the not-non-inferior side spending faster.
+#: Candidate designs (name, :func:`simulate_design` settings); the first is the default (5 equal looks, the
+#: non-inferior side Hwang-Shih-DeCani -3, re-planned where a tied run would stop only after 60% of the items and a look
+#: at or below 0.6 keeps a canonical worst power ratio >= 0.98: :func:`plan_bounds`; the not-non-inferior side
+#: Hwang-Shih-DeCani -1). Then the other looks and spending pairs tried for it (5 or 6 equal looks, unequal looks, one
+#: spending for both sides or each its own, the re-plan from 0.94, a futility stop). Then the 4-look designs of the
+#: rounds before: the previous default (4 equal looks, Hwang-Shih-DeCani -3 on both sides, re-planned from 0.94), the
+#: same without the re-plan and the other spending families, three that account for what changed since issue #61's
+#: design (that design: O'Brien-Fleming-like, the non-inferior side at every look, the items left taken as tied for
+#: reach; then each of the two changes alone), the re-plan at the target's own ratio, the out-of-reach stop turned
+#: off, and the not-non-inferior side spending faster.
+_SIX = (0.2, 0.35, 0.5, 0.65, 0.8, 1.0)
+_FOUR = {"looks": 4, "other_spending": None, "tied_ratio": 0.0}
 CANDIDATES = (
-    ("hsd-3, tied run re-planned", {"spending": "hsd-3"}),
-    ("hsd-3", {"spending": "hsd-3", "tied_ratio": 0.0}),
-    ("obrien-fleming", {"spending": "obrien-fleming", "tied_ratio": 0.0}),
-    ("hsd-4", {"spending": "hsd-4", "tied_ratio": 0.0}),
-    ("hsd-2", {"spending": "hsd-2", "tied_ratio": 0.0}),
-    ("hsd-1", {"spending": "hsd-1", "tied_ratio": 0.0}),
-    ("pocock", {"spending": "pocock", "tied_ratio": 0.0}),
-    ("hsd-3, futility 0.05", {"spending": "hsd-3", "futility": 0.05, "tied_ratio": 0.0}),
+    ("5 looks, hsd-3, not-non-inferior side hsd-1", {"looks": 5, "spending": "hsd-3", "other_spending": "hsd-1"}),
+    ("5 looks, hsd-3", {"looks": 5, "spending": "hsd-3", "other_spending": None}),
+    ("5 looks, hsd-3, not-non-inferior side hsd-2", {"looks": 5, "spending": "hsd-3", "other_spending": "hsd-2"}),
+    ("5 looks, hsd-3, not-non-inferior side hsd-1.5", {"looks": 5, "spending": "hsd-3", "other_spending": "hsd-1.5"}),
+    ("5 looks, hsd-3, not-non-inferior side hsd0", {"looks": 5, "spending": "hsd-3", "other_spending": "hsd0"}),
+    ("5 looks, hsd-2.5, not-non-inferior side hsd-1", {"looks": 5, "spending": "hsd-2.5", "other_spending": "hsd-1"}),
+    ("5 looks, hsd-2", {"looks": 5, "spending": "hsd-2", "other_spending": None}),
+    ("5 looks, hsd-1", {"looks": 5, "spending": "hsd-1", "other_spending": None}),
+    ("5 looks, hsd-3, not-non-inferior side hsd-1, tied run re-planned from a canonical power ratio of 0.94",
+     {"looks": 5, "spending": "hsd-3", "other_spending": "hsd-1", "tied_ratio": 0.94}),
+    ("5 looks, hsd-3, not-non-inferior side hsd-1, futility 0.05",
+     {"looks": 5, "spending": "hsd-3", "other_spending": "hsd-1", "futility": 0.05}),
+    ("6 looks, hsd-3, not-non-inferior side hsd-1", {"looks": 6, "spending": "hsd-3", "other_spending": "hsd-1"}),
+    ("looks at 20/35/50/65/80/100%, hsd-3, not-non-inferior side hsd-1",
+     {"looks": _SIX, "spending": "hsd-3", "other_spending": "hsd-1"}),
+    ("looks at 30/45/60/80/100%, hsd-3, not-non-inferior side hsd-1",
+     {"looks": (0.3, 0.45, 0.6, 0.8, 1.0), "spending": "hsd-3", "other_spending": "hsd-1"}),
+    ("4 looks, hsd-3, tied run re-planned (the previous default)", {**_FOUR, "spending": "hsd-3", "tied_ratio": 0.94}),
+    ("hsd-3", {**_FOUR, "spending": "hsd-3"}),
+    ("obrien-fleming", {**_FOUR, "spending": "obrien-fleming"}),
+    ("hsd-4", {**_FOUR, "spending": "hsd-4"}),
+    ("hsd-2", {**_FOUR, "spending": "hsd-2"}),
+    ("hsd-1", {**_FOUR, "spending": "hsd-1"}),
+    ("pocock", {**_FOUR, "spending": "pocock"}),
+    ("hsd-3, futility 0.05", {**_FOUR, "spending": "hsd-3", "futility": 0.05}),
     ("issue #61: obrien-fleming, non-inferior side at every look, tied reach",
-     {"spending": "obrien-fleming", "reachable_looks": False, "tied_reach": True, "tied_ratio": 0.0}),
+     {**_FOUR, "spending": "obrien-fleming", "reachable_looks": False, "tied_reach": True}),
     ("obrien-fleming, non-inferior side at every look",
-     {"spending": "obrien-fleming", "reachable_looks": False, "tied_ratio": 0.0}),
-    ("obrien-fleming, tied reach", {"spending": "obrien-fleming", "tied_reach": True, "tied_ratio": 0.0}),
-    ("hsd-3, tied run re-planned at a canonical power ratio of 0.90", {"spending": "hsd-3", "tied_ratio": 0.9}),
-    ("hsd-3, no out-of-reach stop", {"spending": "hsd-3", "tied_ratio": 0.0, "reach_level": 0.0}),
-    ("hsd-3, not-non-inferior side hsd-2", {"spending": "hsd-3", "other_spending": "hsd-2", "tied_ratio": 0.0}),
-    ("hsd-3, not-non-inferior side hsd-1", {"spending": "hsd-3", "other_spending": "hsd-1", "tied_ratio": 0.0}),
-    ("hsd-3, not-non-inferior side hsd0", {"spending": "hsd-3", "other_spending": "hsd0", "tied_ratio": 0.0}),
+     {**_FOUR, "spending": "obrien-fleming", "reachable_looks": False}),
+    ("obrien-fleming, tied reach", {**_FOUR, "spending": "obrien-fleming", "tied_reach": True}),
+    ("hsd-3, tied run re-planned at a canonical power ratio of 0.90",
+     {**_FOUR, "spending": "hsd-3", "tied_ratio": 0.9}),
+    ("hsd-3, no out-of-reach stop", {**_FOUR, "spending": "hsd-3", "reach_level": 0.0}),
+    ("hsd-3, not-non-inferior side hsd-2", {**_FOUR, "spending": "hsd-3", "other_spending": "hsd-2"}),
+    ("hsd-3, not-non-inferior side hsd-1", {**_FOUR, "spending": "hsd-3", "other_spending": "hsd-1"}),
+    ("hsd-3, not-non-inferior side hsd0", {**_FOUR, "spending": "hsd-3", "other_spending": "hsd0"}),
 )
 
 
@@ -185,7 +209,7 @@ def gs_rows(rng, datasets: int = GS_DATASETS) -> list[dict]:
                          "margin": margin, "scenario": scenario, "design": design, "datasets": datasets,
                          "tied_reach_share": tied_reach_share(sizes, margin)}
                     for truth_name, ((w, b, m), truth) in data.items():
-                        label, used, covered, fixed, fixed_cov = simulate_design(w, b, m, margin, truth, looks=4,
+                        label, used, covered, fixed, fixed_cov = simulate_design(w, b, m, margin, truth,
                                                                                  alpha=ALPHA, **options)
                         key = truth_name.replace(" ", "_")
                         r[f"{key}: non_inferior"] = float((label == 1).mean())
@@ -304,24 +328,52 @@ def gs_summary(rows: list[dict]) -> dict:
     return out
 
 
-def reach_bounds(rows: list[dict], looks: int = 4, powers=(0.9, 0.925, 0.95, 0.975, 0.99)) -> dict:
+def choose(summary: dict) -> dict:
+    """The default by issue #61's criteria, from the candidates' summary. Hard constraints on every layout: the false
+    "non-inferior" rate at most alpha and coverage at least the nominal 1 - 2 alpha, each up to 3 Monte Carlo se; the
+    power ratio at least 0.9 where the fixed test's power is at least 0.5; and the same for the not-non-inferior side
+    at 3 margins on each layout where some candidate keeps it (none does on AIME's 30 clusters: it is reported, not
+    required there). Then the fewest clear rows above 60% of the items, then the least mean share at no change."""
+    se = math.sqrt(ALPHA * (1 - ALPHA) / GS_DATASETS)
+    se_cov = math.sqrt(2 * ALPHA * (1 - 2 * ALPHA) / GS_DATASETS)
+    other = "smallest_not_non_inferior_power_ratio_at_3_margins_where_fixed_at_least_0.5"
+    layouts = list(next(iter(summary.values())))
+    kept = {layout: any((per[layout][other] or 0) >= 0.9 for per in summary.values()) for layout in layouts}
+    table = []
+    for design, per in summary.items():
+        failed = [f"{layout}: {what}" for layout, s in per.items() for what, bad in (
+            ("false non-inferior", s["worst_false_non_inferior"] > ALPHA + 3 * se),
+            ("coverage", s["worst_coverage"] < 1 - 2 * ALPHA - 3 * se_cov),
+            ("power ratio", (s["smallest_power_ratio_where_fixed_power_at_least_0.5"] or 1) < 0.9),
+            ("not-non-inferior power ratio", kept[layout] and (s[other] or 1) < 0.9)) if bad]
+        above = sum(len(s["rows_clear_no_change_above_0.6"]) + len(s["rows_clear_3_margins_above_0.6"])
+                    for s in per.values())
+        mean = float(np.mean([s["mean_items_share_no_change_all_rows"] for s in per.values()]))
+        table.append({"design": design, "fails": failed, "clear_rows_above_0.6": above, "mean_items_share": mean})
+    table.sort(key=lambda r: (bool(r["fails"]), r["clear_rows_above_0.6"], r["mean_items_share"]))
+    return {"what": choose.__doc__.replace("\n    ", " "), "not_non_inferior_ratio_required": kept,
+            "chosen": table[0]["design"], "ranking": table}
+
+
+def reach_bounds(rows: list[dict], powers=(0.9, 0.925, 0.95, 0.975, 0.99)) -> dict:
     """What no design can do, for the rows where the default design uses more than 60% of the items on a clear effect
     (no change with the fixed test's power >= 0.9, or a drop of 3 margins it shows with >= 0.9), on the canonical
     model (:mod:`snapeval.stats.groupseq`: :func:`tied_stop_ratio`, :func:`least_share_bound`), each row placed at the
     drift where the fixed test has the row's own power. A **tied run** (no change, worse only: no item discordant)
     stops by 60% only if some look at or below 0.6 rejects everything from its statistic up; the largest worst power
     ratio any design that does can keep is the Neyman-Pearson bound. **Other rows**: the least expected share of any
-    design at the search's equal looks keeping the power ratio >= 0.9 (Lagrangian dual of the optimal design
+    design at the default design's looks keeping the power ratio >= 0.9 (Lagrangian dual of the optimal design
     problem), with stops for futility allowed, and without (the not-non-inferior side has none of its own)."""
-    from snapeval.stats.groupseq import RATIO, least_share_bound, tied_stop_ratio
+    from snapeval.stats.groupseq import LOOKS, RATIO, least_share_bound, look_shares, looks_text
 
-    fractions = np.arange(1, looks + 1) / looks
+    fractions = np.array(look_shares(CANDIDATES[0][1].get("looks", LOOKS)))
+    looks = looks_text(CANDIDATES[0][1].get("looks", LOOKS))
     table = {}
     for power in powers:
         got = table[f"{power:g}"] = {"any_design": least_share_bound(fractions, power, ALPHA)[0],
                                      "no_futility_stops": least_share_bound(fractions, power, ALPHA, futility=False)[0]}
-        print(f"bound at fixed power {power:g}, {looks} looks: expected share >= {got['any_design']:.3f} (no futility "
-              f"stops {got['no_futility_stops']:.3f})", flush=True)
+        print(f"bound at fixed power {power:g}, looks at {looks}: expected share >= {got['any_design']:.3f} (no "
+              f"futility stops {got['no_futility_stops']:.3f})", flush=True)
     by_looks = {str(k): least_share_bound(np.arange(1, k + 1) / k, 0.9, ALPHA)[0] for k in (2, 3, 4, 5, 6, 8, 10)}
     print("bound at fixed power 0.9 by equal looks: " + ", ".join(f"{k}: {v:.3f}" for k, v in by_looks.items()),
           flush=True)
@@ -338,43 +390,58 @@ def reach_bounds(rows: list[dict], looks: int = 4, powers=(0.9, 0.925, 0.95, 0.9
             entry = {"layout": r["layout"], "margin": r["margin"], "scenario": r["scenario"], "truth": truth,
                      "items_share": share, "fixed_power": fixed}
             if truth == "no change" and r["scenario"] == "worse only":
-                tied = r["tied_reach_share"]
-                best = {k: max([(tied_stop_ratio(j / k, tied, ALPHA), j / k) for j in range(1, k + 1)
-                                if tied - 1e-12 <= j / k <= 0.6 + 1e-12], default=(0.0, None)) for k in range(1, 11)}
-                top = max(best, key=lambda k: best[k][0])
-                entry.update({"tied_reach_share": tied, "tied_stop_ratio_bound": best[looks][0],
-                              "tied_stop_look": best[looks][1], "best_equal_looks": top,
-                              "tied_stop_ratio_bound_best_looks": best[top][0]})
-                if tied > 0.6:
-                    entry["verdict"] = (f"out of reach for any design: a tied run's statistic reaches z_(1-alpha), "
-                                        f"below which no valid boundary lies, only at {tied:.2f} of the items")
-                elif best[looks][0] < RATIO:
-                    entry["verdict"] = (f"out of reach with {looks} equal looks: a design stopping a tied run by 60% "
-                                        f"keeps at most {best[looks][0]:.3f} of the fixed test's power (< {RATIO}); "
-                                        f"with {top} equal looks at most {best[top][0]:.3f} (a look at "
-                                        f"{best[top][1]:.2f})")
-                else:
-                    entry["verdict"] = (f"not out of reach: a design stopping a tied run at {best[looks][1]:.2f} can "
-                                        f"keep up to {best[looks][0]:.3f} of the fixed test's power")
+                entry.update(_tied_verdict(r["tied_reach_share"], fractions, looks))
             else:
-                power = min(fixed, 0.999)
-                bound = least_share_bound(fractions, power, ALPHA)[0]
-                plain = least_share_bound(fractions, power, ALPHA, futility=False)[0]
-                entry.update({"least_share_any_design": bound, "least_share_no_futility_stops": plain})
-                if bound > 0.6:
-                    entry["verdict"] = f"out of reach for any {looks}-look design: expected share >= {bound:.3f}"
-                elif plain > 0.6:
-                    entry["verdict"] = (f"out of reach for {looks}-look designs without stops for futility (>= "
-                                        f"{plain:.3f}); with them >= {bound:.3f}, not shown out of reach")
-                else:
-                    entry["verdict"] = (f"not out of reach: the bound is {bound:.3f} ({plain:.3f} without stops for "
-                                        "futility)")
+                entry.update(_share_verdict(least_share_bound(fractions, min(fixed, 0.999), ALPHA)[0],
+                                            least_share_bound(fractions, min(fixed, 0.999), ALPHA, futility=False)[0],
+                                            looks))
             print(f"bound: {entry['layout'][:24]} {entry['margin']:.2f} {entry['scenario']:<17} {truth:<9} items "
                   f"{share:.3f}: {entry['verdict']}", flush=True)
             out.append(entry)
-    return {"what": reach_bounds.__doc__.split("\n\n")[0].replace("\n   ", ""), "looks": looks,
+    return {"what": reach_bounds.__doc__.split("\n\n")[0].replace("\n   ", ""), "looks": [float(s) for s in fractions],
             "ratio": RATIO, "least_share_by_fixed_power": table,
             "least_share_at_fixed_power_0.9_by_equal_looks": by_looks, "rows": out}
+
+
+def _tied_verdict(tied: float, fractions: np.ndarray, looks: str) -> dict:
+    """A tied run's row: the Neyman-Pearson bound at the default's looks at or below 0.6, and at the best of 1-10
+    equal looks."""
+    from snapeval.stats.groupseq import RATIO, TIED_STOP_RATIO, tied_stop_ratio
+
+    def best(shares):
+        return max([(tied_stop_ratio(float(s), tied, ALPHA), float(s)) for s in shares
+                    if tied - 1e-12 <= s <= 0.6 + 1e-12], default=(0.0, None))
+
+    mine = best(fractions)
+    equal = {k: best(np.arange(1, k + 1) / k) for k in range(1, 11)}
+    top = max(equal, key=lambda k: equal[k][0])
+    out = {"tied_reach_share": tied, "tied_stop_ratio_bound": mine[0], "tied_stop_look": mine[1],
+           "best_equal_looks": top, "tied_stop_ratio_bound_best_looks": equal[top][0]}
+    if tied > 0.6:
+        out["verdict"] = (f"out of reach for any design: a tied run's statistic reaches z_(1-alpha), below which no "
+                          f"valid boundary lies, only at {tied:.2f} of the items")
+    elif mine[0] < RATIO:
+        out["verdict"] = (f"out of reach with looks at {looks}: a design stopping a tied run by 60% keeps at most "
+                          f"{mine[0]:.3f} of the fixed test's power (< {RATIO}); with {top} equal looks at most "
+                          f"{equal[top][0]:.3f} (a look at {equal[top][1]:.2f})")
+    else:
+        out["verdict"] = (f"not out of reach on the canonical model: a design stopping a tied run at {mine[1]:.2f} "
+                          f"can keep up to {mine[0]:.3f} of the fixed test's power; the design re-plans only from "
+                          f"{TIED_STOP_RATIO} (the candidates re-planned from 0.94 measure the loss on this layout)")
+    return out
+
+
+def _share_verdict(bound: float, plain: float, looks: str) -> dict:
+    """Another row: the least expected share of any design at the default's looks, with and without futility stops."""
+    out = {"least_share_any_design": bound, "least_share_no_futility_stops": plain}
+    if bound > 0.6:
+        out["verdict"] = f"out of reach for any design with looks at {looks}: expected share >= {bound:.3f}"
+    elif plain > 0.6:
+        out["verdict"] = (f"out of reach with looks at {looks} without stops for futility (>= {plain:.3f}); with "
+                          f"them >= {bound:.3f}, not shown out of reach")
+    else:
+        out["verdict"] = f"not out of reach: the bound is {bound:.3f} ({plain:.3f} without stops for futility)"
+    return out
 
 
 def monotone_dips(rng, datasets: int = 400) -> list[dict]:
@@ -492,6 +559,7 @@ def main() -> None:
     gs_start = time.process_time()
     group_rows = gs_rows(np.random.default_rng(SEED + 61))
     gs_cpu = time.process_time() - gs_start
+    summary = gs_summary(group_rows)
     dips = monotone_dips(np.random.default_rng(SEED + 62))
     replay_results = replayed()
     payload = {
@@ -505,23 +573,23 @@ def main() -> None:
         "worst_coverage_at_zero": min(r["coverage_at_zero"] for r in rows),
         "nominal_coverage": 1 - 2 * ALPHA, "rows": rows,
         "group_sequential": {
-            "design": "4 looks at 25/50/75/100% of the items (whole clusters, realised shares rounded to 0.01), "
+            "design": "5 looks at 20/40/60/80/100% of the items (whole clusters, realised shares rounded to 0.01), "
                       "Lan-DeMets boundaries on Tango's statistic at -margin on worst-case design-effect counts (each "
-                      "side one-sided at alpha); the non-inferior side only at the looks whose items, all tied, could "
-                      "reach z_(1-alpha) (plan time, the layout's worst-case design effect; the last look always), "
-                      "re-planned where that design stops a tied run only after 60% of the items and a look at or "
-                      "below 60% can stop it keeping a canonical worst power ratio >= 0.94 (that look, at the tied "
-                      "run's own statistic, and the last with the rest of alpha), the other side at every look; "
-                      "out-of-reach futility (non-binding: the last look reached with "
-                      "probability < 0.05 if the items left show no change at the discordance seen so far, and 'not "
-                      "non-inferior' with conditional power < 0.10); the fixed-sample rule on the same data at the "
-                      "last look",
+                      "side one-sided at alpha): the non-inferior side Hwang-Shih-DeCani -3, only at the looks whose "
+                      "items, all tied, could reach z_(1-alpha) (plan time, the layout's worst-case design effect; the "
+                      "last look always), re-planned where that design stops a tied run only after 60% of the items "
+                      "and a look at or below 60% can stop it keeping a canonical worst power ratio >= 0.98 (that "
+                      "look, at the tied run's own statistic, and the last with the rest of alpha); the other side "
+                      "Hwang-Shih-DeCani -1 at every look; out-of-reach futility (non-binding: the last look reached "
+                      "with probability < 0.05 if the items left show no change at the discordance seen so far, and "
+                      "'not non-inferior' with conditional power < 0.10); the fixed-sample rule on the same data at "
+                      "the last look",
             "datasets_per_row": GS_DATASETS, "icc_clustered": GS_ICC,
             "monte_carlo_se_at_0.05": math.sqrt(0.05 * 0.95 / GS_DATASETS),
             "truths": "at the margin: P(worse) = P(better) + margin; no change: P(worse) = P(better) (worse only: "
                       "no discordance at all); 3 margins: P(worse) = P(better) + 3 margins",
             "candidates": {name: options for name, options in CANDIDATES}, "chosen": CANDIDATES[0][0],
-            "summary": gs_summary(group_rows), "brownian_motion_limits": brownian_limits(),
+            "summary": summary, "choice": choose(summary), "brownian_motion_limits": brownian_limits(),
             "reach_bounds": reach_bounds(group_rows), "rows": group_rows,
             "cpu_seconds": gs_cpu},
         "monotone_check": {"what": "budgets 1024 and 256 unchanged (each item flipped with probability 'churn' "
@@ -540,6 +608,8 @@ def main() -> None:
         print(f"quickstart replay, {key}: {value['cells_stopped_early']} of {value['cells_run']} cells run stopped "
               f"early; {value['item_evaluations']} of {value['full_grid_item_evaluations']} "
               f"item-evaluations ({value['fraction']:.0%}); same answers {value['same_answers']} of {value['answers']}")
+    print(f"chosen by the criteria: {payload['group_sequential']['choice']['chosen']} (the default: "
+          f"{CANDIDATES[0][0]})")
     print(f"wrote {path}")
 
 

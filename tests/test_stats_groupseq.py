@@ -11,10 +11,13 @@ import pytest
 from snapeval.errors import SnapevalError
 from snapeval.stats import DecisionRule
 from snapeval.stats.groupseq import (
+    DESIGN_SPENDING,
     INCONCLUSIVE,
+    LOOKS,
     NON_INFERIOR,
     NOT_NON_INFERIOR,
     OPEN,
+    OTHER_SPENDING,
     OUT_OF_REACH,
     REACH,
     active_looks,
@@ -23,6 +26,7 @@ from snapeval.stats.groupseq import (
     exit_probabilities,
     items_for_reach,
     least_share_bound,
+    look_shares,
     obf_spending,
     plan_bounds,
     reach_probability,
@@ -96,16 +100,17 @@ def test_false_non_inferior_rate_and_coverage_hold_at_the_margin():
     assert (label == 1).mean() >= 0.9 * (fixed == 1).mean() and used.mean() < 0.75
 
 
-def test_the_scalar_decision_is_the_simulated_one():
+@pytest.mark.parametrize("looks", [LOOKS, 4, (0.3, 0.6, 0.8, 1.0)])
+def test_the_scalar_decision_is_the_simulated_one(looks):
     """decide_look (what the search runs) and simulate_design (what the benchmark runs) agree data set by data set,
-    on clustered data with unequal looks."""
+    on clustered data (realised looks unequal), at the default looks, 4 equal ones and shares given."""
     rng = np.random.default_rng(3)
     sizes = rng.integers(1, 5, size=60).astype(float)
     worse, better, m = _data(rng, 40, sizes, 0.08, 0.04)
-    label, used, *_ = simulate_design(worse, better, m, 0.05, -0.04)
+    label, used, *_ = simulate_design(worse, better, m, 0.05, -0.04, looks=looks)
     n = sizes.sum()
     cum = np.cumsum(sizes)
-    at = [int(np.argmax(cum >= math.ceil(k * n / 4 - 1e-9))) for k in (1, 2, 3, 4)]
+    at = [int(np.argmax(cum >= math.ceil(share * n - 1e-9))) for share in look_shares(looks)]
     fractions = [round(cum[i] / n, 2) for i in at]
     fractions[-1] = 1.0
     for row in range(40):
@@ -229,7 +234,7 @@ def test_each_side_spends_its_own_function():
     z = np.cumsum(rng.standard_normal((200_000, 4)) * math.sqrt(0.25), axis=1) / np.sqrt(t)
     assert (-z >= other).any(axis=1).mean() == pytest.approx(0.05, abs=3 * math.sqrt(0.05 * 0.95 / 200_000))
     worse, better, m = _data(rng, 400, np.ones(400), 0.20, 0.02)  # a drop of 3.6 margins of 0.05
-    label, used, *_ = simulate_design(worse, better, m, 0.05, -0.18, other_spending="hsd0")
+    label, used, *_ = simulate_design(worse, better, m, 0.05, -0.18, looks=4, other_spending="hsd0")
     for row in range(0, 400, 40):
         for look, k in enumerate((100, 200, 300, 400)):
             got = decide_look(int(worse[row, :k].sum()), int(better[row, :k].sum()), np.ones(k), look, t, 0.05, 0.05,
@@ -285,20 +290,27 @@ def test_no_design_beats_the_least_share_bound():
 
 
 def test_a_tied_run_is_stopped_by_60_percent_where_the_power_allows():
-    """400 independent items at 2 points: Hwang-Shih-DeCani -3 stops a tied run only at 0.75 of the items; stopping it
-    at half keeps 0.949 of the fixed test's power (canonical), so the non-inferior side is re-planned to half (the tied
-    run's 2.02) and the last look (1.77); level alpha by simulation (2,000 data sets at the margin, worse only and
-    low discordance), the scalar decision the simulated one. LongBench-v2's documents at 2 points (0.832 at half) and
-    400 items at 5 points (the spending stops it at half already) keep their boundaries."""
-    t = [0.25, 0.5, 0.75, 1.0]
+    """400 independent items at 2 points, the default 5 equal looks: Hwang-Shih-DeCani -3 at the looks a tied run can
+    reach (0.4 to 1) puts 2.322 at 0.6, above the tied run's 2.213 there, so it would stop only at 0.8;
+    stopping it at 0.6 keeps 0.985 of the fixed test's power (canonical, >= 0.98), so the non-inferior side is
+    re-planned to 0.6 (the tied run's statistic) and the last look (1.690); level alpha by recursive integration and
+    by simulation (2,000 data sets at the margin, worse only and low discordance), the scalar decision the simulated
+    one. LongBench-v2's documents at 2 points (0.943 at 0.6: below 0.98, where its simulated ratio fell to 0.87) and
+    400 items at 5 points (the spending stops it by 0.6 already) keep their boundaries; 4 equal looks re-planned from
+    0.94 (the previous default) stop it at half (2.02, then 1.77)."""
+    t = look_shares(LOOKS)
     ni, other, look = plan_bounds(t, 400, 0.02, 0.05)
-    assert look == 1 and ni[0] == ni[2] == math.inf
-    assert ni[1] == pytest.approx(tango_statistic(0, 0, 200, -0.02), abs=1e-6) and ni[3] == pytest.approx(1.7726,
+    assert t == (0.2, 0.4, 0.6, 0.8, 1.0) and look == 2 and ni[0] == ni[1] == ni[3] == math.inf
+    assert ni[2] == pytest.approx(tango_statistic(0, 0, 240, -0.02), abs=1e-6) and ni[4] == pytest.approx(1.6901,
                                                                                                            abs=2e-3)
-    assert np.cumsum(exit_probabilities(ni, t))[-1] == pytest.approx(0.05, abs=1e-5)
-    assert plan_bounds(t, 400, 0.02, 0.05, tied_ratio=0)[2] == -1
+    assert exit_probabilities(ni, t).sum() == pytest.approx(0.05, abs=1e-5)
+    assert exit_probabilities(other, t).sum() == pytest.approx(0.05, abs=1e-5)
+    assert plan_bounds(t, 400, 0.02, 0.05, tied_ratio=0)[0][2] == pytest.approx(2.3223, abs=2e-3)
     assert plan_bounds(t, 395, 0.02, 0.05, design_effect=523 / 395)[2] == -1
+    assert plan_bounds(t, 395, 0.02, 0.05, design_effect=523 / 395, tied_ratio=0.94)[2] == 2
     assert plan_bounds(t, 400, 0.05, 0.05)[2] == -1
+    four, _, at = plan_bounds([0.25, 0.5, 0.75, 1.0], 400, 0.02, 0.05, tied_ratio=0.94)
+    assert at == 1 and four[1] == pytest.approx(2.0203, abs=2e-3) and four[3] == pytest.approx(1.7726, abs=2e-3)
     rng = np.random.default_rng(65)
     se = math.sqrt(0.05 * 0.95 / 2000)
     for p_better in (0.0, 0.015):
@@ -307,6 +319,62 @@ def test_a_tied_run_is_stopped_by_60_percent_where_the_power_allows():
         assert (label == 1).mean() <= 0.05 + 3 * se and covered.mean() >= 0.90 - 3 * se, p_better
     worse, better, m = _data(rng, 50, np.ones(400), 0.0, 0.0)
     label, used, *_ = simulate_design(worse, better, m, 0.02, 0.0)
-    assert (label == 1).all() and used == pytest.approx(0.5)
-    got = decide_look(0, 0, np.ones(200), 1, t, 0.02, 0.05, total_items=400)
-    assert got.label == NON_INFERIOR and got.items == 200
+    assert (label == 1).all() and used == pytest.approx(0.6)
+    got = decide_look(0, 0, np.ones(240), 2, t, 0.02, 0.05, total_items=400)
+    assert got.label == NON_INFERIOR and got.items == 240
+
+
+def test_look_shares_are_a_design_parameter():
+    """Equal looks by count, or the shares themselves; anything else refused in one line naming the field."""
+    from snapeval.report.search import SearchSettings, look_batches
+
+    assert LOOKS == 5 and look_shares(4) == (0.25, 0.5, 0.75, 1.0) and look_shares(1) == (1.0,)
+    assert look_shares([0.3, 0.6, 1]) == (0.3, 0.6, 1.0)
+    for bad in (0, 11, True, 2.5, (0.5, 0.4, 1.0), (0.3, 0.9), (0.0, 1.0), ()):
+        with pytest.raises(SnapevalError, match=r"^looks=.* is invalid; allowed: an integer in 1\.\.10"):
+            look_shares(bad)
+    with pytest.raises(SnapevalError, match=r"^search\.looks=\(0\.3, 0\.9\) is invalid"):
+        SearchSettings(looks=(0.3, 0.9))
+    clusters = {i: [i] for i in range(40)}
+    assert [len(b) for b in look_batches(clusters, (0.3, 0.6, 1.0), 0)] == [12, 12, 16]
+    assert [len(b) for b in look_batches(clusters, SearchSettings().looks, 0)] == [8] * 5
+    assert items_for_reach(0.02, 0.05, looks=(0.3, 0.6, 1.0)) == items_for_reach(0.02, 0.05) == 133
+    from snapeval.sweep.search import _equal_looks  # the live search's batches are equal item shards
+
+    assert _equal_looks(SearchSettings()) == 5
+    with pytest.raises(SnapevalError, match=r"^--until-decided: looks=\(0\.3, 0\.6, 1\.0\); allowed: a number"):
+        _equal_looks(SearchSettings(looks=(0.3, 0.6, 1.0)))
+
+
+def _plans():
+    """The default design's boundaries over the plans the shipped layouts and margins give (independent 400,
+    LongBench-v2's design effect, AIME's 8), re-planned or not, and 4 equal looks."""
+    for looks in (LOOKS, 4, (0.3, 0.45, 0.6, 0.8, 1.0)):
+        for total, deff in ((400, 1.0), (395, 523 / 395), (240, 8.0), (1000, 1.0)):
+            for margin in (0.02, 0.05, 0.10):
+                t = look_shares(looks)
+                yield t, plan_bounds(t, total, margin, 0.05, deff)
+
+
+def test_the_default_design_spends_alpha_exactly_by_recursive_integration():
+    """Each side of every plan the default design makes on the shipped layouts spends exactly alpha (recursive
+    integration: a plan that overspent by 1e-4 fails), the non-inferior side Hwang-Shih-DeCani -3 at the looks it
+    keeps (or the re-plan), the other Hwang-Shih-DeCani -1 at every look; and the crossing rate of Brownian motion
+    at the default's looks is alpha on each side (200,000 paths)."""
+    assert (DESIGN_SPENDING, OTHER_SPENDING) == ("hsd-3", "hsd-1")
+    plans = list(_plans())
+    for t, (ni, other, _) in plans:
+        assert exit_probabilities(ni, t).sum() == pytest.approx(0.05, abs=1e-5), (t, ni)
+        assert exit_probabilities(other, t).sum() == pytest.approx(0.05, abs=1e-5), (t, other)
+        assert other == pytest.approx(efficacy_bounds(t, 0.05, OTHER_SPENDING))
+    assert sum(look >= 0 for _, (_, _, look) in plans) >= 2  # the re-plan is among them
+    t = np.array(look_shares(LOOKS))
+    ni, other, _ = plan_bounds(t, 400, 0.02, 0.05)
+    lowered = ni.copy()
+    lowered[-1] -= 0.002
+    assert exit_probabilities(lowered, t).sum() > 0.05 + 1e-4  # the check would see an overspent boundary
+    rng = np.random.default_rng(66)
+    z = np.cumsum(rng.standard_normal((200_000, t.size)) * np.sqrt(np.diff([0.0, *t])), axis=1) / np.sqrt(t)
+    se = math.sqrt(0.05 * 0.95 / 200_000)
+    for bounds in (ni, other, plan_bounds(t, 1000, 0.10, 0.05)[0]):
+        assert (z >= bounds).any(axis=1).mean() == pytest.approx(0.05, abs=3 * se)

@@ -174,7 +174,7 @@ def test_the_quickstart_replayed_reaches_the_full_grids_answers_and_says_how_man
 
 
 def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decided(tmp_path, monkeypatch, capsys):
-    """`snapeval sweep --until-decided` on the test harness (200 items, the default 4 looks of 50): each look of open
+    """`snapeval sweep --until-decided` on the test harness (200 items, 4 equal looks of 50): each look of open
     cells is one shared unit with the full cache, cells stopped early leave their batches as shards and no result
     file, and search.md gives the decisions, the look that settled each cell and the items each used; --monotone
     runs the budget below a settled failure on the first look's items."""
@@ -197,7 +197,7 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
 
     out = tmp_path / "s"
     summary = run_sweep(parse_config(raw), out, evaluate=counted, simulate=fake_simulate, stream=io.StringIO(),
-                        report=False, search=SearchSettings(monotone=True))
+                        report=False, search=SearchSettings(monotone=True, looks=4))
     account = (out / "search.md").read_text()
     assert "| streamingllm | 1024 | not non-inferior | look 2 of 4 | 100 of 200 |" in account
     assert "| streamingllm | 64 | not non-inferior | by monotonicity | 50 of 200 |" in account

@@ -30,8 +30,9 @@ def register(subparsers) -> None:
     p.add_argument("--design", default="group-sequential", choices=("group-sequential", "e-process"),
                    help="--search-replay: planned looks with Lan-DeMets boundaries (default) or the anytime-valid "
                         "e-process looked at after every --batch")
-    p.add_argument("--looks", type=int, default=4,
-                   help="--search-replay, group-sequential: planned looks at equal shares of the items (default 4)")
+    p.add_argument("--looks", type=int, default=None,
+                   help="--search-replay, group-sequential: planned looks at equal shares of the items (default 5: "
+                        "snapeval.stats.groupseq.LOOKS)")
     p.add_argument("--batch", type=int, default=8, help="--search-replay, e-process: items per batch (default 8)")
     p.add_argument("--seed", type=int, default=0, help="--search-replay: seed of the batches' random order (default 0)")
     p.add_argument("--monotone", action="store_true",
@@ -64,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
 
         try:
             settings = SearchSettings(batch=args.batch, seed=args.seed, monotone=args.monotone, design=args.design,
-                                      looks=args.looks)
+                                      **({} if args.looks is None else {"looks": args.looks}))
         except SnapevalError as exc:
             raise SnapevalError(str(exc).replace("search.", "--", 1)) from None
     from snapeval.results.store import ResultsStore

@@ -37,7 +37,7 @@ import numpy as np
 
 from snapeval.errors import SnapevalError
 from snapeval.stats.decision import DecisionRule
-from snapeval.stats.groupseq import FUTILITY, LOOKS, decide_look, items_for_reach
+from snapeval.stats.groupseq import FUTILITY, LOOKS, decide_look, items_for_reach, look_shares, looks_text
 from snapeval.stats.sequential import INCONCLUSIVE, NON_INFERIOR, NOT_NON_INFERIOR, OPEN, decide
 
 #: The search's designs: planned looks with alpha spending (default), or a look after every batch (e-process).
@@ -52,10 +52,11 @@ NOT_REACHED = "not reached"
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """``design``: ``group-sequential`` (default: ``looks`` planned looks at equal shares of the items, whole
-    clusters, Lan-DeMets boundaries with Hwang-Shih-DeCani gamma -3 spending on the fixed rule's statistic, the
-    non-inferior side only at looks where a tied run could reach it (re-planned to stop a tied run by 60% of the
-    items where that keeps the power: :func:`snapeval.stats.groupseq.plan_bounds`), and a non-binding futility rule
+    """``design``: ``group-sequential`` (default: ``looks`` planned looks, 5 equal ones or the shares given
+    (:func:`snapeval.stats.groupseq.look_shares`), whole clusters, Lan-DeMets boundaries on the fixed rule's statistic,
+    the non-inferior side spending with Hwang-Shih-DeCani gamma -3, only at looks where a tied run could reach it
+    (re-planned to stop a tied run by 60% of the items where that keeps the power:
+    :func:`snapeval.stats.groupseq.plan_bounds`), the other side with gamma -1, and a non-binding futility rule
     at conditional power ``futility``: :mod:`snapeval.stats.groupseq`) or ``e-process`` (a look after every batch of
     ``batch`` items, the anytime-valid test of :mod:`snapeval.stats.sequential`); ``seed``: the seed of the fixed
     random order of clusters; ``monotone``: the user accepts that accuracy does not fall as a method's budget grows
@@ -66,14 +67,18 @@ class SearchSettings:
     seed: int = 0
     monotone: bool = False
     design: str = "group-sequential"
-    looks: int = LOOKS
+    looks: int | tuple[float, ...] = LOOKS
     futility: float = FUTILITY
 
     def __post_init__(self):
         if self.design not in DESIGNS:
             raise SnapevalError(f"search.design={self.design!r} is invalid; allowed: {', '.join(DESIGNS)}")
-        if not (isinstance(self.looks, int) and not isinstance(self.looks, bool) and 1 <= self.looks <= 10):
-            raise SnapevalError(f"search.looks={self.looks!r} is invalid; allowed: an integer in 1..10, e.g. 4")
+        try:
+            look_shares(self.looks)
+        except SnapevalError:
+            raise SnapevalError(f"search.looks={self.looks!r} is invalid; allowed: an integer in 1..10 (equal looks) "
+                                "or up to 10 increasing shares in (0, 1], the last 1, e.g. 5 or (0.3, 0.6, 0.8, 1.0)"
+                                ) from None
         if not (isinstance(self.futility, (int, float)) and not isinstance(self.futility, bool)
                 and 0 <= self.futility < 0.5):
             raise SnapevalError(f"search.futility={self.futility!r} is invalid; allowed: a number in [0, 0.5), e.g. "
@@ -103,21 +108,23 @@ def batches(clusters: Mapping[Any, list], batch: int, seed: int) -> list[list]:
     return out
 
 
-def look_batches(clusters: Mapping[Any, list], looks: int, seed: int) -> list[list]:
-    """The items of ``clusters`` in ``looks`` batches for the group-sequential design: clusters in the fixed random
-    order of :func:`batches`, batch ``k`` closed at the first whole cluster that brings the items to ``k / looks`` of
-    them (fewer batches when clusters are too large for that many)."""
+def look_batches(clusters: Mapping[Any, list], looks, seed: int) -> list[list]:
+    """The items of ``clusters`` in batches for the group-sequential design's ``looks`` (equal looks or their shares:
+    :func:`snapeval.stats.groupseq.look_shares`): clusters in the fixed random order of :func:`batches`, batch ``k``
+    closed at the first whole cluster that brings the items to the ``k``-th share of them (fewer batches when clusters
+    are too large for that many)."""
     keys = sorted(clusters, key=repr)
     order = np.random.default_rng(seed).permutation(len(keys))
     total = sum(len(v) for v in clusters.values())
-    out, current, seen, k = [], [], 0, 1
+    targets = [math.ceil(share * total - 1e-9) for share in look_shares(looks)]
+    out, current, seen, k = [], [], 0, 0
     for i in order:
         current += [(keys[i], item) for item in clusters[keys[i]]]
         seen += len(clusters[keys[i]])
-        if seen >= math.ceil(k * total / looks - 1e-9):
+        if seen >= targets[k]:
             out.append(current)
             current = []
-            while k <= looks and seen >= math.ceil(k * total / looks - 1e-9):
+            while k < len(targets) - 1 and seen >= targets[k]:
                 k += 1
     if current:
         out.append(current)
@@ -468,8 +475,9 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
     """Markdown: per group the method answers, the items each cell used and how it was settled, and the
     item-evaluations and time against the full grid."""
     if settings.design == GROUP_SEQUENTIAL:
-        how = (f"group-sequential: {settings.looks} planned looks at equal shares of the items, Lan-DeMets "
-               f"boundaries (Hwang-Shih-DeCani γ = −3 spending) on Tango's statistic (the fixed rule's), the "
+        how = (f"group-sequential: {len(look_shares(settings.looks))} planned looks at {looks_text(settings.looks)} of "
+               f"the items, Lan-DeMets boundaries on Tango's statistic (the fixed rule's; Hwang-Shih-DeCani spending, "
+               f"γ = −3 for non-inferiority, −1 for not non-inferior), the "
                f"non-inferior side only at looks where a tied run could reach it (re-planned to stop a tied run by "
                f"60% of the items where that keeps the power), a cell stopped once "
                f"non-inferiority is out of reach" + (f" or at conditional power below {settings.futility:g}"

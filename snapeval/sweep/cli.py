@@ -40,7 +40,8 @@ def register(subparsers) -> None:
                    help="--until-decided: planned looks with Lan-DeMets boundaries, Hwang-Shih-DeCani spending "
                         "(default), or the anytime-valid e-process looked at after every --batch")
     p.add_argument("--looks", type=int, default=None,
-                   help="--until-decided, group-sequential: planned looks at equal shares of the items (default 4)")
+                   help="--until-decided, group-sequential: planned looks at equal shares of the items (default 5: "
+                        "snapeval.stats.groupseq.LOOKS)")
     p.add_argument("--batch", type=int, default=None, help="--until-decided, e-process: items per batch (default 8)")
     p.add_argument("--search-seed", type=int, default=None,
                    help="--until-decided: seed of the batches' random order (default 0)")
@@ -71,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
             search = SearchSettings(batch=8 if args.batch is None else args.batch,
                                     seed=0 if args.search_seed is None else args.search_seed, monotone=args.monotone,
                                     design=args.design or "group-sequential",
-                                    looks=4 if args.looks is None else args.looks)
+                                    **({} if args.looks is None else {"looks": args.looks}))
         except SnapevalError as exc:
             raise SnapevalError(str(exc).replace("search.seed", "--search-seed").replace("search.", "--", 1)) from None
     config = load_config(args.config).with_limit(args.limit)

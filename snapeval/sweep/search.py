@@ -26,6 +26,14 @@ def items_of(cell) -> int:
     return count
 
 
+def _equal_looks(settings: SearchSettings) -> int:
+    """The live search's looks: equal item shards, so a count (shares given as a tuple are refused in one line)."""
+    if not isinstance(settings.looks, int):
+        raise SnapevalError(f"--until-decided: looks={settings.looks!r}; allowed: a number of equal looks (the live "
+                            "search's batches are equal item shards), e.g. 5")
+    return settings.looks
+
+
 def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending: set[str], cell_fn, executor,
              started, store, outcomes: list):
     """The search over a sweep's groups, yielding ``(cell, ShardResult | None, error)`` as an executor does (the
@@ -51,7 +59,8 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
         if reference is None or not todo:
             continue
         n = items_of(reference)
-        count = min(n, settings.looks) if settings.design == GROUP_SEQUENTIAL else max(1, math.ceil(n / settings.batch))
+        count = min(n, _equal_looks(settings)) if settings.design == GROUP_SEQUENTIAL else max(
+            1, math.ceil(n / settings.batch))
         family = task_family(reference.task.name)
         if count > 1 and family is not None and family.cluster is not None:
             raise SnapevalError(f"--until-decided: task {reference.task.name}'s items share clusters (documents), "
