@@ -376,8 +376,7 @@ class MethodConfig:
 
     def identity(self) -> dict[str, Any]:
         """``{"method": ..., "budget": ..., <every field>}``: what makes two configurations the same experiment."""
-        stored = {s.name: s.stored for s in self.settings()}
-        out = {"method": self.method, **{stored.get(k, k): v for k, v in asdict(self).items()}}
+        out = {"method": self.method, **self.stored_keys(asdict(self))}
         if self.budget is not None:
             out["budget"] = self.budget
         return out
