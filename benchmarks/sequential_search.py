@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from benchmarks.common import REPO, write_json
-from snapeval.stats.groupseq import simulate_design
+from snapeval.stats.groupseq import DESIGN_SPENDING, LOOKS, OTHER_SPENDING, simulate_design
 from snapeval.stats.sequential import sides
 
 SEED = 20261128
@@ -122,7 +122,8 @@ GS_ICC = 0.3
 _SIX = (0.2, 0.35, 0.5, 0.65, 0.8, 1.0)
 _FOUR = {"looks": 4, "other_spending": None, "tied_ratio": 0.0}
 CANDIDATES = (
-    ("5 looks, hsd-3, not-non-inferior side hsd-1", {"looks": 5, "spending": "hsd-3", "other_spending": "hsd-1"}),
+    (f"{LOOKS} looks, {DESIGN_SPENDING}, not-non-inferior side {OTHER_SPENDING}",  # the module's default, as it is
+     {"looks": LOOKS, "spending": DESIGN_SPENDING, "other_spending": OTHER_SPENDING}),
     ("5 looks, hsd-3", {"looks": 5, "spending": "hsd-3", "other_spending": None}),
     ("5 looks, hsd-3, not-non-inferior side hsd-2", {"looks": 5, "spending": "hsd-3", "other_spending": "hsd-2"}),
     ("5 looks, hsd-3, not-non-inferior side hsd-1.5", {"looks": 5, "spending": "hsd-3", "other_spending": "hsd-1.5"}),
