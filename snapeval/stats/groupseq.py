@@ -135,6 +135,51 @@ def looks_text(looks) -> str:
     return "/".join(f"{100 * share:g}" for share in look_shares(looks)) + "%"
 
 
+_FAMILY_WORDS = {"obrien-fleming": "O'Brien-Fleming-like", "pocock": "Pocock-like"}
+
+
+def _gamma_text(gamma: float) -> str:
+    return f"{gamma:g}".replace("-", "\N{MINUS SIGN}")
+
+
+def spending_text(spending: str | None = None, other_spending: str | None = None) -> str:
+    """The two sides' spending as words, for reports (default: :data:`DESIGN_SPENDING` and :data:`OTHER_SPENDING`,
+    read when called; ``other_spending`` equal to ``spending`` or ``None`` with an explicit ``spending``: one function
+    for both sides): ``Hwang-Shih-DeCani spending, γ = −3 for non-inferiority, −1 for not non-inferior``."""
+    if spending is None:
+        spending, other_spending = DESIGN_SPENDING, OTHER_SPENDING
+    other_spending = other_spending or spending
+
+    def parts(name):
+        spending_function(name)  # refuses an unknown name
+        match = _HSD.fullmatch(name)
+        return ("Hwang-Shih-DeCani", float(match.group(1))) if match else (_FAMILY_WORDS[name], None)
+
+    (family, gamma), (other_family, other_gamma) = parts(spending), parts(other_spending)
+    if family == other_family and gamma == other_gamma:
+        return f"{family} spending" + (f", γ = {_gamma_text(gamma)}" if gamma is not None else "") + " on both sides"
+    if family == other_family:
+        return (f"{family} spending, γ = {_gamma_text(gamma)} for non-inferiority, {_gamma_text(other_gamma)} for not "
+                "non-inferior")
+    words = [f + (f" γ = {_gamma_text(g)}" if g is not None else "") for f, g in ((family, gamma),
+                                                                                  (other_family, other_gamma))]
+    return f"{words[0]} spending for non-inferiority, {words[1]} for not non-inferior"
+
+
+def design_text(looks=None, futility: float = 0.0) -> str:
+    """The group-sequential design as one phrase (the replay's and the live search's ``search.md``), from the module's
+    constants read when called: ``looks`` (default :data:`LOOKS`), :data:`DESIGN_SPENDING` and
+    :data:`OTHER_SPENDING` (:func:`spending_text`), the tied-run re-plan (:data:`TIED_STOP_SHARE`, on unless
+    :data:`TIED_STOP_RATIO` is 0) and a ``futility`` threshold (0: off)."""
+    looks = LOOKS if looks is None else looks
+    replan = (f" (re-planned to stop a tied run by {100 * TIED_STOP_SHARE:g}% of the items where that keeps the power)"
+              if TIED_STOP_RATIO > 0 else "")
+    return (f"group-sequential: {len(look_shares(looks))} planned looks at {looks_text(looks)} of the items, "
+            f"Lan-DeMets boundaries on Tango's statistic (the fixed rule's; {spending_text()}), the non-inferior side "
+            f"only at looks where a tied run could reach it{replan}, a cell stopped once non-inferiority is out of "
+            "reach" + (f" or at conditional power below {futility:g}" if futility else "") + " (non-binding futility)")
+
+
 def obf_spending(t, alpha: float) -> np.ndarray:
     """Lan-DeMets O'Brien-Fleming-like spending, one-sided level ``alpha``: ``2 - 2 Phi(z_(1 - alpha / 2) /
     sqrt(t))`` (0 at ``t = 0``, ``alpha`` at ``t = 1``)."""
