@@ -3,6 +3,7 @@
 look, the walk's semantics, the shared batches, and the quickstart's grid replayed (issue #48)."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -255,6 +256,9 @@ def test_the_search_report_words_the_design_from_groupseqs_constants(monkeypatch
             "side only at looks where a tied run could reach it (re-planned to stop a tied run by 60% of the items "
             "where that keeps the power), a cell stopped once non-inferiority is out of reach (non-binding "
             "futility)") in shipped
+    committed = json.loads((REPO / "results" / "bench" / "sequential_search.json").read_text())
+    assert groupseq.design_text() in committed["quickstart_replay"]["margin 0.02, group-sequential, monotone False"][
+        "markdown"][0]
     monkeypatch.setattr(groupseq, "DESIGN_SPENDING", "hsd-2.5")
     monkeypatch.setattr(groupseq, "OTHER_SPENDING", "hsd0")
     assert "Hwang-Shih-DeCani spending, γ = −2.5 for non-inferiority, 0 for not non-inferior)" in sentence()
