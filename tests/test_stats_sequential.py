@@ -3,6 +3,7 @@
 look, the walk's semantics, the shared batches, and the quickstart's grid replayed (issue #48)."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -236,3 +237,41 @@ def test_dry_run_says_where_non_inferiority_is_out_of_reach(tmp_path, capsys):
         "every item ties)",
         "  plan  smollm2-135m-instruct | snapeval_kv_needle | seed 0: non-inferiority at margin 0.02 with 400 items: "
         "fixed grid: reachable (from 133 items); search: reachable (from 133 items)"]
+
+
+def test_the_search_report_words_the_design_from_groupseqs_constants(monkeypatch):
+    """search.md's design sentence is derived from snapeval.stats.groupseq's constants, read when it is written (the
+    spending of each side, the default looks, the tied-run re-plan and its share), so one place states the design:
+    with the constants patched the text follows, and with the shipped ones it is the sentence the committed benchmark
+    JSON quotes (results/bench/sequential_search.json, the quickstart replay)."""
+    from snapeval.report.search import render
+    from snapeval.stats import groupseq
+
+    def sentence(**settings):
+        return render([], DecisionRule(), SearchSettings(**settings))[0]
+
+    shipped = sentence()
+    assert ("5 planned looks at 20/40/60/80/100% of the items, Lan-DeMets boundaries on Tango's statistic (the fixed "
+            "rule's; Hwang-Shih-DeCani spending, γ = −3 for non-inferiority, −1 for not non-inferior), the non-inferior "
+            "side only at looks where a tied run could reach it (re-planned to stop a tied run by 60% of the items "
+            "where that keeps the power), a cell stopped once non-inferiority is out of reach (non-binding "
+            "futility)") in shipped
+    committed = json.loads((REPO / "results" / "bench" / "sequential_search.json").read_text())
+    assert groupseq.design_text() in committed["quickstart_replay"]["margin 0.02, group-sequential, monotone False"][
+        "markdown"][0]
+    monkeypatch.setattr(groupseq, "DESIGN_SPENDING", "hsd-2.5")
+    monkeypatch.setattr(groupseq, "OTHER_SPENDING", "hsd0")
+    assert "Hwang-Shih-DeCani spending, γ = −2.5 for non-inferiority, 0 for not non-inferior)" in sentence()
+    monkeypatch.setattr(groupseq, "DESIGN_SPENDING", "obrien-fleming")
+    monkeypatch.setattr(groupseq, "OTHER_SPENDING", None)
+    assert "(the fixed rule's; O'Brien-Fleming-like spending on both sides)" in sentence()
+    monkeypatch.setattr(groupseq, "OTHER_SPENDING", "hsd-1")
+    assert "O'Brien-Fleming-like spending for non-inferiority, Hwang-Shih-DeCani γ = −1 for not" in sentence()
+    monkeypatch.setattr(groupseq, "TIED_STOP_SHARE", 0.5)
+    assert "re-planned to stop a tied run by 50% of the items" in sentence()
+    monkeypatch.setattr(groupseq, "TIED_STOP_RATIO", 0.0)  # the re-plan off: the report does not claim it
+    assert "could reach it, a cell stopped" in sentence() and "re-planned" not in sentence()
+    monkeypatch.setattr(groupseq, "LOOKS", 4)
+    assert groupseq.design_text().startswith("group-sequential: 4 planned looks at 25/50/75/100% of the items")
+    assert "3 planned looks at 30/60/100%" in sentence(looks=(0.3, 0.6, 1.0))
+    assert "or at conditional power below 0.1 (non-binding" in sentence(futility=0.1)

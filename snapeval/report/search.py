@@ -37,7 +37,7 @@ import numpy as np
 
 from snapeval.errors import SnapevalError
 from snapeval.stats.decision import DecisionRule
-from snapeval.stats.groupseq import FUTILITY, LOOKS, decide_look, items_for_reach, look_shares, looks_text
+from snapeval.stats.groupseq import FUTILITY, LOOKS, decide_look, design_text, items_for_reach, look_shares
 from snapeval.stats.sequential import INCONCLUSIVE, NON_INFERIOR, NOT_NON_INFERIOR, OPEN, decide
 
 #: The search's designs: planned looks with alpha spending (default), or a look after every batch (e-process).
@@ -52,16 +52,18 @@ NOT_REACHED = "not reached"
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """``design``: ``group-sequential`` (default: ``looks`` planned looks, 5 equal ones or the shares given
-    (:func:`snapeval.stats.groupseq.look_shares`), whole clusters, Lan-DeMets boundaries on the fixed rule's statistic,
-    the non-inferior side spending with Hwang-Shih-DeCani gamma -3, only at looks where a tied run could reach it
-    (re-planned to stop a tied run by 60% of the items where that keeps the power:
-    :func:`snapeval.stats.groupseq.plan_bounds`), the other side with gamma -1, and a non-binding futility rule
-    at conditional power ``futility``: :mod:`snapeval.stats.groupseq`) or ``e-process`` (a look after every batch of
-    ``batch`` items, the anytime-valid test of :mod:`snapeval.stats.sequential`); ``seed``: the seed of the fixed
-    random order of clusters; ``monotone``: the user accepts that accuracy does not fall as a method's budget grows
-    (budgets below a settled failure are not run in full: each is run on the first look's items and labelled not
-    non-inferior only when those agree, else the report warns)."""
+    """``design``: ``group-sequential`` (default: ``looks`` planned looks, :data:`~snapeval.stats.groupseq.LOOKS`
+    equal ones or the shares given (:func:`snapeval.stats.groupseq.look_shares`), whole clusters, Lan-DeMets
+    boundaries on the fixed rule's statistic, the non-inferior side spending with
+    :data:`~snapeval.stats.groupseq.DESIGN_SPENDING`, only at looks where a tied run could reach it (re-planned to stop
+    a tied run by :data:`~snapeval.stats.groupseq.TIED_STOP_SHARE` of the items where that keeps a canonical power
+    ratio of :data:`~snapeval.stats.groupseq.TIED_STOP_RATIO`: :func:`snapeval.stats.groupseq.plan_bounds`), the other
+    side with :data:`~snapeval.stats.groupseq.OTHER_SPENDING`, and a non-binding futility rule at conditional power
+    ``futility``; :func:`snapeval.stats.groupseq.design_text` words it for ``search.md``) or ``e-process`` (a look
+    after every batch of ``batch`` items, the anytime-valid test of :mod:`snapeval.stats.sequential`); ``seed``: the
+    seed of the fixed random order of clusters; ``monotone``: the user accepts that accuracy does not fall as a
+    method's budget grows (budgets below a settled failure are not run in full: each is run on the first look's items
+    and labelled not non-inferior only when those agree, else the report warns)."""
 
     batch: int = 8
     seed: int = 0
@@ -475,13 +477,7 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
     """Markdown: per group the method answers, the items each cell used and how it was settled, and the
     item-evaluations and time against the full grid."""
     if settings.design == GROUP_SEQUENTIAL:
-        how = (f"group-sequential: {len(look_shares(settings.looks))} planned looks at {looks_text(settings.looks)} of "
-               f"the items, Lan-DeMets boundaries on Tango's statistic (the fixed rule's; Hwang-Shih-DeCani spending, "
-               f"γ = −3 for non-inferiority, −1 for not non-inferior), the "
-               f"non-inferior side only at looks where a tied run could reach it (re-planned to stop a tied run by "
-               f"60% of the items where that keeps the power), a cell stopped once "
-               f"non-inferiority is out of reach" + (f" or at conditional power below {settings.futility:g}"
-                                                      if settings.futility else "") + " (non-binding futility)")
+        how = design_text(settings.looks, settings.futility)
     else:
         how = f"anytime-valid e-process, a look after every batch of {settings.batch} items"
     lines = [f"Sequential budget search (margin δ = {rule.margin:g}, α = {rule.alpha:g} per side; {how}; clusters in "

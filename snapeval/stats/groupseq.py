@@ -62,7 +62,10 @@ boundaries, each side one-sided at ``alpha``:
   (``T_k = B(t_k) / sqrt(t_k)``, ``B`` Brownian motion), :func:`tied_stop_ratio` bounds the power ratio of any design
   that stops a tied run (no discordant item) at a given look (Neyman-Pearson), and :func:`least_share_bound` the
   expected share of items of any design at given looks that keeps the power ratio (Lagrangian duality over the
-  optimal-design problem, backward induction). The benchmark states both per row it does not meet.
+  optimal-design problem, backward induction). The benchmark states both per row it does not meet, and, on the row's
+  own data sets, :func:`boundary_share_floor`: the canonical model takes the statistic's noise as 1, while under a
+  clear alternative it is often far less (a worst-case design effect above the true one; a variance restricted to the
+  margin's discordance), so the same fixed power means a smaller drift and the canonical bounds are optimistic.
 
 Only 0/1 scores have this statistic; other scores (pass@1 over samples as one score, F1) use the anytime-valid
 e-process of :mod:`snapeval.stats.sequential` looked at at the same points.
@@ -133,6 +136,51 @@ def look_shares(looks) -> tuple[float, ...]:
 def looks_text(looks) -> str:
     """The looks' shares as text: ``20/40/60/80/100%``."""
     return "/".join(f"{100 * share:g}" for share in look_shares(looks)) + "%"
+
+
+_FAMILY_WORDS = {"obrien-fleming": "O'Brien-Fleming-like", "pocock": "Pocock-like"}
+
+
+def _gamma_text(gamma: float) -> str:
+    return f"{gamma:g}".replace("-", "\N{MINUS SIGN}")
+
+
+def spending_text(spending: str | None = None, other_spending: str | None = None) -> str:
+    """The two sides' spending as words, for reports (default: :data:`DESIGN_SPENDING` and :data:`OTHER_SPENDING`,
+    read when called; ``other_spending`` equal to ``spending`` or ``None`` with an explicit ``spending``: one function
+    for both sides): ``Hwang-Shih-DeCani spending, γ = −3 for non-inferiority, −1 for not non-inferior``."""
+    if spending is None:
+        spending, other_spending = DESIGN_SPENDING, OTHER_SPENDING
+    other_spending = other_spending or spending
+
+    def parts(name):
+        spending_function(name)  # refuses an unknown name
+        match = _HSD.fullmatch(name)
+        return ("Hwang-Shih-DeCani", float(match.group(1))) if match else (_FAMILY_WORDS[name], None)
+
+    (family, gamma), (other_family, other_gamma) = parts(spending), parts(other_spending)
+    if family == other_family and gamma == other_gamma:
+        return f"{family} spending" + (f", γ = {_gamma_text(gamma)}" if gamma is not None else "") + " on both sides"
+    if family == other_family:
+        return (f"{family} spending, γ = {_gamma_text(gamma)} for non-inferiority, {_gamma_text(other_gamma)} for not "
+                "non-inferior")
+    words = [f + (f" γ = {_gamma_text(g)}" if g is not None else "") for f, g in ((family, gamma),
+                                                                                  (other_family, other_gamma))]
+    return f"{words[0]} spending for non-inferiority, {words[1]} for not non-inferior"
+
+
+def design_text(looks=None, futility: float = 0.0) -> str:
+    """The group-sequential design as one phrase (the replay's and the live search's ``search.md``), from the module's
+    constants read when called: ``looks`` (default :data:`LOOKS`), :data:`DESIGN_SPENDING` and
+    :data:`OTHER_SPENDING` (:func:`spending_text`), the tied-run re-plan (:data:`TIED_STOP_SHARE`, on unless
+    :data:`TIED_STOP_RATIO` is 0) and a ``futility`` threshold (0: off)."""
+    looks = LOOKS if looks is None else looks
+    replan = (f" (re-planned to stop a tied run by {100 * TIED_STOP_SHARE:g}% of the items where that keeps the power)"
+              if TIED_STOP_RATIO > 0 else "")
+    return (f"group-sequential: {len(look_shares(looks))} planned looks at {looks_text(looks)} of the items, "
+            f"Lan-DeMets boundaries on Tango's statistic (the fixed rule's; {spending_text()}), the non-inferior side "
+            f"only at looks where a tied run could reach it{replan}, a cell stopped once non-inferiority is out of "
+            "reach" + (f" or at conditional power below {futility:g}" if futility else "") + " (non-binding futility)")
 
 
 def obf_spending(t, alpha: float) -> np.ndarray:
@@ -635,3 +683,43 @@ def least_share_bound(fractions, power: float, alpha: float = 0.05, ratio: float
         found = minimize(lambda x: -dual(x), found.x, method="Nelder-Mead",
                          options={"maxiter": 20000, "xatol": 1e-5, "fatol": 1e-9})
         return float(dual(found.x)), [float(x) for x in np.exp(np.minimum(found.x, 50.0))]
+
+
+def look_statistics(worse, better, m, margin: float, looks=LOOKS) -> tuple[np.ndarray, np.ndarray]:
+    """Per data set (rows; columns of ``worse``, ``better``, ``m``: clusters in their order, as for
+    :func:`simulate_design`) and look: Tango's statistic at ``-margin`` as the design computes it (whole clusters up to
+    each look's share, counts over the worst-case design effect of the clusters so far), and the share of the items at
+    that look."""
+    cum_m, cum_w, cum_b, cum_sq = (np.cumsum(np.asarray(x, dtype=np.float64), axis=1)
+                                   for x in (m, worse, better, np.asarray(m, dtype=np.float64) ** 2))
+    n = cum_m[:, -1]
+    at = np.stack([(cum_m >= np.ceil(s * n - 1e-9)[:, None]).argmax(axis=1) for s in look_shares(looks)], axis=1)
+    nk, wk, bk = (np.take_along_axis(x, at, axis=1) for x in (cum_m, cum_w, cum_b))
+    deff = np.maximum(1.0, np.take_along_axis(cum_sq, at, axis=1) / nk)
+    return tango_array(wk / deff, bk / deff, nk / deff, -margin), nk / n[:, None]
+
+
+def boundary_share_floor(stat, shares, alpha: float = 0.05, ratio: float = RATIO) -> dict:
+    """What no boundary design can do on given data sets: ``stat``, one side's statistic per data set (rows) and look
+    (columns; ``T_k`` for "non-inferior", ``-T_k`` for "not non-inferior"), ``shares``, the items' share at each look.
+    A design that rejects at look ``k`` when ``stat_k >= c_k`` has level ``alpha`` only if every ``c_k >= z_(1 -
+    alpha)``: its rejections contain ``{stat_k >= c_k}``, whose probability under the null at the worst-case design
+    effect (``T_k`` standard normal) must not exceed ``alpha``. So a data set it rejects stops no sooner than its first
+    look at or above ``z_(1 - alpha)``. Keeping ``ratio`` of the fixed test's power (``stat_K >= z``) on these data
+    sets, its least mean share is that of the data sets reaching ``z`` first, stopped there, and the others stopped at
+    the first look (any futility rule: ``least_share_boundary_designs``) or run to the last (none:
+    ``..._no_futility_stops``). Also the statistic's mean and standard deviation at the last look: the canonical model
+    (:func:`least_share_bound`) takes its noise as 1 and puts the drift where the fixed test has its power; where the
+    statistic is less noisy (a worst-case design effect above the true one, a variance restricted to the margin's
+    discordance above the truth's) the same power means a smaller drift, which the early looks must cross."""
+    stat, shares = np.asarray(stat, dtype=np.float64), np.asarray(shares, dtype=np.float64)
+    z = _NORMAL.inv_cdf(1 - alpha)
+    fixed = float((stat[:, -1] >= z).mean())
+    hit = stat >= z
+    first = np.where(hit.any(axis=1), np.take_along_axis(shares, hit.argmax(axis=1)[:, None], axis=1)[:, 0], np.inf)
+    need = int(math.ceil(ratio * fixed * first.size - 1e-9))
+    kept = np.sort(first)[:need]
+    rest = first.size - need
+    return {"statistic_mean_last_look": float(stat[:, -1].mean()), "statistic_sd_last_look": float(stat[:, -1].std()),
+            "least_share_boundary_designs": float((kept.sum() + rest * float(shares[:, 0].mean())) / first.size),
+            "least_share_boundary_designs_no_futility_stops": float((kept.sum() + rest) / first.size)}

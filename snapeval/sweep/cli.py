@@ -37,8 +37,9 @@ def register(subparsers) -> None:
                         "walked from the largest down, a cell stopped as soon as an anytime-valid paired test settles "
                         "it (non-inferior or not at the sweep's decision margin); writes search.md")
     p.add_argument("--design", default=None, choices=("group-sequential", "e-process"),
-                   help="--until-decided: planned looks with Lan-DeMets boundaries, Hwang-Shih-DeCani spending "
-                        "(default), or the anytime-valid e-process looked at after every --batch")
+                   help="--until-decided: planned looks with Lan-DeMets alpha spending (default; snapeval.stats."
+                        "groupseq's DESIGN_SPENDING and OTHER_SPENDING), or the anytime-valid e-process looked at after "
+                        "every --batch")
     p.add_argument("--looks", type=int, default=None,
                    help="--until-decided, group-sequential: planned looks at equal shares of the items (default 5: "
                         "snapeval.stats.groupseq.LOOKS)")
