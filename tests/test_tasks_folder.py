@@ -93,6 +93,7 @@ from snapeval.paths import tasks_dir
 from snapeval.sweep.grid import task_source_hashes
 from snapeval.tasks.families import families
 from snapeval.results.schema import from_lm_eval
+from snapeval.harness.evaluate import _environment_info_once_per_process
 import lm_eval
 from lm_eval.tasks import TaskManager
 from fixtures.stub_lm import StubLM
@@ -100,6 +101,7 @@ from fixtures.stub_lm import StubLM
 data_dir = sys.argv[1]
 out = {"snapeval": snapeval.__file__, "tasks_dir": str(tasks_dir()), "scores": {}}
 names = [n for f in families() for n in f.task_names()]
+_environment_info_once_per_process()  # lm-eval's add_env_info (torch's collect_env: pip and other subprocesses) once
 out["hashes"] = task_source_hashes(names, tasks_dir())
 for family in families():
     metadata = {"data_dir": data_dir}
