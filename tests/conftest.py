@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,19 @@ metric_list:
     return root
 
 
+
+
+@pytest.fixture(autouse=True)
+def _environment_info_once_per_process():
+    """lm-eval's ``simple_evaluate`` ends each run with ``add_env_info`` (torch's ``collect_env``: pip and other
+    subprocesses, ~1.3 s of a core); the tests that call it directly (stub models over the task families, the
+    protocols, stock lm-eval beside snapeval) get it once per worker, as snapeval's own runs do
+    (:func:`snapeval.harness.evaluate._environment_info_once_per_process`: later runs copy the first run's fields)."""
+    if "lm_eval.evaluator" in sys.modules:  # never imports lm-eval for a test that does not
+        from snapeval.harness.evaluate import _environment_info_once_per_process as once
+
+        once()
+    yield
 
 
 SANDBOX_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "snapeval-tests-sandbox.lock"

@@ -634,6 +634,25 @@ def test_model_args_are_read_as_lm_eval_reads_them_and_valid_ones_run_through_it
         prepare_argv([*argv, "--batch_size", "4"])
 
 
+def test_snapeval_lm_eval_skips_lm_eval_s_builtin_tasks_only_for_plain_tasks_of_the_folders(task_dir, monkeypatch):
+    """Every --tasks name a plain task of --include_path: lm-eval's TaskManager is built without its built-in tasks
+    (the same task, from the same YAML); a group, a built-in task or no --include_path keeps lm-eval's whole index."""
+    import lm_eval.tasks
+
+    from snapeval.harness.lm_eval_cli import _skip_builtin_tasks_when_the_folders_define_them as skip
+
+    stock = lm_eval.tasks.TaskManager
+    for argv in (["--tasks", "tiny_gen"], ["--tasks", "tiny_gen,hellaswag", "--include_path", str(task_dir)],
+                 ["--tasks", "snapeval_synthetic", "--include_path", str(REPO / "tasks")]):
+        monkeypatch.setattr(lm_eval.tasks, "TaskManager", stock)
+        skip(argv)
+        assert lm_eval.tasks.TaskManager is stock, argv
+    skip(["--tasks", "tiny_mc,tiny_gen", "--include_path", str(task_dir)])
+    manager = lm_eval.tasks.TaskManager(include_path=str(task_dir))
+    assert isinstance(manager, stock) and sorted(manager.all_subtasks) == ["tiny_gen", "tiny_mc"]
+    assert manager._index["tiny_gen"].yaml_path == task_dir / "tiny_gen.yaml"
+
+
 @pytest.mark.slow
 def test_valid_model_args_run_through_snapeval_lm_eval(tmp_path, tiny_dir, task_dir):
     """batch_size and device in model_args (lm-eval passed its own as well: "multiple values") and a JSON

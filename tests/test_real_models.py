@@ -169,14 +169,16 @@ def test_full_cache_equals_stock_lm_eval_and_a_whole_prompt_budget_equals_full(n
     stock lm-eval's HF model, and SnapKV with a budget that holds every prompt equals the full cache."""
     import lm_eval
     from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
 
     from snapeval.harness import evaluate
 
     model, tokenizer = loaded(name)
     tasks = ["tiny_gen", "tiny_mc"]
+    # the tasks' own folder only, as snapeval's evaluate reads it (lm-eval's ~14,000 built-in YAML: ~25 s of a core)
+    manager = TaskManager(include_path=str(task_dir), include_defaults=False)
     stock = lm_eval.simple_evaluate(model=HFLM(pretrained=model, tokenizer=tokenizer, batch_size=1, device="cpu"),
-                                    tasks=tasks, task_manager=lm_eval.tasks.TaskManager(include_path=str(task_dir)),
-                                    log_samples=True, apply_chat_template=True)
+                                    tasks=tasks, task_manager=manager, log_samples=True, apply_chat_template=True)
     runs = {method: evaluate({"pretrained": str(preset_folder(name)), "method": method,
                               **({"budget": 4096} if method == "snapkv" else {})}, tasks, include_path=task_dir,
                              chat=True, lm=None) for method in ("full", "snapkv")}

@@ -291,7 +291,9 @@ model, tokenizer = tiny_model("llama"), TinyTokenizer()
 configs = [SnapStreamConfig(sink=2, recent=10, topk=8, observation=6), StreamingLLMConfig(sink=2, recent=16),
            SnapKVConfig(budget=20, observation=6), FullConfig()]
 prompts = [random_prompt(n, seed=n) for n in (70, 23, 45, 8)]
-params = [SamplingParams(max_new_tokens=k) for k in (12, 5, 9, 7)]
+# new tokens: each request ends at its own step (rows refilled mid-run); the 70-token prompt's 11 steps wrap
+# SnapStream's ring of 10, the 45-token prompt's 6 wrap StreamingLLM's ring of 16 (slots 12..15, then 0, 1)
+params = [SamplingParams(max_new_tokens=k) for k in (12, 3, 7, 2)]
 rows = [2, 1, 2, 1]
 own = [Engine(model, tokenizer, c, num_slots=r) for c, r in zip(configs, rows)]
 expected = [engine.generate(prompts, params) for engine in own]
