@@ -54,13 +54,39 @@ def test_departures_are_counted_by_class():
     assert counts == DEPARTURE_COUNTS
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['generation'][-60:]!r}->{c['answer']!r}")
-def test_verdict_and_extraction_equal_the_official_grader(case):
+#: Cases per test: 2,809 one-case tests spent about as long in pytest's per-test work as in the grader; a chunk runs
+#: every one of its cases and names each that disagrees (none is skipped after a first failure).
+CHUNK = 100
+
+
+def _case_id(case: dict) -> str:
+    return f"{case['generation'][-60:]!r}->{case['answer']!r}"
+
+
+def _check_case(case: dict) -> None:
     official = case["official"]
     extracted = aime.extract_answer(case["generation"])
     verdict = aime.score({"ID": "case", "Answer": case["answer"]}, [case["generation"]])["exact_match"] == 1.0
     if "departure" in case:
-        assert (extracted, verdict) != (official["extracted"], official["correct"])  # the departure is real
+        assert (extracted, verdict) != (official["extracted"], official["correct"]), "the departure is not real"
     else:
-        assert extracted == official["extracted"]
-        assert verdict == official["correct"]
+        assert extracted == official["extracted"], f"extracted {extracted!r}, official {official['extracted']!r}"
+        assert verdict == official["correct"], f"verdict {verdict}, official {official['correct']}"
+
+
+@pytest.mark.parametrize("start", range(0, len(CASES), CHUNK),
+                         ids=lambda s: f"cases{s}-{min(s + CHUNK, len(CASES)) - 1}")
+def test_verdict_and_extraction_equal_the_official_grader(start):
+    failures = []
+    for index in range(start, min(start + CHUNK, len(CASES))):
+        try:
+            _check_case(CASES[index])
+        except Exception as error:  # noqa: BLE001 - an assertion or a crash: each case is named
+            failures.append(f"case {index} {_case_id(CASES[index])}: {type(error).__name__}: {error}")
+    assert not failures, f"{len(failures)} case(s) disagree with the official grader:\n" + "\n".join(failures)
+
+
+def test_the_chunks_cover_every_case_once():
+    starts = range(0, len(CASES), CHUNK)
+    covered = [i for s in starts for i in range(s, min(s + CHUNK, len(CASES)))]
+    assert covered == list(range(len(CASES)))
