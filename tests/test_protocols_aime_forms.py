@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from snapeval.tasks import aime
+from tests.case_chunks import check_each, chunk_id, starts
 
 TABLE = json.loads((Path(__file__).parent / "golden" / "aime" / "latex_forms_620a5ea.json").read_text())
 CASES = TABLE["cases"]
@@ -54,8 +55,8 @@ def test_departures_are_counted_by_class():
     assert counts == DEPARTURE_COUNTS
 
 
-#: Cases per test: 2,809 one-case tests spent about as long in pytest's per-test work as in the grader; a chunk runs
-#: every one of its cases and names each that disagrees (none is skipped after a first failure).
+#: Cases per test (tests/case_chunks.py): 2,809 one-case tests spent about as long in pytest's per-test work as in
+#: the grader.
 CHUNK = 100
 
 
@@ -74,19 +75,11 @@ def _check_case(case: dict) -> None:
         assert verdict == official["correct"], f"verdict {verdict}, official {official['correct']}"
 
 
-@pytest.mark.parametrize("start", range(0, len(CASES), CHUNK),
-                         ids=lambda s: f"cases{s}-{min(s + CHUNK, len(CASES)) - 1}")
+@pytest.mark.parametrize("start", starts(CASES, CHUNK), ids=chunk_id(CASES, CHUNK))
 def test_verdict_and_extraction_equal_the_official_grader(start):
-    failures = []
-    for index in range(start, min(start + CHUNK, len(CASES))):
-        try:
-            _check_case(CASES[index])
-        except Exception as error:  # noqa: BLE001 - an assertion or a crash: each case is named
-            failures.append(f"case {index} {_case_id(CASES[index])}: {type(error).__name__}: {error}")
-    assert not failures, f"{len(failures)} case(s) disagree with the official grader:\n" + "\n".join(failures)
+    check_each(CASES, start, CHUNK, _check_case, _case_id)
 
 
 def test_the_chunks_cover_every_case_once():
-    starts = range(0, len(CASES), CHUNK)
-    covered = [i for s in starts for i in range(s, min(s + CHUNK, len(CASES)))]
+    covered = [i for s in starts(CASES, CHUNK) for i in range(s, min(s + CHUNK, len(CASES)))]
     assert covered == list(range(len(CASES)))
