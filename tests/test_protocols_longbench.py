@@ -76,8 +76,9 @@ def counting(served):
 class _CountOnce:
     """The served tokenizer, its plain ``encode(text)`` (what ``truncate_middle`` counts with) kept per text: the
     table cuts each of its 40 prompts at 8-11 limits, and re-encoding the same prompt (up to 125,000 tokens) for each
-    limit was most of this module's time. The first case of a prompt encodes it for real; the ids are the tokenizer's
-    own (the cache is keyed on the exact text), so every case still checks the count, the cut and the decode."""
+    limit was about 4 s of the 320 cuts' 15 s CPU. The first case of a prompt encodes it for real; the ids are the
+    tokenizer's own (the cache is keyed on the exact text), so every case still checks the count, the cut and the
+    decode."""
 
     def __init__(self, tokenizer):
         self._tokenizer, self._ids = tokenizer, {}
