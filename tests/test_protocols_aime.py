@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from snapeval.tasks import aime
+from tests.case_chunks import check_each, chunk_id, starts
 
 TABLE = json.loads((Path(__file__).parent / "golden" / "aime" / "qwq_620a5ea.json").read_text())
 CASES = TABLE["cases"]
@@ -27,15 +28,24 @@ def test_the_table_covers_the_edge_classes():
     assert TABLE["header"]["packages"]["sympy"] == "1.12" and TABLE["header"]["packages"]["latex2sympy2"] == "1.9.1"
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['generation'][:50]!r}->{c['answer']!r}")
-def test_verdict_and_extraction_equal_qwq(case):
+#: Cases per test (tests/case_chunks.py).
+CHUNK = 50
+
+
+def _check_case(case: dict) -> None:
     official = case["official"]
-    assert aime.extract_answer(case["generation"]) == official["extracted"]
+    extracted = aime.extract_answer(case["generation"])
+    assert extracted == official["extracted"], f"extracted {extracted!r}, official {official['extracted']!r}"
     verdict = aime.score({"ID": "case", "Answer": case["answer"]}, [case["generation"]])["exact_match"] == 1.0
     if case["generation"] in DEPARTURES:
-        assert verdict != official["correct"]
+        assert verdict != official["correct"], "the departure is not real"
     else:
-        assert verdict == official["correct"]
+        assert verdict == official["correct"], f"verdict {verdict}, official {official['correct']}"
+
+
+@pytest.mark.parametrize("start", starts(CASES, CHUNK), ids=chunk_id(CASES, CHUNK))
+def test_verdict_and_extraction_equal_qwq(start):
+    check_each(CASES, start, CHUNK, _check_case, lambda c: f"{c['generation'][:50]!r}->{c['answer']!r}")
 
 
 def test_departures_are_in_the_table():

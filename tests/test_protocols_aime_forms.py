@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from snapeval.tasks import aime
+from tests.case_chunks import check_each, chunk_id, starts
 
 TABLE = json.loads((Path(__file__).parent / "golden" / "aime" / "latex_forms_620a5ea.json").read_text())
 CASES = TABLE["cases"]
@@ -54,13 +55,31 @@ def test_departures_are_counted_by_class():
     assert counts == DEPARTURE_COUNTS
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['generation'][-60:]!r}->{c['answer']!r}")
-def test_verdict_and_extraction_equal_the_official_grader(case):
+#: Cases per test (tests/case_chunks.py): 2,809 one-case tests spent about as long in pytest's per-test work as in
+#: the grader.
+CHUNK = 100
+
+
+def _case_id(case: dict) -> str:
+    return f"{case['generation'][-60:]!r}->{case['answer']!r}"
+
+
+def _check_case(case: dict) -> None:
     official = case["official"]
     extracted = aime.extract_answer(case["generation"])
     verdict = aime.score({"ID": "case", "Answer": case["answer"]}, [case["generation"]])["exact_match"] == 1.0
     if "departure" in case:
-        assert (extracted, verdict) != (official["extracted"], official["correct"])  # the departure is real
+        assert (extracted, verdict) != (official["extracted"], official["correct"]), "the departure is not real"
     else:
-        assert extracted == official["extracted"]
-        assert verdict == official["correct"]
+        assert extracted == official["extracted"], f"extracted {extracted!r}, official {official['extracted']!r}"
+        assert verdict == official["correct"], f"verdict {verdict}, official {official['correct']}"
+
+
+@pytest.mark.parametrize("start", starts(CASES, CHUNK), ids=chunk_id(CASES, CHUNK))
+def test_verdict_and_extraction_equal_the_official_grader(start):
+    check_each(CASES, start, CHUNK, _check_case, _case_id)
+
+
+def test_the_chunks_cover_every_case_once():
+    covered = [i for s in starts(CASES, CHUNK) for i in range(s, min(s + CHUNK, len(CASES)))]
+    assert covered == list(range(len(CASES)))

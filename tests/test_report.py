@@ -35,6 +35,13 @@ def results(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def report(results, tmp_path_factory):
+    """``build_report`` over the sweep, once: its files are read, never written, by the tests that use it."""
+    folder = tmp_path_factory.mktemp("report") / "r"
+    return build_report(results, folder), folder
+
+
 def test_points_average_seeds(results):
     table = load_table(results)
     pts = tables.points(table)
@@ -64,14 +71,14 @@ def test_comparison_deltas_and_ratios(results):
     assert full["delta"] == 0 and full["throughput_gain_sim"] == pytest.approx(1.0)
 
 
-def test_report_files_and_markdown(results, tmp_path):
-    paths = build_report(results, tmp_path / "r")
+def test_report_files_and_markdown(report):
+    paths, folder = report
     assert paths.markdown.read_text().startswith("# snapeval report: rep")
     md = paths.markdown.read_text()
     assert "## llama-3.1-8b-instruct — snapeval_passkey" in md and "Δ vs full" in md and "![" in md
-    acc = pd.read_csv(tmp_path / "r" / "accuracy_vs_budget.csv")
+    acc = pd.read_csv(folder / "accuracy_vs_budget.csv")
     assert len(acc) == 12 and {"value", "stderr", "n_samples"} <= set(acc.columns)
-    comp = pd.read_csv(tmp_path / "r" / "comparison.csv")
+    comp = pd.read_csv(folder / "comparison.csv")
     assert {"delta", "kv_reduction_sim", "throughput_gain_sim"} <= set(comp.columns)
     assert sorted(p.name for p in paths.plots) == sorted([f"{name}.png" for name in PLOTS] +
                                                          ["paired_difference_vs_budget.png"])
@@ -162,14 +169,14 @@ def test_report_cli(results, tmp_path, capsys):
     assert "not a results directory" in capsys.readouterr().err
 
 
-def test_paired_section_matches_the_cells(results, tmp_path):
+def test_paired_section_matches_the_cells(results, report):
     """Every compressed cell is paired with the full-cache cell of its (model, task, seed); the report says which
     differences are significant, with the numbers of the paired computation."""
     from snapeval.results import ResultsStore
     from snapeval.stats import DecisionRule, compare_cells, holm
 
-    paths = build_report(results, tmp_path / "r")
-    pair = pd.read_csv(tmp_path / "r" / "paired.csv")
+    paths, folder = report
+    pair = pd.read_csv(folder / "paired.csv")
     assert len(pair) == 2 * 5 * 2 and pair["paired_n"].eq(12).all()  # tasks x compressed cells x seeds, 12 items
     table = load_table(results)
     store = ResultsStore(results)
