@@ -24,7 +24,6 @@ import pytest
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from snapeval.harness.evaluate import _environment_info_once_per_process  # noqa: E402
 from snapeval.tasks.followup import read_two_pass  # noqa: E402
 from snapeval.results.schema import from_lm_eval  # noqa: E402
 from snapeval.tasks import aime, longbench  # noqa: E402
@@ -175,9 +174,6 @@ def _need(rel: str) -> None:
 
 
 def _run(task: str, model: StubLM, limit: int, **metadata):
-    # lm-eval's environment record (pip, conda, git subprocesses: about 1 s of CPU a run) once per process, as
-    # snapeval's own evaluate() collects it; the runs' results are the same
-    _environment_info_once_per_process()
     manager = TaskManager(include_path=TASKS, include_defaults=False, metadata={"data_dir": str(DATA_DIR), **metadata})
     out = lm_eval.simple_evaluate(model=model, tasks=[task], task_manager=manager, limit=limit, log_samples=True,
                                   bootstrap_iters=0)
