@@ -634,19 +634,26 @@ def test_model_args_are_read_as_lm_eval_reads_them_and_valid_ones_run_through_it
         prepare_argv([*argv, "--batch_size", "4"])
 
 
-def test_snapeval_lm_eval_skips_lm_eval_s_builtin_tasks_only_for_plain_tasks_of_the_folders(task_dir, monkeypatch):
-    """Every --tasks name a plain task of --include_path: lm-eval's TaskManager is built without its built-in tasks
-    (the same task, from the same YAML); a group, a built-in task or no --include_path keeps lm-eval's whole index."""
+def test_snapeval_lm_eval_skips_lm_eval_s_builtin_tasks_only_for_tasks_the_folders_define(task_dir, tmp_path,
+                                                                                         monkeypatch):
+    """Every --tasks name a task of --include_path, or a group of only such tasks: lm-eval's TaskManager is built
+    without its built-in tasks (the same task, from the same YAML); a built-in task, a group reaching one or no
+    --include_path keeps lm-eval's whole index."""
     import lm_eval.tasks
 
     from snapeval.harness.lm_eval_cli import _skip_builtin_tasks_when_the_folders_define_them as skip
 
+    (tmp_path / "mixed.yaml").write_text("group: mixed\ntask:\n  - tiny_gen\n  - hellaswag\n")
+    folders = os.pathsep.join([str(task_dir), str(tmp_path)])
     stock = lm_eval.tasks.TaskManager
     for argv in (["--tasks", "tiny_gen"], ["--tasks", "tiny_gen,hellaswag", "--include_path", str(task_dir)],
-                 ["--tasks", "snapeval_synthetic", "--include_path", str(REPO / "tasks")]):
+                 ["--tasks", "mixed", "--include_path", folders]):
         monkeypatch.setattr(lm_eval.tasks, "TaskManager", stock)
         skip(argv)
         assert lm_eval.tasks.TaskManager is stock, argv
+    skip(["--tasks", "snapeval_synthetic", "--include_path", str(REPO / "tasks")])  # a group of the folder's tasks
+    assert lm_eval.tasks.TaskManager is not stock
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", stock)
     skip(["--tasks", "tiny_mc,tiny_gen", "--include_path", str(task_dir)])
     manager = lm_eval.tasks.TaskManager(include_path=str(task_dir))
     assert isinstance(manager, stock) and sorted(manager.all_subtasks) == ["tiny_gen", "tiny_mc"]

@@ -175,6 +175,33 @@ def test_shard_count_from_shard_size_workers_and_the_partition_on_disk(monkeypat
     assert ShardPlanner(parse_config({**two_groups, "shards": 2}), InProcessExecutor(), cells, resumed)(group) == 5
 
 
+def test_count_items_indexes_lm_eval_s_builtin_tasks_only_for_a_task_the_folders_do_not_define(task_dir, monkeypatch):
+    """shard_size counts a task of the include folders from a TaskManager over the folders alone (as evaluate builds
+    it; lm-eval's ~14,000 built-in YAML take ~25 s to index), and a built-in task name with lm-eval's whole index."""
+    import lm_eval.tasks
+
+    from snapeval.sweep.shards import count_items
+
+    stock, built = lm_eval.tasks.TaskManager, []
+
+    class Recording(stock):
+        def __init__(self, *args, include_defaults: bool = True, **kwargs):
+            built.append(include_defaults)
+            if include_defaults:  # the built-in index is what is checked here, not what it would count
+                raise LookupError("built-in tasks indexed")
+            super().__init__(*args, include_defaults=include_defaults, **kwargs)
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Recording)
+    raw = {"name": "count", "models": ["llama-3.1-8b-instruct"], "include_path": str(task_dir), "methods": ["full"],
+           "tasks": ["tiny_gen", {"name": "tiny_mc", "limit": 1}, "hellaswag"]}
+    gen, mc, builtin = expand_grid(parse_config(raw))
+    assert [count_items(gen), count_items(mc)] == [3, 1]
+    assert built == [False, False]
+    with pytest.raises(LookupError, match="built-in tasks indexed"):
+        count_items(builtin)
+    assert built[-1] is True
+
+
 def test_shards_finished_under_other_task_files_are_redone(tmp_path):
     root = tmp_path / "tasks" / "passkey"
     root.mkdir(parents=True)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from snapeval.errors import SnapevalError
 from snapeval.run_args import RunArgs
-from snapeval.tasks.folders import task_folders, task_manager
+from snapeval.harness.folder_tasks import task_manager_for
+from snapeval.tasks.folders import task_folders
 
 
 def evaluate(
@@ -69,10 +70,8 @@ def evaluate(
     if chat is None:
         chat = bool(getattr(lm.tokenizer, "chat_template", None))
     # The repository's own task folder indexes in milliseconds; lm-eval's built-in tasks take seconds, so they are
-    # indexed only when a task is not found in the folder.
-    manager = task_manager(include, metadata=meta)
-    if any(not manager.match_tasks([t]) for t in tasks):
-        manager = task_manager(include, defaults=True, metadata=meta)
+    # indexed only when the folders do not define every task (snapeval.harness.folder_tasks.folders_define).
+    manager = task_manager_for(include, tasks, metadata=meta)
     unknown = [t for t in tasks if not manager.match_tasks([t])]
     if unknown:
         raise SnapevalError(f"task={unknown[0]!r} is unknown; see `lm_eval ls tasks --include_path {include[0]}`")

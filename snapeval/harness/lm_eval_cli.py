@@ -5,8 +5,9 @@ defined in another package. This entry point registers it and hands over to lm-e
 before lm-eval loads (:func:`prepare_argv`): without a GPU, ``--device`` defaults to ``cpu`` (lm-eval's own default,
 ``cuda:0``, would be refused), and for ``--model snapeval`` the ``--model_args`` (as ``snapeval run``'s flags and a
 sweep's keys are: :mod:`snapeval.harness.model_args`), the task names and task folders are checked first (one line,
-exit 2). Where every ``--tasks`` name is a plain task of the ``--include_path`` folders, lm-eval's built-in tasks
-are not indexed (:func:`_skip_builtin_tasks_when_the_folders_define_them`: the same tasks, ~25 s sooner).
+exit 2). Where the ``--include_path`` folders define every ``--tasks`` name (a plain task of theirs, or a group or
+tag of only such tasks), lm-eval's built-in tasks are not indexed
+(:func:`_skip_builtin_tasks_when_the_folders_define_them`: the same tasks, ~25 s sooner).
 ``snapeval run`` applies the model's chat template; lm-eval does so only with ``--apply_chat_template``, which the
 same scores need:
 
@@ -85,23 +86,21 @@ def prepare_argv(argv: list[str]) -> list[str]:
 
 
 def _skip_builtin_tasks_when_the_folders_define_them(argv: list[str]) -> None:
-    """Where every ``--tasks`` name is a plain task (not a group or a tag) of the ``--include_path`` folders,
-    lm-eval's ``TaskManager`` is built without its ~14,000 built-in task YAML (indexing them takes ~25 s of a core,
-    the folders milliseconds), as :func:`snapeval.harness.evaluate` does. The tasks run are the same: a task of the
-    include path overrides a built-in one of its name, and a plain task reads no other index entry (a group or a tag
-    may gather built-in tasks, so any group, tag, path or pattern keeps lm-eval's whole index)."""
+    """Where the ``--include_path`` folders define every ``--tasks`` name
+    (:func:`snapeval.harness.folder_tasks.folders_define`: a plain task of the folders, or a group or tag of theirs
+    whose every member is one), lm-eval's ``TaskManager`` is built without its ~14,000 built-in task YAML (indexing
+    them takes ~25 s of a core, the folders milliseconds), by the rule :func:`snapeval.harness.evaluate` follows. The
+    tasks run are the same: a task of the include path overrides a built-in one of its name, and such a task reads no
+    other index entry (a built-in task, a path, a pattern, or a group or tag reaching one keeps lm-eval's whole
+    index)."""
     include = _flag(argv, "--include_path")
     names = [t.strip() for t in (_flag(argv, "--tasks") or "").split(",") if t.strip()]
-    if not include or not names:
-        return
-    from pathlib import Path
+    from snapeval.harness.folder_tasks import folders_define
 
+    if not include or not folders_define([f for f in include.split(os.pathsep) if f], names):
+        return
     import lm_eval.tasks
-    from lm_eval.tasks._index import Kind, TaskIndex
 
-    index = TaskIndex.build([Path(folder) for folder in include.split(os.pathsep) if folder])
-    if not all(name in index and index[name].kind in (Kind.TASK, Kind.PY_TASK) for name in names):
-        return
     stock = lm_eval.tasks.TaskManager
 
     class FolderTaskManager(stock):

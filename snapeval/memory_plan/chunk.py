@@ -76,12 +76,24 @@ class Candidate:
 
 def decodes_in_rows(ask: Ask, config: MethodConfig, chunk: int, batch_whole: bool) -> bool:
     """Whether ``config`` decodes in rows (see :func:`configuration_plans`)."""
+    whatever_the_chunk = rows_whatever_the_chunk(ask, config, batch_whole)
+    return rows_at_chunk(ask, config, chunk) if whatever_the_chunk is None else whatever_the_chunk
+
+
+def rows_whatever_the_chunk(ask: Ask, config: MethodConfig, batch_whole: bool) -> bool | None:
+    """:func:`decodes_in_rows` where the chunk does not change it; None where it does (a growing cache of the whole
+    prompt, not batched: :func:`rows_at_chunk`). A search reads it once per configuration."""
     if (ask.alone and config.label in ask.alone) or not static_rows(config):  # no label formatted for an empty one
         return False
-    prompt, max_new = ask.largest.prompt, ask.largest.max_new
-    if not batch_whole and not config.FIXED_SIZE and holds_whole_prompt(config, prompt):
-        return engine_bytes(ask.shape, config, chunk, prompt, max_new) <= ask.shape.weight_bytes  # pays below them
+    if not batch_whole and not config.FIXED_SIZE and holds_whole_prompt(config, ask.largest.prompt):
+        return None
     return True
+
+
+def rows_at_chunk(ask: Ask, config: MethodConfig, chunk: int) -> bool:
+    """Whether a growing cache of the whole prompt, not batched, decodes in rows at ``chunk``: only while its engine
+    holds fewer bytes than the weights (it pays below them)."""
+    return engine_bytes(ask.shape, config, chunk, ask.largest.prompt, ask.largest.max_new) <= ask.shape.weight_bytes
 
 
 def batch_whole_matters(ask: Ask) -> bool:

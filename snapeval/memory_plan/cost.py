@@ -96,7 +96,9 @@ def bytes_per_token(shape: ModelShape, plan: GroupPlan | Decoding, captured: boo
         return cost.step_fixed_bytes + shape.weight_bytes + sum(c.decode_bytes for c in together)
 
     shared = [c for c in plan.configurations if c.decode == "rows"] if plan.shared_step else []
-    moved = sum(weight(c) * step([c]) / tokens_per_step(c) for c in plan.configurations if c not in shared)
+    # the configurations outside the shared step (tested by route, not by comparing each plan with every shared one)
+    moved = sum(weight(c) * step([c]) / tokens_per_step(c) for c in plan.configurations
+                if not (shared and c.decode == "rows"))
     if shared:  # one step for every row of them: its fixed time and the weights paid once
         moved += step(shared) / tokens_per_step(shared[0])
     if plan.branches_on_host:

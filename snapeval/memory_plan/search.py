@@ -20,7 +20,8 @@ from typing import Callable, Sequence
 from snapeval.cache.config import MethodConfig
 from snapeval.errors import SnapevalError, check_int
 from snapeval.memory_plan.chunk import (Ask, Candidate, alone_plan, batch_whole_matters, configuration_plans,
-                                        decodes_in_rows, phases, rows_that_fit)
+                                        decodes_in_rows, phases, rows_at_chunk, rows_that_fit,
+                                        rows_whatever_the_chunk)
 from snapeval.memory_plan.cost import (EAGER_STEP_FACTOR, CostModel, bytes_per_token, cost_model, host_trip_bytes)
 from snapeval.memory_plan.records import SHARED_STEP_ROWS, Decoding, GroupPlan, Item
 from snapeval.memory_plan.shape import ModelShape
@@ -82,13 +83,16 @@ def _alone_engines(ask: Ask) -> tuple[bool, ...]:
     return (True, False)
 
 
-def decode(ask: Ask, candidate: Candidate, in_rows: Sequence[bool] | None = None) -> Decoding:
+def decode(ask: Ask, candidate: Candidate, in_rows: Sequence[bool] | None = None,
+           held_one: int | None = None) -> Decoding:
     """Each configuration's decode under one candidate (:func:`configuration_plans`; ``in_rows``: which decode in
-    rows, default :func:`decodes_in_rows`): as many rows as fit what one engine may take once the chunk's branches
-    are held. Enough to price the candidate (:func:`bytes_per_token`); :func:`build` adds the phases."""
+    rows, default :func:`decodes_in_rows`; ``held_one``: an item's held branches under them, default
+    :func:`_held_per_item`): as many rows as fit what one engine may take once the chunk's branches are held. Enough
+    to price the candidate (:func:`bytes_per_token`); :func:`build` adds the phases."""
     if in_rows is None:
         in_rows = [decodes_in_rows(ask, c, candidate.chunk, candidate.batch_whole) for c in ask.configs]
-    plans = configuration_plans(ask, candidate, in_rows, _room(ask, candidate, _held_per_item(ask, in_rows)))
+    held_one = _held_per_item(ask, in_rows) if held_one is None else held_one
+    plans = configuration_plans(ask, candidate, in_rows, _room(ask, candidate, held_one))
     return Decoding(ask.device, candidate.chunk, ask.largest.max_new, plans, candidate.held_on_host,
                     any(p.route == SHARED_STEP_ROWS for p in plans), ask.captured)
 
@@ -213,7 +217,7 @@ def _fewest_bytes(ask: Ask, tokens: int, cost: CostModel) -> GroupPlan:
     while queue:
         _, order, candidate, decoding = heapq.heappop(queue)
         if decoding is None:
-            decoding = decode(ask, candidate, bounds.in_rows(candidate))
+            decoding = decode(ask, candidate, *bounds.in_rows(candidate))
             moved = bytes_per_token(ask.shape, decoding, captured=True, cost=cost)
             heapq.heappush(queue, (_rank(moved, candidate), order, candidate, decoding))
             continue
@@ -264,11 +268,15 @@ class _Bounds:
         self.row = [engine_bytes(shape, c, 1, prompt, max_new) for c in ask.configs]
         self.per_row = [row_bytes(shape, c, prompt, max_new) for c in ask.configs]
         self.branch = [branch_bytes(shape, c, prompt) for c in ask.configs]
+        # decodes_in_rows, split: what the chunk does not change, read once per configuration and batch_whole
+        self._rows = {whole: [rows_whatever_the_chunk(ask, c, whole) for c in ask.configs] for whole in (False, True)}
         self._chunks: dict[tuple[int, bool], tuple[list[bool], list[int], int, float]] = {}
 
-    def in_rows(self, candidate: Candidate) -> list[bool]:
-        """Which configurations decode in rows (:func:`decodes_in_rows`)."""
-        return self._chunk(candidate)[0]
+    def in_rows(self, candidate: Candidate) -> tuple[list[bool], int]:
+        """Which configurations decode in rows (:func:`decodes_in_rows`) and an item's held branches under them
+        (:func:`_held_per_item`, summed in the same order): :func:`decode`'s ``in_rows`` and ``held_one``."""
+        in_rows, _, held_one, _ = self._chunk(candidate)
+        return in_rows, held_one
 
     def _chunk(self, candidate: Candidate) -> tuple[list[bool], list[int], int, float]:
         """What every candidate of one chunk and ``batch_whole`` shares, wherever its branches wait and however its
@@ -277,7 +285,8 @@ class _Bounds:
         engine bytes)."""
         key = (candidate.chunk, candidate.batch_whole)
         if key not in self._chunks:
-            in_rows = [decodes_in_rows(self.ask, c, *key) for c in self.ask.configs]
+            in_rows = [rows_at_chunk(self.ask, c, key[0]) if r is None else r
+                       for c, r in zip(self.ask.configs, self._rows[key[1]])]
             per_row = [p for p, r in zip(self.per_row, in_rows) if r]
             held_one = sum(b for b, r in zip(self.branch, in_rows) if r)
             moved = (sum(a for a, r in zip(self.alone, in_rows) if not r)
@@ -297,11 +306,13 @@ class _Bounds:
         in_rows, per_row, held_one, bound = self._chunk(candidate)
         if (candidate.shared and len(per_row) < 2) or not self.fits(candidate, held_one):
             return None
-        chunk, room = candidate.chunk, _room(self.ask, candidate, held_one)
+        chunk, room, fixed = candidate.chunk, _room(self.ask, candidate, held_one), self.fixed
         if candidate.shared:
-            bound += self.fixed / rows_that_fit(chunk, room, sum(per_row))
-        else:
-            bound += sum(self.fixed / rows_that_fit(chunk, room, p) for p in per_row)
+            bound += fixed / rows_that_fit(chunk, room, sum(per_row))
+        elif room is None:  # every engine takes the chunk's rows
+            bound += sum(fixed / chunk for _ in per_row)
+        else:  # rows_that_fit, inlined: the search's innermost loop
+            bound += sum(fixed / max(1, min(chunk, room // p)) for p in per_row)
         if candidate.held_on_host:
             bound += host_trip_bytes(held_one, self.ask.largest.max_new, self.cost)
         return bound * (1 - BOUND_SLACK)

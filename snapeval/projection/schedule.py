@@ -58,18 +58,23 @@ def decode_schedule(shape, configs, items, plan) -> dict[str, list[tuple[int, in
     from snapeval.memory_plan import IN_ROWS, SHARED_STEP_ROWS, alone_cache_bytes, engine_bytes
 
     shared = [c for c in configs if plan.decode_mode(c.label).route == SHARED_STEP_ROWS]
+    starts = range(0, len(items), plan.chunk)
+    largest = {start: (max(p for p, _ in items[start:start + plan.chunk]),
+                       max(m for _, m in items[start:start + plan.chunk])) for start in starts}
+    # the shared step's bytes of each chunk, the same for every configuration in it: summed once per chunk
+    shared_rows = [(c, plan.decode_mode(c.label).rows) for c in shared]
+    shared_moved = {start: shape.weight_bytes + sum(engine_bytes(shape, c, rows, *largest[start])
+                                                    for c, rows in shared_rows) for start in starts}
     out: dict[str, list[tuple[int, int, str, float]]] = {}
     for config in configs:
         mode, entries = plan.decode_mode(config.label), []
-        for start in range(0, len(items), plan.chunk):
+        for start in starts:
             part = items[start:start + plan.chunk]
             if mode.route in IN_ROWS:
-                prompt, new = max(p for p, _ in part), max(m for _, m in part)
+                prompt, new = largest[start]
                 steps = engine_steps([m - 1 for _, m in part], mode.rows)
                 if mode.route == SHARED_STEP_ROWS:
-                    moved = shape.weight_bytes + sum(engine_bytes(shape, c, plan.decode_mode(c.label).rows, prompt,
-                                                                  new) for c in shared)
-                    entries.append((steps, moved, mode.route, 1 / len(shared)))
+                    entries.append((steps, shared_moved[start], mode.route, 1 / len(shared)))
                 else:
                     entries.append((steps, step_bytes(shape, config, mode.rows, prompt, new), mode.route, 1.0))
             else:

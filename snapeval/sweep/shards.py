@@ -192,12 +192,15 @@ def finished_shards(store, cell_id: str) -> list[ShardResult]:
 
 def count_items(cell) -> int:
     """The documents a cell evaluates (its task's, up to its ``limit``), read by loading the task as the harness
-    does (``shard_size`` needs it before anything runs)."""
+    does, from a ``TaskManager`` built by the same rule (:func:`snapeval.harness.folder_tasks.task_manager_for`;
+    ``shard_size`` needs it before anything runs)."""
     from lm_eval.evaluator_utils import get_sample_size
-    from snapeval.tasks.folders import include_folders, task_manager
+    from snapeval.harness.folder_tasks import task_manager_for
+    from snapeval.tasks.folders import include_folders
 
-    kwargs = cell.evaluate_kwargs()
-    manager = task_manager(include_folders(kwargs.get("include_path")), defaults=True, metadata=kwargs["metadata"])
+    kwargs = cell.evaluate_kwargs()  # lm-eval's built-in tasks indexed only where the folders do not define the task
+    manager = task_manager_for(include_folders(kwargs.get("include_path")), [cell.task.name],
+                               metadata=kwargs["metadata"])
     loaded = manager.load([cell.task.name])
     if loaded["groups"] or len(loaded["tasks"]) != 1:
         raise SnapevalError(f"task {cell.task.name!r} is a group of tasks; sweep its tasks one by one to shard them")
