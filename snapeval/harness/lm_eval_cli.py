@@ -37,6 +37,11 @@ def _flag(argv: list[str], name: str) -> str | None:
     return value
 
 
+def _task_names(argv: list[str]) -> list[str]:
+    """The ``--tasks`` names in ``argv`` (comma-separated, blanks dropped)."""
+    return [t.strip() for t in (_flag(argv, "--tasks") or "").split(",") if t.strip()]
+
+
 def prepare_argv(argv: list[str]) -> list[str]:
     """``argv`` as lm-eval gets it, checked first (no lm-eval or torch import): ``--device cpu`` added where no
     ``--device`` is given and this machine has no GPU (for ``run``, the default command); for ``--model snapeval``
@@ -58,7 +63,7 @@ def prepare_argv(argv: list[str]) -> list[str]:
         if include is not None:
             for folder in include.split(os.pathsep):
                 preflight._check_folder("--include_path", folder)
-        names = [t.strip() for t in (_flag(argv, "--tasks") or "").split(",") if t.strip()]
+        names = _task_names(argv)
         plain = [t for t in names if not any(c in t for c in "/*?[") and not t.endswith((".yaml", ".yml"))]
         if plain:
             extra = [include] if include else []
@@ -93,11 +98,10 @@ def _skip_builtin_tasks_when_the_folders_define_them(argv: list[str]) -> None:
     tasks run are the same: a task of the include path overrides a built-in one of its name, and such a task reads no
     other index entry (a built-in task, a path, a pattern, or a group or tag reaching one keeps lm-eval's whole
     index)."""
-    include = _flag(argv, "--include_path")
-    names = [t.strip() for t in (_flag(argv, "--tasks") or "").split(",") if t.strip()]
     from snapeval.harness.folder_tasks import folders_define
+    from snapeval.tasks.folders import include_folders
 
-    if not include or not folders_define([f for f in include.split(os.pathsep) if f], names):
+    if not folders_define(include_folders(_flag(argv, "--include_path")), _task_names(argv)):
         return
     import lm_eval.tasks
 
