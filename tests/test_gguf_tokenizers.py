@@ -95,8 +95,10 @@ def test_the_issue_examples_are_the_model_own_ids(r1):
 
 
 def test_the_r1_distill_tokenizer_equals_transformers_qwen2_build(r1, r1_reference):
-    texts = generated_strings() + documents()
-    assert len(texts) > 3000
+    texts = generated_strings()
+    if DATA.is_dir():  # and LongBench-v2's documents, where the shared data folder is there
+        texts += documents()
+        assert len(texts) > 3000
     mismatches = [t for t in texts if r1.encode(t) != r1_reference.encode(t).ids]
     assert not mismatches, (len(mismatches), mismatches[:3])
     # and back: decoding the ids gives the NFC text (the reference's normalizer)

@@ -106,7 +106,7 @@ def test_rates_scale_to_another_shape_and_hardware():
     assert projection.device_sheet("NVIDIA H200") == "h200" and projection.device_sheet("NVIDIA A100") is None
 
 
-def test_every_task_of_the_paper_configs_has_its_items():
+def test_every_task_of_the_paper_configs_has_its_items(data_dir):
     """Every group of both paper configs gets items of the real lengths (no task left unpriced), LongBench-v2 cut at
     the run's limit (120,000 for Llama-3.1-8B as pred.py, the model's context less the rest for an R1 distill)."""
     from snapeval.sweep.grid import expand_grid
@@ -179,7 +179,7 @@ def test_the_gpu_session_runs_each_section_in_its_own_process_and_records_it(tmp
     assert refused.returncode == 2 and "--out" in refused.stderr
 
 
-def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
+def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path, data_dir):
     """--rates-from: the rates fitted to results/bench/gpu.json's H100 figures give back its CUDA-graph step times
     (within 15%) and its full-cache prefill times (within 12%), and the grids projected from them (each chunk of
     each group planned with the shared step, as the sweep's triton kernel runs it) are the committed ones."""
@@ -217,7 +217,7 @@ def test_rates_from_the_committed_gpu_run_reproduce_its_points(tmp_path):
     assert set(committed) - set(payload) == {"machine"}
 
 
-def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch):
+def test_a_configuration_decoded_alone_is_priced_by_how_it_decodes(monkeypatch, data_dir):
     """At 120k tokens on 80 GB the full cache decodes alone, in a captured engine of one row (its branch built into
     the row): its steps are priced at alone_factor times the fitted step; a plan that decodes it in the eager loop
     (a run without capture) at eager_factor. The fit takes each from the calibration's alone decodes of that kind;

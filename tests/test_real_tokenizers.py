@@ -82,7 +82,7 @@ def test_answer_is_extracted_after_the_thinking_section(r1):
 
 
 @pytest.mark.parametrize("which", ["llama3", "r1"])
-def test_longbench_middle_truncation_counts_the_models_own_tokens(which, request):
+def test_longbench_middle_truncation_counts_the_models_own_tokens(which, request, data_dir):
     tokenizer = request.getfixturevalue(which)
     row = json.loads(open(DATA / "longbench_v2" / "longbench_v2.jsonl").readline())
     prompt = longbench.build_prompt(row)
