@@ -118,6 +118,11 @@ def argv_of(command: str, tmp_path: Path) -> list[str]:
     tool = argv[0].rsplit("/", 1)[-1]
     argv[0] = str(BIN / tool)
     if tool == "snapeval" and argv[1] == "report":
+        # a copy of the results folder: a report rebuilds its table (results.parquet / .csv) in that folder
+        where = next((i for i, a in enumerate(argv) if i > 1 and not a.startswith("-")), None)
+        if where is not None:
+            shutil.copytree(REPO / argv[where], tmp_path / "results")
+            argv[where] = str(tmp_path / "results")
         argv += ["--out", str(tmp_path / "report")]
     if tool == "snapeval" and argv[1] == "run":
         argv += ["--output", str(tmp_path / "run.json")]

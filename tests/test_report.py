@@ -217,8 +217,12 @@ def test_margin_and_alpha_from_the_sweep_and_the_cli(tmp_path, capsys):
                 break
             walk = int(c.budget)
         assert (None if pd.isna(r.smallest_ni_budget) else int(r.smallest_ni_budget)) == walk
+    saved = {name: (out / name).read_bytes() for name in ("results.parquet", "results.csv")}
     assert cli(["report", str(out), "--margin", "0.02"]) == 0
     assert "δ = 0.02" in (out / "report" / "report.md").read_text() and "α = 0.1" in (out / "report" / "report.md").read_text()
+    # a what-if margin is this report's only: the results directory's table keeps the sweep's own rule
+    assert {name: (out / name).read_bytes() for name in saved} == saved
+    assert set(load_table(out)["ni_margin"].dropna()) == {0.5}
     capsys.readouterr()
     assert cli(["report", str(out), "--margin", "2"]) == 2
     assert "--margin=2.0 is invalid; allowed: a number in [0, 1)" in capsys.readouterr().err

@@ -27,7 +27,8 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
     ``out_dir`` defaults to ``<results_dir>/report``. With ``rebuild`` the tidy table is first re-derived from the
     cell files (so the current simulator and statistics compute it) and saved; otherwise ``results.parquet`` is used
     as is. ``decision``: a :class:`~snapeval.stats.DecisionRule` replacing the sweep's own margin and alpha (the
-    table is then rebuilt with it).
+    table is then rebuilt with it for this report only: a what-if, never saved over the results directory's table,
+    which keeps the sweep's own rule for every later reader).
     """
     from snapeval.report import plots, tables
     from snapeval.report.results_table import load_table, rebuild_table
@@ -35,7 +36,8 @@ def build_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | No
 
     store = ResultsStore(results_dir)
     rebuilt = rebuild or decision is not None
-    table = rebuild_table(results_dir, decision=decision) if rebuilt else load_table(results_dir)
+    table = (rebuild_table(results_dir, write=decision is None, decision=decision) if rebuilt
+             else load_table(results_dir))
     if table.empty or not table["primary"].any():
         raise SnapevalError(f"{results_dir}: no finished cells to report on")
     out = Path(out_dir) if out_dir is not None else store.root / "report"

@@ -12,7 +12,8 @@ def register(subparsers) -> None:
         description="Write report.md (first, per method: non-inferior to the full cache at budget X, not "
                     "non-inferior, or inconclusive at this n with the n that would settle it), comparison.csv, accuracy_vs_budget.csv, paired.csv, decisions.csv and PNG plots "
                     "(accuracy vs budget, paired difference vs budget, accuracy vs simulated KV memory, "
-                    "accuracy/simulated-throughput Pareto front). Rebuilds RESULTS_DIR/results.{parquet,csv}.")
+                    "accuracy/simulated-throughput Pareto front). Rebuilds RESULTS_DIR/results.{parquet,csv} with the "
+                    "sweep's own margin and alpha (--margin / --alpha change this report only).")
     p.add_argument("results_dir", help="a directory written by `snapeval sweep`")
     p.add_argument("--out", help="where to write the report (default: RESULTS_DIR/report)")
     p.add_argument("--margin", type=float, default=None,
