@@ -189,3 +189,38 @@ def _sandbox_lock(request):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# The committed results are data the docs quote and the tests compare against: no test may write them, not even the
+# same bytes back (a rewrite races the tests that read them). The controller (or the only process) records every
+# tracked file's modification time under results/ (results/runs/ is the users' own, ignored) before the session and
+# fails the session, naming the files, if any changed after it.
+COMMITTED_RESULTS = REPO / "results"
+
+
+def _committed_results_stamps() -> dict[str, int]:
+    return {str(p.relative_to(REPO)): p.stat().st_mtime_ns for p in COMMITTED_RESULTS.rglob("*")
+            if p.is_file() and "runs" not in p.relative_to(COMMITTED_RESULTS).parts[:1]}
+
+
+def pytest_sessionstart(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        session.config.stash[_STAMPS] = _committed_results_stamps()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("PYTEST_XDIST_WORKER") or _STAMPS not in session.config.stash:
+        return
+    before, after = session.config.stash[_STAMPS], _committed_results_stamps()
+    written = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    if written:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = (f"tests wrote the committed results ({len(written)} files: {', '.join(written[:5])}"
+                   f"{', ...' if len(written) > 5 else ''}); a test must write a copy under its tmp_path")
+        if reporter is not None:
+            reporter.write("\n")
+            reporter.write_line(f"ERROR: {message}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_STAMPS = pytest.StashKey[dict]()
