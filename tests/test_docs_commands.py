@@ -1,17 +1,17 @@
 """Every shell command of README.md, CONTRIBUTING.md, docs/*.md and the notebook's text, run as written on a CPU
 machine: each line of a ``bash`` block, and each command written inline (a code span such as ``snapeval methods``).
 
-Each command is matched by one rule of :data:`RULES`: ``run`` (as written, in a fresh process, exit 0),
-``quickstart`` (the documented quickstart sweep, as written, into a copy of the committed ``results/quickstart``: it
-must find every cell done and run none), ``model`` (loads SmolLM2: run as written in the slow test), ``parse`` (only
-its arguments read by the command's own parser: a GPU, the network, a path of yours, a whole task or minutes of
-work), ``benchmark`` (a benchmark module's ``main`` reads it with its own parser, then stops), ``pytest`` (a test
-selection: collected, it must select tests), ``fragment`` (flags shown in prose, ``snapeval run --engine``: parsed
-with the required ``--tasks`` added), ``name`` (a command named in prose, ``snapeval run``, not a command
-line), ``setup`` (the README's set-up, which CI runs, or the GPU machine's) or ``server`` (an interactive server,
-JupyterLab: not started). An optional part ``[--flag ...]`` gives two commands, with and without it. A command no
-rule matches fails the test: a new command in the docs needs a rule here. Stubs: only ``parse`` (a GPU or network)
-and ``benchmark`` (minutes, or a GPU).
+Each command is matched by one rule of :data:`RULES`: ``run`` (as written, in a fresh process, exit 0; a report on a
+copy of its results folder), ``quickstart`` (the documented quickstart sweep, as written, into a copy of the
+committed ``results/quickstart``: it must find every cell done and run none), ``model`` (loads SmolLM2: run as
+written, once per session, in the slow tests), ``parse`` (only its arguments read by the command's own parser: a
+GPU, the network, a path of yours, a whole task or minutes of work), ``benchmark`` (a benchmark module's ``main``
+reads it with its own parser, then stops), ``pytest`` (a test selection: collected, it must select tests),
+``fragment`` (flags shown in prose, ``snapeval run --engine``: parsed with the required ``--tasks`` added), ``name``
+(a command named in prose, ``snapeval run``, not a command line), ``setup`` (the README's set-up, which CI runs, or
+the GPU machine's) or ``server`` (an interactive server, JupyterLab: not started). An optional part ``[--flag ...]``
+gives two commands, with and without it. A command no rule matches fails the test: a new command in the docs needs a
+rule here. Stubs: only ``parse`` (a GPU or network) and ``benchmark`` (minutes, or a GPU).
 """
 from __future__ import annotations
 
