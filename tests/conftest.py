@@ -193,7 +193,7 @@ def _sandbox_lock(request):
 
 # The committed results are data the docs quote and the tests compare against: no test may write them, not even the
 # same bytes back (a rewrite races the tests that read them). The controller (or the only process) records every
-# tracked file's modification time under results/ (results/runs/ is the users' own, ignored) before the session and
+# file's modification time under results/ (results/runs/ is the users' own, ignored) before the session and
 # fails the session, naming the files, if any changed after it.
 COMMITTED_RESULTS = REPO / "results"
 
