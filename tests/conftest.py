@@ -22,7 +22,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("SNAPEVAL_DATA_DIR", REPO.parent / "shared" / "data"))
+# the shared data folder: $SNAPEVAL_DATA_DIR (empty counts as unset, as in snapeval.paths), else beside the checkout
+DATA_DIR = Path(os.environ.get("SNAPEVAL_DATA_DIR") or REPO.parent / "shared" / "data")
 
 
 class TinyTokenizer:

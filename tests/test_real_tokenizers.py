@@ -17,10 +17,11 @@ from snapeval.models.presets import get_preset  # noqa: E402
 from snapeval.tasks import aime, longbench, synthetic  # noqa: E402
 from snapeval.tasks.reasoning import split_thinking  # noqa: E402
 from snapeval.tasks.tokens import count_tokens  # noqa: E402
+from tests.conftest import DATA_DIR  # noqa: E402
 
 R1_GGUF = Path(os.path.dirname(r1_pkg.__file__)) / "model_part_0000"
 LLAMA_DIR = Path(os.path.dirname(llama_pkg.__file__)) / "tokenizer"
-DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+DATA = DATA_DIR  # the shared data folder, as conftest finds it
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_answer_is_extracted_after_the_thinking_section(r1):
 @pytest.mark.parametrize("which", ["llama3", "r1"])
 def test_longbench_middle_truncation_counts_the_models_own_tokens(which, request, data_dir):
     tokenizer = request.getfixturevalue(which)
-    row = json.loads(open(DATA / "longbench_v2" / "longbench_v2.jsonl").readline())
+    row = json.loads(open(data_dir / "longbench_v2" / "longbench_v2.jsonl").readline())
     prompt = longbench.build_prompt(row)
     cut, original, truncated = longbench.truncate_middle(prompt, tokenizer, 4000)
     assert truncated and original == len(tokenizer.encode(prompt)) > 4000  # counted as pred.py counts: specials too
