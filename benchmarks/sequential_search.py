@@ -404,7 +404,7 @@ def reach_bounds(rows: list[dict], powers=(0.9, 0.925, 0.95, 0.975, 0.99)) -> di
             entry = {"layout": r["layout"], "margin": r["margin"], "scenario": r["scenario"], "truth": truth,
                      "items_share": share, "fixed_power": fixed}
             if truth == "no change" and r["scenario"] == "worse only":
-                entry.update(_tied_verdict(r["tied_reach_share"], fractions, looks))
+                entry.update(_tied_verdict(r["tied_reach_share"], fractions, looks, r["margin"], r["clusters"]))
             else:
                 entry.update(_share_verdict(least_share_bound(fractions, min(fixed, 0.999), ALPHA)[0],
                                             least_share_bound(fractions, min(fixed, 0.999), ALPHA, futility=False)[0],
@@ -421,10 +421,11 @@ def reach_bounds(rows: list[dict], powers=(0.9, 0.925, 0.95, 0.975, 0.99)) -> di
             "least_share_at_fixed_power_0.9_by_equal_looks": by_looks, "rows": out}
 
 
-def _tied_verdict(tied: float, fractions: np.ndarray, looks: str) -> dict:
+def _tied_verdict(tied: float, fractions: np.ndarray, looks: str, margin: float, clusters: int) -> dict:
     """A tied run's row: the Neyman-Pearson bound at the default's looks at or below 0.6, and at the best of 1-10
-    equal looks."""
-    from snapeval.stats.groupseq import RATIO, TIED_STOP_RATIO, tied_stop_ratio
+    equal looks; and the floor of any valid test whatever the correlation inside clusters
+    (:func:`snapeval.stats.groupseq.tied_run_least_clusters`, as a share of the layout's clusters)."""
+    from snapeval.stats.groupseq import RATIO, TIED_STOP_RATIO, tied_run_least_clusters, tied_stop_ratio
 
     def best(shares):
         return max([(tied_stop_ratio(float(s), tied, ALPHA), float(s)) for s in shares
@@ -433,9 +434,16 @@ def _tied_verdict(tied: float, fractions: np.ndarray, looks: str) -> dict:
     mine = best(fractions)
     equal = {k: best(np.arange(1, k + 1) / k) for k in range(1, 11)}
     top = max(equal, key=lambda k: equal[k][0])
+    least = tied_run_least_clusters(margin, ALPHA)
     out = {"tied_reach_share": tied, "tied_stop_ratio_bound": mine[0], "tied_stop_look": mine[1],
-           "best_equal_looks": top, "tied_stop_ratio_bound_best_looks": equal[top][0]}
-    if tied > 0.6:
+           "best_equal_looks": top, "tied_stop_ratio_bound_best_looks": equal[top][0],
+           "any_test_least_tied_clusters": least, "any_test_tied_share_floor": min(1.0, least / clusters)}
+    if least / clusters > 0.6:
+        out["verdict"] = (f"out of reach for any valid test: with each cluster losing all its items with probability "
+                          f"{margin:g} (perfect correlation inside clusters, in the null) {least} tied clusters are "
+                          f"needed ((1 - {margin:g})^{least} <= {ALPHA:g}), {least / clusters:.3f} of the "
+                          f"{clusters}; on the design's statistic a tied run reaches z_(1-alpha) only at {tied:.2f}")
+    elif tied > 0.6:
         out["verdict"] = (f"out of reach for any design: a tied run's statistic reaches z_(1-alpha), below which no "
                           f"valid boundary lies, only at {tied:.2f} of the items")
     elif mine[0] < RATIO:
@@ -446,6 +454,31 @@ def _tied_verdict(tied: float, fractions: np.ndarray, looks: str) -> dict:
         out["verdict"] = (f"not out of reach on the canonical model: a design stopping a tied run at {mine[1]:.2f} "
                           f"can keep up to {mine[0]:.3f} of the fixed test's power; the design re-plans only from "
                           f"{TIED_STOP_RATIO} (the candidates re-planned from 0.94 measure the loss on this layout)")
+    return out
+
+
+def fixed_rule_size_worse_only(sizes=range(20, 1201), margins=(0.02, 0.05, 0.10)) -> dict:
+    """The fixed rule's exact false "non-inferior" rate on independent items where the candidate only loses
+    (P(worse) = margin, P(better) = 0; :func:`snapeval.stats.binary.tango_size_worse_only`), for every n in
+    ``sizes``: Tango's test is asymptotic, and with few expected losses it exceeds alpha near the n where a tied run
+    first reaches z_(1-alpha). The design inherits it at its last look."""
+    from snapeval.stats.binary import tango_size_worse_only
+    from snapeval.stats.groupseq import tied_run_least_clusters
+
+    out = {"what": fixed_rule_size_worse_only.__doc__.replace("\n    ", " "), "n": [min(sizes), max(sizes)],
+           "margins": {}}
+    for margin in margins:
+        rate = {n: tango_size_worse_only(n, margin, ALPHA) for n in sizes}
+        worst = max(rate, key=rate.get)
+        above = [n for n, v in rate.items() if v > ALPHA]
+        out["margins"][f"{margin:g}"] = {
+            "worst": rate[worst], "worst_n": worst, "n_above_alpha": len(above),
+            "n_above_0.055": sum(v > 0.055 for v in rate.values()),
+            "largest_n_above_alpha": max(above, default=None),
+            "any_test_least_tied_items": tied_run_least_clusters(margin, ALPHA),
+            "at": {str(n): rate[n] for n in (100, 200, 400, 1000) if n in rate}}
+        print(f"fixed rule, worse only, margin {margin:g}: exact false NI up to {rate[worst]:.4f} (n = {worst}); "
+              f"{len(above)} of {len(rate)} n above {ALPHA:g}, the largest {max(above, default=None)}", flush=True)
     return out
 
 
@@ -674,7 +707,7 @@ def main() -> None:
                       "no discordance at all); 3 margins: P(worse) = P(better) + 3 margins",
             "candidates": {name: options for name, options in CANDIDATES}, "chosen": CANDIDATES[0][0],
             "summary": summary, "choice": choice, "brownian_motion_limits": brownian_limits(),
-            "reach_bounds": bounds, "rows": group_rows,
+            "reach_bounds": bounds, "fixed_rule_size_worse_only": fixed_rule_size_worse_only(), "rows": group_rows,
             "cpu_seconds": gs_cpu},
         "monotone_check": {"what": "budgets 1024 and 256 unchanged (each item flipped with probability 'churn' "
                                    "against a reference solving half), 512 dips by 3 margins; --monotone with the "

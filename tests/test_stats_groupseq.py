@@ -35,9 +35,10 @@ from snapeval.stats.groupseq import (
     simulate_design,
     spending_function,
     tango_array,
+    tied_run_least_clusters,
     tied_stop_ratio,
 )
-from snapeval.stats.binary import tango_statistic
+from snapeval.stats.binary import tango_size_worse_only, tango_statistic
 
 
 @pytest.mark.parametrize("looks, published", [
@@ -268,6 +269,64 @@ def test_stopping_a_tied_run_costs_power_by_neyman_pearson():
     b = np.cumsum(half, axis=1)
     rejected = (b[:, 0] / math.sqrt(0.5) >= c) | (b[:, 1] >= k)
     assert rejected.mean() == pytest.approx(0.05, abs=3 * math.sqrt(0.05 * 0.95 / 200_000))
+
+
+def test_no_test_declares_a_tied_run_non_inferior_before_its_clusters_allow():
+    """Any test, not only this design: on the null where each cluster loses all its items with probability margin
+    and ties otherwise, k tied clusters have probability (1 - margin)^k, so a rule declaring non-inferiority on them
+    has level alpha only from the least such k (29 of AIME's 30 problems at 10 points, 149 documents at 2 points).
+    Simulated (400,000 runs, seeded): the rule one cluster sooner exceeds alpha, the rule at k keeps it."""
+    for margin in (0.005, 0.02, 0.05, 0.1, 0.3):
+        for alpha in (0.01, 0.025, 0.05, 0.1):
+            k = tied_run_least_clusters(margin, alpha)
+            assert (1 - margin) ** k <= alpha < (1 - margin) ** (k - 1), (margin, alpha)
+    assert (tied_run_least_clusters(0.10), tied_run_least_clusters(0.02), tied_run_least_clusters(0.05)) == (29, 149,
+                                                                                                            59)
+    rng = np.random.default_rng(66)
+    runs = 400_000
+    first_loss = rng.geometric(0.10, runs)  # the first cluster that loses all its items
+    se = math.sqrt(0.05 * 0.95 / runs)
+    assert (first_loss > 28).mean() > 0.05 + 4 * se  # declaring after 28 tied clusters: 0.9^28 = 0.052
+    assert (first_loss > 29).mean() <= 0.05 + 2 * se  # after 29: 0.047
+    with pytest.raises(ValueError, match="margin"):
+        tied_run_least_clusters(0.0)
+
+
+@pytest.mark.parametrize("sizes", [np.ones(400), np.r_[np.ones(357), [2, 2, 3, 3, 4, 4, 5, 5, 5, 5]],
+                                   np.full(30, 8.0)], ids=["independent 400", "LongBench-v2-like", "AIME 30x8"])
+def test_the_design_stops_a_tied_run_no_sooner_than_any_valid_test(sizes):
+    """On the shipped layouts, at every margin, the default design declares a tied run non-inferior only after at
+    least :func:`tied_run_least_clusters` clusters (200 seeded shuffles of the clusters), and declares it wherever the
+    layout has that many."""
+    rng = np.random.default_rng(67)
+    m = np.stack([rng.permutation(sizes) for _ in range(200)])
+    zero = np.zeros_like(m)
+    for margin in (0.02, 0.05, 0.10):
+        label, used, *_ = simulate_design(zero, zero, m, margin, 0.0)
+        seen = (np.cumsum(m, axis=1) <= used[:, None] * m.sum(axis=1)[:, None] + 1e-9).sum(axis=1)
+        floor = tied_run_least_clusters(margin)
+        assert (seen[label == 1] >= floor).all(), (margin, seen[label == 1].min(), floor)
+        if sizes.size >= floor:  # and it declares every tied run non-inferior that some valid test could
+            assert (label == 1).all(), margin
+
+
+def test_tangos_exact_size_when_the_candidate_only_loses():
+    """Tango's fixed-n test on independent items at P(worse) = margin, P(better) = 0: the exact binomial rate equals a
+    simulation of the test itself (200,000 runs), stays at alpha on the shipped 400 items at 2 points (0.041), and
+    exceeds it near the n where a tied run first reaches z_0.95 (133 items at 2 points: 0.068; a known limit of the
+    asymptotic test, stated in docs/statistics.md)."""
+    from snapeval.stats.binary import tango_noninferiority
+
+    assert tango_size_worse_only(400, 0.02, 0.05) == pytest.approx(0.04095, abs=1e-4)
+    assert tango_size_worse_only(133, 0.02, 0.05) == pytest.approx(0.06809, abs=1e-4)
+    assert tango_size_worse_only(132, 0.02, 0.05) == 0.0  # not even a tied run reaches z_0.95
+    rng = np.random.default_rng(68)
+    for n, margin in ((133, 0.02), (100, 0.10)):
+        worse = rng.binomial(n, margin, 200_000)
+        rejects = {w: tango_noninferiority(int(w), 0, n, margin, 0.05)[0] < 0.05 for w in np.unique(worse)}
+        rate = float(np.mean([rejects[w] for w in worse]))
+        exact = tango_size_worse_only(n, margin, 0.05)
+        assert rate == pytest.approx(exact, abs=4 * math.sqrt(exact * (1 - exact) / 200_000)), (n, margin)
 
 
 def test_no_design_beats_the_least_share_bound():

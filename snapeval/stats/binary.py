@@ -144,6 +144,23 @@ def tango_noninferiority(worse: float, better: float, n: float, margin: float, a
     return float(p), float(-lower)
 
 
+def tango_size_worse_only(n: int, margin: float, alpha: float) -> float:
+    """The exact false "non-inferior" rate of Tango's one-sided test (:func:`tango_noninferiority`) on ``n``
+    independent items at the null point where the candidate only ever loses: P(worse) = ``margin``, P(better) = 0
+    ("worse only", exactly at the margin). Its rejections are the counts ``worse <= w*`` whose statistic reaches
+    ``z_(1 - alpha)``, so the rate is the binomial ``P(Bin(n, margin) <= w*)``: a lower bound on the test's size (the
+    size is its largest rate over the null). Tango's test is asymptotic: with few expected losses (``n margin`` small)
+    the binomial is skewed and the rate exceeds ``alpha`` near the ``n`` where a run with no loss first reaches
+    ``z_(1 - alpha)`` (``docs/statistics.md``, the benchmark ``benchmarks/sequential_search.py``)."""
+    if not (isinstance(n, int) and n >= 1) or not 0 < margin < 1 or not 0 < alpha < 0.5:
+        raise ValueError(f"n={n!r}, margin={margin!r}, alpha={alpha!r}: need n >= 1, 0 < margin < 1, 0 < alpha < 0.5")
+    z = _NORMAL.inv_cdf(1 - alpha)
+    most = -1  # the statistic falls as the losses grow, so the rejections are 0..w*
+    while most < n and tango_statistic(most + 1, 0, n, -margin) >= z:
+        most += 1
+    return float(scipy_stats().binom.cdf(most, n, margin)) if most >= 0 else 0.0
+
+
 def worst_case_design_effect(sizes) -> float:
     """The design effect of a sum of per-item scores over clusters of ``sizes`` items when the items of a cluster are
     perfectly correlated: ``sum(m_k^2) / sum(m_k)`` (1 when every cluster holds one item).
