@@ -3,8 +3,6 @@ to kvpress's own on the real SmolLM2."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +14,7 @@ from snapeval.engine import SamplingParams  # noqa: E402
 from snapeval.errors import SnapevalError  # noqa: E402
 from tests.conftest import TinyTokenizer, random_prompt, tiny_model  # noqa: E402
 from tests.default_presses import DEFAULT_PRESSES  # noqa: E402
-
-DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+from tests.conftest import DATA_DIR as DATA  # noqa: E402  (the shared data folder, as conftest finds it)
 
 
 def _prefill(model, config, prompt):

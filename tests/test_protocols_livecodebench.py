@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -34,7 +33,7 @@ from snapeval.tasks.metrics import pass_at_k
 pytestmark = pytest.mark.runs_programs  # beside the red-team checks of leftovers, never during them (conftest.py)
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or REPO.parent / "shared" / "data")
+from tests.conftest import DATA_DIR as DATA  # noqa: E402  (the shared data folder, as conftest finds it)
 TIMEOUT = 2  # seconds: the official --timeout is an integer (signal.alarm)
 executes = pytest.mark.skipif(not isolation().isolate_fs, reason="no mount namespace here: execution is refused")
 

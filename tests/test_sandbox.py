@@ -13,7 +13,7 @@ from snapeval.tasks.livecodebench import TestCase, stdout_matches
 
 pytestmark = pytest.mark.runs_programs  # beside the red-team checks of leftovers, never during them (conftest.py)
 
-DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+from tests.conftest import DATA_DIR as DATA  # noqa: E402  (the shared data folder, as conftest finds it)
 FAST = SandboxLimits(timeout_s=2.0, memory_mb=512, output_bytes=1 << 20)
 #: The same memory limit with time to reach it on a loaded machine (a growing bomb takes 0.3 s of CPU alone, and
 #: about 2 s beside the rest of the suite): the memory limit, not the clock, must be what stops it.

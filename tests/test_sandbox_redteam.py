@@ -31,7 +31,7 @@ FAST = SandboxLimits(timeout_s=2.0, memory_mb=512, output_bytes=1 << 20, disk_mb
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 MUL = "a, b = map(int, input().split())\nprint(a * b)\n"  # right only when a * b == a + b
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or REPO.parent / "shared" / "data")
+from tests.conftest import DATA_DIR as DATA  # noqa: E402  (the shared data folder, as conftest finds it)
 
 # Switch the Python-level layers off first, as a red-team program did: rebind the audit hook's closure cells (its
 # path checks) to functions that allow everything, empty the driver's block lists, and undo the official runner's
@@ -300,15 +300,17 @@ def test_gil_free_cpu_burn_is_a_time_limit():
               "        hashlib.sha256(block).digest()\n"
               "ts = [threading.Thread(target=burn) for _ in range(2)]\n[t.start() for t in ts]\n"
               "[t.join() for t in ts]\nprint(5)\n")
-    if len(os.sched_getaffinity(0)) < 2 or os.getloadavg()[0] > 1.0:
-        pytest.skip("needs two idle cores to burn CPU faster than the wall clock")
-    result = run(burner, limits=SandboxLimits(timeout_s=1.5, memory_mb=1024, output_bytes=1 << 20))
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores to burn CPU faster than the wall clock")
+    limits = SandboxLimits(timeout_s=1.5, memory_mb=1024, output_bytes=1 << 20)
+    result = run(burner, limits=limits)
     last = result.outcomes[-1] if result.outcomes else None
-    if "CPU limit" not in result.detail and last is not None and last.cpu_s <= last.wall_s:
-        # the load average lags: another worker's test took a core once the run began, so its threads could not
-        # burn faster than the wall clock and the CPU limit could not be reached (a run that got both cores and was
-        # not stopped by its CPU limit still fails below)
-        pytest.skip(f"the run got {last.cpu_s:.2f} s of CPU in {last.wall_s:.2f} s: not two idle cores")
+    if "CPU limit" not in result.detail and last is not None and last.cpu_s < limits.timeout_s:
+        # decided by what the run got, not by the load average before it (which lags, and under xdist always shows
+        # the other worker): with no second core free its threads cannot burn the limit's CPU within the wall
+        # clock, so there is nothing to judge; a run that burned past the limit and was not stopped fails below
+        pytest.skip(f"the run got {last.cpu_s:.2f} s of CPU in {last.wall_s:.2f} s: no second core free to burn "
+                    f"past the {limits.timeout_s} s limit")
     assert result.status == "time_limit" and "CPU limit" in result.detail, result
     assert result.outcomes[-1].cpu_s > 1.5 > result.outcomes[-1].wall_s
 

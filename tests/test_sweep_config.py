@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from snapeval.sweep import expand_grid, load_config, parse_config
 from snapeval.results.schema import canonical_json
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR", REPO.parent / "shared" / "data"))
+from tests.conftest import DATA_DIR as DATA  # noqa: E402  (the shared data folder, as conftest finds it)
 
 BASE = {
     "name": "t",

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from snapeval.tasks import synthetic  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = str(REPO / "tasks")
-DATA = Path(os.environ.get("SNAPEVAL_DATA_DIR") or REPO.parent / "shared" / "data")
+from tests.conftest import DATA_DIR as DATA  # noqa: E402  (the shared data folder, as conftest finds it)
 SYNTHETIC = ["snapeval_passkey", "snapeval_kv_needle", "snapeval_kv_needle_multi", "snapeval_variable_tracking"]
 
 
