@@ -216,6 +216,51 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
     assert len(finished) < 5 and evaluated < 5 * 4  # not every cell ran every look
 
 
+def test_running_ahead_prefills_each_batch_once_and_decides_the_same(tmp_path, monkeypatch):
+    """The live search with ``run_ahead`` (default) against without, on the test harness (200 items, 4 looks,
+    snapstream 1024 / 512 / 64, streamingllm 1024 / 64, margin 0.2): the same cells settled the same way (search.md's
+    tables), every batch run as exactly one shared unit (one prefill per item, as the full grid), while without it a
+    budget the walk opens later runs the earlier batches again; the account counts what ran ahead unread."""
+    import io
+    import re
+
+    from fixtures import sweep_fakes
+    from fixtures.sweep_fakes import fake_evaluate, fake_simulate
+    from snapeval.sweep import parse_config, run_sweep
+    from snapeval.sweep.executors import InProcessExecutor
+
+    monkeypatch.setattr(sweep_fakes, "DOCS", 200)
+    raw = {"name": "s", "models": ["llama-3.1-8b-instruct"], "tasks": [{"name": "snapeval_passkey", "limit": 200}],
+           "methods": ["full", {"method": "snapstream", "budgets": [64, 512, 1024]},
+                       {"method": "streamingllm", "budgets": [64, 1024]}], "decision": {"margin": 0.2}}
+
+    class Counting(InProcessExecutor):
+        def __init__(self):
+            self.units = []
+
+        def run(self, units, unit_fn, on_start):
+            self.units += [(u.shard.index, tuple((c.config.method, c.config.budget) for c in u.cells)) for u in units]
+            yield from super().run(units, unit_fn, on_start)
+
+    tables, units, accounts = {}, {}, {}
+    for ahead in (True, False):
+        executor = Counting()
+        out = tmp_path / str(ahead)
+        run_sweep(parse_config(raw), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
+                  report=False, executor=executor, search=SearchSettings(looks=4, run_ahead=ahead))
+        accounts[ahead] = (out / "search.md").read_text()
+        tables[ahead] = [line for line in accounts[ahead].splitlines() if line.startswith(("| ", "Answers:"))]
+        units[ahead] = executor.units
+    assert tables[True] == tables[False] and any("| non-inferior |" in line for line in tables[True])
+    batches = [index for index, _ in units[True]]
+    assert len(batches) == len(set(batches))  # each batch one unit: every item prefilled once
+    assert all(len(cells) == 6 for _, cells in units[True])  # the full cache and every budget, from the first look
+    again = [index for index, _ in units[False]]
+    assert len(again) > len(set(again))  # without: a budget opened later ran earlier batches again
+    unread = re.search(r"never read: (\d+) item-evaluations", accounts[True])
+    assert unread and int(unread.group(1)) > 0 and "never read" not in accounts[False]
+
+
 def test_dry_run_says_where_non_inferiority_is_out_of_reach(tmp_path, capsys):
     """`snapeval sweep CONFIG --dry-run [--until-decided]` prints, per group, whether non-inferiority at the sweep's
     margin is reachable at the task's items even if every item ties (issue #61): 40 items at 2 points are not (133

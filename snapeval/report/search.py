@@ -63,7 +63,11 @@ class SearchSettings:
     after every batch of ``batch`` items, the anytime-valid test of :mod:`snapeval.stats.sequential`); ``seed``: the
     seed of the fixed random order of clusters; ``monotone``: the user accepts that accuracy does not fall as a
     method's budget grows (budgets below a settled failure are not run in full: each is run on the first look's items
-    and labelled not non-inferior only when those agree, else the report warns)."""
+    and labelled not non-inferior only when those agree, else the report warns). ``run_ahead`` (the live search
+    alone; decisions never depend on it): each look also runs, from the same prefill of each item, every budget below
+    each open method's current one, so a budget the walk opens later reads its earlier looks instead of prefilling
+    their items again (the full grid's economy: one prefill per item, every configuration a branch of it); off, a look
+    runs only the budgets the walk tests, for a task whose items cost mostly decoding."""
 
     batch: int = 8
     seed: int = 0
@@ -71,6 +75,7 @@ class SearchSettings:
     design: str = "group-sequential"
     looks: int | tuple[float, ...] = LOOKS
     futility: float = FUTILITY
+    run_ahead: bool = True
 
     def __post_init__(self):
         if self.design not in DESIGNS:
@@ -91,6 +96,8 @@ class SearchSettings:
             raise SnapevalError(f"search.seed={self.seed!r} is invalid; allowed: an integer >= 0")
         if not isinstance(self.monotone, bool):
             raise SnapevalError(f"search.monotone={self.monotone!r} is invalid; allowed: true or false")
+        if not isinstance(self.run_ahead, bool):
+            raise SnapevalError(f"search.run_ahead={self.run_ahead!r} is invalid; allowed: true or false")
 
 
 def batches(clusters: Mapping[Any, list], batch: int, seed: int) -> list[list]:
@@ -407,6 +414,7 @@ class GroupReplay:
     spent_seconds: float | None = None  # a live search's measured seconds (None: replayed, nothing ran)
     reach: tuple[bool, int] | None = None  # plan-time: non-inferiority reachable at all, and the items it needs
     cell_ids: dict[tuple[str, int], str] | None = None  # a live search: each (method, budget)'s cell
+    ahead_evaluations: int | None = None  # a live search: item-evaluations run ahead that the walk never read
 
     def cell_lines(self) -> dict[str, str]:
         """A live search's line per cell id: its label, how and after how many items (the sweep's summary rows)."""
@@ -511,11 +519,14 @@ def render(replays: list[GroupReplay], rule: DecisionRule, settings: SearchSetti
                       f"Item-evaluations: {r.evaluations} of the full grid's {r.full_grid_evaluations} "
                       f"({r.evaluations / r.full_grid_evaluations:.0%}); the full cache ran {r.reference_items} of "
                       f"{r.total_items} items" + (f"; measured {g.spent_seconds:.0f} s" if g.spent_seconds is not None
-                                                   else "") + ".", ""]
+                                                   else "") + "."
+                  + (f" Run ahead of the walk from the same prefills and never read: {g.ahead_evaluations} "
+                     "item-evaluations." if g.ahead_evaluations else ""), ""]
     share = used / full if full else math.nan
     lines += [f"All groups: {early} of the {run} cells run stopped early; {used} of {full} item-evaluations "
               f"({share:.0%}); the full cache ran {reference} of "
-              f"{items} items (each item any cell needs is prefilled once for all of them)"
+              f"{items} items" + (" (each item any cell needs is prefilled once for all of them)" if settings.run_ahead
+                                  else " (an item is prefilled again for each budget opened after its look ran)")
               + (f"; measured {spent:.0f} s." if spent is not None else
                  ". A replay runs nothing: time is not estimated from it (a shared prefill and a unit's fixed costs "
                  "do not scale with item-evaluations).")]

@@ -34,8 +34,9 @@ def register(subparsers) -> None:
                         "with the count")
     p.add_argument("--until-decided", action="store_true",
                    help="sequential budget search: items in batches in a fixed random order, each method's budgets "
-                        "walked from the largest down, a cell stopped as soon as an anytime-valid paired test settles "
-                        "it (non-inferior or not at the sweep's decision margin); writes search.md")
+                        "walked from the largest down, a cell stopped as soon as the design's paired test settles it "
+                        "(non-inferior or not at the sweep's decision margin; --design) or it is out of reach; writes "
+                        "search.md")
     p.add_argument("--design", default=None, choices=("group-sequential", "e-process"),
                    help="--until-decided: planned looks with Lan-DeMets alpha spending (default; snapeval.stats."
                         "groupseq's DESIGN_SPENDING and OTHER_SPENDING), or the anytime-valid e-process looked at after "
@@ -50,6 +51,11 @@ def register(subparsers) -> None:
                    help="--until-decided: accept that accuracy does not fall as a budget grows (budgets below a "
                         "settled failure are run on the first look's items only, and labelled not non-inferior where "
                         "those agree; search.md warns where they do not)")
+    p.add_argument("--no-run-ahead", action="store_true",
+                   help="--until-decided: run at each look only the budgets the walk tests (default: also every "
+                        "budget below each open method's current one, from the same prefill per item, so a budget "
+                        "opened later reads its earlier looks instead of prefilling their items again; the decisions "
+                        "are the same). For tasks whose items cost mostly decoding")
     p.set_defaults(func=main)
 
 
@@ -63,7 +69,8 @@ def main(args: argparse.Namespace) -> int:
     search = None
     given = [flag for flag, value in (("--batch", args.batch), ("--search-seed", args.search_seed),
                                       ("--design", args.design), ("--looks", args.looks),
-                                      ("--monotone", args.monotone or None)) if value is not None]
+                                      ("--monotone", args.monotone or None),
+                                      ("--no-run-ahead", args.no_run_ahead or None)) if value is not None]
     if given and not args.until_decided:  # an option of the search alone: never silently ignored
         raise SnapevalError(f"{given[0]} is an option of --until-decided; allowed: with --until-decided, or left out")
     if args.until_decided:
@@ -72,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             search = SearchSettings(batch=8 if args.batch is None else args.batch,
                                     seed=0 if args.search_seed is None else args.search_seed, monotone=args.monotone,
+                                    run_ahead=not args.no_run_ahead,
                                     design=args.design or "group-sequential",
                                     **({} if args.looks is None else {"looks": args.looks}))
         except SnapevalError as exc:

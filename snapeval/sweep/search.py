@@ -42,7 +42,9 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
     ``S = ceil(items / batch)``, batch ``k`` holds documents ``i % S == k`` (items spread over the task's order),
     taken in a random order of ``k`` drawn with ``settings.seed``. Tasks whose items share clusters (a family with a
     cluster layout) would split a cluster over batches: refused in one line unless one batch holds all their items
-    (replay their full sweep instead)."""
+    (replay their full sweep instead). With ``settings.run_ahead`` a batch's unit also runs every budget below each
+    open method's current one, and a later request for a batch's scores that ran is read, not run again: the walk,
+    its requests and its decisions are the same either way (what the walk never read is counted in the account)."""
     from snapeval.cache.methods import METHOD_TABLE
     from snapeval.stats.headline import headline_metric
     from snapeval.sweep.planning import WorkUnit
@@ -83,16 +85,23 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
         walk = steps({i: [i] for i in range(n)}, list(by_key), rule=rule, settings=settings, plan=plan)
         request = next(walk)
         seconds = 0.0
+        ran: dict[int, dict[Any, dict]] = {}  # per batch, every key's scores run so far (a later request reads them)
+        read: dict[int, set] = {}  # per batch, the keys the walk asked for
         while True:
             items, wanted = request
             batch = next(k for k, b in zip(order, plan) if b[0][1] == items[0])
-            scores: dict[Any, dict] = {}
+            scores = ran.setdefault(batch, {})
+            read.setdefault(batch, set()).update(wanted)
             if None in wanted and known:
-                scores[None] = {i: known[i] for i in items}
-            run = [c for c in ([reference] if None in wanted and not known else [])
-                   + [by_key[w] for w in wanted if w is not None]]
-            unit = WorkUnit(tuple(run), shared=len(run) > 1, shard=Shard(batch, count))
-            for cell, result, error in executor.run([unit], cell_fn, started):
+                scores.setdefault(None, {i: known[i] for i in items})
+            missing = [w for w in wanted if w not in scores]  # none: every score asked for ran ahead, read here
+            ahead = [k for k in by_key if settings.run_ahead and k not in scores and k not in missing
+                     and any(w is not None and w[0] == k[0] and k[1] < w[1] for w in missing)]
+            run = [c for c in ([reference] if None in missing else [])
+                   + [by_key[w] for w in missing + ahead if w is not None]]
+            for cell, result, error in (executor.run([WorkUnit(tuple(run), shared=len(run) > 1,
+                                                               shard=Shard(batch, count))], cell_fn, started)
+                                        if run else ()):
                 yield cell, result, error
                 if result is None or result.cell is None:
                     last = (error or "no result").strip().splitlines()[-1]
@@ -107,14 +116,16 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
                 scores[key] = {s.doc_id: s.scores[metric] if higher else 1.0 - s.scores[metric]
                                for s in result.cell.samples if s.subtask == subtask}
             try:
-                request = walk.send(scores)
+                request = walk.send({w: scores[w] for w in wanted})
             except StopIteration as finished:
                 outcome = finished.value
                 break
+        ahead_unread = sum(len(plan_batch) * len(set(ran.get(k, {})) - read.get(k, set()) - {None})
+                           for k, plan_batch in zip(order, plan))
         outcomes.append(GroupReplay(reference.model.name, reference.task.name, reference.seed, outcome,
                                     spent_seconds=seconds,
                                     cell_ids={key: c.cell_id for key, c in by_key.items()},
-                                    reach=reach(n, None, rule, settings)))
+                                    reach=reach(n, None, rule, settings), ahead_evaluations=ahead_unread))
 
 
 def plan_lines(cells: list, rule: DecisionRule, settings: SearchSettings | None) -> list[str]:
