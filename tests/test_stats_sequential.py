@@ -174,6 +174,13 @@ def test_the_quickstart_replayed_reaches_the_full_grids_answers_and_says_how_man
         f"All groups: {early} of the {run} cells run stopped early; {used} of {full} item-evaluations")
 
 
+#: The live search tests' sweep (the test harness's 200 items): two methods walking 3 and 2 budgets at margin 0.2.
+SEARCH_SWEEP = {"name": "s", "models": ["llama-3.1-8b-instruct"],
+                "tasks": [{"name": "snapeval_passkey", "limit": 200}],
+                "methods": ["full", {"method": "snapstream", "budgets": [64, 512, 1024]},
+                            {"method": "streamingllm", "budgets": [64, 1024]}], "decision": {"margin": 0.2}}
+
+
 def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decided(tmp_path, monkeypatch, capsys):
     """`snapeval sweep --until-decided` on the test harness (200 items, 4 equal looks of 50): each look of open
     cells is one shared unit with the full cache, cells stopped early leave their batches as shards and no result
@@ -187,9 +194,6 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
     from snapeval.sweep import parse_config, run_sweep
 
     monkeypatch.setattr(sweep_fakes, "DOCS", 200)
-    raw = {"name": "s", "models": ["llama-3.1-8b-instruct"], "tasks": [{"name": "snapeval_passkey", "limit": 200}],
-           "methods": ["full", {"method": "snapstream", "budgets": [64, 512, 1024]},
-                       {"method": "streamingllm", "budgets": [64, 1024]}], "decision": {"margin": 0.2}}
     calls = []
 
     def counted(model_args, tasks, *, shard=None, **kwargs):
@@ -197,8 +201,8 @@ def test_until_decided_runs_the_search_through_the_sweep_and_says_what_it_decide
         return fake_evaluate(model_args, tasks, shard=shard, **kwargs)
 
     out = tmp_path / "s"
-    summary = run_sweep(parse_config(raw), out, evaluate=counted, simulate=fake_simulate, stream=io.StringIO(),
-                        report=False, search=SearchSettings(monotone=True, looks=4))
+    summary = run_sweep(parse_config(SEARCH_SWEEP), out, evaluate=counted, simulate=fake_simulate,
+                        stream=io.StringIO(), report=False, search=SearchSettings(monotone=True, looks=4))
     account = (out / "search.md").read_text()
     assert "| streamingllm | 1024 | not non-inferior | look 2 of 4 | 100 of 200 |" in account
     assert "| streamingllm | 64 | not non-inferior | by monotonicity | 50 of 200 |" in account
@@ -230,9 +234,6 @@ def test_running_ahead_prefills_each_batch_once_and_decides_the_same(tmp_path, m
     from snapeval.sweep.executors import InProcessExecutor
 
     monkeypatch.setattr(sweep_fakes, "DOCS", 200)
-    raw = {"name": "s", "models": ["llama-3.1-8b-instruct"], "tasks": [{"name": "snapeval_passkey", "limit": 200}],
-           "methods": ["full", {"method": "snapstream", "budgets": [64, 512, 1024]},
-                       {"method": "streamingllm", "budgets": [64, 1024]}], "decision": {"margin": 0.2}}
 
     class Counting(InProcessExecutor):
         def __init__(self):
@@ -246,8 +247,9 @@ def test_running_ahead_prefills_each_batch_once_and_decides_the_same(tmp_path, m
     for ahead in (True, False):
         executor = Counting()
         out = tmp_path / str(ahead)
-        run_sweep(parse_config(raw), out, evaluate=fake_evaluate, simulate=fake_simulate, stream=io.StringIO(),
-                  report=False, executor=executor, search=SearchSettings(looks=4, run_ahead=ahead))
+        run_sweep(parse_config(SEARCH_SWEEP), out, evaluate=fake_evaluate, simulate=fake_simulate,
+                  stream=io.StringIO(), report=False, executor=executor,
+                  search=SearchSettings(looks=4, run_ahead=ahead))
         accounts[ahead] = (out / "search.md").read_text()
         tables[ahead] = [line for line in accounts[ahead].splitlines() if line.startswith(("| ", "Answers:"))]
         units[ahead] = executor.units

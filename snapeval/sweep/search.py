@@ -95,8 +95,9 @@ def run_live(settings: SearchSettings, rule: DecisionRule, cells: list, pending:
             if None in wanted and known:
                 scores.setdefault(None, {i: known[i] for i in items})
             missing = [w for w in wanted if w not in scores]  # none: every score asked for ran ahead, read here
-            ahead = [k for k in by_key if settings.run_ahead and k not in scores and k not in missing
-                     and any(w is not None and w[0] == k[0] and k[1] < w[1] for w in missing)]
+            ahead = [k for k in by_key if k not in scores and k not in missing
+                     and any(w is not None and w[0] == k[0] and k[1] < w[1] for w in missing)] \
+                if settings.run_ahead else []
             run = [c for c in ([reference] if None in missing else [])
                    + [by_key[w] for w in missing + ahead if w is not None]]
             for cell, result, error in (executor.run([WorkUnit(tuple(run), shared=len(run) > 1,
